@@ -1,0 +1,120 @@
+// ferry's one error type: a canonical code plus a message that names what was wrong.
+//
+// Result<T> holds either a value or an Error (std::expected-style). Status is Result<void>.
+// The codes are the canonical set the front end maps to HTTP and gRPC (DESIGN.md, Errors).
+// No exceptions cross a component boundary: third-party throwers are caught at the adapter
+// and turned into an Error here.
+//
+// Thread safety: values of these types are plain data; requires external synchronization.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+namespace ferry {
+
+enum class ErrorCode {
+  kInvalidArgument,    // 400: the caller sent something wrong.
+  kNotFound,           // 404: no such model, tensor or file.
+  kResourceExhausted,  // 429/503 + Retry-After: queue or arena full.
+  kDeadlineExceeded,   // 504: the request's deadline passed.
+  kUnavailable,        // 503: a worker or hook host was lost.
+  kInternal,           // 500: a bug or an impossible environment.
+};
+
+// "INVALID_ARGUMENT", "NOT_FOUND", ...
+std::string_view ErrorCodeName(ErrorCode code);
+
+struct Error {
+  ErrorCode code;
+  std::string message;
+
+  // "INVALID_ARGUMENT: <message>"
+  std::string ToString() const;
+};
+
+inline Error InvalidArgument(std::string message) {
+  return {ErrorCode::kInvalidArgument, std::move(message)};
+}
+inline Error NotFound(std::string message) { return {ErrorCode::kNotFound, std::move(message)}; }
+inline Error ResourceExhausted(std::string message) {
+  return {ErrorCode::kResourceExhausted, std::move(message)};
+}
+inline Error DeadlineExceeded(std::string message) {
+  return {ErrorCode::kDeadlineExceeded, std::move(message)};
+}
+inline Error Unavailable(std::string message) {
+  return {ErrorCode::kUnavailable, std::move(message)};
+}
+inline Error Internal(std::string message) { return {ErrorCode::kInternal, std::move(message)}; }
+
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : state_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(Error error) : state_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
+
+  bool ok() const { return state_.index() == 0; }
+
+  // REQUIRES: ok().
+  const T& value() const& { return std::get<0>(state_); }
+  T& value() & { return std::get<0>(state_); }
+  T&& value() && { return std::get<0>(std::move(state_)); }
+  const T& operator*() const& { return value(); }
+  T& operator*() & { return value(); }
+  const T* operator->() const { return &value(); }
+  T* operator->() { return &value(); }
+
+  // REQUIRES: !ok().
+  const Error& error() const& { return std::get<1>(state_); }
+  Error&& error() && { return std::get<1>(std::move(state_)); }
+
+ private:
+  std::variant<T, Error> state_;
+};
+
+template <>
+class [[nodiscard]] Result<void> {
+ public:
+  Result() = default;
+  Result(Error error) : error_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
+
+  bool ok() const { return !error_.has_value(); }
+  // REQUIRES: !ok().
+  const Error& error() const& { return *error_; }
+  Error&& error() && { return std::move(*error_); }
+
+ private:
+  std::optional<Error> error_;
+};
+
+using Status = Result<void>;
+
+inline Status OkStatus() { return {}; }
+
+}  // namespace ferry
+
+#define FERRY_CONCAT_INNER_(a, b) a##b
+#define FERRY_CONCAT_(a, b) FERRY_CONCAT_INNER_(a, b)
+
+// Returns the error of `expr` (a Result or Status) from the enclosing function.
+#define FERRY_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    auto ferry_status_ = (expr);                   \
+    if (!ferry_status_.ok()) {                     \
+      return std::move(ferry_status_).error();     \
+    }                                              \
+  } while (false)
+
+// `lhs = value of expr`, or returns its error from the enclosing function.
+#define FERRY_ASSIGN_OR_RETURN(lhs, expr) \
+  FERRY_ASSIGN_OR_RETURN_IMPL_(FERRY_CONCAT_(ferry_result_, __LINE__), lhs, expr)
+#define FERRY_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                 \
+  if (!tmp.ok()) {                                   \
+    return std::move(tmp).error();                   \
+  }                                                  \
+  lhs = std::move(tmp).value()

@@ -1,0 +1,376 @@
+#include "config/node_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <optional>
+
+#include "config/toml_reader.h"
+
+extern char** environ;
+
+namespace ferry {
+namespace {
+
+constexpr std::string_view kEnvPrefix = "FERRY_SCHEDULER_";
+constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
+
+// The [scheduler] keys that hold strings; the rest are numbers.
+bool IsStringSchedulerKey(std::string_view key) { return key == "discipline"; }
+
+const std::vector<std::string>& SchedulerKeys() {
+  static const std::vector<std::string> keys = {
+      "discipline",          "ema_halflife_seconds", "recency_penalty_cap",
+      "coalescing_discount", "cost_ema_alpha",       "max_queue_depth",
+      "dispatch_timeout_seconds", "compaction_interval"};
+  return keys;
+}
+
+// Reads the scalar [scheduler] keys: from the file, and again from each environment override.
+void ReadSchedulerKeys(TableReader& r, SchedulerConfig* c) {
+  r.Enum<Discipline>("discipline", &c->discipline,
+                     {{"fair", Discipline::kFair},
+                      {"fifo", Discipline::kFifo},
+                      {"edf", Discipline::kEdf}});
+  r.Double("ema_halflife_seconds", &c->ema_halflife_seconds, DoubleRange::Positive());
+  r.Double("recency_penalty_cap", &c->recency_penalty_cap, {0.0, 1.0, true, false});
+  r.Double("coalescing_discount", &c->coalescing_discount, {0.0, 1.0, false, true});
+  r.Double("cost_ema_alpha", &c->cost_ema_alpha, {0.0, 1.0, true, false});
+  r.Int("max_queue_depth", &c->max_queue_depth, 1, kMaxInt);
+  r.Double("dispatch_timeout_seconds", &c->dispatch_timeout_seconds, DoubleRange::Positive());
+  r.Int("compaction_interval", &c->compaction_interval, 0, kMaxInt);
+}
+
+void ReadModelScheduling(TableReader& r, ModelSchedulingConfig* m) {
+  r.Double("weight", &m->weight, DoubleRange::Positive());
+  int64_t max_batch = 0;
+  if (r.Int("max_batch_size", &max_batch, 1, kMaxInt)) {
+    m->max_batch_size = max_batch;
+  }
+  r.Enum<Residency>("residency", &m->residency,
+                    {{"pinned", Residency::kPinned},
+                     {"warm", Residency::kWarm},
+                     {"on_demand", Residency::kOnDemand}});
+}
+
+void ReadScheduler(TableReader& r, SchedulerConfig* c) {
+  ReadSchedulerKeys(r, c);
+  if (auto models = r.Table("models")) {
+    for (auto& [name, model_reader] : models->NamedTables()) {
+      ModelSchedulingConfig model;
+      ReadModelScheduling(model_reader, &model);
+      model_reader.Finish();
+      c->models[name] = model;
+    }
+  }
+  r.Finish();
+}
+
+// FERRY_SCHEDULER_<KEY>=value, checked by the same reader as the file.
+void ApplyEnvironment(const Environment& env, SchedulerConfig* c, Diagnostics* diagnostics) {
+  for (const auto& [variable, value] : env) {
+    if (variable.rfind(kEnvPrefix, 0) != 0) {
+      continue;
+    }
+    std::string source = "environment " + variable;
+    std::string key = variable.substr(kEnvPrefix.size());
+    std::transform(key.begin(), key.end(), key.begin(),
+                   [](unsigned char ch) { return std::tolower(ch); });
+    if (std::find(SchedulerKeys().begin(), SchedulerKeys().end(), key) == SchedulerKeys().end()) {
+      std::string hint = NearestKey(key, SchedulerKeys());
+      std::string suggestion;
+      if (!hint.empty()) {
+        std::string upper = hint;
+        std::transform(upper.begin(), upper.end(), upper.begin(),
+                       [](unsigned char ch) { return std::toupper(ch); });
+        suggestion = "; did you mean " + std::string(kEnvPrefix) + upper + "?";
+      }
+      diagnostics->Add({source, 0, 0, "scheduler." + key,
+                        "no such scheduler key" + suggestion});
+      continue;
+    }
+    if (value.empty() || value.find_first_of("\n\r#") != std::string::npos) {
+      diagnostics->Add({source, 0, 0, "scheduler." + key,
+                        "value must be one line, non-empty, without '#'"});
+      continue;
+    }
+    std::string toml_value = value;
+    if (IsStringSchedulerKey(key)) {
+      toml_value = "\"";
+      for (char ch : value) {
+        if (ch == '"' || ch == '\\') {
+          toml_value += '\\';
+        }
+        toml_value += ch;
+      }
+      toml_value += "\"";
+    }
+    // Positions inside the generated one-line document mean nothing to the operator.
+    Diagnostics local;
+    std::optional<toml::table> table = ParseToml(key + " = " + toml_value, source, &local);
+    if (table) {
+      TableReader reader(*table, "scheduler", source, &local);
+      ReadSchedulerKeys(reader, c);
+      reader.Finish();
+    }
+    for (Diagnostic d : local.items()) {
+      d.line = 0;
+      d.column = 0;
+      if (d.key_path.empty()) {
+        d.key_path = "scheduler." + key;
+        d.message = "not a valid value '" + value + "'";
+      }
+      diagnostics->Add(std::move(d));
+    }
+  }
+}
+
+std::optional<ListenAddress> ParseListen(const std::string& text) {
+  size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return std::nullopt;
+  }
+  std::string host = text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);  // [::1]:8000
+  }
+  std::string_view port_text = std::string_view(text).substr(colon + 1);
+  unsigned port = 0;
+  auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc() || end != port_text.data() + port_text.size() || port > 65535 ||
+      port_text.empty()) {
+    return std::nullopt;
+  }
+  return ListenAddress{host, static_cast<uint16_t>(port)};
+}
+
+void ReadDevices(TableReader& r, DeviceSelection* d) {
+  const toml::node* node = r.Raw("devices");
+  if (node == nullptr) {
+    return;
+  }
+  const std::string kExpected = "expected \"all\", \"cpu:N\" or a list of GPU ids like [0, 1]";
+  if (node->is_string()) {
+    std::string text = node->as_string()->get();
+    if (text == "all") {
+      d->kind = DeviceSelection::Kind::kAllGpus;
+      return;
+    }
+    if (text.rfind("cpu:", 0) == 0) {
+      std::string_view count = std::string_view(text).substr(4);
+      int64_t n = 0;
+      auto [end, ec] = std::from_chars(count.data(), count.data() + count.size(), n);
+      if (ec == std::errc() && end == count.data() + count.size() && n >= 1 && n <= 1024) {
+        d->kind = DeviceSelection::Kind::kCpu;
+        d->cpu_workers = n;
+        return;
+      }
+      r.ErrorAt("devices", "'" + text + "': N in cpu:N must be an integer in [1, 1024]");
+      return;
+    }
+    r.ErrorAt("devices", "'" + text + "': " + kExpected);
+    return;
+  }
+  if (node->is_array()) {
+    std::vector<int64_t> ids;
+    if (!r.IntArray("devices", &ids, 0, 1023)) {
+      return;
+    }
+    if (ids.empty()) {
+      r.ErrorAt("devices", "the list of GPU ids is empty");
+      return;
+    }
+    std::vector<int64_t> sorted = ids;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+      r.ErrorAt("devices", "a GPU id appears twice");
+      return;
+    }
+    d->kind = DeviceSelection::Kind::kGpuList;
+    d->gpu_ids = ids;
+    return;
+  }
+  r.ErrorAt("devices", kExpected + ", got " + std::string(TomlTypeName(*node)));
+}
+
+void ReadNode(TableReader& r, const std::string& base_dir, NodeSettings* n) {
+  if (r.String("name", &n->name)) {
+    bool valid = !n->name.empty() && n->name.size() <= 64 &&
+                 std::all_of(n->name.begin(), n->name.end(), [](unsigned char ch) {
+                   return std::isalnum(ch) || ch == '-' || ch == '_';
+                 });
+    if (!valid) {
+      r.ErrorAt("name", "'" + n->name + "': use 1 to 64 letters, digits, '-' or '_'");
+    }
+  }
+  ReadDevices(r, &n->devices);
+  r.Int("hookhosts", &n->hookhosts, 1, 256);
+  if (auto listen = r.Table("listen")) {
+    for (auto [key, address] : {std::pair<const char*, ListenAddress*>{"http", &n->http},
+                                {"grpc", &n->grpc},
+                                {"metrics", &n->metrics}}) {
+      std::string text;
+      if (!listen->String(key, &text)) {
+        continue;
+      }
+      if (auto parsed = ParseListen(text)) {
+        *address = *parsed;
+      } else {
+        listen->ErrorAt(key, "'" + text + "': expected HOST:PORT with PORT in [0, 65535]");
+      }
+    }
+    listen->Finish();
+  }
+  const ListenAddress* all[] = {&n->http, &n->grpc, &n->metrics};
+  for (int i = 0; i < 3; ++i) {
+    for (int j = i + 1; j < 3; ++j) {
+      if (all[i]->port != 0 && all[i]->port == all[j]->port && all[i]->host == all[j]->host) {
+        r.ErrorAt("listen", "two listeners share " + all[i]->ToString());
+      }
+    }
+  }
+  if (r.String("model_repository", &n->model_repository)) {
+    if (n->model_repository.empty()) {
+      r.ErrorAt("model_repository", "must not be empty");
+    } else if (std::filesystem::path(n->model_repository).is_relative() && !base_dir.empty()) {
+      n->model_repository =
+          (std::filesystem::path(base_dir) / n->model_repository).lexically_normal().string();
+    }
+  }
+  const toml::node* shm = r.Raw("shm_size");
+  if (shm != nullptr) {
+    Result<uint64_t> size = InvalidArgument("expected bytes as an integer or a string like "
+                                            "\"512MiB\", got " +
+                                            std::string(TomlTypeName(*shm)));
+    if (shm->is_integer()) {
+      int64_t bytes = shm->as_integer()->get();
+      size = bytes < 0 ? Result<uint64_t>(InvalidArgument("must not be negative"))
+                       : Result<uint64_t>(static_cast<uint64_t>(bytes));
+    } else if (shm->is_string()) {
+      size = ParseByteSize(shm->as_string()->get());
+    }
+    if (!size.ok()) {
+      r.ErrorAt("shm_size", size.error().message);
+    } else if (*size < (uint64_t{1} << 20)) {
+      r.ErrorAt("shm_size", "must be at least 1MiB, got " + std::to_string(*size) + " bytes");
+    } else {
+      n->shm_size = *size;
+    }
+  }
+  r.Finish();
+}
+
+}  // namespace
+
+std::string_view GatewayModeName(GatewayMode m) {
+  switch (m) {
+    case GatewayMode::kRoundRobin:
+      return "round_robin";
+    case GatewayMode::kLeastOutstanding:
+      return "least_outstanding";
+    case GatewayMode::kLptPacking:
+      return "lpt_packing";
+  }
+  return "?";
+}
+
+Result<uint64_t> ParseByteSize(std::string_view text) {
+  std::string_view digits = text;
+  size_t split = 0;
+  while (split < text.size() && std::isdigit(static_cast<unsigned char>(text[split]))) {
+    ++split;
+  }
+  digits = text.substr(0, split);
+  std::string_view unit = text.substr(split);
+  uint64_t value = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (digits.empty() || ec != std::errc()) {
+    return InvalidArgument("'" + std::string(text) +
+                           "' is not a size: expected digits and a unit such as MiB or GiB");
+  }
+  int shift = -1;
+  if (unit.empty() || unit == "B") {
+    shift = 0;
+  } else if (unit == "K" || unit == "KiB") {
+    shift = 10;
+  } else if (unit == "M" || unit == "MiB") {
+    shift = 20;
+  } else if (unit == "G" || unit == "GiB") {
+    shift = 30;
+  } else if (unit == "T" || unit == "TiB") {
+    shift = 40;
+  }
+  if (shift < 0) {
+    return InvalidArgument("'" + std::string(text) + "': unknown unit '" + std::string(unit) +
+                           "' (expected B, KiB, MiB, GiB or TiB)");
+  }
+  if (shift > 0 && value > (std::numeric_limits<uint64_t>::max() >> shift)) {
+    return InvalidArgument("'" + std::string(text) + "' is too large");
+  }
+  return value << shift;
+}
+
+Environment SchedulerEnvironment() {
+  Environment env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    std::string_view text(*entry);
+    if (text.rfind(kEnvPrefix, 0) != 0) {
+      continue;
+    }
+    size_t eq = text.find('=');
+    if (eq == std::string_view::npos) {
+      continue;
+    }
+    env.emplace(std::string(text.substr(0, eq)), std::string(text.substr(eq + 1)));
+  }
+  return env;
+}
+
+Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& source,
+                                   const std::string& base_dir, const Environment& env) {
+  Diagnostics diagnostics;
+  NodeConfig config;
+  std::optional<toml::table> root = ParseToml(text, source, &diagnostics);
+  if (root) {
+    TableReader reader(*root, "", source, &diagnostics);
+    if (auto node = reader.Table("node")) {
+      ReadNode(*node, base_dir, &config.node);
+    }
+    if (auto scheduler = reader.Table("scheduler")) {
+      ReadScheduler(*scheduler, &config.scheduler);
+    }
+    if (auto gateway = reader.Table("gateway")) {
+      gateway->Enum<GatewayMode>("mode", &config.gateway.mode,
+                                 {{"round_robin", GatewayMode::kRoundRobin},
+                                  {"least_outstanding", GatewayMode::kLeastOutstanding},
+                                  {"lpt_packing", GatewayMode::kLptPacking}});
+      gateway->Finish();
+    }
+    if (auto hooks = reader.Table("hooks")) {
+      hooks->Enum<SandboxMode>("sandbox", &config.hooks.sandbox,
+                               {{"strict", SandboxMode::kStrict}, {"off", SandboxMode::kOff}});
+      hooks->Int("threads", &config.hooks.threads, 1, 1024);
+      hooks->Finish();
+    }
+    reader.Finish();
+  }
+  ApplyEnvironment(env, &config.scheduler, &diagnostics);
+  if (!diagnostics.empty()) {
+    return diagnostics.ToError();
+  }
+  return config;
+}
+
+Result<NodeConfig> LoadNodeConfig(const std::string& path, const Environment& env) {
+  FERRY_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  std::string base_dir = std::filesystem::path(path).parent_path().string();
+  if (base_dir.empty()) {
+    base_dir = ".";
+  }
+  return ParseNodeConfig(text, path, base_dir, env);
+}
+
+}  // namespace ferry

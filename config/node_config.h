@@ -1,0 +1,98 @@
+// The node file (e.g. /etc/ferry/node.toml): everything ferryd needs to start a node.
+// ParseNodeConfig validates all of it and reports every error at once; a config with any
+// error is never returned, so nothing starts on a bad file.
+//
+// Thread safety: plain data and pure functions; safe for concurrent use.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "config/scheduler_config.h"
+
+namespace ferry {
+
+// Which devices get a worker: [node] devices = "all" | [0, 2] | "cpu:N".
+struct DeviceSelection {
+  enum class Kind { kAllGpus, kGpuList, kCpu };
+  Kind kind = Kind::kAllGpus;
+  std::vector<int64_t> gpu_ids;  // kGpuList: distinct ids >= 0.
+  int64_t cpu_workers = 0;       // kCpu: N >= 1 CPU workers (no GPU needed).
+};
+
+struct ListenAddress {
+  std::string host;
+  uint16_t port = 0;  // 0 = any free port (tests).
+  std::string ToString() const { return host + ":" + std::to_string(port); }
+};
+
+struct NodeSettings {
+  // Names the node in logs and metrics and derives the shared-memory segment name.
+  // Letters, digits, '-', '_' only. Default "ferry".
+  std::string name = "ferry";
+  DeviceSelection devices;
+  // Number of sandboxed hook-host processes serving the front end. >= 1. Default 2.
+  int64_t hookhosts = 2;
+  // KServe v2 over HTTP, gRPC, and Prometheus /metrics. Defaults 0.0.0.0:8000/8001/8002.
+  ListenAddress http{"0.0.0.0", 8000};
+  ListenAddress grpc{"0.0.0.0", 8001};
+  ListenAddress metrics{"0.0.0.0", 8002};
+  // Directory of model bundles, one sub-directory per model. A relative path is taken
+  // relative to the node file's directory. Default /var/lib/ferry/models.
+  std::string model_repository = "/var/lib/ferry/models";
+  // Bytes of the node's shared-memory segment (request tensors in flight). An integer or a
+  // string with a unit ("512MiB", "2GiB"). >= 1 MiB. Default 1 GiB.
+  uint64_t shm_size = uint64_t{1} << 30;
+};
+
+enum class GatewayMode {
+  kRoundRobin,        // Next eligible worker in turn.
+  kLeastOutstanding,  // The eligible worker with the fewest requests in flight.
+  kLptPacking,        // Longest-processing-time-first packing by learned cost.
+};
+std::string_view GatewayModeName(GatewayMode m);
+
+struct GatewaySettings {
+  // How a hook host picks among eligible workers. Default least_outstanding.
+  GatewayMode mode = GatewayMode::kLeastOutstanding;
+};
+
+enum class SandboxMode { kStrict, kOff };
+
+struct HookSettings {
+  // strict (default): hook hosts run plugins under seccomp, no new privileges, no network
+  // but their inherited sockets. off: for debugging plugins only.
+  SandboxMode sandbox = SandboxMode::kStrict;
+  // Threads per hook host running pre/postprocess. >= 1. Default 4.
+  int64_t threads = 4;
+};
+
+struct NodeConfig {
+  NodeSettings node;
+  SchedulerConfig scheduler;
+  GatewaySettings gateway;
+  HookSettings hooks;
+};
+
+using Environment = std::map<std::string, std::string>;
+
+// The process environment's FERRY_SCHEDULER_* variables.
+Environment SchedulerEnvironment();
+
+// Parses and validates a node file's text. `source` names it in errors; `base_dir` resolves a
+// relative model_repository; `env` supplies FERRY_SCHEDULER_* overrides (an unknown one is an
+// error too). Returns INVALID_ARGUMENT listing every error, one per line.
+Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& source,
+                                   const std::string& base_dir, const Environment& env);
+
+// Reads and parses a node file from disk.
+Result<NodeConfig> LoadNodeConfig(const std::string& path, const Environment& env);
+
+// Parses "1073741824", "512MiB", "2GiB", "64KiB", "1G" (powers of 1024).
+Result<uint64_t> ParseByteSize(std::string_view text);
+
+}  // namespace ferry

@@ -1,0 +1,216 @@
+#include "config/node_config.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+
+namespace ferry {
+namespace {
+
+Result<NodeConfig> Parse(const std::string& text, const Environment& env = {}) {
+  return ParseNodeConfig(text, "node.toml", "/etc/ferry", env);
+}
+
+std::string ErrorOf(const std::string& text, const Environment& env = {}) {
+  Result<NodeConfig> result = Parse(text, env);
+  REQUIRE_FALSE(result.ok());
+  CHECK(result.error().code == ErrorCode::kInvalidArgument);
+  return result.error().message;
+}
+
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+TEST_CASE("an empty node file gives every documented default") {
+  Result<NodeConfig> config = Parse("");
+  REQUIRE(config.ok());
+  const SchedulerConfig& s = config->scheduler;
+  CHECK(s.discipline == Discipline::kFair);
+  CHECK(s.ema_halflife_seconds == 30.0);
+  CHECK(s.recency_penalty_cap == 0.25);
+  CHECK(s.coalescing_discount == 0.10);
+  CHECK(s.cost_ema_alpha == 0.2);
+  CHECK(s.max_queue_depth == 1024);
+  CHECK(s.dispatch_timeout_seconds == 30.0);
+  CHECK(s.compaction_interval == 0);
+  CHECK(s.ForModel("anything").weight == 1.0);
+  CHECK_FALSE(s.ForModel("anything").max_batch_size.has_value());
+  CHECK(config->node.http.port == 8000);
+  CHECK(config->node.grpc.port == 8001);
+  CHECK(config->node.metrics.port == 8002);
+  CHECK(config->node.devices.kind == DeviceSelection::Kind::kAllGpus);
+  CHECK(config->hooks.sandbox == SandboxMode::kStrict);
+}
+
+TEST_CASE("a full node file is parsed into typed settings") {
+  Result<NodeConfig> config = Parse(R"(
+[node]
+name = "edge-1"
+devices = [0, 2]
+hookhosts = 3
+model_repository = "models"
+shm_size = "512MiB"
+[node.listen]
+http = "127.0.0.1:9000"
+grpc = "[::1]:9001"
+metrics = "127.0.0.1:0"
+
+[scheduler]
+discipline = "edf"
+ema_halflife_seconds = 10
+cost_ema_alpha = 1.0
+max_queue_depth = 16
+
+[scheduler.models.mlp]
+weight = 2.5
+max_batch_size = 8
+residency = "pinned"
+
+[gateway]
+mode = "lpt_packing"
+
+[hooks]
+sandbox = "off"
+threads = 8
+)");
+  REQUIRE_MESSAGE(config.ok(), (config.ok() ? "" : config.error().message));
+  CHECK(config->node.name == "edge-1");
+  CHECK(config->node.devices.kind == DeviceSelection::Kind::kGpuList);
+  CHECK(config->node.devices.gpu_ids == std::vector<int64_t>{0, 2});
+  CHECK(config->node.hookhosts == 3);
+  CHECK(config->node.model_repository == "/etc/ferry/models");
+  CHECK(config->node.shm_size == (uint64_t{512} << 20));
+  CHECK(config->node.http.ToString() == "127.0.0.1:9000");
+  CHECK(config->node.grpc.host == "::1");
+  CHECK(config->node.metrics.port == 0);
+  CHECK(config->scheduler.discipline == Discipline::kEdf);
+  CHECK(config->scheduler.ema_halflife_seconds == 10.0);
+  CHECK(config->scheduler.cost_ema_alpha == 1.0);
+  CHECK(config->scheduler.max_queue_depth == 16);
+  ModelSchedulingConfig mlp = config->scheduler.ForModel("mlp");
+  CHECK(mlp.weight == 2.5);
+  CHECK(mlp.max_batch_size == 8);
+  CHECK(mlp.residency == Residency::kPinned);
+  CHECK(config->gateway.mode == GatewayMode::kLptPacking);
+  CHECK(config->hooks.sandbox == SandboxMode::kOff);
+  CHECK(config->hooks.threads == 8);
+}
+
+TEST_CASE("devices accepts cpu:N and rejects malformed forms") {
+  Result<NodeConfig> cpu = Parse("[node]\ndevices = \"cpu:2\"\n");
+  REQUIRE(cpu.ok());
+  CHECK(cpu->node.devices.kind == DeviceSelection::Kind::kCpu);
+  CHECK(cpu->node.devices.cpu_workers == 2);
+  CHECK(Contains(ErrorOf("[node]\ndevices = \"cpu:0\"\n"), "node.devices"));
+  CHECK(Contains(ErrorOf("[node]\ndevices = \"gpus\"\n"), "expected \"all\""));
+  CHECK(Contains(ErrorOf("[node]\ndevices = [0, 0]\n"), "appears twice"));
+  CHECK(Contains(ErrorOf("[node]\ndevices = []\n"), "empty"));
+}
+
+TEST_CASE("a TOML syntax error names the file, line and column") {
+  std::string message = ErrorOf("[scheduler]\ndiscipline = \n");
+  CHECK(Contains(message, "node.toml:2:"));
+  CHECK(Contains(message, "TOML syntax error"));
+}
+
+TEST_CASE("a value of the wrong type is an error with position and key path") {
+  std::string message = ErrorOf("[scheduler]\n\nmax_queue_depth = \"many\"\n");
+  CHECK(Contains(message, "node.toml:3:19: scheduler.max_queue_depth: expected an integer, "
+                          "got string"));
+}
+
+TEST_CASE("out-of-range values are errors that state the allowed range") {
+  CHECK(Contains(ErrorOf("[scheduler.models.a]\nweight = 0\n"),
+                 "scheduler.models.a.weight: must be > 0, got 0"));
+  CHECK(Contains(ErrorOf("[scheduler.models.a]\nweight = -1.5\n"), "must be > 0"));
+  CHECK(Contains(ErrorOf("[scheduler]\ncost_ema_alpha = 0\n"),
+                 "scheduler.cost_ema_alpha: must be in (0, 1], got 0"));
+  CHECK(Contains(ErrorOf("[scheduler]\ncost_ema_alpha = 1.5\n"), "must be in (0, 1]"));
+  CHECK(Contains(ErrorOf("[scheduler]\nema_halflife_seconds = 0.0\n"),
+                 "scheduler.ema_halflife_seconds: must be > 0"));
+  CHECK(Contains(ErrorOf("[scheduler]\ncoalescing_discount = 1.0\n"), "must be in [0, 1)"));
+  CHECK(Contains(ErrorOf("[scheduler]\nmax_queue_depth = 0\n"), "must be >= 1"));
+  CHECK(Contains(ErrorOf("[scheduler]\nrecency_penalty_cap = nan\n"), "must be in (0, 1]"));
+  CHECK(Contains(ErrorOf("[node]\nshm_size = 4096\n"), "at least 1MiB"));
+  CHECK(Contains(ErrorOf("[node]\nhookhosts = 0\n"), "node.hookhosts: must be in [1, 256]"));
+}
+
+TEST_CASE("an unknown key is an error suggesting the nearest valid key") {
+  std::string message = ErrorOf("[scheduler]\ndicipline = \"fifo\"\n");
+  CHECK(Contains(message, "node.toml:2:1: scheduler.dicipline: unknown key; did you mean "
+                          "'discipline'?"));
+  CHECK(Contains(ErrorOf("[scheduler.models.m]\nwieght = 2\n"), "did you mean 'weight'?"));
+  CHECK(Contains(ErrorOf("[nodes]\n"), "nodes: unknown key; did you mean 'node'?"));
+}
+
+TEST_CASE("an unknown enum value lists the valid ones") {
+  std::string message = ErrorOf("[scheduler]\ndiscipline = \"fiffo\"\n");
+  CHECK(Contains(message, "scheduler.discipline: unknown value 'fiffo' (expected one of fair, "
+                          "fifo, edf); did you mean 'fifo'?"));
+  CHECK(Contains(ErrorOf("[gateway]\nmode = \"random\"\n"), "gateway.mode: unknown value"));
+  CHECK(Contains(ErrorOf("[scheduler.models.m]\nresidency = \"hot\"\n"),
+                 "scheduler.models.m.residency: unknown value 'hot'"));
+}
+
+TEST_CASE("every error in a file is reported at once") {
+  std::string message = ErrorOf(R"([scheduler]
+discipline = "lottery"
+cost_ema_alpha = 2
+bogus = 1
+[scheduler.models.m]
+weight = 0
+)");
+  CHECK(Contains(message, "scheduler.discipline"));
+  CHECK(Contains(message, "scheduler.cost_ema_alpha"));
+  CHECK(Contains(message, "scheduler.bogus"));
+  CHECK(Contains(message, "scheduler.models.m.weight"));
+  CHECK(std::count(message.begin(), message.end(), '\n') == 3);
+}
+
+TEST_CASE("FERRY_SCHEDULER_<KEY> overrides the file") {
+  Result<NodeConfig> config = Parse("[scheduler]\ndiscipline = \"fair\"\nmax_queue_depth = 4\n",
+                                    {{"FERRY_SCHEDULER_DISCIPLINE", "fifo"},
+                                     {"FERRY_SCHEDULER_MAX_QUEUE_DEPTH", "99"},
+                                     {"FERRY_SCHEDULER_COST_EMA_ALPHA", "0.5"}});
+  REQUIRE(config.ok());
+  CHECK(config->scheduler.discipline == Discipline::kFifo);
+  CHECK(config->scheduler.max_queue_depth == 99);
+  CHECK(config->scheduler.cost_ema_alpha == 0.5);
+}
+
+TEST_CASE("a bad environment override names the variable") {
+  CHECK(Contains(ErrorOf("", {{"FERRY_SCHEDULER_DISCIPLINE", "lottery"}}),
+                 "environment FERRY_SCHEDULER_DISCIPLINE: scheduler.discipline: unknown value "
+                 "'lottery'"));
+  CHECK(Contains(ErrorOf("", {{"FERRY_SCHEDULER_COST_EMA_ALPHA", "7"}}),
+                 "environment FERRY_SCHEDULER_COST_EMA_ALPHA: scheduler.cost_ema_alpha: must be "
+                 "in (0, 1]"));
+  CHECK(Contains(ErrorOf("", {{"FERRY_SCHEDULER_MAX_QUEUE_DEPTH", "lots"}}),
+                 "environment FERRY_SCHEDULER_MAX_QUEUE_DEPTH: scheduler.max_queue_depth: not a "
+                 "valid value 'lots'"));
+  CHECK(Contains(ErrorOf("", {{"FERRY_SCHEDULER_DISCIPLIN", "fifo"}}),
+                 "did you mean FERRY_SCHEDULER_DISCIPLINE?"));
+  CHECK(Contains(ErrorOf("", {{"FERRY_SCHEDULER_COST_EMA_ALPHA", "0.5\nbogus = 1"}}),
+                 "one line"));
+}
+
+TEST_CASE("listen addresses must be HOST:PORT and distinct") {
+  CHECK(Contains(ErrorOf("[node.listen]\nhttp = \"localhost\"\n"),
+                 "node.listen.http: 'localhost': expected HOST:PORT"));
+  CHECK(Contains(ErrorOf("[node.listen]\nhttp = \"h:70000\"\n"), "PORT in [0, 65535]"));
+  CHECK(Contains(ErrorOf("[node.listen]\nhttp = \"0.0.0.0:8001\"\n"), "two listeners share"));
+}
+
+TEST_CASE("byte sizes take binary units and reject garbage") {
+  CHECK(ParseByteSize("2GiB").value() == (uint64_t{2} << 30));
+  CHECK(ParseByteSize("64K").value() == 65536);
+  CHECK(ParseByteSize("123").value() == 123);
+  CHECK_FALSE(ParseByteSize("12 parsecs").ok());
+  CHECK_FALSE(ParseByteSize("MiB").ok());
+  CHECK_FALSE(ParseByteSize("99999999999999TiB").ok());
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,34 @@
+#include "config/scheduler_config.h"
+
+namespace ferry {
+
+std::string_view DisciplineName(Discipline d) {
+  switch (d) {
+    case Discipline::kFair:
+      return "fair";
+    case Discipline::kFifo:
+      return "fifo";
+    case Discipline::kEdf:
+      return "edf";
+  }
+  return "?";
+}
+
+std::string_view ResidencyName(Residency r) {
+  switch (r) {
+    case Residency::kPinned:
+      return "pinned";
+    case Residency::kWarm:
+      return "warm";
+    case Residency::kOnDemand:
+      return "on_demand";
+  }
+  return "?";
+}
+
+ModelSchedulingConfig SchedulerConfig::ForModel(const std::string& name) const {
+  auto it = models.find(name);
+  return it == models.end() ? ModelSchedulingConfig{} : it->second;
+}
+
+}  // namespace ferry

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs exactly the Debian packages ferry's build and tests need. Idempotent: a second run
+# installs nothing and does not touch the network when everything is present.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ pkg-config
+  libboost-dev            # Boost.Interprocess (header-only)
+  libtomlplusplus-dev     # node files and manifests
+  libcli11-dev            # command lines
+  libspdlog-dev libfmt-dev
+  doctest-dev             # unit tests
+  nlohmann-json3-dev      # safetensors headers, --json output
+  libseccomp-dev          # hook host sandbox
+  libsystemd-dev          # sd_notify
+  python3                 # example generator
+)
+# clang brings libFuzzer for the fuzz targets; optional, used when present.
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
