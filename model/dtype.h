@@ -1,0 +1,30 @@
+// Element types, as named by safetensors ("F32") and by KServe v2 / manifests ("FP32").
+//
+// Thread safety: pure functions; safe for concurrent use.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace ferry {
+
+enum class DType {
+  kBool, kU8, kI8, kU16, kI16, kU32, kI32, kU64, kI64,
+  kF16, kBF16, kF32, kF64,
+  // Safetensors-only types: ferry reads past them but does not compute with them.
+  kF8E4M3, kF8E5M2, kF8E8M0, kF8E4M3Fnuz, kF8E5M2Fnuz, kF6E2M3, kF6E3M2, kF4, kC64,
+};
+
+// Bits per element (4 and 6 for the packed float types).
+int DTypeBits(DType dtype);
+
+// "F32", "BF16", ... <-> DType.
+std::optional<DType> DTypeFromSafetensors(std::string_view name);
+std::string_view SafetensorsName(DType dtype);
+
+// KServe v2 names: "FP32", "INT64", "BOOL", ... (no BYTES: ferry has no string tensors).
+std::optional<DType> DTypeFromKServe(std::string_view name);
+std::string_view KServeName(DType dtype);  // "" for safetensors-only types.
+
+}  // namespace ferry

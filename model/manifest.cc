@@ -1,0 +1,394 @@
+#include "model/manifest.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include "config/toml_reader.h"
+
+namespace ferry {
+namespace {
+
+constexpr int64_t kMaxDim = int64_t{1} << 31;
+constexpr int64_t kMaxBatch = 1 << 20;
+constexpr size_t kMaxRank = 8;
+
+struct OpInfo {
+  std::string_view name;
+  OpKind kind;
+};
+constexpr OpInfo kOps[] = {
+    {"dense", OpKind::kDense},         {"relu", OpKind::kRelu},
+    {"gelu", OpKind::kGelu},           {"tanh", OpKind::kTanh},
+    {"sigmoid", OpKind::kSigmoid},     {"softmax", OpKind::kSoftmax},
+    {"layernorm", OpKind::kLayerNorm}, {"add", OpKind::kAdd},
+    {"conv2d", OpKind::kConv2d},       {"maxpool2d", OpKind::kMaxPool2d},
+    {"global_avgpool", OpKind::kGlobalAvgPool}, {"flatten", OpKind::kFlatten},
+    {"reshape", OpKind::kReshape},
+};
+
+bool ValidName(const std::string& name) {
+  return !name.empty() && name.size() <= 128 &&
+         std::all_of(name.begin(), name.end(), [](unsigned char ch) {
+           return std::isalnum(ch) || ch == '_' || ch == '-' || ch == '.';
+         });
+}
+
+// A manifest shape: positive dims and at most one kBatchDim. Returns false after recording.
+bool ReadShape(TableReader& r, std::string_view key, Shape* out, bool required) {
+  Shape shape;
+  if (!r.IntArray(key, &shape, kBatchDim, kMaxDim)) {
+    if (required && r.Raw(key) == nullptr) {
+      r.ErrorAt(key, "missing (a list of dimensions, -1 marking the batch dimension)");
+    }
+    return false;
+  }
+  if (shape.size() > kMaxRank) {
+    r.ErrorAt(key, "rank " + std::to_string(shape.size()) + " exceeds " +
+                       std::to_string(kMaxRank));
+    return false;
+  }
+  if (std::count(shape.begin(), shape.end(), 0) > 0) {
+    r.ErrorAt(key, "dimensions must be positive (0 is not allowed)");
+    return false;
+  }
+  if (std::count(shape.begin(), shape.end(), kBatchDim) > 1) {
+    r.ErrorAt(key, "more than one -1: only the batch dimension may be marked");
+    return false;
+  }
+  *out = std::move(shape);
+  return true;
+}
+
+std::optional<int> BatchAxisOf(const Shape& shape) {
+  auto it = std::find(shape.begin(), shape.end(), kBatchDim);
+  if (it == shape.end()) {
+    return std::nullopt;
+  }
+  return static_cast<int>(it - shape.begin());
+}
+
+std::vector<TensorSpec> ReadTensors(TableReader& root, std::string_view key) {
+  std::vector<TensorSpec> specs;
+  std::set<std::string> seen;
+  for (TableReader& r : root.ArrayOfTables(key)) {
+    TensorSpec spec;
+    bool ok = true;
+    if (!r.String("name", &spec.name)) {
+      r.ErrorAt("name", "missing tensor name");
+      ok = false;
+    } else if (!ValidName(spec.name)) {
+      r.ErrorAt("name", "'" + spec.name + "': use letters, digits, '_', '-', '.'");
+      ok = false;
+    } else if (!seen.insert(spec.name).second) {
+      r.ErrorAt("name", "'" + spec.name + "' is declared twice");
+      ok = false;
+    }
+    std::string dtype = "FP32";
+    r.String("dtype", &dtype);
+    if (auto parsed = DTypeFromKServe(dtype)) {
+      spec.dtype = *parsed;
+    } else {
+      r.ErrorAt("dtype", "unknown dtype '" + dtype + "' (expected a KServe name like FP32)");
+      ok = false;
+    }
+    ok = ReadShape(r, "shape", &spec.shape, true) && ok;
+    r.Finish();
+    if (ok) {
+      spec.batch_axis = BatchAxisOf(spec.shape);
+      specs.push_back(std::move(spec));
+    }
+  }
+  if (specs.empty() && root.Raw(key) == nullptr) {
+    root.ErrorAt(key, "at least one [[" + std::string(key) + "]] is required");
+  }
+  return specs;
+}
+
+void ReadPair(TableReader& r, std::string_view key, std::array<int64_t, 2>* out, int64_t min) {
+  const toml::node* node = r.Raw(key);
+  if (node == nullptr) {
+    return;
+  }
+  if (node->is_integer()) {
+    int64_t v = 0;
+    if (r.Int(key, &v, min, 1 << 16)) {
+      *out = {v, v};
+    }
+    return;
+  }
+  std::vector<int64_t> values;
+  if (!r.IntArray(key, &values, min, 1 << 16)) {
+    return;
+  }
+  if (values.size() != 2) {
+    r.ErrorAt(key, "expected one integer or [height, width]");
+    return;
+  }
+  *out = {values[0], values[1]};
+}
+
+std::optional<Op> ReadOp(TableReader& r) {
+  std::string name;
+  if (!r.String("op", &name)) {
+    r.ErrorAt("op", "missing op name");
+    r.Finish();
+    return std::nullopt;
+  }
+  Op op;
+  auto known = std::find_if(std::begin(kOps), std::end(kOps),
+                            [&](const OpInfo& info) { return info.name == name; });
+  if (known == std::end(kOps)) {
+    std::vector<std::string> names;
+    for (const OpInfo& info : kOps) {
+      names.emplace_back(info.name);
+    }
+    std::string hint = NearestKey(name, names);
+    r.ErrorAt("op", "unknown op '" + name + "'" +
+                        (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+    return std::nullopt;
+  }
+  op.kind = known->kind;
+  bool ok = true;
+  if (op.kind == OpKind::kAdd) {
+    if (!r.StringArray("inputs", &op.inputs) || op.inputs.size() != 2) {
+      r.ErrorAt("inputs", "add needs inputs = [\"a\", \"b\"]");
+      ok = false;
+    }
+  } else {
+    op.inputs.resize(1);
+    if (!r.String("input", &op.inputs[0])) {
+      r.ErrorAt("input", "missing input tensor name");
+      ok = false;
+    }
+  }
+  if (!r.String("output", &op.output) || !ValidName(op.output)) {
+    r.ErrorAt("output", "missing or invalid output tensor name");
+    ok = false;
+  }
+  switch (op.kind) {
+    case OpKind::kDense:
+    case OpKind::kConv2d:
+      if (!r.String("weight", &op.weight)) {
+        r.ErrorAt("weight", "missing weight tensor name");
+        ok = false;
+      }
+      r.String("bias", &op.bias);
+      if (op.kind == OpKind::kConv2d) {
+        ReadPair(r, "stride", &op.stride, 1);
+        ReadPair(r, "padding", &op.padding, 0);
+      }
+      break;
+    case OpKind::kLayerNorm:
+      if (!r.String("weight", &op.weight) || !r.String("bias", &op.bias)) {
+        r.ErrorAt("weight", "layernorm needs weight and bias tensor names");
+        ok = false;
+      }
+      r.Double("eps", &op.eps, {0.0, 1.0, true, true});
+      break;
+    case OpKind::kSoftmax:
+      r.Int("axis", &op.axis, -static_cast<int64_t>(kMaxRank), kMaxRank - 1);
+      break;
+    case OpKind::kMaxPool2d: {
+      ReadPair(r, "kernel", &op.kernel, 1);
+      if (op.kernel[0] == 0) {
+        r.ErrorAt("kernel", "maxpool2d needs kernel");
+        ok = false;
+      }
+      op.stride = op.kernel;
+      ReadPair(r, "stride", &op.stride, 1);
+      ReadPair(r, "padding", &op.padding, 0);
+      if (op.padding[0] * 2 > op.kernel[0] || op.padding[1] * 2 > op.kernel[1]) {
+        r.ErrorAt("padding", "must be at most half the kernel");
+        ok = false;
+      }
+      break;
+    }
+    case OpKind::kReshape:
+      if (!r.IntArray("shape", &op.shape, 1, kMaxDim) || op.shape.empty()) {
+        r.ErrorAt("shape", "reshape needs shape = [dims after the batch axis], each positive");
+        ok = false;
+      }
+      break;
+    default:
+      break;
+  }
+  r.Finish();
+  return ok ? std::optional<Op>(op) : std::nullopt;
+}
+
+}  // namespace
+
+std::string_view OpKindName(OpKind kind) {
+  for (const OpInfo& info : kOps) {
+    if (info.kind == kind) {
+      return info.name;
+    }
+  }
+  return "?";
+}
+
+Shape TensorSpec::At(int64_t batch) const {
+  Shape out = shape;
+  for (int64_t& d : out) {
+    if (d == kBatchDim) {
+      d = batch;
+    }
+  }
+  return out;
+}
+
+bool Manifest::all_batched() const {
+  auto batched = [](const TensorSpec& t) { return t.batch_axis.has_value(); };
+  return std::all_of(inputs.begin(), inputs.end(), batched) &&
+         std::all_of(outputs.begin(), outputs.end(), batched);
+}
+
+Result<Manifest> ParseManifest(std::string_view text, const std::string& source) {
+  Diagnostics diagnostics;
+  std::optional<toml::table> root = ParseToml(text, source, &diagnostics);
+  if (!root) {
+    return diagnostics.ToError();
+  }
+  Manifest m;
+  TableReader r(*root, "", source, &diagnostics);
+  if (!r.String("name", &m.name) || !ValidName(m.name)) {
+    r.ErrorAt("name", "missing or invalid model name (letters, digits, '_', '-', '.')");
+  }
+  r.Int("version", &m.version, 1, std::numeric_limits<int64_t>::max());
+  r.Enum<Precision>("precision", &m.precision,
+                    {{"fp32", Precision::kFp32},
+                     {"tf32", Precision::kTf32},
+                     {"bf16", Precision::kBf16}});
+  m.inputs = ReadTensors(r, "inputs");
+  m.outputs = ReadTensors(r, "outputs");
+  for (const TensorSpec& out : m.outputs) {
+    for (const TensorSpec& in : m.inputs) {
+      if (in.name == out.name) {
+        r.ErrorAt("outputs", "'" + out.name + "' is both an input and an output");
+      }
+    }
+  }
+
+  if (auto batching = r.Table("batching")) {
+    if (batching->IntArray("sizes", &m.batch_sizes, 0, kMaxBatch)) {
+      bool unbatched = m.batch_sizes == std::vector<int64_t>{0};
+      bool ascending = !m.batch_sizes.empty() &&
+                       std::adjacent_find(m.batch_sizes.begin(), m.batch_sizes.end(),
+                                          [](int64_t a, int64_t b) { return a >= b; }) ==
+                           m.batch_sizes.end() &&
+                       m.batch_sizes[0] > 0;
+      if (!unbatched && !ascending) {
+        batching->ErrorAt("sizes", "expected strictly ascending positive sizes, or [0] for an "
+                                   "unbatched module");
+      }
+      if (unbatched) {
+        for (const auto* group : {&m.inputs, &m.outputs}) {
+          for (const TensorSpec& t : *group) {
+            if (t.batch_axis) {
+              batching->ErrorAt("sizes", "an unbatched module ([0]) cannot mark a batch "
+                                         "dimension, but '" + t.name + "' does");
+            }
+          }
+        }
+      }
+    } else if (batching->Raw("sizes") == nullptr) {
+      batching->ErrorAt("sizes", "missing compiled batch sizes");
+    }
+    batching->Finish();
+  } else {
+    r.ErrorAt("batching", "missing [batching] sizes");
+  }
+
+  ShapeVariant base{"default", {}, {}};
+  for (const TensorSpec& t : m.inputs) {
+    base.inputs[t.name] = t.shape;
+  }
+  for (const TensorSpec& t : m.outputs) {
+    base.outputs[t.name] = t.shape;
+  }
+  m.variants.push_back(base);
+  for (TableReader& v : r.ArrayOfTables("variants")) {
+    ShapeVariant variant = base;
+    if (!v.String("name", &variant.name) || !ValidName(variant.name)) {
+      v.ErrorAt("name", "missing or invalid variant name");
+    }
+    for (const ShapeVariant& other : m.variants) {
+      if (other.name == variant.name) {
+        v.ErrorAt("name", "variant '" + variant.name + "' is declared twice");
+      }
+    }
+    for (auto [key, specs, shapes] :
+         {std::tuple{"inputs", &m.inputs, &variant.inputs},
+          std::tuple{"outputs", &m.outputs, &variant.outputs}}) {
+      auto table = v.Table(key);
+      if (!table) {
+        continue;
+      }
+      for (const TensorSpec& spec : *specs) {
+        Shape shape;
+        if (ReadShape(*table, spec.name, &shape, false)) {
+          if (BatchAxisOf(shape) != spec.batch_axis) {
+            table->ErrorAt(spec.name, "a variant must keep the batch dimension where the "
+                                      "tensor declares it");
+          }
+          (*shapes)[spec.name] = shape;
+        }
+      }
+      table->Finish();
+    }
+    v.Finish();
+    m.variants.push_back(std::move(variant));
+  }
+
+  std::set<std::string> defined;
+  for (const TensorSpec& t : m.inputs) {
+    defined.insert(t.name);
+  }
+  size_t index = 0;
+  for (TableReader& op_reader : r.ArrayOfTables("program")) {
+    std::optional<Op> op = ReadOp(op_reader);
+    if (op) {
+      for (const std::string& input : op->inputs) {
+        if (defined.count(input) == 0) {
+          op_reader.ErrorAt(op->kind == OpKind::kAdd ? "inputs" : "input",
+                            "op " + std::to_string(index) + " (" +
+                                std::string(OpKindName(op->kind)) + ") reads '" + input +
+                                "', which no input or earlier op defines");
+        }
+      }
+      if (!defined.insert(op->output).second) {
+        op_reader.ErrorAt("output", "op " + std::to_string(index) + " redefines tensor '" +
+                                        op->output + "'");
+      }
+      m.program.push_back(std::move(*op));
+    }
+    ++index;
+  }
+  if (index == 0) {
+    r.ErrorAt("program", "missing [[program]]: a model needs at least one op");
+  }
+  for (const TensorSpec& out : m.outputs) {
+    if (defined.count(out.name) == 0) {
+      r.ErrorAt("outputs", "output '" + out.name + "' is not produced by the program");
+    }
+  }
+
+  if (auto hooks = r.Table("hooks")) {
+    if (hooks->String("plugin", &m.hooks.plugin)) {
+      if (m.hooks.plugin.empty() || m.hooks.plugin[0] == '/' ||
+          m.hooks.plugin.find("..") != std::string::npos) {
+        hooks->ErrorAt("plugin", "must be a path inside the bundle, without '..'");
+      }
+    }
+    hooks->Bool("preserves_rows", &m.hooks.preserves_rows);
+    hooks->Finish();
+  }
+  r.Finish();
+  if (!diagnostics.empty()) {
+    return diagnostics.ToError();
+  }
+  return m;
+}
+
+}  // namespace ferry

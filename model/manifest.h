@@ -1,0 +1,96 @@
+// A model bundle's manifest.toml: the model's interface (inputs, outputs, batch axes),
+// compiled batch sizes, shape variants, the program the executors run, and hook settings.
+// docs/bundles.md documents the format with an example.
+//
+// ParseManifest checks structure (types, names, references between ops); shape inference
+// against the weights is model/bundle.h's job.
+//
+// Thread safety: plain data and pure functions; safe for concurrent use.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "model/dtype.h"
+
+namespace ferry {
+
+using Shape = std::vector<int64_t>;
+
+// In a manifest shape, this marks the batch dimension ("shape = [-1, 784]").
+inline constexpr int64_t kBatchDim = -1;
+
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::kF32;
+  Shape shape;                    // kBatchDim at batch_axis, positive elsewhere.
+  std::optional<int> batch_axis;  // nullopt: the tensor has no batch dimension.
+
+  // The concrete shape for `batch` rows.
+  Shape At(int64_t batch) const;
+};
+
+// One set of input shapes sharing the model's weights. variants[0] is "default": the shapes
+// declared under [[inputs]].
+struct ShapeVariant {
+  std::string name;
+  std::map<std::string, Shape> inputs;   // Every model input, in manifest notation.
+  std::map<std::string, Shape> outputs;  // Every model output, in manifest notation.
+};
+
+enum class OpKind {
+  kDense, kRelu, kGelu, kTanh, kSigmoid, kSoftmax, kLayerNorm, kAdd,
+  kConv2d, kMaxPool2d, kGlobalAvgPool, kFlatten, kReshape,
+};
+std::string_view OpKindName(OpKind kind);
+
+struct Op {
+  OpKind kind = OpKind::kRelu;
+  std::vector<std::string> inputs;  // Tensor names: one, or two for add.
+  std::string output;               // A new tensor name.
+  std::string weight;               // Safetensors name: dense, layernorm, conv2d.
+  std::string bias;                 // Safetensors name, optional for dense and conv2d.
+  int64_t axis = -1;                // softmax.
+  double eps = 1e-5;                // layernorm.
+  std::array<int64_t, 2> kernel{0, 0};   // maxpool2d.
+  std::array<int64_t, 2> stride{1, 1};   // conv2d, maxpool2d (maxpool default: kernel).
+  std::array<int64_t, 2> padding{0, 0};  // conv2d, maxpool2d.
+  Shape shape;                           // reshape: the new shape of all but axis 0.
+};
+
+// GEMM arithmetic for backends that have a choice (the CPU reference is always fp32).
+enum class Precision { kFp32, kTf32, kBf16 };
+
+struct ManifestHooks {
+  std::string plugin;          // Path relative to the bundle; empty when there is none.
+  bool preserves_rows = true;  // Preprocess keeps one client row per executable row.
+};
+
+struct Manifest {
+  std::string name;
+  int64_t version = 1;
+  Precision precision = Precision::kFp32;
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+  // Ascending compiled batch sizes; {0} for an unbatched module.
+  std::vector<int64_t> batch_sizes;
+  std::vector<ShapeVariant> variants;
+  std::vector<Op> program;
+  ManifestHooks hooks;
+
+  bool unbatched() const { return batch_sizes.size() == 1 && batch_sizes[0] == 0; }
+  // Every input and output has a batch axis (a precondition for coalescing).
+  bool all_batched() const;
+};
+
+// Parses manifest text; every structural error is reported at once, each with
+// "source:line:column: key.path: message".
+Result<Manifest> ParseManifest(std::string_view text, const std::string& source);
+
+}  // namespace ferry

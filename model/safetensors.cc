@@ -1,0 +1,222 @@
+#include "model/safetensors.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace ferry {
+namespace {
+
+using nlohmann::json;
+
+// Accepts only non-negative JSON integers (no floats, no negatives).
+bool ReadUnsigned(const json& value, uint64_t* out) {
+  if (value.is_number_unsigned()) {
+    *out = value.get<uint64_t>();
+    return true;
+  }
+  if (value.is_number_integer() && value.get<int64_t>() >= 0) {
+    *out = static_cast<uint64_t>(value.get<int64_t>());
+    return true;
+  }
+  return false;
+}
+
+// Parses the header JSON, rejecting duplicate keys at any depth (nlohmann keeps the last).
+Result<json> ParseHeaderJson(std::string_view text, const std::string& where) {
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+  auto callback = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        open_objects.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        if (!open_objects.empty()) {
+          open_objects.pop_back();
+        }
+        break;
+      case json::parse_event_t::key:
+        if (!open_objects.empty() && !open_objects.back().insert(parsed.get<std::string>()).second &&
+            duplicate.empty()) {
+          duplicate = parsed.get<std::string>();
+        }
+        break;
+      default:
+        break;
+    }
+    return true;
+  };
+  json header;
+  try {
+    header = json::parse(text.begin(), text.end(), callback);
+  } catch (const json::exception& e) {
+    return InvalidArgument(where + ": header is not valid UTF-8 JSON: " + e.what());
+  }
+  if (!duplicate.empty()) {
+    return InvalidArgument(where + ": duplicate key '" + duplicate + "' in header");
+  }
+  return header;
+}
+
+Result<TensorInfo> ParseTensorEntry(const std::string& name, const json& entry,
+                                    const std::string& where) {
+  std::string at = where + ": tensor '" + name + "'";
+  if (name.empty()) {
+    return InvalidArgument(where + ": a tensor has an empty name");
+  }
+  if (!entry.is_object()) {
+    return InvalidArgument(at + ": expected an object");
+  }
+  for (const auto& [field, unused] : entry.items()) {
+    if (field != "dtype" && field != "shape" && field != "data_offsets") {
+      return InvalidArgument(at + ": unknown field '" + field + "'");
+    }
+  }
+  TensorInfo info;
+  info.name = name;
+  auto dtype = entry.find("dtype");
+  if (dtype == entry.end() || !dtype->is_string()) {
+    return InvalidArgument(at + ": missing or non-string dtype");
+  }
+  auto parsed_dtype = DTypeFromSafetensors(dtype->get<std::string>());
+  if (!parsed_dtype) {
+    return InvalidArgument(at + ": unknown dtype '" + dtype->get<std::string>() + "'");
+  }
+  info.dtype = *parsed_dtype;
+
+  auto shape = entry.find("shape");
+  if (shape == entry.end() || !shape->is_array()) {
+    return InvalidArgument(at + ": missing or non-array shape");
+  }
+  if (shape->size() > 16) {
+    return InvalidArgument(at + ": shape has " + std::to_string(shape->size()) +
+                           " dimensions, more than 16");
+  }
+  // Bits are multiplied dimension by dimension so an overflow is caught, not wrapped.
+  uint64_t bits = static_cast<uint64_t>(DTypeBits(info.dtype));
+  for (const json& dim : *shape) {
+    uint64_t d = 0;
+    if (!ReadUnsigned(dim, &d) || d > static_cast<uint64_t>(INT64_MAX)) {
+      return InvalidArgument(at + ": shape holds " + dim.dump() +
+                             ", not a non-negative integer");
+    }
+    if (__builtin_mul_overflow(bits, d, &bits)) {
+      return InvalidArgument(at + ": shape x dtype size overflows 64 bits");
+    }
+    info.shape.push_back(static_cast<int64_t>(d));
+  }
+  if (bits % 8 != 0) {
+    return InvalidArgument(at + ": " + std::to_string(bits) +
+                           " bits of data is not a whole number of bytes");
+  }
+
+  auto offsets = entry.find("data_offsets");
+  if (offsets == entry.end() || !offsets->is_array() || offsets->size() != 2 ||
+      !ReadUnsigned((*offsets)[0], &info.begin) || !ReadUnsigned((*offsets)[1], &info.end)) {
+    return InvalidArgument(at + ": data_offsets must be [BEGIN, END] of non-negative integers");
+  }
+  if (info.end < info.begin) {
+    return InvalidArgument(at + ": data_offsets end " + std::to_string(info.end) +
+                           " is before begin " + std::to_string(info.begin));
+  }
+  if (info.bytes() != bits / 8) {
+    return InvalidArgument(at + ": data_offsets span " + std::to_string(info.bytes()) +
+                           " bytes but dtype and shape need " + std::to_string(bits / 8));
+  }
+  return info;
+}
+
+}  // namespace
+
+const TensorInfo* SafetensorsIndex::Find(std::string_view name) const {
+  for (const TensorInfo& tensor : tensors) {
+    if (tensor.name == name) {
+      return &tensor;
+    }
+  }
+  return nullptr;
+}
+
+Result<SafetensorsIndex> ParseSafetensors(std::span<const uint8_t> file,
+                                          std::string_view source) {
+  std::string where(source);
+  if (file.size() < 8) {
+    return InvalidArgument(where + ": file is " + std::to_string(file.size()) +
+                           " bytes, too short for the 8-byte header length");
+  }
+  uint64_t header_length = 0;
+  for (int i = 7; i >= 0; --i) {
+    header_length = (header_length << 8) | file[static_cast<size_t>(i)];
+  }
+  if (header_length > kSafetensorsMaxHeaderBytes) {
+    return InvalidArgument(where + ": header length " + std::to_string(header_length) +
+                           " exceeds the limit of " + std::to_string(kSafetensorsMaxHeaderBytes));
+  }
+  if (header_length > file.size() - 8) {
+    return InvalidArgument(where + ": header length " + std::to_string(header_length) +
+                           " runs past the end of the " + std::to_string(file.size()) +
+                           "-byte file");
+  }
+  if (header_length == 0 || file[8] != '{') {
+    return InvalidArgument(where + ": header does not begin with '{'");
+  }
+  std::string_view text(reinterpret_cast<const char*>(file.data() + 8), header_length);
+  FERRY_ASSIGN_OR_RETURN(json header, ParseHeaderJson(text, where));
+  if (!header.is_object()) {
+    return InvalidArgument(where + ": header is not a JSON object");
+  }
+
+  SafetensorsIndex index;
+  index.data_start = 8 + header_length;
+  for (const auto& [key, value] : header.items()) {
+    if (key == "__metadata__") {
+      if (!value.is_object()) {
+        return InvalidArgument(where + ": __metadata__ must be an object of strings");
+      }
+      for (const auto& [meta_key, meta_value] : value.items()) {
+        if (!meta_value.is_string()) {
+          return InvalidArgument(where + ": __metadata__ value of '" + meta_key +
+                                 "' is not a string");
+        }
+        index.metadata[meta_key] = meta_value.get<std::string>();
+      }
+      continue;
+    }
+    FERRY_ASSIGN_OR_RETURN(TensorInfo info, ParseTensorEntry(key, value, where));
+    index.tensors.push_back(std::move(info));
+  }
+
+  std::sort(index.tensors.begin(), index.tensors.end(),
+            [](const TensorInfo& a, const TensorInfo& b) {
+              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+            });
+  uint64_t expected_begin = 0;
+  for (const TensorInfo& tensor : index.tensors) {
+    if (tensor.begin != expected_begin) {
+      return InvalidArgument(
+          where + ": tensor '" + tensor.name + "' begins at " + std::to_string(tensor.begin) +
+          " but the previous tensor ends at " + std::to_string(expected_begin) +
+          (tensor.begin < expected_begin ? " (overlap)" : " (hole)"));
+    }
+    expected_begin = tensor.end;
+  }
+  uint64_t buffer_bytes = file.size() - index.data_start;
+  if (expected_begin != buffer_bytes) {
+    return InvalidArgument(where + ": tensors cover " + std::to_string(expected_begin) +
+                           " bytes but the data buffer holds " + std::to_string(buffer_bytes));
+  }
+  return index;
+}
+
+Result<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+  FERRY_ASSIGN_OR_RETURN(MappedFile file, MappedFile::Open(path));
+  FERRY_ASSIGN_OR_RETURN(SafetensorsIndex index, ParseSafetensors(file.bytes(), path));
+  return SafetensorsFile(std::move(file), std::move(index));
+}
+
+std::span<const uint8_t> SafetensorsFile::Data(const TensorInfo& tensor) const {
+  return file_.bytes().subspan(index_.data_start + tensor.begin, tensor.bytes());
+}
+
+}  // namespace ferry

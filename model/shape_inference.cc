@@ -1,0 +1,236 @@
+#include "model/shape_inference.h"
+
+namespace ferry {
+namespace {
+
+constexpr int64_t kMaxElements = int64_t{1} << 40;
+
+bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
+
+class Inference {
+ public:
+  Inference(const Manifest& m, const ShapeVariant& v, int64_t batch, const WeightLookup& w)
+      : m_(m), v_(v), batch_(batch), weights_(w) {}
+
+  Result<std::map<std::string, Shape>> Run() {
+    for (const TensorSpec& input : m_.inputs) {
+      if (input.dtype != DType::kF32) {
+        return Fail("input '" + input.name + "' is " + std::string(KServeName(input.dtype)) +
+                    "; programs compute in FP32");
+      }
+      shapes_[input.name] = Concrete(v_.inputs.at(input.name));
+    }
+    for (op_index_ = 0; op_index_ < m_.program.size(); ++op_index_) {
+      const Op& op = m_.program[op_index_];
+      FERRY_ASSIGN_OR_RETURN(Shape out, InferOp(op));
+      if (!NumElements(out)) {
+        return OpFail(op, op.output, "has more than 2^40 elements");
+      }
+      shapes_[op.output] = std::move(out);
+    }
+    for (const TensorSpec& output : m_.outputs) {
+      if (output.dtype != DType::kF32) {
+        return Fail("output '" + output.name + "' must be FP32");
+      }
+      Shape expected = Concrete(v_.outputs.at(output.name));
+      const Shape& got = shapes_.at(output.name);
+      if (got != expected) {
+        return Fail("output '" + output.name + "' is declared " + ShapeToString(expected) +
+                    " but the program produces " + ShapeToString(got));
+      }
+    }
+    return shapes_;
+  }
+
+ private:
+  Shape Concrete(const Shape& manifest_shape) const {
+    Shape out = manifest_shape;
+    for (int64_t& d : out) {
+      if (d == kBatchDim) {
+        d = batch_;
+      }
+    }
+    return out;
+  }
+
+  std::string Where() const {
+    return "model '" + m_.name + "', variant '" + v_.name + "', batch " +
+           std::to_string(batch_) + ": ";
+  }
+  Error Fail(const std::string& message) const { return InvalidArgument(Where() + message); }
+  Error OpFail(const Op& op, const std::string& tensor, const std::string& message) const {
+    return InvalidArgument(Where() + "op " + std::to_string(op_index_) + " (" +
+                           std::string(OpKindName(op.kind)) + ") tensor '" + tensor + "': " +
+                           message);
+  }
+
+  Result<WeightSpec> Weight(const Op& op, const std::string& name, const Shape& expected) {
+    std::optional<WeightSpec> spec = weights_(name);
+    if (!spec) {
+      return OpFail(op, name, "no such weight in weights.safetensors");
+    }
+    if (!IsFloat(spec->dtype)) {
+      return OpFail(op, name, "weight dtype " + std::string(SafetensorsName(spec->dtype)) +
+                                  " is not F32, F16 or BF16");
+    }
+    if (spec->shape != expected) {
+      return OpFail(op, name, "weight shape " + ShapeToString(spec->shape) + ", expected " +
+                                  ShapeToString(expected));
+    }
+    return *spec;
+  }
+
+  Result<Shape> InferOp(const Op& op) {
+    const Shape& x = shapes_.at(op.inputs[0]);
+    const std::string& xn = op.inputs[0];
+    switch (op.kind) {
+      case OpKind::kRelu:
+      case OpKind::kGelu:
+      case OpKind::kTanh:
+      case OpKind::kSigmoid:
+        return x;
+      case OpKind::kSoftmax: {
+        int64_t rank = static_cast<int64_t>(x.size());
+        if (op.axis < -rank || op.axis >= rank) {
+          return OpFail(op, xn, "axis " + std::to_string(op.axis) + " is out of range for " +
+                                    ShapeToString(x));
+        }
+        return x;
+      }
+      case OpKind::kAdd: {
+        const Shape& y = shapes_.at(op.inputs[1]);
+        if (x != y) {
+          return OpFail(op, op.inputs[1], "shape " + ShapeToString(y) + " differs from '" +
+                                              xn + "' " + ShapeToString(x));
+        }
+        return x;
+      }
+      case OpKind::kDense: {
+        if (x.empty()) {
+          return OpFail(op, xn, "dense needs rank >= 1");
+        }
+        std::optional<WeightSpec> w = weights_(op.weight);
+        if (w && w->shape.size() != 2) {
+          return OpFail(op, op.weight, "dense weight must be [out_features, in_features], got " +
+                                           ShapeToString(w->shape));
+        }
+        int64_t out_features = w ? w->shape[0] : 0;
+        FERRY_RETURN_IF_ERROR(Weight(op, op.weight, {out_features, x.back()}));
+        if (!op.bias.empty()) {
+          FERRY_RETURN_IF_ERROR(Weight(op, op.bias, {out_features}));
+        }
+        Shape out = x;
+        out.back() = out_features;
+        return out;
+      }
+      case OpKind::kLayerNorm: {
+        if (x.empty()) {
+          return OpFail(op, xn, "layernorm needs rank >= 1");
+        }
+        FERRY_RETURN_IF_ERROR(Weight(op, op.weight, {x.back()}));
+        FERRY_RETURN_IF_ERROR(Weight(op, op.bias, {x.back()}));
+        return x;
+      }
+      case OpKind::kConv2d: {
+        if (x.size() != 4) {
+          return OpFail(op, xn, "conv2d needs [N, C, H, W], got " + ShapeToString(x));
+        }
+        std::optional<WeightSpec> w = weights_(op.weight);
+        if (!w || w->shape.size() != 4) {
+          return OpFail(op, op.weight, w ? "conv2d weight must be [O, C, KH, KW], got " +
+                                               ShapeToString(w->shape)
+                                         : "no such weight in weights.safetensors");
+        }
+        Shape ws = w->shape;
+        FERRY_RETURN_IF_ERROR(Weight(op, op.weight, {ws[0], x[1], ws[2], ws[3]}));
+        if (!op.bias.empty()) {
+          FERRY_RETURN_IF_ERROR(Weight(op, op.bias, {ws[0]}));
+        }
+        return Window(op, x, ws[0], {ws[2], ws[3]});
+      }
+      case OpKind::kMaxPool2d:
+        if (x.size() != 4) {
+          return OpFail(op, xn, "maxpool2d needs [N, C, H, W], got " + ShapeToString(x));
+        }
+        return Window(op, x, x[1], op.kernel);
+      case OpKind::kGlobalAvgPool:
+        if (x.size() != 4) {
+          return OpFail(op, xn, "global_avgpool needs [N, C, H, W], got " + ShapeToString(x));
+        }
+        return Shape{x[0], x[1]};
+      case OpKind::kFlatten: {
+        if (x.size() < 2) {
+          return OpFail(op, xn, "flatten needs rank >= 2, got " + ShapeToString(x));
+        }
+        Shape rest(x.begin() + 1, x.end());
+        return Shape{x[0], *NumElements(rest)};
+      }
+      case OpKind::kReshape: {
+        Shape rest(x.begin() + 1, x.end());
+        std::optional<int64_t> have = NumElements(rest);
+        std::optional<int64_t> want = NumElements(op.shape);
+        if (x.empty() || !want || have != want) {
+          return OpFail(op, xn, "cannot reshape " + ShapeToString(x) + " to [" +
+                                    std::to_string(x.empty() ? 0 : x[0]) + "] + " +
+                                    ShapeToString(op.shape));
+        }
+        Shape out{x[0]};
+        out.insert(out.end(), op.shape.begin(), op.shape.end());
+        return out;
+      }
+    }
+    return OpFail(op, xn, "unknown op");
+  }
+
+  // Output of a 2-D window op (conv2d, maxpool2d) over [N, C, H, W].
+  Result<Shape> Window(const Op& op, const Shape& x, int64_t channels,
+                       std::array<int64_t, 2> kernel) {
+    Shape out{x[0], channels, 0, 0};
+    for (int i = 0; i < 2; ++i) {
+      int64_t span = x[2 + i] + 2 * op.padding[i] - kernel[i];
+      if (span < 0) {
+        return OpFail(op, op.inputs[0], "kernel " + std::to_string(kernel[i]) +
+                                            " is larger than the padded input " +
+                                            ShapeToString(x));
+      }
+      out[2 + i] = span / op.stride[i] + 1;
+    }
+    return out;
+  }
+
+  const Manifest& m_;
+  const ShapeVariant& v_;
+  int64_t batch_;
+  const WeightLookup& weights_;
+  size_t op_index_ = 0;
+  std::map<std::string, Shape> shapes_;
+};
+
+}  // namespace
+
+std::string ShapeToString(const Shape& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    out += (i ? ", " : "") + std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
+std::optional<int64_t> NumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || (d != 0 && n > kMaxElements / d)) {
+      return std::nullopt;
+    }
+    n *= d;
+  }
+  return n;
+}
+
+Result<std::map<std::string, Shape>> InferShapes(const Manifest& manifest,
+                                                 const ShapeVariant& variant, int64_t batch,
+                                                 const WeightLookup& weights) {
+  return Inference(manifest, variant, batch, weights).Run();
+}
+
+}  // namespace ferry

@@ -1,0 +1,37 @@
+// Shape inference over a manifest's program for one (variant, batch size): the check that a
+// bundle's program, weights and declared outputs agree before anything runs.
+//
+// Thread safety: pure functions; safe for concurrent use.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "common/result.h"
+#include "model/manifest.h"
+
+namespace ferry {
+
+struct WeightSpec {
+  DType dtype;
+  Shape shape;
+};
+// Finds a weight by safetensors name; nullopt when the file has none of that name.
+using WeightLookup = std::function<std::optional<WeightSpec>(const std::string&)>;
+
+// The concrete shape of every tensor (inputs, intermediates, outputs) for `batch` rows of
+// `variant` (batch is ignored for tensors without a batch dimension). Checks each op's
+// operands and weights and that every declared output has its declared shape. Errors name
+// the model, variant, batch size, op index and tensor.
+Result<std::map<std::string, Shape>> InferShapes(const Manifest& manifest,
+                                                 const ShapeVariant& variant, int64_t batch,
+                                                 const WeightLookup& weights);
+
+std::string ShapeToString(const Shape& shape);  // "[4, 784]"
+
+// Product of the dimensions; nullopt when it would exceed 2^40 elements.
+std::optional<int64_t> NumElements(const Shape& shape);
+
+}  // namespace ferry
