@@ -14,8 +14,7 @@ class JsonMessageFlag : public spdlog::custom_flag_formatter {
  public:
   void format(const spdlog::details::log_msg& msg, const std::tm& /*tm*/,
               spdlog::memory_buf_t& dest) override {
-    std::string escaped =
-        JsonEscape(std::string_view(msg.payload.data(), msg.payload.size()));
+    std::string escaped = JsonEscape(std::string_view(msg.payload.data(), msg.payload.size()));
     dest.append(escaped.data(), escaped.data() + escaped.size());
   }
   std::unique_ptr<custom_flag_formatter> clone() const override {

@@ -54,7 +54,7 @@ inline Error Internal(std::string message) { return {ErrorCode::kInternal, std::
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : state_(std::move(value)) {}      // NOLINT(google-explicit-constructor)
   Result(Error error) : state_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return state_.index() == 0; }
@@ -101,12 +101,12 @@ inline Status OkStatus() { return {}; }
 #define FERRY_CONCAT_(a, b) FERRY_CONCAT_INNER_(a, b)
 
 // Returns the error of `expr` (a Result or Status) from the enclosing function.
-#define FERRY_RETURN_IF_ERROR(expr)                \
-  do {                                             \
-    auto ferry_status_ = (expr);                   \
-    if (!ferry_status_.ok()) {                     \
-      return std::move(ferry_status_).error();     \
-    }                                              \
+#define FERRY_RETURN_IF_ERROR(expr)            \
+  do {                                         \
+    auto ferry_status_ = (expr);               \
+    if (!ferry_status_.ok()) {                 \
+      return std::move(ferry_status_).error(); \
+    }                                          \
   } while (false)
 
 // `lhs = value of expr`, or returns its error from the enclosing function.

@@ -23,18 +23,16 @@ bool IsStringSchedulerKey(std::string_view key) { return key == "discipline"; }
 
 const std::vector<std::string>& SchedulerKeys() {
   static const std::vector<std::string> keys = {
-      "discipline",          "ema_halflife_seconds", "recency_penalty_cap",
-      "coalescing_discount", "cost_ema_alpha",       "max_queue_depth",
-      "dispatch_timeout_seconds", "compaction_interval"};
+      "discipline",     "ema_halflife_seconds", "recency_penalty_cap",      "coalescing_discount",
+      "cost_ema_alpha", "max_queue_depth",      "dispatch_timeout_seconds", "compaction_interval"};
   return keys;
 }
 
 // Reads the scalar [scheduler] keys: from the file, and again from each environment override.
 void ReadSchedulerKeys(TableReader& r, SchedulerConfig* c) {
-  r.Enum<Discipline>("discipline", &c->discipline,
-                     {{"fair", Discipline::kFair},
-                      {"fifo", Discipline::kFifo},
-                      {"edf", Discipline::kEdf}});
+  r.Enum<Discipline>(
+      "discipline", &c->discipline,
+      {{"fair", Discipline::kFair}, {"fifo", Discipline::kFifo}, {"edf", Discipline::kEdf}});
   r.Double("ema_halflife_seconds", &c->ema_halflife_seconds, DoubleRange::Positive());
   r.Double("recency_penalty_cap", &c->recency_penalty_cap, {0.0, 1.0, true, false});
   r.Double("coalescing_discount", &c->coalescing_discount, {0.0, 1.0, false, true});
@@ -88,13 +86,12 @@ void ApplyEnvironment(const Environment& env, SchedulerConfig* c, Diagnostics* d
                        [](unsigned char ch) { return std::toupper(ch); });
         suggestion = "; did you mean " + std::string(kEnvPrefix) + upper + "?";
       }
-      diagnostics->Add({source, 0, 0, "scheduler." + key,
-                        "no such scheduler key" + suggestion});
+      diagnostics->Add({source, 0, 0, "scheduler." + key, "no such scheduler key" + suggestion});
       continue;
     }
     if (value.empty() || value.find_first_of("\n\r#") != std::string::npos) {
-      diagnostics->Add({source, 0, 0, "scheduler." + key,
-                        "value must be one line, non-empty, without '#'"});
+      diagnostics->Add(
+          {source, 0, 0, "scheduler." + key, "value must be one line, non-empty, without '#'"});
       continue;
     }
     std::string toml_value = value;
@@ -242,9 +239,10 @@ void ReadNode(TableReader& r, const std::string& base_dir, NodeSettings* n) {
   }
   const toml::node* shm = r.Raw("shm_size");
   if (shm != nullptr) {
-    Result<uint64_t> size = InvalidArgument("expected bytes as an integer or a string like "
-                                            "\"512MiB\", got " +
-                                            std::string(TomlTypeName(*shm)));
+    Result<uint64_t> size = InvalidArgument(
+        "expected bytes as an integer or a string like "
+        "\"512MiB\", got " +
+        std::string(TomlTypeName(*shm)));
     if (shm->is_integer()) {
       int64_t bytes = shm->as_integer()->get();
       size = bytes < 0 ? Result<uint64_t>(InvalidArgument("must not be negative"))

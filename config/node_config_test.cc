@@ -117,8 +117,9 @@ TEST_CASE("a TOML syntax error names the file, line and column") {
 
 TEST_CASE("a value of the wrong type is an error with position and key path") {
   std::string message = ErrorOf("[scheduler]\n\nmax_queue_depth = \"many\"\n");
-  CHECK(Contains(message, "node.toml:3:19: scheduler.max_queue_depth: expected an integer, "
-                          "got string"));
+  CHECK(Contains(message,
+                 "node.toml:3:19: scheduler.max_queue_depth: expected an integer, "
+                 "got string"));
 }
 
 TEST_CASE("out-of-range values are errors that state the allowed range") {
@@ -139,16 +140,18 @@ TEST_CASE("out-of-range values are errors that state the allowed range") {
 
 TEST_CASE("an unknown key is an error suggesting the nearest valid key") {
   std::string message = ErrorOf("[scheduler]\ndicipline = \"fifo\"\n");
-  CHECK(Contains(message, "node.toml:2:1: scheduler.dicipline: unknown key; did you mean "
-                          "'discipline'?"));
+  CHECK(Contains(message,
+                 "node.toml:2:1: scheduler.dicipline: unknown key; did you mean "
+                 "'discipline'?"));
   CHECK(Contains(ErrorOf("[scheduler.models.m]\nwieght = 2\n"), "did you mean 'weight'?"));
   CHECK(Contains(ErrorOf("[nodes]\n"), "nodes: unknown key; did you mean 'node'?"));
 }
 
 TEST_CASE("an unknown enum value lists the valid ones") {
   std::string message = ErrorOf("[scheduler]\ndiscipline = \"fiffo\"\n");
-  CHECK(Contains(message, "scheduler.discipline: unknown value 'fiffo' (expected one of fair, "
-                          "fifo, edf); did you mean 'fifo'?"));
+  CHECK(Contains(message,
+                 "scheduler.discipline: unknown value 'fiffo' (expected one of fair, "
+                 "fifo, edf); did you mean 'fifo'?"));
   CHECK(Contains(ErrorOf("[gateway]\nmode = \"random\"\n"), "gateway.mode: unknown value"));
   CHECK(Contains(ErrorOf("[scheduler.models.m]\nresidency = \"hot\"\n"),
                  "scheduler.models.m.residency: unknown value 'hot'"));
@@ -192,8 +195,7 @@ TEST_CASE("a bad environment override names the variable") {
                  "valid value 'lots'"));
   CHECK(Contains(ErrorOf("", {{"FERRY_SCHEDULER_DISCIPLIN", "fifo"}}),
                  "did you mean FERRY_SCHEDULER_DISCIPLINE?"));
-  CHECK(Contains(ErrorOf("", {{"FERRY_SCHEDULER_COST_EMA_ALPHA", "0.5\nbogus = 1"}}),
-                 "one line"));
+  CHECK(Contains(ErrorOf("", {{"FERRY_SCHEDULER_COST_EMA_ALPHA", "0.5\nbogus = 1"}}), "one line"));
 }
 
 TEST_CASE("listen addresses must be HOST:PORT and distinct") {

@@ -1,11 +1,12 @@
 #include "config/toml_reader.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
 #include <sstream>
-#include <sys/stat.h>
 
 namespace ferry {
 namespace {
@@ -300,8 +301,7 @@ std::vector<std::pair<std::string, TableReader>> TableReader::NamedTables() {
       TypeError(name, node, "a table");
       continue;
     }
-    readers.emplace_back(name, TableReader(*node.as_table(), KeyPath(name), source_,
-                                           diagnostics_));
+    readers.emplace_back(name, TableReader(*node.as_table(), KeyPath(name), source_, diagnostics_));
   }
   return readers;
 }
@@ -313,10 +313,9 @@ void TableReader::Finish() {
       continue;
     }
     std::string hint = NearestKey(name, known_);
-    diagnostics_->Add({source_, key.source().begin.line, key.source().begin.column,
-                       KeyPath(name),
-                       "unknown key" + (hint.empty() ? std::string()
-                                                     : "; did you mean '" + hint + "'?")});
+    diagnostics_->Add(
+        {source_, key.source().begin.line, key.source().begin.column, KeyPath(name),
+         "unknown key" + (hint.empty() ? std::string() : "; did you mean '" + hint + "'?")});
   }
 }
 

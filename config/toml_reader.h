@@ -32,8 +32,8 @@ struct DoubleRange {
   bool Contains(double x) const;
   std::string Describe() const;  // "(0, 1]"; "> 0" when hi is infinite.
 
-  static DoubleRange Positive();      // (0, inf)
-  static DoubleRange NonNegative();   // [0, inf)
+  static DoubleRange Positive();     // (0, inf)
+  static DoubleRange NonNegative();  // [0, inf)
 };
 
 // Parses `text` as TOML. A syntax error is recorded in `diagnostics` and returns nullopt.

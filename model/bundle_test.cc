@@ -58,11 +58,13 @@ TEST_CASE("the example bundles load and validate at every size and variant") {
 
 TEST_CASE("a weight of the wrong shape names the bundle, op index and tensor") {
   testing::TempDir dir;
-  std::string bundle = CopyExample(dir, "mlp", "weight = \"fc2.weight\"", "weight = \"fc1.weight\"");
+  std::string bundle =
+      CopyExample(dir, "mlp", "weight = \"fc2.weight\"", "weight = \"fc1.weight\"");
   std::string message = ErrorOf(bundle);
   CHECK(Contains(message, "bundle " + bundle));
-  CHECK(Contains(message, "op 2 (dense) tensor 'fc1.weight': weight shape [512, 784], expected "
-                          "[512, 512]"));
+  CHECK(Contains(message,
+                 "op 2 (dense) tensor 'fc1.weight': weight shape [512, 784], expected "
+                 "[512, 512]"));
 }
 
 TEST_CASE("a missing weight, a wrong output shape and a bad variant are each named") {

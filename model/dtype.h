@@ -10,10 +10,29 @@
 namespace ferry {
 
 enum class DType {
-  kBool, kU8, kI8, kU16, kI16, kU32, kI32, kU64, kI64,
-  kF16, kBF16, kF32, kF64,
+  kBool,
+  kU8,
+  kI8,
+  kU16,
+  kI16,
+  kU32,
+  kI32,
+  kU64,
+  kI64,
+  kF16,
+  kBF16,
+  kF32,
+  kF64,
   // Safetensors-only types: ferry reads past them but does not compute with them.
-  kF8E4M3, kF8E5M2, kF8E8M0, kF8E4M3Fnuz, kF8E5M2Fnuz, kF6E2M3, kF6E3M2, kF4, kC64,
+  kF8E4M3,
+  kF8E5M2,
+  kF8E8M0,
+  kF8E4M3Fnuz,
+  kF8E5M2Fnuz,
+  kF6E2M3,
+  kF6E3M2,
+  kF4,
+  kC64,
 };
 
 // Bits per element (4 and 6 for the packed float types).

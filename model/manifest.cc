@@ -18,12 +18,18 @@ struct OpInfo {
   OpKind kind;
 };
 constexpr OpInfo kOps[] = {
-    {"dense", OpKind::kDense},         {"relu", OpKind::kRelu},
-    {"gelu", OpKind::kGelu},           {"tanh", OpKind::kTanh},
-    {"sigmoid", OpKind::kSigmoid},     {"softmax", OpKind::kSoftmax},
-    {"layernorm", OpKind::kLayerNorm}, {"add", OpKind::kAdd},
-    {"conv2d", OpKind::kConv2d},       {"maxpool2d", OpKind::kMaxPool2d},
-    {"global_avgpool", OpKind::kGlobalAvgPool}, {"flatten", OpKind::kFlatten},
+    {"dense", OpKind::kDense},
+    {"relu", OpKind::kRelu},
+    {"gelu", OpKind::kGelu},
+    {"tanh", OpKind::kTanh},
+    {"sigmoid", OpKind::kSigmoid},
+    {"softmax", OpKind::kSoftmax},
+    {"layernorm", OpKind::kLayerNorm},
+    {"add", OpKind::kAdd},
+    {"conv2d", OpKind::kConv2d},
+    {"maxpool2d", OpKind::kMaxPool2d},
+    {"global_avgpool", OpKind::kGlobalAvgPool},
+    {"flatten", OpKind::kFlatten},
     {"reshape", OpKind::kReshape},
 };
 
@@ -44,8 +50,7 @@ bool ReadShape(TableReader& r, std::string_view key, Shape* out, bool required) 
     return false;
   }
   if (shape.size() > kMaxRank) {
-    r.ErrorAt(key, "rank " + std::to_string(shape.size()) + " exceeds " +
-                       std::to_string(kMaxRank));
+    r.ErrorAt(key, "rank " + std::to_string(shape.size()) + " exceeds " + std::to_string(kMaxRank));
     return false;
   }
   if (std::count(shape.begin(), shape.end(), 0) > 0) {
@@ -144,8 +149,8 @@ std::optional<Op> ReadOp(TableReader& r) {
       names.emplace_back(info.name);
     }
     std::string hint = NearestKey(name, names);
-    r.ErrorAt("op", "unknown op '" + name + "'" +
-                        (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+    r.ErrorAt("op",
+              "unknown op '" + name + "'" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
     return std::nullopt;
   }
   op.kind = known->kind;
@@ -256,10 +261,9 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
     r.ErrorAt("name", "missing or invalid model name (letters, digits, '_', '-', '.')");
   }
   r.Int("version", &m.version, 1, std::numeric_limits<int64_t>::max());
-  r.Enum<Precision>("precision", &m.precision,
-                    {{"fp32", Precision::kFp32},
-                     {"tf32", Precision::kTf32},
-                     {"bf16", Precision::kBf16}});
+  r.Enum<Precision>(
+      "precision", &m.precision,
+      {{"fp32", Precision::kFp32}, {"tf32", Precision::kTf32}, {"bf16", Precision::kBf16}});
   m.inputs = ReadTensors(r, "inputs");
   m.outputs = ReadTensors(r, "outputs");
   for (const TensorSpec& out : m.outputs) {
@@ -273,21 +277,24 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
   if (auto batching = r.Table("batching")) {
     if (batching->IntArray("sizes", &m.batch_sizes, 0, kMaxBatch)) {
       bool unbatched = m.batch_sizes == std::vector<int64_t>{0};
-      bool ascending = !m.batch_sizes.empty() &&
-                       std::adjacent_find(m.batch_sizes.begin(), m.batch_sizes.end(),
-                                          [](int64_t a, int64_t b) { return a >= b; }) ==
-                           m.batch_sizes.end() &&
-                       m.batch_sizes[0] > 0;
+      bool ascending =
+          !m.batch_sizes.empty() &&
+          std::adjacent_find(m.batch_sizes.begin(), m.batch_sizes.end(),
+                             [](int64_t a, int64_t b) { return a >= b; }) == m.batch_sizes.end() &&
+          m.batch_sizes[0] > 0;
       if (!unbatched && !ascending) {
-        batching->ErrorAt("sizes", "expected strictly ascending positive sizes, or [0] for an "
-                                   "unbatched module");
+        batching->ErrorAt("sizes",
+                          "expected strictly ascending positive sizes, or [0] for an "
+                          "unbatched module");
       }
       if (unbatched) {
         for (const auto* group : {&m.inputs, &m.outputs}) {
           for (const TensorSpec& t : *group) {
             if (t.batch_axis) {
-              batching->ErrorAt("sizes", "an unbatched module ([0]) cannot mark a batch "
-                                         "dimension, but '" + t.name + "' does");
+              batching->ErrorAt("sizes",
+                                "an unbatched module ([0]) cannot mark a batch "
+                                "dimension, but '" +
+                                    t.name + "' does");
             }
           }
         }
@@ -318,9 +325,8 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
         v.ErrorAt("name", "variant '" + variant.name + "' is declared twice");
       }
     }
-    for (auto [key, specs, shapes] :
-         {std::tuple{"inputs", &m.inputs, &variant.inputs},
-          std::tuple{"outputs", &m.outputs, &variant.outputs}}) {
+    for (auto [key, specs, shapes] : {std::tuple{"inputs", &m.inputs, &variant.inputs},
+                                      std::tuple{"outputs", &m.outputs, &variant.outputs}}) {
       auto table = v.Table(key);
       if (!table) {
         continue;
@@ -329,8 +335,9 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
         Shape shape;
         if (ReadShape(*table, spec.name, &shape, false)) {
           if (BatchAxisOf(shape) != spec.batch_axis) {
-            table->ErrorAt(spec.name, "a variant must keep the batch dimension where the "
-                                      "tensor declares it");
+            table->ErrorAt(spec.name,
+                           "a variant must keep the batch dimension where the "
+                           "tensor declares it");
           }
           (*shapes)[spec.name] = shape;
         }
@@ -358,8 +365,8 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
         }
       }
       if (!defined.insert(op->output).second) {
-        op_reader.ErrorAt("output", "op " + std::to_string(index) + " redefines tensor '" +
-                                        op->output + "'");
+        op_reader.ErrorAt("output",
+                          "op " + std::to_string(index) + " redefines tensor '" + op->output + "'");
       }
       m.program.push_back(std::move(*op));
     }

@@ -45,19 +45,30 @@ struct ShapeVariant {
 };
 
 enum class OpKind {
-  kDense, kRelu, kGelu, kTanh, kSigmoid, kSoftmax, kLayerNorm, kAdd,
-  kConv2d, kMaxPool2d, kGlobalAvgPool, kFlatten, kReshape,
+  kDense,
+  kRelu,
+  kGelu,
+  kTanh,
+  kSigmoid,
+  kSoftmax,
+  kLayerNorm,
+  kAdd,
+  kConv2d,
+  kMaxPool2d,
+  kGlobalAvgPool,
+  kFlatten,
+  kReshape,
 };
 std::string_view OpKindName(OpKind kind);
 
 struct Op {
   OpKind kind = OpKind::kRelu;
-  std::vector<std::string> inputs;  // Tensor names: one, or two for add.
-  std::string output;               // A new tensor name.
-  std::string weight;               // Safetensors name: dense, layernorm, conv2d.
-  std::string bias;                 // Safetensors name, optional for dense and conv2d.
-  int64_t axis = -1;                // softmax.
-  double eps = 1e-5;                // layernorm.
+  std::vector<std::string> inputs;       // Tensor names: one, or two for add.
+  std::string output;                    // A new tensor name.
+  std::string weight;                    // Safetensors name: dense, layernorm, conv2d.
+  std::string bias;                      // Safetensors name, optional for dense and conv2d.
+  int64_t axis = -1;                     // softmax.
+  double eps = 1e-5;                     // layernorm.
   std::array<int64_t, 2> kernel{0, 0};   // maxpool2d.
   std::array<int64_t, 2> stride{1, 1};   // conv2d, maxpool2d (maxpool default: kernel).
   std::array<int64_t, 2> padding{0, 0};  // conv2d, maxpool2d.

@@ -107,8 +107,9 @@ output = "y"
 axis = 1
 )"),
                  "program[0].axis: unknown key"));
-  CHECK(Contains(ErrorOf(kHead + kRelu + "[[program]]\nop = \"relu\"\ninput = \"x\"\n"
-                                         "output = \"y\"\n"),
+  CHECK(Contains(ErrorOf(kHead + kRelu +
+                         "[[program]]\nop = \"relu\"\ninput = \"x\"\n"
+                         "output = \"y\"\n"),
                  "op 1 redefines tensor 'y'"));
 }
 
@@ -130,8 +131,7 @@ TEST_CASE("shapes, sizes, dtypes and hooks are checked") {
   CHECK(Contains(ErrorOf(dtype), "inputs[0].dtype: unknown dtype 'FLOAT'"));
   CHECK(Contains(ErrorOf(kHead + kRelu + "[hooks]\nplugin = \"../../etc/evil.so\"\n"),
                  "hooks.plugin: must be a path inside the bundle"));
-  CHECK(Contains(ErrorOf(kHead + kRelu +
-                         "[[variants]]\nname = \"v\"\ninputs = { x = [4, -1] }\n"),
+  CHECK(Contains(ErrorOf(kHead + kRelu + "[[variants]]\nname = \"v\"\ninputs = { x = [4, -1] }\n"),
                  "must keep the batch dimension"));
   CHECK(Contains(ErrorOf("name = \"m\"\n"), "inputs: at least one"));
   CHECK(Contains(ErrorOf("name = [\n"), "TOML syntax error"));

@@ -37,8 +37,8 @@ Result<json> ParseHeaderJson(std::string_view text, const std::string& where) {
         }
         break;
       case json::parse_event_t::key:
-        if (!open_objects.empty() && !open_objects.back().insert(parsed.get<std::string>()).second &&
-            duplicate.empty()) {
+        if (!open_objects.empty() &&
+            !open_objects.back().insert(parsed.get<std::string>()).second && duplicate.empty()) {
           duplicate = parsed.get<std::string>();
         }
         break;
@@ -98,8 +98,7 @@ Result<TensorInfo> ParseTensorEntry(const std::string& name, const json& entry,
   for (const json& dim : *shape) {
     uint64_t d = 0;
     if (!ReadUnsigned(dim, &d) || d > static_cast<uint64_t>(INT64_MAX)) {
-      return InvalidArgument(at + ": shape holds " + dim.dump() +
-                             ", not a non-negative integer");
+      return InvalidArgument(at + ": shape holds " + dim.dump() + ", not a non-negative integer");
     }
     if (__builtin_mul_overflow(bits, d, &bits)) {
       return InvalidArgument(at + ": shape x dtype size overflows 64 bits");
@@ -138,8 +137,7 @@ const TensorInfo* SafetensorsIndex::Find(std::string_view name) const {
   return nullptr;
 }
 
-Result<SafetensorsIndex> ParseSafetensors(std::span<const uint8_t> file,
-                                          std::string_view source) {
+Result<SafetensorsIndex> ParseSafetensors(std::span<const uint8_t> file, std::string_view source) {
   std::string where(source);
   if (file.size() < 8) {
     return InvalidArgument(where + ": file is " + std::to_string(file.size()) +
@@ -194,10 +192,10 @@ Result<SafetensorsIndex> ParseSafetensors(std::span<const uint8_t> file,
   uint64_t expected_begin = 0;
   for (const TensorInfo& tensor : index.tensors) {
     if (tensor.begin != expected_begin) {
-      return InvalidArgument(
-          where + ": tensor '" + tensor.name + "' begins at " + std::to_string(tensor.begin) +
-          " but the previous tensor ends at " + std::to_string(expected_begin) +
-          (tensor.begin < expected_begin ? " (overlap)" : " (hole)"));
+      return InvalidArgument(where + ": tensor '" + tensor.name + "' begins at " +
+                             std::to_string(tensor.begin) + " but the previous tensor ends at " +
+                             std::to_string(expected_begin) +
+                             (tensor.begin < expected_begin ? " (overlap)" : " (hole)"));
     }
     expected_begin = tensor.end;
   }

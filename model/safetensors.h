@@ -47,8 +47,7 @@ struct SafetensorsIndex {
 };
 
 // Parses and checks a whole safetensors file held in `file`. `source` names it in errors.
-Result<SafetensorsIndex> ParseSafetensors(std::span<const uint8_t> file,
-                                          std::string_view source);
+Result<SafetensorsIndex> ParseSafetensors(std::span<const uint8_t> file, std::string_view source);
 
 // A mapped, validated safetensors file.
 class SafetensorsFile {

@@ -13,8 +13,8 @@ namespace {
 using testing::SafetensorsBytes;
 
 Result<SafetensorsIndex> Parse(const std::string& file) {
-  return ParseSafetensors(
-      std::span(reinterpret_cast<const uint8_t*>(file.data()), file.size()), "w.safetensors");
+  return ParseSafetensors(std::span(reinterpret_cast<const uint8_t*>(file.data()), file.size()),
+                          "w.safetensors");
 }
 
 std::string ErrorOf(const std::string& file) {
@@ -74,62 +74,60 @@ TEST_CASE("an oversized header length is rejected before any allocation") {
 }
 
 TEST_CASE("overlapping and holey offsets are rejected") {
-  CHECK(Contains(ErrorOf(SafetensorsBytes(
-                     R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                     R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
-                     std::string(12, 'x'))),
-                 "overlap"));
-  CHECK(Contains(ErrorOf(SafetensorsBytes(
-                     R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-                     std::string(8, 'x'))),
-                 "(hole)"));
+  CHECK(
+      Contains(ErrorOf(SafetensorsBytes(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                        R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                                        std::string(12, 'x'))),
+               "overlap"));
+  CHECK(
+      Contains(ErrorOf(SafetensorsBytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                                        std::string(8, 'x'))),
+               "(hole)"));
 }
 
 TEST_CASE("a header that lies about sizes is rejected") {
   // Shape says 3 floats, offsets say 2.
-  CHECK(Contains(ErrorOf(SafetensorsBytes(
-                     R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
-                     std::string(8, 'x'))),
-                 "span 8 bytes but dtype and shape need 12"));
+  CHECK(
+      Contains(ErrorOf(SafetensorsBytes(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
+                                        std::string(8, 'x'))),
+               "span 8 bytes but dtype and shape need 12"));
   // Shape product overflows.
-  CHECK(Contains(ErrorOf(SafetensorsBytes(
-                     R"({"a":{"dtype":"F64","shape":[4294967296,4294967296],)"
-                     R"("data_offsets":[0,8]}})",
-                     std::string(8, 'x'))),
+  CHECK(Contains(ErrorOf(SafetensorsBytes(R"({"a":{"dtype":"F64","shape":[4294967296,4294967296],)"
+                                          R"("data_offsets":[0,8]}})",
+                                          std::string(8, 'x'))),
                  "overflows"));
-  CHECK(Contains(ErrorOf(SafetensorsBytes(
-                     R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})",
-                     std::string(4, 'x'))),
-                 "not a non-negative integer"));
-  CHECK(Contains(ErrorOf(SafetensorsBytes(
-                     R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})",
-                     std::string(8, 'x'))),
-                 "before begin"));
-  CHECK(Contains(ErrorOf(SafetensorsBytes(
-                     R"({"a":{"dtype":"Q7","shape":[1],"data_offsets":[0,4]}})",
-                     std::string(4, 'x'))),
-                 "unknown dtype 'Q7'"));
-  CHECK(Contains(ErrorOf(SafetensorsBytes(
-                     R"({"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})",
-                     std::string(2, 'x'))),
-                 "not a whole number of bytes"));
-  CHECK(Contains(ErrorOf(SafetensorsBytes(
-                     R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})",
-                     std::string(4, 'x'))),
-                 "unknown field 'x'"));
+  CHECK(Contains(
+      ErrorOf(SafetensorsBytes(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})",
+                               std::string(4, 'x'))),
+      "not a non-negative integer"));
+  CHECK(
+      Contains(ErrorOf(SafetensorsBytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})",
+                                        std::string(8, 'x'))),
+               "before begin"));
+  CHECK(
+      Contains(ErrorOf(SafetensorsBytes(R"({"a":{"dtype":"Q7","shape":[1],"data_offsets":[0,4]}})",
+                                        std::string(4, 'x'))),
+               "unknown dtype 'Q7'"));
+  CHECK(
+      Contains(ErrorOf(SafetensorsBytes(R"({"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})",
+                                        std::string(2, 'x'))),
+               "not a whole number of bytes"));
+  CHECK(Contains(
+      ErrorOf(SafetensorsBytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})",
+                               std::string(4, 'x'))),
+      "unknown field 'x'"));
 }
 
 TEST_CASE("malformed JSON, non-UTF-8, duplicate keys and bad metadata are rejected") {
   CHECK(Contains(ErrorOf(SafetensorsBytes("[1,2]", "")), "does not begin with '{'"));
   CHECK(Contains(ErrorOf(SafetensorsBytes("{\"a\":", "")), "not valid UTF-8 JSON"));
   CHECK(Contains(ErrorOf(SafetensorsBytes("{\"\xff\xfe\":{}}", "")), "not valid UTF-8 JSON"));
-  CHECK(Contains(ErrorOf(SafetensorsBytes(
-                     R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                     R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-                     std::string(8, 'x'))),
-                 "duplicate key 'a'"));
-  CHECK(Contains(ErrorOf(SafetensorsBytes(R"({"__metadata__":{"k":1}})", "")),
-                 "is not a string"));
+  CHECK(
+      Contains(ErrorOf(SafetensorsBytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                                        R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                                        std::string(8, 'x'))),
+               "duplicate key 'a'"));
+  CHECK(Contains(ErrorOf(SafetensorsBytes(R"({"__metadata__":{"k":1}})", "")), "is not a string"));
   CHECK(Contains(ErrorOf(SafetensorsBytes(R"({"__metadata__":[]})", "")),
                  "__metadata__ must be an object"));
   CHECK(Contains(ErrorOf(SafetensorsBytes(R"({"a":{"dtype":"F32","shape":[1],)"

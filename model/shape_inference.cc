@@ -54,14 +54,14 @@ class Inference {
   }
 
   std::string Where() const {
-    return "model '" + m_.name + "', variant '" + v_.name + "', batch " +
-           std::to_string(batch_) + ": ";
+    return "model '" + m_.name + "', variant '" + v_.name + "', batch " + std::to_string(batch_) +
+           ": ";
   }
   Error Fail(const std::string& message) const { return InvalidArgument(Where() + message); }
   Error OpFail(const Op& op, const std::string& tensor, const std::string& message) const {
     return InvalidArgument(Where() + "op " + std::to_string(op_index_) + " (" +
-                           std::string(OpKindName(op.kind)) + ") tensor '" + tensor + "': " +
-                           message);
+                           std::string(OpKindName(op.kind)) + ") tensor '" + tensor +
+                           "': " + message);
   }
 
   Result<WeightSpec> Weight(const Op& op, const std::string& name, const Shape& expected) {
@@ -70,12 +70,14 @@ class Inference {
       return OpFail(op, name, "no such weight in weights.safetensors");
     }
     if (!IsFloat(spec->dtype)) {
-      return OpFail(op, name, "weight dtype " + std::string(SafetensorsName(spec->dtype)) +
-                                  " is not F32, F16 or BF16");
+      return OpFail(
+          op, name,
+          "weight dtype " + std::string(SafetensorsName(spec->dtype)) + " is not F32, F16 or BF16");
     }
     if (spec->shape != expected) {
-      return OpFail(op, name, "weight shape " + ShapeToString(spec->shape) + ", expected " +
-                                  ShapeToString(expected));
+      return OpFail(
+          op, name,
+          "weight shape " + ShapeToString(spec->shape) + ", expected " + ShapeToString(expected));
     }
     return *spec;
   }
@@ -92,16 +94,18 @@ class Inference {
       case OpKind::kSoftmax: {
         int64_t rank = static_cast<int64_t>(x.size());
         if (op.axis < -rank || op.axis >= rank) {
-          return OpFail(op, xn, "axis " + std::to_string(op.axis) + " is out of range for " +
-                                    ShapeToString(x));
+          return OpFail(
+              op, xn,
+              "axis " + std::to_string(op.axis) + " is out of range for " + ShapeToString(x));
         }
         return x;
       }
       case OpKind::kAdd: {
         const Shape& y = shapes_.at(op.inputs[1]);
         if (x != y) {
-          return OpFail(op, op.inputs[1], "shape " + ShapeToString(y) + " differs from '" +
-                                              xn + "' " + ShapeToString(x));
+          return OpFail(
+              op, op.inputs[1],
+              "shape " + ShapeToString(y) + " differs from '" + xn + "' " + ShapeToString(x));
         }
         return x;
       }
@@ -111,8 +115,9 @@ class Inference {
         }
         std::optional<WeightSpec> w = weights_(op.weight);
         if (w && w->shape.size() != 2) {
-          return OpFail(op, op.weight, "dense weight must be [out_features, in_features], got " +
-                                           ShapeToString(w->shape));
+          return OpFail(
+              op, op.weight,
+              "dense weight must be [out_features, in_features], got " + ShapeToString(w->shape));
         }
         int64_t out_features = w ? w->shape[0] : 0;
         FERRY_RETURN_IF_ERROR(Weight(op, op.weight, {out_features, x.back()}));
@@ -137,9 +142,9 @@ class Inference {
         }
         std::optional<WeightSpec> w = weights_(op.weight);
         if (!w || w->shape.size() != 4) {
-          return OpFail(op, op.weight, w ? "conv2d weight must be [O, C, KH, KW], got " +
-                                               ShapeToString(w->shape)
-                                         : "no such weight in weights.safetensors");
+          return OpFail(op, op.weight,
+                        w ? "conv2d weight must be [O, C, KH, KW], got " + ShapeToString(w->shape)
+                          : "no such weight in weights.safetensors");
         }
         Shape ws = w->shape;
         FERRY_RETURN_IF_ERROR(Weight(op, op.weight, {ws[0], x[1], ws[2], ws[3]}));
@@ -170,9 +175,10 @@ class Inference {
         std::optional<int64_t> have = NumElements(rest);
         std::optional<int64_t> want = NumElements(op.shape);
         if (x.empty() || !want || have != want) {
-          return OpFail(op, xn, "cannot reshape " + ShapeToString(x) + " to [" +
-                                    std::to_string(x.empty() ? 0 : x[0]) + "] + " +
-                                    ShapeToString(op.shape));
+          return OpFail(op, xn,
+                        "cannot reshape " + ShapeToString(x) + " to [" +
+                            std::to_string(x.empty() ? 0 : x[0]) + "] + " +
+                            ShapeToString(op.shape));
         }
         Shape out{x[0]};
         out.insert(out.end(), op.shape.begin(), op.shape.end());
@@ -189,9 +195,9 @@ class Inference {
     for (int i = 0; i < 2; ++i) {
       int64_t span = x[2 + i] + 2 * op.padding[i] - kernel[i];
       if (span < 0) {
-        return OpFail(op, op.inputs[0], "kernel " + std::to_string(kernel[i]) +
-                                            " is larger than the padded input " +
-                                            ShapeToString(x));
+        return OpFail(op, op.inputs[0],
+                      "kernel " + std::to_string(kernel[i]) + " is larger than the padded input " +
+                          ShapeToString(x));
       }
       out[2 + i] = span / op.stride[i] + 1;
     }

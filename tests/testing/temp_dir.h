@@ -1,20 +1,20 @@
 // Test helpers: a unique temporary directory removed at scope exit, and file writers.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <string_view>
-#include <unistd.h>
 
 namespace ferry::testing {
 
 class TempDir {
  public:
   TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "ferry-test-XXXXXX").string();
+    std::string pattern = (std::filesystem::temp_directory_path() / "ferry-test-XXXXXX").string();
     path_ = ::mkdtemp(pattern.data()) != nullptr ? pattern : "";
   }
   ~TempDir() {
