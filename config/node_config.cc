@@ -19,12 +19,14 @@ constexpr std::string_view kEnvPrefix = "FERRY_SCHEDULER_";
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 
 // The [scheduler] keys that hold strings; the rest are numbers.
-bool IsStringSchedulerKey(std::string_view key) { return key == "discipline"; }
+bool IsStringSchedulerKey(std::string_view key) {
+  return key == "discipline" || key == "residency_mode" || key == "batch_sizing";
+}
 
 const std::vector<std::string>& SchedulerKeys() {
   static const std::vector<std::string> keys = {
       "discipline",     "ema_halflife_seconds", "recency_penalty_cap",      "coalescing_discount",
-      "cost_ema_alpha", "max_queue_depth",      "dispatch_timeout_seconds", "compaction_interval"};
+      "cost_ema_alpha", "max_queue_depth",      "dispatch_timeout_seconds", "compaction_interval", "residency_mode", "batch_sizing"};
   return keys;
 }
 
@@ -40,6 +42,11 @@ void ReadSchedulerKeys(TableReader& r, SchedulerConfig* c) {
   r.Int("max_queue_depth", &c->max_queue_depth, 1, kMaxInt);
   r.Double("dispatch_timeout_seconds", &c->dispatch_timeout_seconds, DoubleRange::Positive());
   r.Int("compaction_interval", &c->compaction_interval, 0, kMaxInt);
+  r.Enum<ResidencyMode>("residency_mode", &c->residency_mode,
+                        {{"managed", ResidencyMode::kManaged},
+                         {"external", ResidencyMode::kExternal}});
+  r.Enum<BatchSizing>("batch_sizing", &c->batch_sizing,
+                      {{"largest", BatchSizing::kLargest}, {"cost", BatchSizing::kCost}});
 }
 
 void ReadModelScheduling(TableReader& r, ModelSchedulingConfig* m) {

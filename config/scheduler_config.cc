@@ -26,6 +26,14 @@ std::string_view ResidencyName(Residency r) {
   return "?";
 }
 
+std::string_view ResidencyModeName(ResidencyMode m) {
+  return m == ResidencyMode::kManaged ? "managed" : "external";
+}
+
+std::string_view BatchSizingName(BatchSizing b) {
+  return b == BatchSizing::kLargest ? "largest" : "cost";
+}
+
 ModelSchedulingConfig SchedulerConfig::ForModel(const std::string& name) const {
   auto it = models.find(name);
   return it == models.end() ? ModelSchedulingConfig{} : it->second;

@@ -27,6 +27,20 @@ enum class Residency {
 };
 std::string_view ResidencyName(Residency r);
 
+// Who moves models between residency floors.
+enum class ResidencyMode {
+  kManaged,   // The worker's weight cache follows each model's floor (default).
+  kExternal,  // An external controller moves models with set_residency.
+};
+std::string_view ResidencyModeName(ResidencyMode m);
+
+// How coalescing picks the compiled batch size.
+enum class BatchSizing {
+  kLargest,  // The largest compiled size the queued rows can fill (default).
+  kCost,     // The compiled size with the most real rows per learned second.
+};
+std::string_view BatchSizingName(BatchSizing b);
+
 struct ModelSchedulingConfig {
   // Relative share of GPU time under fair: share = weight / sum of the busy models' weights.
   // Must be > 0. Default 1.0.
@@ -60,6 +74,14 @@ struct SchedulerConfig {
   double dispatch_timeout_seconds = 30.0;
   // Compact the weight arena every N on-demand loads; 0 disables. >= 0. Default 0.
   int64_t compaction_interval = 0;
+  // managed (default): residency follows each model's floor. external: an outside controller
+  // moves models with set_residency, which is rejected in managed mode.
+  ResidencyMode residency_mode = ResidencyMode::kManaged;
+  // largest (default): the largest compiled size the queued rows can fill, as the seed
+  // specifies. cost: the size serving the most real rows per learned second (e.g. pads 3 rows
+  // to 4 rather than running three dispatches of 1); better throughput when padding is
+  // cheap, at the price of padded rows.
+  BatchSizing batch_sizing = BatchSizing::kLargest;
 
   // Per-model overrides, by model name.
   std::map<std::string, ModelSchedulingConfig> models;

@@ -1,0 +1,44 @@
+#include "worker/model_queue.h"
+
+namespace ferry {
+
+void ModelQueue::Push(QueuedRequest request) {
+  if (request.deadline) {
+    deadlines_.insert(*request.deadline);
+  }
+  rows_ += request.rows;
+  requests_.push_back(std::move(request));
+}
+
+void ModelQueue::Forget(const QueuedRequest& request) {
+  if (request.deadline) {
+    deadlines_.erase(deadlines_.find(*request.deadline));
+  }
+  rows_ -= request.rows;
+}
+
+QueuedRequest ModelQueue::PopFront() {
+  QueuedRequest request = std::move(requests_.front());
+  requests_.pop_front();
+  Forget(request);
+  return request;
+}
+
+QueuedRequest ModelQueue::RemoveAt(size_t index) {
+  if (index == 0) {
+    return PopFront();
+  }
+  QueuedRequest request = std::move(requests_[index]);
+  requests_.erase(requests_.begin() + static_cast<std::ptrdiff_t>(index));
+  Forget(request);
+  return request;
+}
+
+std::optional<Nanos> ModelQueue::MostUrgentDeadline() const {
+  if (deadlines_.empty()) {
+    return std::nullopt;
+  }
+  return *deadlines_.begin();
+}
+
+}  // namespace ferry

@@ -1,0 +1,38 @@
+// One model's FIFO queue of requests, with what the disciplines need in O(1) or O(log n):
+// the oldest arrival (the front), the most urgent deadline, and the queued row count.
+//
+// Thread safety: requires external synchronization.
+#pragma once
+
+#include <deque>
+#include <optional>
+#include <set>
+
+#include "worker/scheduler_types.h"
+
+namespace ferry {
+
+class ModelQueue {
+ public:
+  void Push(QueuedRequest request);
+  QueuedRequest PopFront();
+  // Removes the request at `index` (0 = front). REQUIRES: index < size().
+  QueuedRequest RemoveAt(size_t index);
+
+  bool empty() const { return requests_.empty(); }
+  size_t size() const { return requests_.size(); }
+  const QueuedRequest& at(size_t index) const { return requests_[index]; }
+  const QueuedRequest& front() const { return requests_.front(); }
+  int64_t queued_rows() const { return rows_; }
+  // The soonest deadline of any queued request; nullopt when none has one.
+  std::optional<Nanos> MostUrgentDeadline() const;
+
+ private:
+  void Forget(const QueuedRequest& request);
+
+  std::deque<QueuedRequest> requests_;
+  std::multiset<Nanos> deadlines_;
+  int64_t rows_ = 0;
+};
+
+}  // namespace ferry

@@ -1,0 +1,509 @@
+#include "worker/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace ferry {
+
+Scheduler::ModelState::ModelState(ModelSpec s, double alpha)
+    : spec(std::move(s)),
+      weight(spec.config.weight),
+      residency(spec.config.residency),
+      cost(spec.num_variants, static_cast<int>(spec.batch_sizes.size()), alpha),
+      size_counts(spec.batch_sizes.size(), 0) {
+  counters.name = spec.name;
+}
+
+Result<Scheduler> Scheduler::Create(SchedulerConfig config, std::vector<ModelSpec> models,
+                                    SchedulerOptions options) {
+  if (models.empty()) {
+    return InvalidArgument("scheduler: no models registered");
+  }
+  std::set<std::string> names;
+  for (ModelSpec& spec : models) {
+    if (!names.insert(spec.name).second) {
+      return InvalidArgument("scheduler: model '" + spec.name + "' registered twice");
+    }
+    const std::vector<int64_t>& sizes = spec.batch_sizes;
+    bool unbatched = sizes == std::vector<int64_t>{0};
+    bool ascending = !sizes.empty() && sizes[0] > 0 &&
+                     std::adjacent_find(sizes.begin(), sizes.end(), [](int64_t a, int64_t b) {
+                       return a >= b;
+                     }) == sizes.end();
+    if (!unbatched && !ascending) {
+      return InvalidArgument("scheduler: model '" + spec.name +
+                             "': batch sizes must be ascending positive, or [0]");
+    }
+    if (spec.num_variants < 1) {
+      return InvalidArgument("scheduler: model '" + spec.name + "': no shape variants");
+    }
+    if (unbatched) {
+      spec.coalescable = false;
+    }
+    spec.config = config.ForModel(spec.name);
+  }
+  for (const auto& [name, unused] : config.models) {
+    if (names.count(name) == 0) {
+      return InvalidArgument("scheduler.models." + name + ": no such model is loaded");
+    }
+  }
+  return Scheduler(std::move(config), std::move(models), options);
+}
+
+Scheduler::Scheduler(SchedulerConfig config, std::vector<ModelSpec> models,
+                     SchedulerOptions options)
+    : config_(std::move(config)), options_(options) {
+  models_.reserve(models.size());
+  for (ModelSpec& spec : models) {
+    models_.emplace_back(std::move(spec), config_.cost_ema_alpha);
+  }
+  active_slot_.assign(models_.size(), -1);
+}
+
+int Scheduler::FindModel(std::string_view name) const {
+  for (size_t i = 0; i < models_.size(); ++i) {
+    if (models_[i].spec.name == name) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+Status Scheduler::Enqueue(int model, QueuedRequest request) {
+  if (model < 0 || static_cast<size_t>(model) >= models_.size()) {
+    return InvalidArgument("scheduler: no model with index " + std::to_string(model));
+  }
+  ModelState& m = models_[static_cast<size_t>(model)];
+  if (request.rows < 1) {
+    return InvalidArgument("model '" + m.spec.name + "': a request needs at least one row");
+  }
+  if (request.variant != kNoCompiledProgram &&
+      (request.variant < 0 || request.variant >= m.spec.num_variants)) {
+    return InvalidArgument("model '" + m.spec.name + "': no shape variant " +
+                           std::to_string(request.variant));
+  }
+  if (m.queue.size() >= static_cast<size_t>(config_.max_queue_depth)) {
+    ++m.counters.rejected;
+    return ResourceExhausted("model '" + m.spec.name + "': queue is full (max_queue_depth " +
+                             std::to_string(config_.max_queue_depth) + ")");
+  }
+  m.queue.Push(std::move(request));
+  ++queued_;
+  Activate(model);
+  return OkStatus();
+}
+
+Status Scheduler::EnqueueCommitted(int model, QueuedRequest request) {
+  if (model < 0 || static_cast<size_t>(model) >= models_.size()) {
+    return InvalidArgument("scheduler: no model with index " + std::to_string(model));
+  }
+  if (request.meta_id == 0) {
+    return InvalidArgument("scheduler: a committed sub-call needs a meta id");
+  }
+  if (!committed_metas_.insert(request.meta_id).second) {
+    return InvalidArgument("scheduler: meta " + std::to_string(request.meta_id) +
+                           " already has a committed sub-call pending");
+  }
+  committed_.push_back({model, std::move(request)});
+  return OkStatus();
+}
+
+Status Scheduler::SetPolicy(std::string_view model, double weight) {
+  int index = FindModel(model);
+  if (index < 0) {
+    return NotFound("set_policy: no model '" + std::string(model) + "'");
+  }
+  if (!(weight > 0) || !std::isfinite(weight)) {
+    return InvalidArgument("set_policy: weight of '" + std::string(model) + "' must be > 0");
+  }
+  ControlCommand command;
+  command.kind = ControlCommand::Kind::kSetPolicy;
+  command.model = index;
+  command.weight = weight;
+  pending_controls_.push_back(command);
+  return OkStatus();
+}
+
+Status Scheduler::SetResidency(std::string_view model, Residency residency) {
+  if (config_.residency_mode != ResidencyMode::kExternal) {
+    return InvalidArgument("set_residency: only in residency_mode = \"external\"; this worker "
+                           "manages residency itself");
+  }
+  int index = FindModel(model);
+  if (index < 0) {
+    return NotFound("set_residency: no model '" + std::string(model) + "'");
+  }
+  ControlCommand command;
+  command.kind = ControlCommand::Kind::kSetResidency;
+  command.model = index;
+  command.residency = residency;
+  pending_controls_.push_back(command);
+  return OkStatus();
+}
+
+Status Scheduler::Compact(const std::vector<std::string>& reload) {
+  ControlCommand command;
+  command.kind = ControlCommand::Kind::kCompact;
+  for (const std::string& name : reload) {
+    int index = FindModel(name);
+    if (index < 0) {
+      return NotFound("compact: no model '" + name + "'");
+    }
+    command.models.push_back(index);
+  }
+  pending_controls_.push_back(command);
+  return OkStatus();
+}
+
+void Scheduler::Activate(int index) {
+  if (active_slot_[static_cast<size_t>(index)] < 0) {
+    active_slot_[static_cast<size_t>(index)] = static_cast<int>(active_.size());
+    active_.push_back(index);
+  }
+}
+
+void Scheduler::DeactivateIfEmpty(int index) {
+  int slot = active_slot_[static_cast<size_t>(index)];
+  if (slot < 0 || !models_[static_cast<size_t>(index)].queue.empty()) {
+    return;
+  }
+  int last = active_.back();
+  active_[static_cast<size_t>(slot)] = last;
+  active_slot_[static_cast<size_t>(last)] = slot;
+  active_.pop_back();
+  active_slot_[static_cast<size_t>(index)] = -1;
+}
+
+double Scheduler::Decayed(double value, Nanos at, Nanos now) const {
+  if (now <= at || value == 0) {
+    return value;
+  }
+  double halflife_ns = config_.ema_halflife_seconds * kNanosPerSecond;
+  return value * std::exp2(-static_cast<double>(now - at) / halflife_ns);
+}
+
+double Scheduler::RecentFraction(const ModelState& m, Nanos now) const {
+  double total = Decayed(total_recent_, total_recent_at_, now);
+  if (total <= 0) {
+    return 0;
+  }
+  return Decayed(m.recent, m.recent_at, now) / total;
+}
+
+double Scheduler::EffectiveCost(const ModelState& m) const {
+  const QueuedRequest& front = m.queue.front();
+  int variant = front.variant == kNoCompiledProgram ? 0 : front.variant;
+  // The size the next dispatch would likely run at, from the queued rows (cheap estimate).
+  int64_t limit = EffectiveMaxBatch(m.spec);
+  int size_index = 0;
+  for (size_t i = 0; i < m.spec.batch_sizes.size(); ++i) {
+    if (m.spec.batch_sizes[i] <= std::min(m.queue.queued_rows(), limit)) {
+      size_index = static_cast<int>(i);
+    }
+  }
+  double cost = m.cost.Estimate(variant, size_index);
+  if (m.spec.coalescable && options_.coalesce && m.queue.size() > 1) {
+    cost *= 1.0 - config_.coalescing_discount;
+  }
+  return cost;
+}
+
+namespace {
+
+// Deterministic tie-break: the older front request, then the name.
+bool Before(const QueuedRequest& a, const std::string& a_name, const QueuedRequest& b,
+            const std::string& b_name) {
+  if (a.arrival != b.arrival) {
+    return a.arrival < b.arrival;
+  }
+  return a_name < b_name;
+}
+
+}  // namespace
+
+int Scheduler::SelectFair(Nanos now) const {
+  double weight_sum = 0;
+  for (int index : active_) {
+    weight_sum += models_[static_cast<size_t>(index)].weight;
+  }
+  int best = -1;
+  double best_priority = 0;
+  double cap = config_.recency_penalty_cap;
+  for (int index : active_) {
+    const ModelState& m = models_[static_cast<size_t>(index)];
+    double share = m.weight / weight_sum;
+    double deficit = std::clamp(share - RecentFraction(m, now), -cap, cap);
+    double priority = deficit / EffectiveCost(m);
+    if (best < 0 || priority > best_priority ||
+        (priority == best_priority &&
+         Before(m.queue.front(), m.spec.name, models_[static_cast<size_t>(best)].queue.front(),
+                models_[static_cast<size_t>(best)].spec.name))) {
+      best = index;
+      best_priority = priority;
+    }
+  }
+  return best;
+}
+
+int Scheduler::SelectFifo() const {
+  int best = -1;
+  for (int index : active_) {
+    const ModelState& m = models_[static_cast<size_t>(index)];
+    if (best < 0 || Before(m.queue.front(), m.spec.name,
+                           models_[static_cast<size_t>(best)].queue.front(),
+                           models_[static_cast<size_t>(best)].spec.name)) {
+      best = index;
+    }
+  }
+  return best;
+}
+
+int Scheduler::SelectEdf() const {
+  int best = -1;
+  std::optional<Nanos> best_deadline;
+  for (int index : active_) {
+    const ModelState& m = models_[static_cast<size_t>(index)];
+    std::optional<Nanos> deadline = m.queue.MostUrgentDeadline();
+    bool better = false;
+    if (best < 0) {
+      better = true;
+    } else if (deadline.has_value() != best_deadline.has_value()) {
+      better = deadline.has_value();  // Any deadline is more urgent than none.
+    } else if (deadline && *deadline != *best_deadline) {
+      better = *deadline < *best_deadline;
+    } else {
+      const ModelState& b = models_[static_cast<size_t>(best)];
+      better = Before(m.queue.front(), m.spec.name, b.queue.front(), b.spec.name);
+    }
+    if (better) {
+      best = index;
+      best_deadline = deadline;
+    }
+  }
+  return best;
+}
+
+int Scheduler::SelectRoundRobin() {
+  for (size_t step = 0; step < models_.size(); ++step) {
+    size_t index = (round_robin_next_ + step) % models_.size();
+    if (!models_[index].queue.empty()) {
+      round_robin_next_ = index + 1;
+      return static_cast<int>(index);
+    }
+  }
+  return -1;
+}
+
+int Scheduler::Select(Nanos now) {
+  if (active_.empty()) {
+    return -1;
+  }
+  if (options_.round_robin) {
+    return SelectRoundRobin();
+  }
+  switch (config_.discipline) {
+    case Discipline::kFair:
+      return SelectFair(now);
+    case Discipline::kFifo:
+      return SelectFifo();
+    case Discipline::kEdf:
+      return SelectEdf();
+  }
+  return -1;
+}
+
+void Scheduler::Coalesce(int index, Nanos now, Dispatch* out) {
+  ModelState& m = models_[static_cast<size_t>(index)];
+  bool laxity = config_.discipline == Discipline::kEdf;
+  while (!m.queue.empty()) {
+    BatchPlan plan =
+        PlanBatch(m.queue, m.spec, m.cost, config_.batch_sizing, options_.coalesce);
+    if (plan.failure) {
+      out->failed.push_back(m.queue.PopFront());
+      out->failure = plan.failure;
+      --queued_;
+      ++m.counters.failed;
+      break;
+    }
+    // Shed the planned requests that cannot meet their deadline; re-plan if any went.
+    double high = m.cost.HighPercentile(m.queue.front().variant, plan.size_index);
+    Nanos finish = now + static_cast<Nanos>(high * kNanosPerSecond);
+    size_t shed_before = out->shed.size();
+    for (size_t i = plan.count; i-- > 0;) {
+      const QueuedRequest& r = m.queue.at(i);
+      if (r.deadline && (*r.deadline <= now || (laxity && *r.deadline < finish))) {
+        out->shed.push_back(m.queue.RemoveAt(i));
+        --queued_;
+        ++m.counters.shed;
+      }
+    }
+    if (out->shed.size() != shed_before) {
+      std::reverse(out->shed.begin() + static_cast<std::ptrdiff_t>(shed_before),
+                   out->shed.end());
+      continue;
+    }
+    out->model = index;
+    out->variant = m.queue.front().variant;
+    out->batch_size = plan.batch_size;
+    out->rows = plan.rows;
+    for (size_t i = 0; i < plan.count; ++i) {
+      out->requests.push_back(m.queue.PopFront());
+    }
+    queued_ -= plan.count;
+    out->pass_through = plan.count == 1 && plan.rows == plan.batch_size;
+    break;
+  }
+  DeactivateIfEmpty(index);
+}
+
+void Scheduler::DispatchCommitted(Nanos now, Dispatch* out) {
+  Committed next = std::move(committed_.front());
+  committed_.erase(committed_.begin());
+  committed_metas_.erase(next.request.meta_id);
+  ModelState& m = models_[static_cast<size_t>(next.model)];
+  // Committed sub-calls skip the laxity check (earlier stages already spent GPU time) but
+  // still honour the hard deadline.
+  if (next.request.deadline && *next.request.deadline <= now) {
+    ++m.counters.shed;
+    out->shed.push_back(std::move(next.request));
+    return;
+  }
+  ModelQueue alone;
+  alone.Push(next.request);
+  BatchPlan plan = PlanBatch(alone, m.spec, m.cost, config_.batch_sizing, false);
+  if (plan.failure) {
+    ++m.counters.failed;
+    out->failure = plan.failure;
+    out->failed.push_back(std::move(next.request));
+    return;
+  }
+  out->model = next.model;
+  out->variant = next.request.variant;
+  out->batch_size = plan.batch_size;
+  out->rows = plan.rows;
+  out->pass_through = plan.rows == plan.batch_size;
+  out->committed_meta = true;
+  out->requests.push_back(std::move(next.request));
+}
+
+Decision Scheduler::Next(Nanos now) {
+  Decision decision;
+  // 1. Control commands, in posting order.
+  for (ControlCommand& command : pending_controls_) {
+    if (command.kind == ControlCommand::Kind::kSetPolicy) {
+      models_[static_cast<size_t>(command.model)].weight = command.weight;
+    } else if (command.kind == ControlCommand::Kind::kSetResidency) {
+      models_[static_cast<size_t>(command.model)].residency = command.residency;
+    }
+    decision.controls.push_back(std::move(command));
+  }
+  pending_controls_.clear();
+  Dispatch& out = decision.dispatch;
+  // 2. A committed meta sub-call jumps ahead of the scan.
+  if (!committed_.empty()) {
+    DispatchCommitted(now, &out);
+  } else {
+    // 3 and 4: select, then coalesce (which sheds). If shedding empties the winner's queue,
+    // nothing runs this time: the caller fails the shed requests and asks again.
+    int index = Select(now);
+    if (index >= 0) {
+      Coalesce(index, now, &out);
+    }
+  }
+  if (out.runs()) {
+    RecordDispatched(models_[static_cast<size_t>(out.model)], out, now);
+  }
+  return decision;
+}
+
+void Scheduler::RecordDispatched(ModelState& m, const Dispatch& d, Nanos now) {
+  ++m.counters.dispatch_count;
+  m.counters.requests_served += d.requests.size();
+  m.counters.rows_served += static_cast<uint64_t>(d.rows);
+  m.counters.padding_rows += static_cast<uint64_t>(std::max<int64_t>(0, d.batch_size - d.rows));
+  for (const QueuedRequest& r : d.requests) {
+    m.waits.Record(now - r.arrival);
+  }
+  std::optional<int> size_index = SmallestFitting(m.spec.batch_sizes, d.batch_size);
+  ++m.size_counts[static_cast<size_t>(size_index.value_or(0))];
+}
+
+void Scheduler::Complete(const Dispatch& dispatch, double compute_seconds, Nanos now) {
+  ModelState& m = models_[static_cast<size_t>(dispatch.model)];
+  std::optional<int> size_index = SmallestFitting(m.spec.batch_sizes, dispatch.batch_size);
+  if (dispatch.variant != kNoCompiledProgram) {
+    m.cost.Record(dispatch.variant, size_index.value_or(0), compute_seconds);
+  }
+  m.counters.total_compute_seconds += compute_seconds;
+  m.recent = Decayed(m.recent, m.recent_at, now) + compute_seconds;
+  m.recent_at = now;
+  total_recent_ = Decayed(total_recent_, total_recent_at_, now) + compute_seconds;
+  total_recent_at_ = now;
+}
+
+std::vector<WarmupRun> Scheduler::WarmupPlan() const {
+  std::vector<WarmupRun> runs;
+  if (config_.discipline != Discipline::kFair) {
+    return runs;
+  }
+  for (size_t i = 0; i < models_.size(); ++i) {
+    for (int v = 0; v < models_[i].spec.num_variants; ++v) {
+      for (int64_t size : models_[i].spec.batch_sizes) {
+        runs.push_back({static_cast<int>(i), v, size});
+      }
+    }
+  }
+  return runs;
+}
+
+void Scheduler::SeedCost(int model, int variant, int64_t batch_size, double seconds) {
+  ModelState& m = models_[static_cast<size_t>(model)];
+  std::optional<int> size_index = SmallestFitting(m.spec.batch_sizes, batch_size);
+  if (size_index && variant >= 0 && variant < m.spec.num_variants) {
+    m.cost.Record(variant, *size_index, seconds);
+  }
+}
+
+std::vector<ModelMetrics> Scheduler::Metrics(Nanos now) const {
+  std::vector<ModelMetrics> out;
+  for (const ModelState& m : models_) {
+    ModelMetrics metrics = m.counters;
+    metrics.recent_compute = RecentFraction(m, now);
+    metrics.queue_depth = m.queue.size();
+    metrics.queue_wait_p50_ns = m.waits.Percentile(0.50);
+    metrics.queue_wait_p99_ns = m.waits.Percentile(0.99);
+    for (size_t i = 0; i < m.spec.batch_sizes.size(); ++i) {
+      if (m.size_counts[i] > 0) {
+        metrics.batch_size_histogram[m.spec.batch_sizes[i]] = m.size_counts[i];
+      }
+    }
+    metrics.effective_max_batch = EffectiveMaxBatch(m.spec);
+    metrics.residency = m.residency;
+    out.push_back(std::move(metrics));
+  }
+  return out;
+}
+
+ControlStatus Scheduler::GetControlStatus() const {
+  ControlStatus status;
+  status.discipline = config_.discipline;
+  status.residency_mode = config_.residency_mode;
+  for (const ModelState& m : models_) {
+    ModelControlStatus s;
+    s.name = m.spec.name;
+    s.weight = m.weight;
+    s.queue_depth = m.queue.size();
+    s.dispatch_count = m.counters.dispatch_count;
+    s.requests_served = m.counters.requests_served;
+    s.rows_served = m.counters.rows_served;
+    s.effective_max_batch = EffectiveMaxBatch(m.spec);
+    s.wire_batch_input = m.spec.wire_batch_input;
+    s.wire_batch_axis = m.spec.wire_batch_axis;
+    s.residency = m.residency;
+    status.models.push_back(std::move(s));
+  }
+  return status;
+}
+
+}  // namespace ferry

@@ -1,0 +1,206 @@
+// DESIGN: the worker's scheduler, a pure library. No I/O, no threads, no clock: every call
+// takes `now`, so the same code runs in the dispatch loop, in tests with a fake clock, and in
+// ferry-sim's virtual time.
+//
+// Each time the GPU frees, the caller asks Next(now), which decides in this order:
+//   1. apply pending control commands (set_policy, set_residency, compact);
+//   2. dispatch a committed meta sub-call if one is pending (at most one per in-flight meta);
+//   3. otherwise select a model by the discipline (fair, fifo or edf) among models with
+//      queued work;
+//   4. coalesce the winner's queue (batch_planner.h), shedding requests that cannot meet
+//      their deadline before any GPU work (expired ones under every discipline; under edf
+//      also those whose deadline falls before now + the learned high-percentile cost).
+// After the execution the caller reports its compute time with Complete(), which feeds the
+// cost model and the fair-share accounting.
+//
+// fair: share_i = weight_i / (sum of weights of models with queued work), so idle models do
+// not hand their weight to whichever is busy and expensive (work conservation).
+// recent_i is model i's fraction of recent GPU busy time: C_i / sum_j C_j, where C_i is its
+// compute seconds decayed with half-life ema_halflife_seconds (decayed to `now` before every
+// read or write). priority_i = clamp(share_i - recent_i, -cap, cap) / effective_cost_i,
+// where effective_cost_i is the learned cost of the dispatch the model would run next,
+// lowered by coalescing_discount when it would coalesce. While no model has run, recent_i is
+// 0 and the deficit equals the share. docs/scheduler.md explains why this meets the targets.
+//
+// Thread safety: requires external synchronization (the dispatch loop owns it).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "config/scheduler_config.h"
+#include "worker/batch_planner.h"
+#include "worker/cost_model.h"
+#include "worker/model_queue.h"
+#include "worker/scheduler_types.h"
+#include "worker/wait_histogram.h"
+
+namespace ferry {
+
+// Knobs for baselines in benchmarks and tests; production uses the defaults.
+struct SchedulerOptions {
+  bool coalesce = true;      // false: one request per dispatch (the "no coalescing" baseline).
+  bool round_robin = false;  // true: plain round-robin over models with work (baseline).
+};
+
+// A control command applied at the start of a decision; returned by Next() so the dispatch
+// loop carries out what touches the weight cache (residency moves, compaction).
+struct ControlCommand {
+  enum class Kind { kSetPolicy, kSetResidency, kCompact };
+  Kind kind = Kind::kSetPolicy;
+  int model = -1;                       // kSetPolicy, kSetResidency.
+  double weight = 0;                    // kSetPolicy.
+  Residency residency = Residency::kWarm;  // kSetResidency.
+  std::vector<int> models;              // kCompact: models to reload afterwards.
+};
+
+struct Decision {
+  std::vector<ControlCommand> controls;  // Applied in this decision, in posting order.
+  Dispatch dispatch;
+};
+
+struct ModelMetrics {
+  std::string name;
+  uint64_t dispatch_count = 0;    // Executions (a coalesced batch counts once).
+  uint64_t requests_served = 0;
+  uint64_t rows_served = 0;       // Real rows, padding excluded.
+  uint64_t padding_rows = 0;
+  double total_compute_seconds = 0;
+  double recent_compute = 0;      // Fraction of recent GPU time (fair's EMA), now.
+  size_t queue_depth = 0;
+  int64_t queue_wait_p50_ns = 0;
+  int64_t queue_wait_p99_ns = 0;
+  std::map<int64_t, uint64_t> batch_size_histogram;  // Compiled size -> dispatches.
+  int64_t effective_max_batch = 0;
+  Residency residency = Residency::kWarm;
+  uint64_t rejected = 0;          // Queue full.
+  uint64_t shed = 0;              // Dropped for their deadline.
+  uint64_t failed = 0;            // Could not run (no compiled program, too many rows).
+};
+
+struct ModelControlStatus {
+  std::string name;
+  double weight = 0;
+  size_t queue_depth = 0;
+  uint64_t dispatch_count = 0;
+  uint64_t requests_served = 0;
+  uint64_t rows_served = 0;
+  int64_t effective_max_batch = 0;
+  std::string wire_batch_input;
+  int wire_batch_axis = 0;  // 1-based; 0 = none.
+  Residency residency = Residency::kWarm;
+};
+
+struct ControlStatus {
+  Discipline discipline = Discipline::kFair;
+  ResidencyMode residency_mode = ResidencyMode::kManaged;
+  std::vector<ModelControlStatus> models;
+};
+
+// One warm-up execution: run this (model, variant, size) on zero inputs and SeedCost it.
+struct WarmupRun {
+  int model;
+  int variant;
+  int64_t batch_size;
+};
+
+class Scheduler {
+ public:
+  // INVALID_ARGUMENT for an empty model list, duplicate names, bad batch sizes, or a
+  // [scheduler.models] entry naming no registered model.
+  static Result<Scheduler> Create(SchedulerConfig config, std::vector<ModelSpec> models,
+                                  SchedulerOptions options = {});
+
+  // Index of the model called `name`, or -1.
+  int FindModel(std::string_view name) const;
+  const ModelSpec& model(int index) const { return models_[static_cast<size_t>(index)].spec; }
+  size_t num_models() const { return models_.size(); }
+
+  // Queues a request. RESOURCE_EXHAUSTED naming the model and depth when its queue is full
+  // (other models are unaffected); INVALID_ARGUMENT for an unknown model, a variant out of
+  // range or rows < 1.
+  Status Enqueue(int model, QueuedRequest request);
+  // Queues a committed meta sub-call (request.meta_id != 0), dispatched ahead of the
+  // discipline scan. INVALID_ARGUMENT when that meta already has one pending.
+  Status EnqueueCommitted(int model, QueuedRequest request);
+
+  // Control commands: checked now, applied at the start of the next decision.
+  // NOT_FOUND for an unknown model; INVALID_ARGUMENT for weight <= 0.
+  Status SetPolicy(std::string_view model, double weight);
+  // INVALID_ARGUMENT unless residency_mode is external.
+  Status SetResidency(std::string_view model, Residency residency);
+  Status Compact(const std::vector<std::string>& reload);
+
+  // The next decision (see the file comment). A Dispatch that does not run still carries
+  // the requests shed or failed in this decision.
+  Decision Next(Nanos now);
+  // Reports the measured compute seconds of a dispatch that ran (weight-load time
+  // excluded). REQUIRES: `dispatch` came from Next() and ran.
+  void Complete(const Dispatch& dispatch, double compute_seconds, Nanos now);
+
+  // Warm-up (fair only): the runs that seed every (model, variant, size) pair.
+  std::vector<WarmupRun> WarmupPlan() const;
+  void SeedCost(int model, int variant, int64_t batch_size, double seconds);
+  const CostModel& cost(int model) const { return models_[static_cast<size_t>(model)].cost; }
+
+  std::vector<ModelMetrics> Metrics(Nanos now) const;
+  ControlStatus GetControlStatus() const;
+  const SchedulerConfig& config() const { return config_; }
+  size_t queued_requests() const { return queued_; }
+
+ private:
+  struct ModelState {
+    explicit ModelState(ModelSpec s, double alpha);
+    ModelSpec spec;
+    double weight;
+    Residency residency;
+    ModelQueue queue;
+    CostModel cost;
+    double recent = 0;   // Decayed compute seconds as of recent_at.
+    Nanos recent_at = 0;
+    ModelMetrics counters;
+    WaitHistogram waits;
+    std::vector<uint64_t> size_counts;
+  };
+  struct Committed {
+    int model;
+    QueuedRequest request;
+  };
+
+  Scheduler(SchedulerConfig config, std::vector<ModelSpec> models, SchedulerOptions options);
+
+  double Decayed(double value, Nanos at, Nanos now) const;
+  double RecentFraction(const ModelState& m, Nanos now) const;
+  double EffectiveCost(const ModelState& m) const;
+  int SelectFair(Nanos now) const;
+  int SelectFifo() const;
+  int SelectEdf() const;
+  int SelectRoundRobin();
+  int Select(Nanos now);
+  // Coalesces model `index`, shedding infeasible requests first. Fills `out`.
+  void Coalesce(int index, Nanos now, Dispatch* out);
+  void DispatchCommitted(Nanos now, Dispatch* out);
+  void Activate(int index);
+  void DeactivateIfEmpty(int index);
+  void RecordDispatched(ModelState& m, const Dispatch& d, Nanos now);
+
+  SchedulerConfig config_;
+  SchedulerOptions options_;
+  std::vector<ModelState> models_;
+  std::vector<int> active_;        // Models with queued requests, unordered.
+  std::vector<int> active_slot_;   // Position in active_, or -1.
+  std::vector<Committed> committed_;
+  std::set<uint64_t> committed_metas_;
+  std::vector<ControlCommand> pending_controls_;
+  double total_recent_ = 0;  // sum of every model's decayed compute, as of total_recent_at_.
+  Nanos total_recent_at_ = 0;
+  size_t round_robin_next_ = 0;
+  size_t queued_ = 0;
+};
+
+}  // namespace ferry

@@ -1,0 +1,468 @@
+#include "worker/scheduler.h"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <map>
+
+namespace ferry {
+namespace {
+
+constexpr Nanos kMs = 1'000'000;
+
+ModelSpec Spec(const std::string& name, std::vector<int64_t> sizes = {1, 8, 32}) {
+  ModelSpec spec;
+  spec.name = name;
+  spec.batch_sizes = std::move(sizes);
+  spec.wire_batch_input = "input";
+  spec.wire_batch_axis = 1;
+  return spec;
+}
+
+Scheduler Make(std::vector<ModelSpec> specs, SchedulerConfig config = {},
+               SchedulerOptions options = {}) {
+  Result<Scheduler> s = Scheduler::Create(std::move(config), std::move(specs), options);
+  REQUIRE_MESSAGE(s.ok(), (s.ok() ? "" : s.error().message));
+  return std::move(s).value();
+}
+
+QueuedRequest Req(Nanos arrival, int64_t rows = 1, std::optional<Nanos> deadline = {},
+                  uint64_t payload = 0) {
+  QueuedRequest r;
+  r.arrival = arrival;
+  r.rows = rows;
+  r.deadline = deadline;
+  r.payload = payload;
+  return r;
+}
+
+void Push(Scheduler& s, int model, QueuedRequest r) { REQUIRE(s.Enqueue(model, r).ok()); }
+
+// Runs decisions until idle or `limit`, completing each dispatch with cost(model, size).
+// Returns the model of each dispatch in order.
+template <typename CostFn>
+std::vector<int> Drain(Scheduler& s, Nanos& now, CostFn cost, int limit = 100000) {
+  std::vector<int> order;
+  for (int i = 0; i < limit; ++i) {
+    Decision d = s.Next(now);
+    if (!d.dispatch.runs()) {
+      if (s.queued_requests() == 0) {
+        break;
+      }
+      continue;
+    }
+    double seconds = cost(d.dispatch.model, d.dispatch.batch_size);
+    now += static_cast<Nanos>(seconds * kNanosPerSecond);
+    s.Complete(d.dispatch, seconds, now);
+    order.push_back(d.dispatch.model);
+  }
+  return order;
+}
+
+TEST_CASE("a full model rejects at once, naming model and depth, without affecting others") {
+  SchedulerConfig config;
+  config.max_queue_depth = 2;
+  Scheduler s = Make({Spec("a"), Spec("b")}, config);
+  Push(s, 0, Req(1));
+  Push(s, 0, Req(2));
+  Status full = s.Enqueue(0, Req(3));
+  REQUIRE_FALSE(full.ok());
+  CHECK(full.error().code == ErrorCode::kResourceExhausted);
+  CHECK(full.error().message == "model 'a': queue is full (max_queue_depth 2)");
+  CHECK(s.Enqueue(1, Req(4)).ok());
+  CHECK(s.Metrics(0)[0].rejected == 1);
+  CHECK(s.Metrics(0)[0].queue_depth == 2);
+}
+
+TEST_CASE("bad requests and registrations are refused with the reason") {
+  Scheduler s = Make({Spec("a")});
+  CHECK(s.Enqueue(0, Req(0, 0)).error().code == ErrorCode::kInvalidArgument);
+  QueuedRequest bad_variant = Req(0);
+  bad_variant.variant = 3;
+  CHECK(s.Enqueue(0, bad_variant).error().message == "model 'a': no shape variant 3");
+  CHECK_FALSE(s.Enqueue(7, Req(0)).ok());
+  CHECK_FALSE(Scheduler::Create({}, {Spec("a"), Spec("a")}).ok());
+  CHECK_FALSE(Scheduler::Create({}, {Spec("a", {8, 4})}).ok());
+  SchedulerConfig config;
+  config.models["ghost"] = {};
+  CHECK(Scheduler::Create(config, {Spec("a")}).error().message ==
+        "scheduler.models.ghost: no such model is loaded");
+}
+
+TEST_CASE("fifo serves the model whose oldest request is oldest, ties by name") {
+  SchedulerConfig config;
+  config.discipline = Discipline::kFifo;
+  config.models["b"].weight = 100;  // Ignored under fifo.
+  Scheduler s = Make({Spec("b"), Spec("a"), Spec("c")}, config);
+  Push(s, 0, Req(5));
+  Push(s, 1, Req(5));
+  Push(s, 2, Req(3));
+  CHECK(s.Next(10).dispatch.model == 2);  // c: oldest.
+  CHECK(s.Next(10).dispatch.model == 1);  // a: tie with b at 5, a < b.
+  CHECK(s.Next(10).dispatch.model == 0);
+  CHECK_FALSE(s.Next(10).dispatch.runs());
+}
+
+TEST_CASE("edf serves the soonest deadline; no deadline is least urgent; ties by age, name") {
+  SchedulerConfig config;
+  config.discipline = Discipline::kEdf;
+  Scheduler s = Make({Spec("a"), Spec("b"), Spec("c"), Spec("d")}, config);
+  Push(s, 0, Req(1));                 // a: no deadline, oldest.
+  Push(s, 1, Req(2, 1, 900 * kMs));   // b
+  Push(s, 2, Req(3, 1, 500 * kMs));   // c: soonest.
+  Push(s, 3, Req(4, 1, 900 * kMs));   // d: ties with b, younger.
+  CHECK(s.Next(10).dispatch.model == 2);
+  CHECK(s.Next(10).dispatch.model == 1);
+  CHECK(s.Next(10).dispatch.model == 3);
+  CHECK(s.Next(10).dispatch.model == 0);
+}
+
+TEST_CASE("edf keeps queues in arrival order: an urgent request deep in a queue does not jump") {
+  SchedulerConfig config;
+  config.discipline = Discipline::kEdf;
+  Scheduler s = Make({Spec("a", {1})}, config);
+  Push(s, 0, Req(1, 1, 900 * kMs, 1));
+  Push(s, 0, Req(2, 1, 100 * kMs, 2));
+  Dispatch first = s.Next(10).dispatch;
+  REQUIRE(first.requests.size() == 1);
+  CHECK(first.requests[0].payload == 1);
+}
+
+TEST_CASE("fair: with every EMA zero the deficit is the share, so the heavier model goes first") {
+  SchedulerConfig config;
+  config.recency_penalty_cap = 1.0;  // Shares above the cap would clamp to the same value.
+  config.models["a"].weight = 1;
+  config.models["b"].weight = 3;
+  Scheduler s = Make({Spec("a", {1}), Spec("b", {1})}, config);
+  Push(s, 0, Req(1));
+  Push(s, 1, Req(2));
+  CHECK(s.Next(10).dispatch.model == 1);
+  CHECK(s.Metrics(10)[0].recent_compute == 0.0);
+}
+
+TEST_CASE("fair: GPU time follows the weights over a saturated run") {
+  SchedulerConfig config;
+  config.models["a"].weight = 3;
+  config.models["b"].weight = 1;
+  config.ema_halflife_seconds = 1;
+  config.max_queue_depth = 10000;
+  Scheduler s = Make({Spec("a", {1}), Spec("b", {1})}, config);
+  for (int i = 0; i < 4000; ++i) {
+    Push(s, 0, Req(i));
+    Push(s, 1, Req(i));
+  }
+  Nanos now = 10000;
+  std::vector<int> order = Drain(s, now, [](int, int64_t) { return 0.001; }, 2000);
+  int a = static_cast<int>(std::count(order.begin() + 200, order.end(), 0));
+  double share = static_cast<double>(a) / static_cast<double>(order.size() - 200);
+  CHECK(share == doctest::Approx(0.75).epsilon(0.02));
+}
+
+TEST_CASE("fair: the recent-compute EMA decays with the configured half-life") {
+  SchedulerConfig config;
+  config.ema_halflife_seconds = 2;
+  Scheduler s = Make({Spec("a", {1}), Spec("b", {1})}, config);
+  Push(s, 0, Req(0));
+  Dispatch d = s.Next(0).dispatch;
+  s.Complete(d, 1.0, 0);
+  Push(s, 1, Req(1));
+  d = s.Next(2 * kNanosPerSecond).dispatch;
+  REQUIRE(d.model == 1);
+  s.Complete(d, 1.0, 2 * kNanosPerSecond);
+  // a: 1 s decayed by one half-life = 0.5; b: 1 s. a's fraction = 0.5 / 1.5.
+  CHECK(s.Metrics(2 * kNanosPerSecond)[0].recent_compute == doctest::Approx(1.0 / 3));
+  // Both decay alike, so fractions hold as time passes.
+  CHECK(s.Metrics(20 * kNanosPerSecond)[0].recent_compute == doctest::Approx(1.0 / 3));
+}
+
+TEST_CASE("fair: dividing by cost lets a cheap model win an equal fairness edge") {
+  Scheduler s = Make({Spec("a", {1}), Spec("b", {1})});
+  s.SeedCost(0, 0, 1, 0.010);
+  s.SeedCost(1, 0, 1, 0.001);
+  Push(s, 0, Req(1));
+  Push(s, 1, Req(2));
+  CHECK(s.Next(10).dispatch.model == 1);
+}
+
+TEST_CASE("fair: recency_penalty_cap bounds how much a deficit can count") {
+  for (double cap : {1.0, 0.1}) {
+    SchedulerConfig config;
+    config.recency_penalty_cap = cap;
+    config.models["a"].weight = 9;
+    config.models["b"].weight = 1;
+    Scheduler s = Make({Spec("a", {1}), Spec("b", {1})}, config);
+    s.SeedCost(0, 0, 1, 0.002);
+    s.SeedCost(1, 0, 1, 0.001);
+    Push(s, 0, Req(1));
+    Push(s, 1, Req(2));
+    // Uncapped: a scores 0.9/2 > b's 0.1/1. Capped at 0.1: a scores 0.1/2 < 0.1/1.
+    CHECK(s.Next(10).dispatch.model == (cap == 1.0 ? 0 : 1));
+  }
+}
+
+TEST_CASE("fair: coalescing_discount lowers the effective cost of a batch that coalesces") {
+  for (double discount : {0.0, 0.1}) {
+    SchedulerConfig config;
+    config.coalescing_discount = discount;
+    Scheduler s = Make({Spec("a", {1, 2}), Spec("b", {1, 2})}, config);
+    s.SeedCost(0, 0, 2, 0.0010);  // a would coalesce two requests at size 2.
+    s.SeedCost(1, 0, 1, 0.00095);
+    Push(s, 0, Req(1));
+    Push(s, 0, Req(2));
+    Push(s, 1, Req(3));
+    CHECK(s.Next(10).dispatch.model == (discount == 0.0 ? 1 : 0));
+  }
+}
+
+TEST_CASE("fair is work-conserving: idle registered models hand no share to the busy ones") {
+  // 2:1:1 busy models with per-dispatch costs 1:10:1 plus five idle models: shares over the
+  // busy models must stay 50/25/25 (summing weights over all models gives ~25/62/14).
+  SchedulerConfig config;
+  config.models["a"].weight = 2;
+  config.ema_halflife_seconds = 5;
+  std::vector<ModelSpec> specs = {Spec("a", {1}), Spec("b", {1}), Spec("c", {1})};
+  for (int i = 0; i < 5; ++i) {
+    specs.push_back(Spec("idle" + std::to_string(i), {1}));
+  }
+  Scheduler s = Make(specs, config);
+  double costs[] = {0.001, 0.010, 0.001};
+  std::map<int, double> busy;
+  Nanos now = 0;
+  for (int step = 0; step < 30000; ++step) {
+    for (int m = 0; m < 3; ++m) {
+      while (s.Metrics(now)[static_cast<size_t>(m)].queue_depth < 2) {
+        Push(s, m, Req(now));
+      }
+    }
+    Dispatch d = s.Next(now).dispatch;
+    REQUIRE(d.runs());
+    double seconds = costs[d.model];
+    now += static_cast<Nanos>(seconds * kNanosPerSecond);
+    s.Complete(d, seconds, now);
+    if (now > 20 * kNanosPerSecond) {
+      busy[d.model] += seconds;
+    }
+  }
+  double total = busy[0] + busy[1] + busy[2];
+  CHECK(busy[0] / total == doctest::Approx(0.50).epsilon(0.04));
+  CHECK(busy[1] / total == doctest::Approx(0.25).epsilon(0.08));
+  CHECK(busy[2] / total == doctest::Approx(0.25).epsilon(0.08));
+}
+
+TEST_CASE("expired requests are shed before GPU work under every discipline") {
+  for (Discipline discipline : {Discipline::kFair, Discipline::kFifo, Discipline::kEdf}) {
+    SchedulerConfig config;
+    config.discipline = discipline;
+    Scheduler s = Make({Spec("a", {1, 8})}, config);
+    Push(s, 0, Req(1, 1, 50 * kMs, 1));
+    Push(s, 0, Req(2, 1, 500 * kMs, 2));
+    Dispatch d = s.Next(100 * kMs).dispatch;
+    REQUIRE(d.shed.size() == 1);
+    CHECK(d.shed[0].payload == 1);
+    REQUIRE(d.requests.size() == 1);
+    CHECK(d.requests[0].payload == 2);
+    CHECK(s.Metrics(0)[0].shed == 1);
+  }
+}
+
+TEST_CASE("edf sheds by laxity against the learned high percentile; others do not") {
+  for (Discipline discipline : {Discipline::kEdf, Discipline::kFifo}) {
+    SchedulerConfig config;
+    config.discipline = discipline;
+    Scheduler s = Make({Spec("a", {1})}, config);
+    // Mean about 2.8 ms but one 10 ms outlier in the window: the max decides.
+    for (double seconds : {0.001, 0.010, 0.001, 0.001}) {
+      s.SeedCost(0, 0, 1, seconds);
+    }
+    CHECK(s.cost(0).Estimate(0, 0) < 0.005);
+    Push(s, 0, Req(0, 1, 5 * kMs, 1));   // Cannot finish in 5 ms at the 10 ms high.
+    Push(s, 0, Req(0, 1, 50 * kMs, 2));
+    Dispatch d = s.Next(0).dispatch;
+    if (discipline == Discipline::kEdf) {
+      REQUIRE(d.shed.size() == 1);
+      CHECK(d.shed[0].payload == 1);
+      CHECK(d.requests[0].payload == 2);
+    } else {
+      CHECK(d.shed.empty());
+      CHECK(d.requests[0].payload == 1);
+    }
+  }
+}
+
+TEST_CASE("edf laxity is a no-op for an unseeded model") {
+  SchedulerConfig config;
+  config.discipline = Discipline::kEdf;
+  Scheduler s = Make({Spec("a", {1})}, config);
+  Push(s, 0, Req(0, 1, 1 * kMs));  // 1 ms of slack beats the small default cost.
+  Dispatch d = s.Next(0).dispatch;
+  CHECK(d.shed.empty());
+  CHECK(d.runs());
+}
+
+TEST_CASE("when nothing is feasible the execution is skipped") {
+  SchedulerConfig config;
+  config.discipline = Discipline::kEdf;
+  Scheduler s = Make({Spec("a", {1, 8})}, config);
+  Push(s, 0, Req(0, 1, 1 * kMs));
+  Push(s, 0, Req(0, 1, 2 * kMs));
+  Dispatch d = s.Next(5 * kMs).dispatch;
+  CHECK_FALSE(d.runs());
+  CHECK(d.shed.size() == 2);
+  CHECK(s.queued_requests() == 0);
+}
+
+TEST_CASE("a committed meta sub-call jumps the scan, after control commands, one per meta") {
+  SchedulerConfig config;
+  config.discipline = Discipline::kEdf;
+  Scheduler s = Make({Spec("a", {1}), Spec("b", {1})}, config);
+  Push(s, 0, Req(0, 1, 1 * kMs));  // More urgent regular work.
+  QueuedRequest sub = Req(5, 1, 900 * kMs, 42);
+  sub.meta_id = 7;
+  REQUIRE(s.EnqueueCommitted(1, sub).ok());
+  QueuedRequest second = sub;
+  CHECK(s.EnqueueCommitted(1, second).error().message ==
+        "scheduler: meta 7 already has a committed sub-call pending");
+  REQUIRE(s.SetPolicy("a", 5).ok());
+  Decision d = s.Next(0);
+  REQUIRE(d.controls.size() == 1);  // Applied first, in the same decision.
+  CHECK(d.dispatch.committed_meta);
+  CHECK(d.dispatch.model == 1);
+  CHECK(d.dispatch.requests[0].payload == 42);
+  CHECK(s.Next(0).dispatch.model == 0);  // Then the scan.
+  CHECK(s.EnqueueCommitted(1, second).ok());  // The meta may commit its next sub-call.
+}
+
+TEST_CASE("committed sub-calls skip laxity but not the hard deadline") {
+  SchedulerConfig config;
+  config.discipline = Discipline::kEdf;
+  Scheduler s = Make({Spec("a", {1})}, config);
+  s.SeedCost(0, 0, 1, 0.010);
+  QueuedRequest sub = Req(0, 1, 5 * kMs, 1);
+  sub.meta_id = 1;
+  REQUIRE(s.EnqueueCommitted(0, sub).ok());
+  Dispatch d = s.Next(0).dispatch;  // 10 ms cost > 5 ms slack, but committed: runs.
+  CHECK(d.runs());
+  sub.meta_id = 2;
+  REQUIRE(s.EnqueueCommitted(0, sub).ok());
+  d = s.Next(6 * kMs).dispatch;  // Past its deadline: shed.
+  CHECK_FALSE(d.runs());
+  CHECK(d.shed.size() == 1);
+}
+
+TEST_CASE("set_policy changes the live weight before the next selection") {
+  SchedulerConfig config;
+  config.models["b"].weight = 3;
+  Scheduler s = Make({Spec("a", {1}), Spec("b", {1})}, config);
+  Push(s, 0, Req(1));
+  Push(s, 1, Req(2));
+  REQUIRE(s.SetPolicy("a", 10).ok());
+  CHECK(s.Next(10).dispatch.model == 0);
+  CHECK(s.GetControlStatus().models[0].weight == 10);
+  CHECK(s.SetPolicy("zzz", 1).error().code == ErrorCode::kNotFound);
+  CHECK(s.SetPolicy("a", 0).error().code == ErrorCode::kInvalidArgument);
+}
+
+TEST_CASE("set_residency works only in externally-managed mode") {
+  Scheduler managed = Make({Spec("a")});
+  CHECK(managed.SetResidency("a", Residency::kPinned).error().code ==
+        ErrorCode::kInvalidArgument);
+  SchedulerConfig config;
+  config.residency_mode = ResidencyMode::kExternal;
+  Scheduler external = Make({Spec("a")}, config);
+  REQUIRE(external.SetResidency("a", Residency::kOnDemand).ok());
+  CHECK(external.GetControlStatus().models[0].residency == Residency::kWarm);
+  Decision d = external.Next(0);
+  REQUIRE(d.controls.size() == 1);
+  CHECK(d.controls[0].kind == ControlCommand::Kind::kSetResidency);
+  CHECK(external.GetControlStatus().models[0].residency == Residency::kOnDemand);
+  REQUIRE(external.Compact({"a"}).ok());
+  CHECK(external.Next(0).controls[0].models == std::vector<int>{0});
+  CHECK(external.Compact({"b"}).error().code == ErrorCode::kNotFound);
+}
+
+TEST_CASE("cost learning: the EMA starts at the first measurement and follows alpha") {
+  SchedulerConfig config;
+  config.cost_ema_alpha = 0.5;
+  Scheduler s = Make({Spec("a", {1, 8})}, config);
+  CHECK_FALSE(s.cost(0).Seeded(0, 1));
+  CHECK(s.cost(0).Estimate(0, 1) == CostModel::kDefaultCostSeconds);
+  for (int i = 0; i < 8; ++i) {
+    Push(s, 0, Req(i));
+  }
+  Dispatch d = s.Next(10).dispatch;
+  REQUIRE(d.batch_size == 8);
+  s.Complete(d, 0.004, 20);
+  CHECK(s.cost(0).Estimate(0, 1) == doctest::Approx(0.004));
+  s.SeedCost(0, 0, 8, 0.002);
+  CHECK(s.cost(0).Estimate(0, 1) == doctest::Approx(0.003));
+}
+
+TEST_CASE("warm-up under fair covers every (model, variant, compiled size); not under fifo") {
+  ModelSpec two = Spec("b", {1, 4});
+  two.num_variants = 2;
+  Scheduler fair = Make({Spec("a", {1, 8, 32}), two});
+  CHECK(fair.WarmupPlan().size() == 3 + 2 * 2);
+  SchedulerConfig config;
+  config.discipline = Discipline::kFifo;
+  CHECK(Make({Spec("a")}, config).WarmupPlan().empty());
+}
+
+TEST_CASE("metrics count dispatches, requests, rows, waits and batch sizes") {
+  Scheduler s = Make({Spec("a", {1, 8, 32})});
+  for (int i = 0; i < 10; ++i) {
+    Push(s, 0, Req(0));
+  }
+  Dispatch d = s.Next(4 * kMs).dispatch;  // 8 of them, waited 4 ms.
+  s.Complete(d, 0.002, 6 * kMs);
+  d = s.Next(6 * kMs).dispatch;  // 1.
+  s.Complete(d, 0.001, 7 * kMs);
+  ModelMetrics m = s.Metrics(7 * kMs)[0];
+  CHECK(m.dispatch_count == 2);
+  CHECK(m.requests_served == 9);
+  CHECK(m.rows_served == 9);
+  CHECK(m.total_compute_seconds == doctest::Approx(0.003));
+  CHECK(m.queue_depth == 1);
+  CHECK(m.queue_wait_p50_ns == doctest::Approx(4 * kMs).epsilon(0.1));
+  CHECK(m.queue_wait_p99_ns == doctest::Approx(6 * kMs).epsilon(0.1));
+  CHECK(m.batch_size_histogram == std::map<int64_t, uint64_t>{{1, 1}, {8, 1}});
+  CHECK(m.effective_max_batch == 32);
+  CHECK(m.recent_compute == doctest::Approx(1.0));
+  ControlStatus status = s.GetControlStatus();
+  CHECK(status.discipline == Discipline::kFair);
+  CHECK(status.models[0].wire_batch_input == "input");
+  CHECK(status.models[0].wire_batch_axis == 1);
+  CHECK(status.models[0].requests_served == 9);
+}
+
+TEST_CASE("a burst of 1000 one-row requests takes at most ceil(1000/32)+1 dispatches") {
+  Scheduler s = Make({Spec("a", {1, 8, 32})});
+  for (int i = 0; i < 1000; ++i) {
+    Push(s, 0, Req(0));
+  }
+  Nanos now = 0;
+  std::vector<int> order = Drain(s, now, [](int, int64_t) { return 0.001; });
+  CHECK(order.size() <= 33);
+  CHECK(s.Metrics(now)[0].rows_served == 1000);
+}
+
+TEST_CASE("the no-coalescing baseline serves one request per dispatch") {
+  Scheduler s = Make({Spec("a", {1, 8, 32})}, {}, {.coalesce = false});
+  for (int i = 0; i < 20; ++i) {
+    Push(s, 0, Req(0));
+  }
+  Nanos now = 0;
+  CHECK(Drain(s, now, [](int, int64_t) { return 0.001; }).size() == 20);
+}
+
+TEST_CASE("the round-robin baseline visits models with work in turn") {
+  Scheduler s = Make({Spec("a", {1}), Spec("b", {1}), Spec("c", {1})}, {}, {.round_robin = true});
+  for (int i = 0; i < 2; ++i) {
+    Push(s, 0, Req(0));
+    Push(s, 2, Req(0));
+  }
+  Nanos now = 0;
+  CHECK(Drain(s, now, [](int, int64_t) { return 0.001; }) == std::vector<int>{0, 2, 0, 2});
+}
+
+}  // namespace
+}  // namespace ferry
