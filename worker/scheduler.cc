@@ -175,20 +175,10 @@ void Scheduler::DeactivateIfEmpty(int index) {
   active_slot_[static_cast<size_t>(index)] = -1;
 }
 
-double Scheduler::Decayed(double value, Nanos at, Nanos now) const {
-  if (now <= at || value == 0) {
-    return value;
-  }
-  double halflife_ns = config_.ema_halflife_seconds * kNanosPerSecond;
-  return value * std::exp2(-static_cast<double>(now - at) / halflife_ns);
-}
-
-double Scheduler::RecentFraction(const ModelState& m, Nanos now) const {
-  double total = Decayed(total_recent_, total_recent_at_, now);
-  if (total <= 0) {
-    return 0;
-  }
-  return Decayed(m.recent, m.recent_at, now) / total;
+double Scheduler::RecentFraction(const ModelState& m) const {
+  // Every model's compute decays by the same factor, so the fraction needs no decay: the
+  // common factor 2^(-(now - epoch) / halflife) cancels.
+  return total_recent_ > 0 ? m.recent / total_recent_ : 0.0;
 }
 
 double Scheduler::EffectiveCost(const ModelState& m) const {
@@ -222,7 +212,7 @@ bool Before(const QueuedRequest& a, const std::string& a_name, const QueuedReque
 
 }  // namespace
 
-int Scheduler::SelectFair(Nanos now) const {
+int Scheduler::SelectFair() const {
   double weight_sum = 0;
   for (int index : active_) {
     weight_sum += models_[static_cast<size_t>(index)].weight;
@@ -233,7 +223,7 @@ int Scheduler::SelectFair(Nanos now) const {
   for (int index : active_) {
     const ModelState& m = models_[static_cast<size_t>(index)];
     double share = m.weight / weight_sum;
-    double deficit = std::clamp(share - RecentFraction(m, now), -cap, cap);
+    double deficit = std::clamp(share - RecentFraction(m), -cap, cap);
     double priority = deficit / EffectiveCost(m);
     if (best < 0 || priority > best_priority ||
         (priority == best_priority &&
@@ -295,7 +285,7 @@ int Scheduler::SelectRoundRobin() {
   return -1;
 }
 
-int Scheduler::Select(Nanos now) {
+int Scheduler::Select() {
   if (active_.empty()) {
     return -1;
   }
@@ -304,7 +294,7 @@ int Scheduler::Select(Nanos now) {
   }
   switch (config_.discipline) {
     case Discipline::kFair:
-      return SelectFair(now);
+      return SelectFair();
     case Discipline::kFifo:
       return SelectFifo();
     case Discipline::kEdf:
@@ -406,7 +396,7 @@ Decision Scheduler::Next(Nanos now) {
   } else {
     // 3 and 4: select, then coalesce (which sheds). If shedding empties the winner's queue,
     // nothing runs this time: the caller fails the shed requests and asks again.
-    int index = Select(now);
+    int index = Select();
     if (index >= 0) {
       Coalesce(index, now, &out);
     }
@@ -436,10 +426,27 @@ void Scheduler::Complete(const Dispatch& dispatch, double compute_seconds, Nanos
     m.cost.Record(dispatch.variant, size_index.value_or(0), compute_seconds);
   }
   m.counters.total_compute_seconds += compute_seconds;
-  m.recent = Decayed(m.recent, m.recent_at, now) + compute_seconds;
-  m.recent_at = now;
-  total_recent_ = Decayed(total_recent_, total_recent_at_, now) + compute_seconds;
-  total_recent_at_ = now;
+  AddRecentCompute(m, compute_seconds, now);
+}
+
+void Scheduler::AddRecentCompute(ModelState& m, double seconds, Nanos now) {
+  // recent values are stored scaled by 2^((t - epoch) / halflife): adding `seconds` at `now`
+  // adds seconds * 2^((now - epoch) / halflife). When the scale grows large, move the epoch
+  // to now and rescale everything, so nothing overflows however long the worker runs.
+  double halflife_ns = config_.ema_halflife_seconds * kNanosPerSecond;
+  double exponent = static_cast<double>(now - recent_epoch_) / halflife_ns;
+  if (exponent > 256) {
+    double shrink = std::exp2(-exponent);
+    for (ModelState& other : models_) {
+      other.recent *= shrink;
+    }
+    total_recent_ *= shrink;
+    recent_epoch_ = now;
+    exponent = 0;
+  }
+  double scaled = seconds * std::exp2(exponent);
+  m.recent += scaled;
+  total_recent_ += scaled;
 }
 
 std::vector<WarmupRun> Scheduler::WarmupPlan() const {
@@ -469,7 +476,7 @@ std::vector<ModelMetrics> Scheduler::Metrics(Nanos now) const {
   std::vector<ModelMetrics> out;
   for (const ModelState& m : models_) {
     ModelMetrics metrics = m.counters;
-    metrics.recent_compute = RecentFraction(m, now);
+    metrics.recent_compute = RecentFraction(m);
     metrics.queue_depth = m.queue.size();
     metrics.queue_wait_p50_ns = m.waits.Percentile(0.50);
     metrics.queue_wait_p99_ns = m.waits.Percentile(0.99);

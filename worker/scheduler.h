@@ -16,8 +16,10 @@
 // fair: share_i = weight_i / (sum of weights of models with queued work), so idle models do
 // not hand their weight to whichever is busy and expensive (work conservation).
 // recent_i is model i's fraction of recent GPU busy time: C_i / sum_j C_j, where C_i is its
-// compute seconds decayed with half-life ema_halflife_seconds (decayed to `now` before every
-// read or write). priority_i = clamp(share_i - recent_i, -cap, cap) / effective_cost_i,
+// compute seconds decayed with half-life ema_halflife_seconds. Decaying every C to `now`
+// multiplies all of them by one factor, so the values are kept on a common scale and the
+// fraction is exact with no exp per model per decision (see AddRecentCompute).
+// priority_i = clamp(share_i - recent_i, -cap, cap) / effective_cost_i,
 // where effective_cost_i is the learned cost of the dispatch the model would run next,
 // lowered by coalescing_discount when it would coalesce. While no model has run, recent_i is
 // 0 and the deficit equals the share. docs/scheduler.md explains why this meets the targets.
@@ -161,8 +163,7 @@ class Scheduler {
     Residency residency;
     ModelQueue queue;
     CostModel cost;
-    double recent = 0;   // Decayed compute seconds as of recent_at.
-    Nanos recent_at = 0;
+    double recent = 0;   // Decayed compute seconds, scaled to recent_epoch_ (see .cc).
     ModelMetrics counters;
     WaitHistogram waits;
     std::vector<uint64_t> size_counts;
@@ -174,14 +175,14 @@ class Scheduler {
 
   Scheduler(SchedulerConfig config, std::vector<ModelSpec> models, SchedulerOptions options);
 
-  double Decayed(double value, Nanos at, Nanos now) const;
-  double RecentFraction(const ModelState& m, Nanos now) const;
+  double RecentFraction(const ModelState& m) const;
+  void AddRecentCompute(ModelState& m, double seconds, Nanos now);
   double EffectiveCost(const ModelState& m) const;
-  int SelectFair(Nanos now) const;
+  int SelectFair() const;
   int SelectFifo() const;
   int SelectEdf() const;
   int SelectRoundRobin();
-  int Select(Nanos now);
+  int Select();
   // Coalesces model `index`, shedding infeasible requests first. Fills `out`.
   void Coalesce(int index, Nanos now, Dispatch* out);
   void DispatchCommitted(Nanos now, Dispatch* out);
@@ -197,8 +198,8 @@ class Scheduler {
   std::vector<Committed> committed_;
   std::set<uint64_t> committed_metas_;
   std::vector<ControlCommand> pending_controls_;
-  double total_recent_ = 0;  // sum of every model's decayed compute, as of total_recent_at_.
-  Nanos total_recent_at_ = 0;
+  double total_recent_ = 0;  // Sum of every model's `recent`, on the same scale.
+  Nanos recent_epoch_ = 0;
   size_t round_robin_next_ = 0;
   size_t queued_ = 0;
 };

@@ -175,6 +175,23 @@ TEST_CASE("fair: the recent-compute EMA decays with the configured half-life") {
   CHECK(s.Metrics(20 * kNanosPerSecond)[0].recent_compute == doctest::Approx(1.0 / 3));
 }
 
+TEST_CASE("fair: the EMA stays exact over runs far longer than the half-life") {
+  SchedulerConfig config;
+  config.ema_halflife_seconds = 1;
+  Scheduler s = Make({Spec("a", {1}), Spec("b", {1})}, config);
+  Nanos t = 0;
+  for (int i = 0; i < 3; ++i) {  // Forces the scale to be renormalised (2^256 per epoch).
+    t += 300 * kNanosPerSecond;
+    Push(s, 0, Req(t));
+    s.Complete(s.Next(t).dispatch, 1.0, t);
+  }
+  Push(s, 1, Req(t));
+  Nanos later = t + kNanosPerSecond;
+  s.Complete(s.Next(later).dispatch, 1.0, later);
+  // a's last second, one half-life old, counts 0.5 against b's 1.
+  CHECK(s.Metrics(later)[0].recent_compute == doctest::Approx(1.0 / 3));
+}
+
 TEST_CASE("fair: dividing by cost lets a cheap model win an equal fairness edge") {
   Scheduler s = Make({Spec("a", {1}), Spec("b", {1})});
   s.SeedCost(0, 0, 1, 0.010);
