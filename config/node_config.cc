@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 
+#include "config/scheduler_config_reader.h"
 #include "config/toml_reader.h"
 
 extern char** environ;
@@ -16,7 +17,6 @@ namespace ferry {
 namespace {
 
 constexpr std::string_view kEnvPrefix = "FERRY_SCHEDULER_";
-constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
 
 // The [scheduler] keys that hold strings; the rest are numbers.
 bool IsStringSchedulerKey(std::string_view key) {
@@ -28,50 +28,6 @@ const std::vector<std::string>& SchedulerKeys() {
       "discipline",     "ema_halflife_seconds", "recency_penalty_cap",      "coalescing_discount",
       "cost_ema_alpha", "max_queue_depth",      "dispatch_timeout_seconds", "compaction_interval", "residency_mode", "batch_sizing"};
   return keys;
-}
-
-// Reads the scalar [scheduler] keys: from the file, and again from each environment override.
-void ReadSchedulerKeys(TableReader& r, SchedulerConfig* c) {
-  r.Enum<Discipline>(
-      "discipline", &c->discipline,
-      {{"fair", Discipline::kFair}, {"fifo", Discipline::kFifo}, {"edf", Discipline::kEdf}});
-  r.Double("ema_halflife_seconds", &c->ema_halflife_seconds, DoubleRange::Positive());
-  r.Double("recency_penalty_cap", &c->recency_penalty_cap, {0.0, 1.0, true, false});
-  r.Double("coalescing_discount", &c->coalescing_discount, {0.0, 1.0, false, true});
-  r.Double("cost_ema_alpha", &c->cost_ema_alpha, {0.0, 1.0, true, false});
-  r.Int("max_queue_depth", &c->max_queue_depth, 1, kMaxInt);
-  r.Double("dispatch_timeout_seconds", &c->dispatch_timeout_seconds, DoubleRange::Positive());
-  r.Int("compaction_interval", &c->compaction_interval, 0, kMaxInt);
-  r.Enum<ResidencyMode>("residency_mode", &c->residency_mode,
-                        {{"managed", ResidencyMode::kManaged},
-                         {"external", ResidencyMode::kExternal}});
-  r.Enum<BatchSizing>("batch_sizing", &c->batch_sizing,
-                      {{"largest", BatchSizing::kLargest}, {"cost", BatchSizing::kCost}});
-}
-
-void ReadModelScheduling(TableReader& r, ModelSchedulingConfig* m) {
-  r.Double("weight", &m->weight, DoubleRange::Positive());
-  int64_t max_batch = 0;
-  if (r.Int("max_batch_size", &max_batch, 1, kMaxInt)) {
-    m->max_batch_size = max_batch;
-  }
-  r.Enum<Residency>("residency", &m->residency,
-                    {{"pinned", Residency::kPinned},
-                     {"warm", Residency::kWarm},
-                     {"on_demand", Residency::kOnDemand}});
-}
-
-void ReadScheduler(TableReader& r, SchedulerConfig* c) {
-  ReadSchedulerKeys(r, c);
-  if (auto models = r.Table("models")) {
-    for (auto& [name, model_reader] : models->NamedTables()) {
-      ModelSchedulingConfig model;
-      ReadModelScheduling(model_reader, &model);
-      model_reader.Finish();
-      c->models[name] = model;
-    }
-  }
-  r.Finish();
 }
 
 // FERRY_SCHEDULER_<KEY>=value, checked by the same reader as the file.
@@ -345,7 +301,7 @@ Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& sou
       ReadNode(*node, base_dir, &config.node);
     }
     if (auto scheduler = reader.Table("scheduler")) {
-      ReadScheduler(*scheduler, &config.scheduler);
+      ReadSchedulerTable(*scheduler, &config.scheduler);
     }
     if (auto gateway = reader.Table("gateway")) {
       gateway->Enum<GatewayMode>("mode", &config.gateway.mode,

@@ -75,7 +75,7 @@ BatchPlan PlanBatch(const ModelQueue& queue, const ModelSpec& spec, const CostMo
     plan.count = 1;
     plan.rows = front.rows;
     plan.failure = InvalidArgument("model '" + spec.name +
-                                   "': no compiled program for input shape " + front.shape_text);
+                                   "': no compiled program for input shape");
     return plan;
   }
   int64_t limit = EffectiveMaxBatch(spec);

@@ -3,7 +3,7 @@
 namespace ferry {
 
 void ModelQueue::Push(QueuedRequest request) {
-  if (request.deadline) {
+  if (track_deadlines_ && request.deadline) {
     deadlines_.insert(*request.deadline);
   }
   rows_ += request.rows;
@@ -11,7 +11,7 @@ void ModelQueue::Push(QueuedRequest request) {
 }
 
 void ModelQueue::Forget(const QueuedRequest& request) {
-  if (request.deadline) {
+  if (track_deadlines_ && request.deadline) {
     deadlines_.erase(deadlines_.find(*request.deadline));
   }
   rows_ -= request.rows;

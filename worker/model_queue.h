@@ -14,6 +14,10 @@ namespace ferry {
 
 class ModelQueue {
  public:
+  // Deadlines are indexed only when `track_deadlines` (edf needs the most urgent one; the
+  // index costs a tree insert and erase per request, which fair and fifo need not pay).
+  explicit ModelQueue(bool track_deadlines = true) : track_deadlines_(track_deadlines) {}
+
   void Push(QueuedRequest request);
   QueuedRequest PopFront();
   // Removes the request at `index` (0 = front). REQUIRES: index < size().
@@ -25,11 +29,13 @@ class ModelQueue {
   const QueuedRequest& front() const { return requests_.front(); }
   int64_t queued_rows() const { return rows_; }
   // The soonest deadline of any queued request; nullopt when none has one.
+  // REQUIRES: constructed with track_deadlines.
   std::optional<Nanos> MostUrgentDeadline() const;
 
  private:
   void Forget(const QueuedRequest& request);
 
+  bool track_deadlines_;
   std::deque<QueuedRequest> requests_;
   std::multiset<Nanos> deadlines_;
   int64_t rows_ = 0;

@@ -6,10 +6,11 @@
 
 namespace ferry {
 
-Scheduler::ModelState::ModelState(ModelSpec s, double alpha)
+Scheduler::ModelState::ModelState(ModelSpec s, double alpha, bool track_deadlines)
     : spec(std::move(s)),
       weight(spec.config.weight),
       residency(spec.config.residency),
+      queue(track_deadlines),
       cost(spec.num_variants, static_cast<int>(spec.batch_sizes.size()), alpha),
       size_counts(spec.batch_sizes.size(), 0) {
   counters.name = spec.name;
@@ -56,7 +57,8 @@ Scheduler::Scheduler(SchedulerConfig config, std::vector<ModelSpec> models,
     : config_(std::move(config)), options_(options) {
   models_.reserve(models.size());
   for (ModelSpec& spec : models) {
-    models_.emplace_back(std::move(spec), config_.cost_ema_alpha);
+    models_.emplace_back(std::move(spec), config_.cost_ema_alpha,
+                         config_.discipline == Discipline::kEdf);
   }
   active_slot_.assign(models_.size(), -1);
 }
@@ -89,6 +91,7 @@ Status Scheduler::Enqueue(int model, QueuedRequest request) {
                              std::to_string(config_.max_queue_depth) + ")");
   }
   m.queue.Push(std::move(request));
+  m.effective_cost_stale = true;
   ++queued_;
   Activate(model);
   return OkStatus();
@@ -182,6 +185,10 @@ double Scheduler::RecentFraction(const ModelState& m) const {
 }
 
 double Scheduler::EffectiveCost(const ModelState& m) const {
+  if (!m.effective_cost_stale) {
+    return m.effective_cost;
+  }
+  m.effective_cost_stale = false;
   const QueuedRequest& front = m.queue.front();
   int variant = front.variant == kNoCompiledProgram ? 0 : front.variant;
   // The size the next dispatch would likely run at, from the queued rows (cheap estimate).
@@ -196,6 +203,7 @@ double Scheduler::EffectiveCost(const ModelState& m) const {
   if (m.spec.coalescable && options_.coalesce && m.queue.size() > 1) {
     cost *= 1.0 - config_.coalescing_discount;
   }
+  m.effective_cost = cost;
   return cost;
 }
 
@@ -305,6 +313,8 @@ int Scheduler::Select() {
 
 void Scheduler::Coalesce(int index, Nanos now, Dispatch* out) {
   ModelState& m = models_[static_cast<size_t>(index)];
+  m.effective_cost_stale = true;
+  out->model = index;
   bool laxity = config_.discipline == Discipline::kEdf;
   while (!m.queue.empty()) {
     BatchPlan plan =
@@ -333,10 +343,10 @@ void Scheduler::Coalesce(int index, Nanos now, Dispatch* out) {
                    out->shed.end());
       continue;
     }
-    out->model = index;
     out->variant = m.queue.front().variant;
     out->batch_size = plan.batch_size;
     out->rows = plan.rows;
+    out->requests.reserve(plan.count);
     for (size_t i = 0; i < plan.count; ++i) {
       out->requests.push_back(m.queue.PopFront());
     }
@@ -352,6 +362,7 @@ void Scheduler::DispatchCommitted(Nanos now, Dispatch* out) {
   committed_.erase(committed_.begin());
   committed_metas_.erase(next.request.meta_id);
   ModelState& m = models_[static_cast<size_t>(next.model)];
+  out->model = next.model;
   // Committed sub-calls skip the laxity check (earlier stages already spent GPU time) but
   // still honour the hard deadline.
   if (next.request.deadline && *next.request.deadline <= now) {
@@ -368,7 +379,6 @@ void Scheduler::DispatchCommitted(Nanos now, Dispatch* out) {
     out->failed.push_back(std::move(next.request));
     return;
   }
-  out->model = next.model;
   out->variant = next.request.variant;
   out->batch_size = plan.batch_size;
   out->rows = plan.rows;
@@ -425,6 +435,7 @@ void Scheduler::Complete(const Dispatch& dispatch, double compute_seconds, Nanos
   if (dispatch.variant != kNoCompiledProgram) {
     m.cost.Record(dispatch.variant, size_index.value_or(0), compute_seconds);
   }
+  m.effective_cost_stale = true;
   m.counters.total_compute_seconds += compute_seconds;
   AddRecentCompute(m, compute_seconds, now);
 }
@@ -468,6 +479,7 @@ void Scheduler::SeedCost(int model, int variant, int64_t batch_size, double seco
   ModelState& m = models_[static_cast<size_t>(model)];
   std::optional<int> size_index = SmallestFitting(m.spec.batch_sizes, batch_size);
   if (size_index && variant >= 0 && variant < m.spec.num_variants) {
+    m.effective_cost_stale = true;
     m.cost.Record(variant, *size_index, seconds);
   }
 }

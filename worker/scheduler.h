@@ -154,16 +154,23 @@ class Scheduler {
   ControlStatus GetControlStatus() const;
   const SchedulerConfig& config() const { return config_; }
   size_t queued_requests() const { return queued_; }
+  size_t queue_depth(int model) const {
+    return models_[static_cast<size_t>(model)].queue.size();
+  }
 
  private:
   struct ModelState {
-    explicit ModelState(ModelSpec s, double alpha);
+    ModelState(ModelSpec s, double alpha, bool track_deadlines);
     ModelSpec spec;
     double weight;
     Residency residency;
     ModelQueue queue;
     CostModel cost;
     double recent = 0;   // Decayed compute seconds, scaled to recent_epoch_ (see .cc).
+    // EffectiveCost() memo: recomputed only after the queue or the cost model changed, so a
+    // decision costs O(1) per idle-since-last-time model rather than a size search each.
+    mutable double effective_cost = 0;
+    mutable bool effective_cost_stale = true;
     ModelMetrics counters;
     WaitHistogram waits;
     std::vector<uint64_t> size_counts;

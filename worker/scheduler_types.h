@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common/result.h"
@@ -21,16 +22,17 @@ using Nanos = int64_t;
 inline constexpr Nanos kNanosPerSecond = 1'000'000'000;
 
 // A request's variant when its input shape matches no compiled program: it dispatches alone
-// and fails with "no compiled program for input shape ...".
+// and fails with "no compiled program for input shape" (the caller, which holds the tensors,
+// appends the shape).
 inline constexpr int kNoCompiledProgram = -1;
 
+// Trivially copyable, so queues move requests with plain copies.
 struct QueuedRequest {
   uint64_t payload = 0;  // Opaque to the scheduler: the caller's handle on the tensors.
   int variant = 0;       // Shape variant index, or kNoCompiledProgram.
   int64_t rows = 1;      // Rows along the batch axis (1 for tensors without one).
   Nanos arrival = 0;
   std::optional<Nanos> deadline;  // Absolute; nullopt = none (least urgent under edf).
-  std::string shape_text;         // For kNoCompiledProgram: the offending shape, for the error.
   uint64_t meta_id = 0;           // Non-zero for a committed meta sub-call.
 };
 
@@ -48,9 +50,11 @@ struct ModelSpec {
   ModelSchedulingConfig config;
 };
 
+static_assert(std::is_trivially_copyable_v<QueuedRequest>);
+
 // One decision of the scheduler: what to run now, and what to fail.
 struct Dispatch {
-  int model = -1;  // -1: nothing to run (see `shed` and `failed`).
+  int model = -1;  // The model decided on; -1 when no model had work.
   int variant = 0;
   int64_t batch_size = 0;  // The compiled size to execute (0: unbatched module).
   int64_t rows = 0;        // Real rows; batch_size - rows are zero padding.

@@ -8,18 +8,28 @@ namespace {
 constexpr int64_t kFirstBoundNanos = 1000;  // Bucket 0 holds everything up to 1 us.
 }
 
+// Bucket 1 + 8e + s holds (1 us * 2^e * (1 + s/8), 1 us * 2^e * (1 + (s+1)/8)]: eight equal
+// sub-buckets per power of two, found from the exponent and mantissa without a log.
 int WaitHistogram::BucketOf(int64_t nanos) {
   if (nanos <= kFirstBoundNanos) {
     return 0;
   }
-  double octaves = std::log2(static_cast<double>(nanos) / kFirstBoundNanos);
-  int bucket = 1 + static_cast<int>(octaves * kSubBuckets);
+  double x = static_cast<double>(nanos) / kFirstBoundNanos;
+  int exponent = std::ilogb(x);
+  double mantissa = std::ldexp(x, -exponent);  // [1, 2)
+  int sub = static_cast<int>((mantissa - 1.0) * kSubBuckets);
+  int bucket = 1 + exponent * kSubBuckets + sub;
   return bucket >= kBuckets ? kBuckets - 1 : bucket;
 }
 
 int64_t WaitHistogram::UpperBound(int bucket) {
-  return static_cast<int64_t>(kFirstBoundNanos *
-                              std::exp2(static_cast<double>(bucket) / kSubBuckets));
+  if (bucket == 0) {
+    return kFirstBoundNanos;
+  }
+  int exponent = (bucket - 1) / kSubBuckets;
+  int sub = (bucket - 1) % kSubBuckets;
+  return static_cast<int64_t>(std::ldexp(kFirstBoundNanos * (1.0 + (sub + 1.0) / kSubBuckets),
+                                         exponent));
 }
 
 void WaitHistogram::Record(int64_t nanos) {

@@ -1,6 +1,6 @@
-// A bounded histogram of durations with log-spaced buckets (8 per power of two, 1 us to
-// ~1.2 days), for queue-wait percentiles that never grow with traffic. Percentiles are exact
-// to one bucket: within 9% of the true value.
+// A bounded histogram of durations (8 equal buckets per power of two, 1 us to ~38 hours),
+// for queue-wait percentiles that never grow with traffic. A percentile is exact to one
+// bucket: at most 12.5% above the true value.
 //
 // Thread safety: requires external synchronization.
 #pragma once

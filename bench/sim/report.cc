@@ -1,0 +1,93 @@
+#include "bench/sim/report.h"
+
+#include <cstdio>
+#include <string>
+
+namespace ferry::sim {
+
+nlohmann::json RunToJson(const RunReport& run) {
+  nlohmann::json models = nlohmann::json::array();
+  for (const ModelReport& m : run.models) {
+    models.push_back({{"name", m.name},
+                      {"weight", m.weight},
+                      {"share", m.share},
+                      {"target_share", m.target_share},
+                      {"throughput_rows_per_s", m.throughput_rows_per_s},
+                      {"queue_wait_p50_s", m.queue_wait_p50_s},
+                      {"queue_wait_p99_s", m.queue_wait_p99_s},
+                      {"deadline_misses", m.deadline_misses},
+                      {"dropped", m.dropped},
+                      {"rejected", m.rejected},
+                      {"goodput_rows_per_s", m.goodput_rows_per_s},
+                      {"capacity_rows_per_s", m.capacity_rows_per_s},
+                      {"dispatches", m.dispatches},
+                      {"requests_completed", m.requests_completed},
+                      {"gpu_seconds", m.gpu_seconds}});
+  }
+  return {{"label", run.label},
+          {"models", models},
+          {"jain", run.jain},
+          {"utilization", run.utilization},
+          {"padding_waste", run.padding_waste},
+          {"missed_gpu_fraction", run.missed_gpu_fraction},
+          {"goodput_vs_capacity", run.goodput_vs_capacity},
+          {"decision_ns_median", run.decision_ns_median},
+          {"decision_ns_p99", run.decision_ns_p99},
+          {"decisions", run.decisions}};
+}
+
+nlohmann::json ReportToJson(const ScenarioReport& report) {
+  nlohmann::json out = RunToJson(report.ferry);
+  out["scenario"] = report.scenario;
+  out["alternatives"] = nlohmann::json::array();
+  for (const RunReport& run : report.alternatives) {
+    out["alternatives"].push_back(RunToJson(run));
+  }
+  out["baselines"] = nlohmann::json::array();
+  for (const RunReport& run : report.baselines) {
+    out["baselines"].push_back(RunToJson(run));
+  }
+  return out;
+}
+
+namespace {
+
+void PrintRun(const RunReport& run, std::ostream& out) {
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "\n%s: jain %.4f, utilisation %.3f, padding %.3f, GPU on misses %.4f, "
+                "goodput/capacity %.3f, decision median %.0f ns (p99 %.0f)\n",
+                run.label.c_str(), run.jain, run.utilization, run.padding_waste,
+                run.missed_gpu_fraction, run.goodput_vs_capacity, run.decision_ns_median,
+                run.decision_ns_p99);
+  out << line;
+  std::snprintf(line, sizeof(line), "  %-12s %6s %7s %7s %11s %11s %9s %9s %8s %8s %9s\n",
+                "model", "weight", "share", "target", "rows/s", "goodput/s", "wait p50",
+                "wait p99", "misses", "dropped", "dispatch");
+  out << line;
+  for (const ModelReport& m : run.models) {
+    std::snprintf(line, sizeof(line),
+                  "  %-12s %6.2f %7.4f %7.4f %11.1f %11.1f %8.2fms %8.2fms %8llu %8llu %9llu\n",
+                  m.name.c_str(), m.weight, m.share, m.target_share, m.throughput_rows_per_s,
+                  m.goodput_rows_per_s, m.queue_wait_p50_s * 1e3, m.queue_wait_p99_s * 1e3,
+                  static_cast<unsigned long long>(m.deadline_misses),
+                  static_cast<unsigned long long>(m.dropped),
+                  static_cast<unsigned long long>(m.dispatches));
+    out << line;
+  }
+}
+
+}  // namespace
+
+void PrintTable(const ScenarioReport& report, std::ostream& out) {
+  out << "scenario " << report.scenario << "\n";
+  PrintRun(report.ferry, out);
+  for (const RunReport& run : report.alternatives) {
+    PrintRun(run, out);
+  }
+  for (const RunReport& run : report.baselines) {
+    PrintRun(run, out);
+  }
+}
+
+}  // namespace ferry::sim

@@ -1,0 +1,88 @@
+// A ferry-sim scenario: models (weights, compiled sizes, a cost model with noise), arrival
+// streams (saturating backlog, Poisson, bursts, CSV traces), rows and deadlines, and the
+// scheduler settings, read from TOML. docs/simulator.md documents the format.
+//
+// Thread safety: plain data and pure functions; safe for concurrent use.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "config/scheduler_config.h"
+
+namespace ferry::sim {
+
+// Execution time of one dispatch at a compiled size: a table entry if given, else
+// fixed + per_row * size; each run is multiplied by max(0.05, 1 + noise * N(0, 1)).
+struct CostSpec {
+  double fixed_seconds = 0.0005;
+  double per_row_seconds = 0.00005;
+  std::map<int64_t, double> table;
+  double noise = 0.0;
+
+  double Mean(int64_t batch_size) const;
+};
+
+struct TraceEvent {
+  double time_seconds = 0;
+  int64_t rows = 1;
+  std::optional<double> deadline_seconds;
+};
+
+struct ArrivalSpec {
+  enum class Kind { kSaturate, kPoisson, kBurst, kTrace };
+  Kind kind = Kind::kPoisson;
+  double rate = 0;        // kPoisson: requests per second.
+  int64_t backlog = 64;   // kSaturate: requests kept queued at all times.
+  int64_t count = 0;      // kBurst: requests, all at at_seconds.
+  double at_seconds = 0;  // kBurst.
+  std::vector<TraceEvent> trace;  // kTrace: from the CSV file.
+  double start_seconds = 0;
+  double stop_seconds = std::numeric_limits<double>::infinity();
+  int64_t rows_min = 1;  // Rows per request: uniform in [rows_min, rows_max].
+  int64_t rows_max = 1;
+  std::optional<double> deadline_seconds;  // Relative to arrival.
+};
+
+struct SimModel {
+  std::string name;
+  double weight = 1.0;
+  std::vector<int64_t> sizes = {1, 8, 32};
+  std::optional<int64_t> max_batch_size;
+  CostSpec cost;
+  std::vector<ArrivalSpec> arrivals;
+};
+
+// Another run of the same workload with some [scheduler] keys changed.
+struct Alternative {
+  std::string label;
+  SchedulerConfig scheduler;
+};
+
+struct Scenario {
+  std::string name;
+  std::string description;
+  double duration_seconds = 60;
+  double warmup_seconds = 10;  // Excluded from every reported figure.
+  uint64_t seed = 1;
+  bool baselines = true;  // Also run "no coalescing" and "round robin" on the same workload.
+  SchedulerConfig scheduler;
+  std::vector<SimModel> models;
+  std::vector<Alternative> alternatives;
+};
+
+// Parses scenario text; `base_dir` resolves trace paths. Every error is reported at once.
+Result<Scenario> ParseScenario(std::string_view text, const std::string& source,
+                               const std::string& base_dir);
+Result<Scenario> LoadScenario(const std::string& path);
+
+// Parses a CSV trace: "time_seconds,rows[,deadline_seconds]" per line, an optional header,
+// '#' comments. Errors name the line.
+Result<std::vector<TraceEvent>> ParseTrace(std::string_view text, const std::string& source);
+
+}  // namespace ferry::sim
