@@ -67,7 +67,8 @@ double MedianDecisionNs(int num_models, int queued, int decisions, Discipline di
       push(d.dispatch.model);
     }
   }
-  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(samples.size() / 2),
+  std::nth_element(samples.begin(),
+                   samples.begin() + static_cast<std::ptrdiff_t>(samples.size() / 2),
                    samples.end());
   return samples[samples.size() / 2];
 }

@@ -20,9 +20,9 @@ void ReadSchedulerKeys(TableReader& r, SchedulerConfig* c) {
   r.Int("max_queue_depth", &c->max_queue_depth, 1, kMaxInt);
   r.Double("dispatch_timeout_seconds", &c->dispatch_timeout_seconds, DoubleRange::Positive());
   r.Int("compaction_interval", &c->compaction_interval, 0, kMaxInt);
-  r.Enum<ResidencyMode>("residency_mode", &c->residency_mode,
-                        {{"managed", ResidencyMode::kManaged},
-                         {"external", ResidencyMode::kExternal}});
+  r.Enum<ResidencyMode>(
+      "residency_mode", &c->residency_mode,
+      {{"managed", ResidencyMode::kManaged}, {"external", ResidencyMode::kExternal}});
   r.Enum<BatchSizing>("batch_sizing", &c->batch_sizing,
                       {{"largest", BatchSizing::kLargest}, {"cost", BatchSizing::kCost}});
 }

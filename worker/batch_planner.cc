@@ -32,10 +32,9 @@ BatchPlan Alone(const QueuedRequest& front, const ModelSpec& spec) {
   }
   std::optional<int> fit = SmallestFitting(spec.batch_sizes, front.rows);
   if (!fit) {
-    plan.failure = InvalidArgument("model '" + spec.name + "': request of " +
-                                   std::to_string(front.rows) +
-                                   " rows exceeds the largest compiled batch size " +
-                                   std::to_string(spec.batch_sizes.back()));
+    plan.failure = InvalidArgument(
+        "model '" + spec.name + "': request of " + std::to_string(front.rows) +
+        " rows exceeds the largest compiled batch size " + std::to_string(spec.batch_sizes.back()));
     return plan;
   }
   plan.size_index = *fit;
@@ -74,8 +73,8 @@ BatchPlan PlanBatch(const ModelQueue& queue, const ModelSpec& spec, const CostMo
     BatchPlan plan;
     plan.count = 1;
     plan.rows = front.rows;
-    plan.failure = InvalidArgument("model '" + spec.name +
-                                   "': no compiled program for input shape");
+    plan.failure =
+        InvalidArgument("model '" + spec.name + "': no compiled program for input shape");
     return plan;
   }
   int64_t limit = EffectiveMaxBatch(spec);

@@ -29,9 +29,8 @@ Result<Scheduler> Scheduler::Create(SchedulerConfig config, std::vector<ModelSpe
     const std::vector<int64_t>& sizes = spec.batch_sizes;
     bool unbatched = sizes == std::vector<int64_t>{0};
     bool ascending = !sizes.empty() && sizes[0] > 0 &&
-                     std::adjacent_find(sizes.begin(), sizes.end(), [](int64_t a, int64_t b) {
-                       return a >= b;
-                     }) == sizes.end();
+                     std::adjacent_find(sizes.begin(), sizes.end(),
+                                        [](int64_t a, int64_t b) { return a >= b; }) == sizes.end();
     if (!unbatched && !ascending) {
       return InvalidArgument("scheduler: model '" + spec.name +
                              "': batch sizes must be ascending positive, or [0]");
@@ -130,8 +129,9 @@ Status Scheduler::SetPolicy(std::string_view model, double weight) {
 
 Status Scheduler::SetResidency(std::string_view model, Residency residency) {
   if (config_.residency_mode != ResidencyMode::kExternal) {
-    return InvalidArgument("set_residency: only in residency_mode = \"external\"; this worker "
-                           "manages residency itself");
+    return InvalidArgument(
+        "set_residency: only in residency_mode = \"external\"; this worker "
+        "manages residency itself");
   }
   int index = FindModel(model);
   if (index < 0) {
@@ -248,9 +248,9 @@ int Scheduler::SelectFifo() const {
   int best = -1;
   for (int index : active_) {
     const ModelState& m = models_[static_cast<size_t>(index)];
-    if (best < 0 || Before(m.queue.front(), m.spec.name,
-                           models_[static_cast<size_t>(best)].queue.front(),
-                           models_[static_cast<size_t>(best)].spec.name)) {
+    if (best < 0 ||
+        Before(m.queue.front(), m.spec.name, models_[static_cast<size_t>(best)].queue.front(),
+               models_[static_cast<size_t>(best)].spec.name)) {
       best = index;
     }
   }
@@ -317,8 +317,7 @@ void Scheduler::Coalesce(int index, Nanos now, Dispatch* out) {
   out->model = index;
   bool laxity = config_.discipline == Discipline::kEdf;
   while (!m.queue.empty()) {
-    BatchPlan plan =
-        PlanBatch(m.queue, m.spec, m.cost, config_.batch_sizing, options_.coalesce);
+    BatchPlan plan = PlanBatch(m.queue, m.spec, m.cost, config_.batch_sizing, options_.coalesce);
     if (plan.failure) {
       out->failed.push_back(m.queue.PopFront());
       out->failure = plan.failure;
@@ -339,8 +338,7 @@ void Scheduler::Coalesce(int index, Nanos now, Dispatch* out) {
       }
     }
     if (out->shed.size() != shed_before) {
-      std::reverse(out->shed.begin() + static_cast<std::ptrdiff_t>(shed_before),
-                   out->shed.end());
+      std::reverse(out->shed.begin() + static_cast<std::ptrdiff_t>(shed_before), out->shed.end());
       continue;
     }
     out->variant = m.queue.front().variant;

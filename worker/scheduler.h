@@ -55,10 +55,10 @@ struct SchedulerOptions {
 struct ControlCommand {
   enum class Kind { kSetPolicy, kSetResidency, kCompact };
   Kind kind = Kind::kSetPolicy;
-  int model = -1;                       // kSetPolicy, kSetResidency.
-  double weight = 0;                    // kSetPolicy.
+  int model = -1;                          // kSetPolicy, kSetResidency.
+  double weight = 0;                       // kSetPolicy.
   Residency residency = Residency::kWarm;  // kSetResidency.
-  std::vector<int> models;              // kCompact: models to reload afterwards.
+  std::vector<int> models;                 // kCompact: models to reload afterwards.
 };
 
 struct Decision {
@@ -68,21 +68,21 @@ struct Decision {
 
 struct ModelMetrics {
   std::string name;
-  uint64_t dispatch_count = 0;    // Executions (a coalesced batch counts once).
+  uint64_t dispatch_count = 0;  // Executions (a coalesced batch counts once).
   uint64_t requests_served = 0;
-  uint64_t rows_served = 0;       // Real rows, padding excluded.
+  uint64_t rows_served = 0;  // Real rows, padding excluded.
   uint64_t padding_rows = 0;
   double total_compute_seconds = 0;
-  double recent_compute = 0;      // Fraction of recent GPU time (fair's EMA), now.
+  double recent_compute = 0;  // Fraction of recent GPU time (fair's EMA), now.
   size_t queue_depth = 0;
   int64_t queue_wait_p50_ns = 0;
   int64_t queue_wait_p99_ns = 0;
   std::map<int64_t, uint64_t> batch_size_histogram;  // Compiled size -> dispatches.
   int64_t effective_max_batch = 0;
   Residency residency = Residency::kWarm;
-  uint64_t rejected = 0;          // Queue full.
-  uint64_t shed = 0;              // Dropped for their deadline.
-  uint64_t failed = 0;            // Could not run (no compiled program, too many rows).
+  uint64_t rejected = 0;  // Queue full.
+  uint64_t shed = 0;      // Dropped for their deadline.
+  uint64_t failed = 0;    // Could not run (no compiled program, too many rows).
 };
 
 struct ModelControlStatus {
@@ -154,9 +154,7 @@ class Scheduler {
   ControlStatus GetControlStatus() const;
   const SchedulerConfig& config() const { return config_; }
   size_t queued_requests() const { return queued_; }
-  size_t queue_depth(int model) const {
-    return models_[static_cast<size_t>(model)].queue.size();
-  }
+  size_t queue_depth(int model) const { return models_[static_cast<size_t>(model)].queue.size(); }
 
  private:
   struct ModelState {
@@ -166,7 +164,7 @@ class Scheduler {
     Residency residency;
     ModelQueue queue;
     CostModel cost;
-    double recent = 0;   // Decayed compute seconds, scaled to recent_epoch_ (see .cc).
+    double recent = 0;  // Decayed compute seconds, scaled to recent_epoch_ (see .cc).
     // EffectiveCost() memo: recomputed only after the queue or the cost model changed, so a
     // decision costs O(1) per idle-since-last-time model rather than a size search each.
     mutable double effective_cost = 0;
@@ -200,8 +198,8 @@ class Scheduler {
   SchedulerConfig config_;
   SchedulerOptions options_;
   std::vector<ModelState> models_;
-  std::vector<int> active_;        // Models with queued requests, unordered.
-  std::vector<int> active_slot_;   // Position in active_, or -1.
+  std::vector<int> active_;       // Models with queued requests, unordered.
+  std::vector<int> active_slot_;  // Position in active_, or -1.
   std::vector<Committed> committed_;
   std::set<uint64_t> committed_metas_;
   std::vector<ControlCommand> pending_controls_;

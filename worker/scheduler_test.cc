@@ -107,10 +107,10 @@ TEST_CASE("edf serves the soonest deadline; no deadline is least urgent; ties by
   SchedulerConfig config;
   config.discipline = Discipline::kEdf;
   Scheduler s = Make({Spec("a"), Spec("b"), Spec("c"), Spec("d")}, config);
-  Push(s, 0, Req(1));                 // a: no deadline, oldest.
-  Push(s, 1, Req(2, 1, 900 * kMs));   // b
-  Push(s, 2, Req(3, 1, 500 * kMs));   // c: soonest.
-  Push(s, 3, Req(4, 1, 900 * kMs));   // d: ties with b, younger.
+  Push(s, 0, Req(1));                // a: no deadline, oldest.
+  Push(s, 1, Req(2, 1, 900 * kMs));  // b
+  Push(s, 2, Req(3, 1, 500 * kMs));  // c: soonest.
+  Push(s, 3, Req(4, 1, 900 * kMs));  // d: ties with b, younger.
   CHECK(s.Next(10).dispatch.model == 2);
   CHECK(s.Next(10).dispatch.model == 1);
   CHECK(s.Next(10).dispatch.model == 3);
@@ -152,7 +152,8 @@ TEST_CASE("fair: GPU time follows the weights over a saturated run") {
     Push(s, 1, Req(i));
   }
   Nanos now = 10000;
-  std::vector<int> order = Drain(s, now, [](int, int64_t) { return 0.001; }, 2000);
+  std::vector<int> order = Drain(
+      s, now, [](int, int64_t) { return 0.001; }, 2000);
   int a = static_cast<int>(std::count(order.begin() + 200, order.end(), 0));
   double share = static_cast<double>(a) / static_cast<double>(order.size() - 200);
   CHECK(share == doctest::Approx(0.75).epsilon(0.02));
@@ -292,7 +293,7 @@ TEST_CASE("edf sheds by laxity against the learned high percentile; others do no
       s.SeedCost(0, 0, 1, seconds);
     }
     CHECK(s.cost(0).Estimate(0, 0) < 0.005);
-    Push(s, 0, Req(0, 1, 5 * kMs, 1));   // Cannot finish in 5 ms at the 10 ms high.
+    Push(s, 0, Req(0, 1, 5 * kMs, 1));  // Cannot finish in 5 ms at the 10 ms high.
     Push(s, 0, Req(0, 1, 50 * kMs, 2));
     Dispatch d = s.Next(0).dispatch;
     if (discipline == Discipline::kEdf) {
@@ -345,7 +346,7 @@ TEST_CASE("a committed meta sub-call jumps the scan, after control commands, one
   CHECK(d.dispatch.committed_meta);
   CHECK(d.dispatch.model == 1);
   CHECK(d.dispatch.requests[0].payload == 42);
-  CHECK(s.Next(0).dispatch.model == 0);  // Then the scan.
+  CHECK(s.Next(0).dispatch.model == 0);       // Then the scan.
   CHECK(s.EnqueueCommitted(1, second).ok());  // The meta may commit its next sub-call.
 }
 
@@ -381,8 +382,7 @@ TEST_CASE("set_policy changes the live weight before the next selection") {
 
 TEST_CASE("set_residency works only in externally-managed mode") {
   Scheduler managed = Make({Spec("a")});
-  CHECK(managed.SetResidency("a", Residency::kPinned).error().code ==
-        ErrorCode::kInvalidArgument);
+  CHECK(managed.SetResidency("a", Residency::kPinned).error().code == ErrorCode::kInvalidArgument);
   SchedulerConfig config;
   config.residency_mode = ResidencyMode::kExternal;
   Scheduler external = Make({Spec("a")}, config);

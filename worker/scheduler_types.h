@@ -61,7 +61,7 @@ struct Dispatch {
   // Exactly one request that fills the compiled size: its inputs are used as they are, with
   // no concatenation and no padding.
   bool pass_through = false;
-  bool committed_meta = false;     // A committed meta sub-call, dispatched ahead of the scan.
+  bool committed_meta = false;          // A committed meta sub-call, dispatched ahead of the scan.
   std::vector<QueuedRequest> requests;  // In queue order; run together.
 
   // Requests dropped before GPU work because they cannot meet their deadline

@@ -28,8 +28,8 @@ int64_t WaitHistogram::UpperBound(int bucket) {
   }
   int exponent = (bucket - 1) / kSubBuckets;
   int sub = (bucket - 1) % kSubBuckets;
-  return static_cast<int64_t>(std::ldexp(kFirstBoundNanos * (1.0 + (sub + 1.0) / kSubBuckets),
-                                         exponent));
+  return static_cast<int64_t>(
+      std::ldexp(kFirstBoundNanos * (1.0 + (sub + 1.0) / kSubBuckets), exponent));
 }
 
 void WaitHistogram::Record(int64_t nanos) {

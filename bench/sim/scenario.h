@@ -37,10 +37,10 @@ struct TraceEvent {
 struct ArrivalSpec {
   enum class Kind { kSaturate, kPoisson, kBurst, kTrace };
   Kind kind = Kind::kPoisson;
-  double rate = 0;        // kPoisson: requests per second.
-  int64_t backlog = 64;   // kSaturate: requests kept queued at all times.
-  int64_t count = 0;      // kBurst: requests, all at at_seconds.
-  double at_seconds = 0;  // kBurst.
+  double rate = 0;                // kPoisson: requests per second.
+  int64_t backlog = 64;           // kSaturate: requests kept queued at all times.
+  int64_t count = 0;              // kBurst: requests, all at at_seconds.
+  double at_seconds = 0;          // kBurst.
   std::vector<TraceEvent> trace;  // kTrace: from the CSV file.
   double start_seconds = 0;
   double stop_seconds = std::numeric_limits<double>::infinity();

@@ -19,7 +19,7 @@ class Rng {
     return z ^ (z >> 31);
   }
   double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  double Normal() {  // Box-Muller.
+  double Normal() {                                                           // Box-Muller.
     double u = 1.0 - Uniform();
     double v = Uniform();
     return std::sqrt(-2.0 * std::log(u)) * std::cos(2 * M_PI * v);
@@ -123,8 +123,7 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
 
   // Warm-up: under fair, every compiled size runs once on zero inputs to seed its cost.
   for (const WarmupRun& run : scheduler.WarmupPlan()) {
-    scheduler.SeedCost(run.model, run.variant, run.batch_size,
-                       run_cost(run.model, run.batch_size));
+    scheduler.SeedCost(run.model, run.variant, run.batch_size, run_cost(run.model, run.batch_size));
   }
 
   const Nanos warmup = ToNanos(scenario.warmup_seconds);
@@ -181,8 +180,8 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
     auto t1 = std::chrono::steady_clock::now();
     const Dispatch& d = decision.dispatch;
     if (d.runs() || !d.shed.empty() || !d.failed.empty()) {
-      decision_ns.push_back(
-          static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
+      decision_ns.push_back(static_cast<double>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
     }
     bool measured = now >= warmup;
     for (const std::vector<QueuedRequest>* lost : {&d.shed, &d.failed}) {
@@ -238,8 +237,8 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
     now = std::max(now + 1, ToNanos(next));
   }
   // A dispatch may end after `end`; the window is what was measured.
-  double window = std::max(scenario.duration_seconds, static_cast<double>(now) / 1e9) -
-                  scenario.warmup_seconds;
+  double window =
+      std::max(scenario.duration_seconds, static_cast<double>(now) / 1e9) - scenario.warmup_seconds;
 
   RunReport report;
   report.label = label;
@@ -300,21 +299,20 @@ Result<ScenarioReport> RunScenario(const Scenario& scenario) {
   ScenarioReport report;
   report.scenario = scenario.name;
   FERRY_ASSIGN_OR_RETURN(
-      report.ferry,
-      RunOnce(scenario, scenario.scheduler, {},
-              "ferry " + std::string(DisciplineName(scenario.scheduler.discipline))));
+      report.ferry, RunOnce(scenario, scenario.scheduler, {},
+                            "ferry " + std::string(DisciplineName(scenario.scheduler.discipline))));
   for (const Alternative& alternative : scenario.alternatives) {
     FERRY_ASSIGN_OR_RETURN(RunReport run,
                            RunOnce(scenario, alternative.scheduler, {}, alternative.label));
     report.alternatives.push_back(std::move(run));
   }
   if (scenario.baselines) {
-    FERRY_ASSIGN_OR_RETURN(RunReport no_coalescing,
-                           RunOnce(scenario, scenario.scheduler, {.coalesce = false},
-                                   "baseline: no coalescing"));
-    FERRY_ASSIGN_OR_RETURN(RunReport round_robin,
-                           RunOnce(scenario, scenario.scheduler, {.round_robin = true},
-                                   "baseline: round robin"));
+    FERRY_ASSIGN_OR_RETURN(
+        RunReport no_coalescing,
+        RunOnce(scenario, scenario.scheduler, {.coalesce = false}, "baseline: no coalescing"));
+    FERRY_ASSIGN_OR_RETURN(
+        RunReport round_robin,
+        RunOnce(scenario, scenario.scheduler, {.round_robin = true}, "baseline: round robin"));
     report.baselines.push_back(std::move(no_coalescing));
     report.baselines.push_back(std::move(round_robin));
   }

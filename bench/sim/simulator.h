@@ -22,8 +22,8 @@ struct ModelReport {
   double share = 0;         // Of the GPU time used in the window.
   double target_share = 0;  // weight / sum of the weights of models with traffic; 0 if none.
   double throughput_rows_per_s = 0;
-  double goodput_rows_per_s = 0;  // Rows finished within their deadline (or with none).
-  double capacity_rows_per_s = 0; // Best rows per second of the cost model, any size.
+  double goodput_rows_per_s = 0;   // Rows finished within their deadline (or with none).
+  double capacity_rows_per_s = 0;  // Best rows per second of the cost model, any size.
   double queue_wait_p50_s = 0;
   double queue_wait_p99_s = 0;
   uint64_t deadline_misses = 0;  // Requests finished after their deadline.
@@ -37,9 +37,9 @@ struct ModelReport {
 struct RunReport {
   std::string label;  // "ferry fair", "baseline: no coalescing", ...
   std::vector<ModelReport> models;
-  double jain = 0;           // Weighted Jain's index over models with traffic.
-  double utilization = 0;    // GPU busy fraction of the window.
-  double padding_waste = 0;  // Fraction of executed rows that were padding.
+  double jain = 0;                 // Weighted Jain's index over models with traffic.
+  double utilization = 0;          // GPU busy fraction of the window.
+  double padding_waste = 0;        // Fraction of executed rows that were padding.
   double missed_gpu_fraction = 0;  // GPU time spent on requests that then missed.
   double goodput_vs_capacity = 0;  // Sum of goodput / best model capacity (one-model runs).
   double decision_ns_median = 0;

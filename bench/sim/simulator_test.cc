@@ -85,8 +85,7 @@ TEST_CASE("traces are parsed strictly, naming the bad line") {
   CHECK(good->size() == 2);
   CHECK((*good)[1].deadline_seconds == 0.05);
   CHECK(ParseTrace("0.5,x\n", "t.csv").error().message == "t.csv:1: 'x' is not a number");
-  CHECK(ParseTrace("1,1\n0.5,1\n", "t.csv").error().message ==
-        "t.csv:2: times must not decrease");
+  CHECK(ParseTrace("1,1\n0.5,1\n", "t.csv").error().message == "t.csv:2: times must not decrease");
   CHECK_FALSE(ParseTrace("0.5,1.5\n", "t.csv").ok());
 }
 
@@ -120,13 +119,13 @@ kind = "saturate"
   CHECK(first->ferry.models[0].dispatches == second->ferry.models[0].dispatches);
   CHECK(first->ferry.models[0].share == doctest::Approx(0.75).epsilon(0.03));
   nlohmann::json j = ReportToJson(*first);
-  for (const char* key : {"models", "jain", "utilization", "padding_waste", "decision_ns_median",
-                          "baselines"}) {
+  for (const char* key :
+       {"models", "jain", "utilization", "padding_waste", "decision_ns_median", "baselines"}) {
     CHECK_MESSAGE(j.contains(key), key);
   }
-  for (const char* key : {"name", "weight", "share", "target_share", "throughput_rows_per_s",
-                          "queue_wait_p50_s", "queue_wait_p99_s", "deadline_misses", "dropped",
-                          "goodput_rows_per_s"}) {
+  for (const char* key :
+       {"name", "weight", "share", "target_share", "throughput_rows_per_s", "queue_wait_p50_s",
+        "queue_wait_p99_s", "deadline_misses", "dropped", "goodput_rows_per_s"}) {
     CHECK_MESSAGE(j["models"][0].contains(key), key);
   }
   CHECK(j["baselines"].size() == 2);
