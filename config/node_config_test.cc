@@ -183,6 +183,17 @@ TEST_CASE("FERRY_SCHEDULER_<KEY> overrides the file") {
   CHECK(config->scheduler.cost_ema_alpha == 0.5);
 }
 
+TEST_CASE("residency_mode and batch_sizing are read from the file and the environment") {
+  Result<NodeConfig> config = Parse("[scheduler]\nresidency_mode = \"external\"\n",
+                                    {{"FERRY_SCHEDULER_BATCH_SIZING", "cost"}});
+  REQUIRE(config.ok());
+  CHECK(config->scheduler.residency_mode == ResidencyMode::kExternal);
+  CHECK(config->scheduler.batch_sizing == BatchSizing::kCost);
+  CHECK(Parse("").value().scheduler.batch_sizing == BatchSizing::kLargest);
+  CHECK(Contains(ErrorOf("[scheduler]\nbatch_sizing = \"biggest\"\n"),
+                 "scheduler.batch_sizing: unknown value 'biggest'"));
+}
+
 TEST_CASE("a bad environment override names the variable") {
   CHECK(Contains(ErrorOf("", {{"FERRY_SCHEDULER_DISCIPLINE", "lottery"}}),
                  "environment FERRY_SCHEDULER_DISCIPLINE: scheduler.discipline: unknown value "
