@@ -1,0 +1,90 @@
+#include "shm/ring.h"
+
+#include <cstring>
+
+#include "shm/futex.h"
+
+namespace ferry::shm {
+
+RingProducer::RingProducer(const Segment& segment, uint32_t ring)
+    : ring_(&segment.ring(ring)),
+      slots_(segment.descriptors(ring)),
+      doorbell_(&segment.doorbell(segment.ring(ring).consumer_slot)),
+      index_(ring),
+      mask_(segment.ring(ring).capacity - 1),
+      tail_(segment.ring(ring).tail.load(std::memory_order_relaxed)) {}
+
+RingStatus RingProducer::TryPush(const DescriptorData& descriptor) {
+  uint64_t head = ring_->head.load(std::memory_order_acquire);
+  if (head > tail_) {
+    return RingStatus::kCorrupt;
+  }
+  if (tail_ - head > mask_) {
+    return tail_ - head == mask_ + 1 ? RingStatus::kFull : RingStatus::kCorrupt;
+  }
+  std::memcpy(&slots_[tail_ & mask_], &descriptor, sizeof(DescriptorData));
+  ++tail_;
+  ring_->tail.store(tail_, std::memory_order_release);
+  // Pairs with the consumer's fence between announcing sleep and re-checking tail.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (doorbell_->sleeping.load(std::memory_order_relaxed) != 0) {
+    doorbell_->word.fetch_add(1, std::memory_order_release);
+    FutexWake(&doorbell_->word, 1);
+  }
+  return RingStatus::kOk;
+}
+
+RingConsumer::RingConsumer(const Segment& segment, uint32_t ring)
+    : ring_(&segment.ring(ring)),
+      slots_(segment.descriptors(ring)),
+      index_(ring),
+      capacity_(segment.ring(ring).capacity),
+      mask_(segment.ring(ring).capacity - 1),
+      head_(segment.ring(ring).head.load(std::memory_order_relaxed)) {}
+
+bool RingConsumer::HasWork() const { return ring_->tail.load(std::memory_order_acquire) != head_; }
+
+void RingConsumer::CountInvalid() {
+  ring_->invalid_descriptors.fetch_add(1, std::memory_order_relaxed);
+}
+
+RingStatus RingConsumer::TryPop(DescriptorData* out) {
+  uint64_t tail = ring_->tail.load(std::memory_order_acquire);  // Read once.
+  if (tail == head_) {
+    return RingStatus::kEmpty;
+  }
+  if (tail < head_ || tail - head_ > capacity_) {
+    CountInvalid();
+    return RingStatus::kCorrupt;
+  }
+  std::memcpy(out, &slots_[head_ & mask_], sizeof(DescriptorData));
+  ++head_;
+  ring_->head.store(head_, std::memory_order_release);
+  return RingStatus::kOk;
+}
+
+bool WaitForWork(const Segment& segment, uint32_t consumer_slot, const std::function<bool()>& ready,
+                 int64_t timeout_ns, int spin_iterations) {
+  for (int i = 0; i < spin_iterations; ++i) {
+    if (ready()) {
+      return true;
+    }
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  DoorbellData& bell = segment.doorbell(consumer_slot);
+  uint32_t word = bell.word.load(std::memory_order_acquire);
+  bell.sleeping.store(1, std::memory_order_relaxed);
+  // Pairs with the producer's fence between publishing tail and reading `sleeping`.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (ready()) {
+    bell.sleeping.store(0, std::memory_order_relaxed);
+    return true;
+  }
+  FutexWait(&bell.word, word, timeout_ns);
+  bell.sleeping.store(0, std::memory_order_relaxed);
+  return ready();
+}
+
+}  // namespace ferry::shm
