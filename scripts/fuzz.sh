@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 seconds=${1:-15}
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DFERRY_FUZZ=ON -DFERRY_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build-fuzz -j "$(nproc)" --target safetensors_fuzz manifest_fuzz node_config_fuzz
-for target in safetensors manifest node_config; do
+cmake --build build-fuzz -j "$(nproc)" --target safetensors_fuzz manifest_fuzz node_config_fuzz \
+  descriptor_fuzz
+for target in safetensors manifest node_config descriptor; do
   work=build-fuzz/corpus-$target
   mkdir -p "$work"
   echo "fuzz: $target for ${seconds}s"

@@ -12,13 +12,13 @@ constexpr uint16_t kMaxDType = static_cast<uint16_t>(DType::kC64);
 }  // namespace
 
 Status ValidateDescriptor(const DescriptorData& d, const DescriptorRules& rules) {
-  std::string who = "descriptor from slot " + std::to_string(rules.sender_slot) + " seq " +
+  std::string who = "descriptor from slot " + std::to_string(rules.request_slot) + " seq " +
                     std::to_string(d.sequence) + ": ";
   if (d.kind < static_cast<uint16_t>(DescriptorKind::kSubmit) ||
       d.kind > static_cast<uint16_t>(DescriptorKind::kControl)) {
     return InvalidArgument(who + "unknown kind " + std::to_string(d.kind));
   }
-  if (d.slot != rules.sender_slot) {
+  if (d.slot != rules.request_slot) {
     return InvalidArgument(who + "claims slot " + std::to_string(d.slot));
   }
   if (d.num_tensors > kMaxTensors) {

@@ -32,14 +32,14 @@ enum class DescriptorKind : uint16_t {
 inline constexpr int64_t kMaxRowsPerRequest = int64_t{1} << 20;
 
 struct DescriptorRules {
-  uint32_t sender_slot = 0;  // The ring's producer: request ids must name it.
-  uint32_t num_models = 0;   // Submissions name a model below this.
+  uint32_t request_slot = 0;  // The ring's producer: request ids must name it.
+  uint32_t num_models = 0;    // Submissions name a model below this.
   // Partitions the sender's tensors may lie in (usually just its own).
   std::vector<uint32_t> allowed_partitions;
   uint64_t partition_bytes = 0;
 };
 
-// OK, or INVALID_ARGUMENT naming the sender, the sequence and the field that was wrong.
+// OK, or INVALID_ARGUMENT naming the request slot, the sequence and the field that was wrong.
 Status ValidateDescriptor(const DescriptorData& d, const DescriptorRules& rules);
 
 // The bytes of a validated tensor, in place in the segment (no copy).

@@ -7,7 +7,7 @@ namespace {
 
 DescriptorRules Rules() {
   DescriptorRules rules;
-  rules.sender_slot = 1;
+  rules.request_slot = 1;
   rules.num_models = 4;
   rules.allowed_partitions = {1};
   rules.partition_bytes = 1 << 20;

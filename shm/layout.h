@@ -86,8 +86,9 @@ struct DescriptorData {
   uint64_t sequence;     //   and its sequence number.
   uint32_t model;
   int32_t variant;
-  int64_t rows;
-  int64_t deadline_ns;  // Monotonic; 0 = none.
+  int32_t rows;
+  uint32_t sender_generation;  // The producing process's slot generation when it sent this.
+  int64_t deadline_ns;         // Monotonic; 0 = none.
   uint64_t trace_id_high;
   uint64_t trace_id_low;
   TensorRefData tensors[kMaxTensors];

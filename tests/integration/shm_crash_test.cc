@@ -1,0 +1,150 @@
+// Crash recovery of the shared-memory transport with real processes: a hook host or the
+// worker is SIGKILLed at random points (mid-allocation, mid-push, mid-read) over many
+// iterations; the supervisor (this process) resets its slot and starts a successor. The
+// surviving peer's traffic must complete, nothing may leak, and no process may crash.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "tests/integration/shm_peers.h"
+#include "tests/testing/shm_name.h"
+
+namespace ferry {
+namespace {
+
+using testing::TestHookHost;
+using testing::TestWorker;
+
+constexpr int kKills = 40;
+constexpr uint64_t kSurvivorRequests = 1500;
+
+struct Node {
+  std::string name = testing::UniqueShmName("crash");
+  shm::Segment segment = shm::Segment::Create(name, {2, 1, 64, 32 << 20}).value();
+  ~Node() { shm::Segment::Remove(name); }
+};
+
+// Children attach by name, like real ones, and leave with _exit so no test state unwinds.
+[[noreturn]] void RunWorker(const std::string& name) {
+  shm::Segment segment = shm::Segment::Attach(name).value();
+  TestWorker worker(segment);
+  while (worker.Step()) {
+    worker.Sleep(1'000'000);
+  }
+  _exit(shm::ReadArenaStats(segment, segment.WorkerSlot(0)).bytes_in_use == 0 ? 0 : 3);
+}
+
+[[noreturn]] void RunHookHostForever(const std::string& name, uint32_t hookhost) {
+  shm::Segment segment = shm::Segment::Attach(name).value();
+  TestHookHost host(segment, hookhost);
+  for (;;) {
+    host.Submit(16);
+    host.Poll();
+  }
+}
+
+// Submits `requests`, waits for every one to resolve, flushes its releases, and reports.
+[[noreturn]] void RunSurvivor(const std::string& name, uint32_t hookhost, uint64_t requests,
+                              bool expect_all_completed) {
+  shm::Segment segment = shm::Segment::Attach(name).value();
+  TestHookHost host(segment, hookhost);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((host.submitted() < requests || !host.Idle()) &&
+         std::chrono::steady_clock::now() < deadline) {
+    if (host.submitted() < requests) {
+      host.Submit(16);
+    }
+    host.Poll();
+  }
+  bool resolved = host.completed() + host.unavailable() + host.errors() == host.submitted() &&
+                  host.submitted() == requests;
+  bool ok = resolved && host.wrong() == 0 && host.errors() == 0 &&
+            (!expect_all_completed || host.completed() == requests) &&
+            shm::ReadArenaStats(segment, host.slot()).bytes_in_use == 0;
+  std::fprintf(stderr, "survivor: submitted %llu completed %llu unavailable %llu wrong %llu\n",
+               static_cast<unsigned long long>(host.submitted()),
+               static_cast<unsigned long long>(host.completed()),
+               static_cast<unsigned long long>(host.unavailable()),
+               static_cast<unsigned long long>(host.wrong()));
+  _exit(ok ? 0 : 4);
+}
+
+template <typename Fn>
+pid_t Spawn(Fn fn) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    fn();
+  }
+  REQUIRE(pid > 0);
+  return pid;
+}
+
+int WaitExit(pid_t pid) {
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+void KillAndReset(const shm::Segment& segment, pid_t pid, uint32_t slot) {
+  kill(pid, SIGKILL);
+  CHECK(WaitExit(pid) == 128 + SIGKILL);
+  shm::ResetSlot(segment, slot);
+}
+
+void StopWorker(const shm::Segment& segment) {
+  shm::RingProducer control(segment, segment.ControlRing(segment.WorkerSlot(0)));
+  shm::DescriptorData stop{};
+  stop.kind = static_cast<uint16_t>(shm::DescriptorKind::kControl);
+  stop.model = testing::kStopCommand;
+  REQUIRE(control.TryPush(stop) == shm::RingStatus::kOk);
+}
+
+TEST_CASE("a hook host killed at random points is reset; its peer's traffic all completes") {
+  Node node;
+  std::mt19937 rng(7);
+  pid_t worker = Spawn([&] { RunWorker(node.name); });
+  pid_t survivor = Spawn([&] { RunSurvivor(node.name, 1, kSurvivorRequests, true); });
+  uint64_t victim_generations = 1;
+  for (int i = 0; i < kKills; ++i) {
+    pid_t victim = Spawn([&] { RunHookHostForever(node.name, 0); });
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+    KillAndReset(node.segment, victim, 0);
+    ++victim_generations;
+    CHECK(shm::ReadArenaStats(node.segment, 0).bytes_in_use == 0);
+  }
+  CHECK(node.segment.slot(0).generation.load() == victim_generations);
+  // The victims were busy when killed: they had pushed hundreds of descriptors.
+  CHECK(node.segment.ring(node.segment.SubmissionRing(0, 0)).tail.load() > 100);
+  CHECK(WaitExit(survivor) == 0);
+  StopWorker(node.segment);
+  CHECK(WaitExit(worker) == 0);  // The worker reaped every block the dead hook hosts held.
+  CHECK(shm::ReadArenaStats(node.segment, node.segment.WorkerSlot(0)).bytes_in_use == 0);
+  CHECK(shm::ReadArenaStats(node.segment, 1).bytes_in_use == 0);
+}
+
+TEST_CASE("a worker killed at random points is reset; the hook host fails and reclaims") {
+  Node node;
+  std::mt19937 rng(11);
+  uint32_t worker_slot = node.segment.WorkerSlot(0);
+  pid_t survivor = Spawn([&] { RunSurvivor(node.name, 1, kSurvivorRequests * 4, false); });
+  for (int i = 0; i < kKills; ++i) {
+    pid_t worker = Spawn([&] { RunWorker(node.name); });
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+    KillAndReset(node.segment, worker, worker_slot);
+    CHECK(shm::ReadArenaStats(node.segment, worker_slot).bytes_in_use == 0);
+  }
+  // The killed workers were busy: they had completed hundreds of requests between them.
+  CHECK(node.segment.ring(node.segment.CompletionRing(0, 1)).tail.load() > 100);
+  pid_t worker = Spawn([&] { RunWorker(node.name); });
+  CHECK(WaitExit(survivor) == 0);  // Everything resolved: completed or UNAVAILABLE, no leak.
+  StopWorker(node.segment);
+  CHECK(WaitExit(worker) == 0);
+}
+
+}  // namespace
+}  // namespace ferry
