@@ -1,10 +1,20 @@
 #include "shm/ring.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "shm/futex.h"
 
 namespace ferry::shm {
+namespace {
+
+size_t UsedBytes(uint16_t num_tensors) {
+  return offsetof(DescriptorData, tensors) +
+         std::min<uint32_t>(num_tensors, kMaxTensors) * sizeof(TensorRefData);
+}
+
+}  // namespace
 
 RingProducer::RingProducer(const Segment& segment, uint32_t ring)
     : ring_(&segment.ring(ring)),
@@ -22,7 +32,7 @@ RingStatus RingProducer::TryPush(const DescriptorData& descriptor) {
   if (tail_ - head > mask_) {
     return tail_ - head == mask_ + 1 ? RingStatus::kFull : RingStatus::kCorrupt;
   }
-  std::memcpy(&slots_[tail_ & mask_], &descriptor, sizeof(DescriptorData));
+  std::memcpy(&slots_[tail_ & mask_], &descriptor, UsedBytes(descriptor.num_tensors));
   ++tail_;
   ring_->tail.store(tail_, std::memory_order_release);
   // Pairs with the consumer's fence between announcing sleep and re-checking tail.
@@ -57,7 +67,12 @@ RingStatus RingConsumer::TryPop(DescriptorData* out) {
     CountInvalid();
     return RingStatus::kCorrupt;
   }
-  std::memcpy(out, &slots_[head_ & mask_], sizeof(DescriptorData));
+  // The header first; then only the tensors it declares (clamped, so a hostile count
+  // cannot make the copy run past the slot). Fewer cache lines cross between cores.
+  const DescriptorData& slot = slots_[head_ & mask_];
+  std::memcpy(out, &slot, offsetof(DescriptorData, tensors));
+  std::memcpy(out->tensors, slot.tensors,
+              std::min<uint32_t>(out->num_tensors, kMaxTensors) * sizeof(TensorRefData));
   ++head_;
   ring_->head.store(head_, std::memory_order_release);
   return RingStatus::kOk;

@@ -46,8 +46,9 @@ class RingProducer {
 class RingConsumer {
  public:
   RingConsumer(const Segment& segment, uint32_t ring);
-  // kOk with *out filled (a private copy), kEmpty, or kCorrupt (the producer's tail is
-  // impossible; counted in invalid_descriptors).
+  // kOk with *out filled (a private copy of the header and of the min(num_tensors, 8)
+  // tensors it declares; validate it before use), kEmpty, or kCorrupt (the producer's tail
+  // is impossible; counted in invalid_descriptors).
   RingStatus TryPop(DescriptorData* out);
   // True when a descriptor is waiting (one acquire load).
   bool HasWork() const;
