@@ -1,0 +1,78 @@
+#include "worker/backend.h"
+
+#include <algorithm>
+
+namespace ferry {
+namespace {
+
+const Shape& ShapeIn(const ShapeVariant& variant, const TensorSpec& spec, bool is_input) {
+  return is_input ? variant.inputs.at(spec.name) : variant.outputs.at(spec.name);
+}
+
+}  // namespace
+
+int64_t RowBytes(const Manifest& manifest, const TensorSpec& spec, const ShapeVariant& variant,
+                 bool is_input) {
+  int64_t bytes = DTypeBits(spec.dtype) / 8;
+  for (int64_t d : ShapeIn(variant, spec, is_input)) {
+    if (d != kBatchDim) {
+      bytes *= d;
+    }
+  }
+  return bytes;
+}
+
+Status ValidateJob(const Manifest& manifest, const BatchJob& job) {
+  std::string where = "model '" + manifest.name + "': ";
+  if (job.variant < 0 || static_cast<size_t>(job.variant) >= manifest.variants.size()) {
+    return InvalidArgument(where + "no shape variant " + std::to_string(job.variant));
+  }
+  if (std::find(manifest.batch_sizes.begin(), manifest.batch_sizes.end(), job.batch_size) ==
+      manifest.batch_sizes.end()) {
+    return InvalidArgument(where + "no compiled batch size " + std::to_string(job.batch_size));
+  }
+  if (job.requests.empty()) {
+    return InvalidArgument(where + "a batch needs at least one request");
+  }
+  const ShapeVariant& variant = manifest.variants[static_cast<size_t>(job.variant)];
+  int64_t rows = 0;
+  for (size_t r = 0; r < job.requests.size(); ++r) {
+    const RequestIo& io = job.requests[r];
+    std::string at = where + "request " + std::to_string(r) + ": ";
+    if (io.rows < 1) {
+      return InvalidArgument(at + "rows must be >= 1");
+    }
+    rows += io.rows;
+    if (io.inputs.size() != manifest.inputs.size() ||
+        io.outputs.size() != manifest.outputs.size()) {
+      return InvalidArgument(at + "expected " + std::to_string(manifest.inputs.size()) +
+                             " inputs and " + std::to_string(manifest.outputs.size()) + " outputs");
+    }
+    for (size_t i = 0; i < manifest.inputs.size(); ++i) {
+      const TensorSpec& spec = manifest.inputs[i];
+      int64_t want = RowBytes(manifest, spec, variant, true) * (spec.batch_axis ? io.rows : 1);
+      if (static_cast<int64_t>(io.inputs[i].size()) != want) {
+        return InvalidArgument(at + "input '" + spec.name + "' has " +
+                               std::to_string(io.inputs[i].size()) + " bytes, expected " +
+                               std::to_string(want));
+      }
+    }
+    for (size_t o = 0; o < manifest.outputs.size(); ++o) {
+      const TensorSpec& spec = manifest.outputs[o];
+      int64_t want = RowBytes(manifest, spec, variant, false) * (spec.batch_axis ? io.rows : 1);
+      if (static_cast<int64_t>(io.outputs[o].size()) != want) {
+        return InvalidArgument(at + "output '" + spec.name + "' has room for " +
+                               std::to_string(io.outputs[o].size()) + " bytes, expected " +
+                               std::to_string(want));
+      }
+    }
+  }
+  bool unbatched = manifest.unbatched();
+  if (unbatched ? job.requests.size() != 1 : rows > job.batch_size) {
+    return InvalidArgument(where + std::to_string(rows) + " rows do not fit compiled size " +
+                           std::to_string(job.batch_size));
+  }
+  return OkStatus();
+}
+
+}  // namespace ferry

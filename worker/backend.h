@@ -1,0 +1,74 @@
+// DESIGN: the interface between the dispatch loop and whatever runs models (CpuBackend, the
+// reference executor; SimBackend, which spends time by a cost model; CudaBackend on a GPU).
+//
+// A backend loads a bundle into one executable per (shape variant, compiled batch size) and
+// executes one coalesced batch at a time. It gathers each request's input rows itself and
+// writes each request's output rows straight into that request's block, so a GPU backend can
+// copy host-to-device directly from the shared-memory arena with no host-side concatenation.
+// Compute time is reported apart from any weight-load time (the scheduler learns costs from
+// compute time only). A model that fails to load or run is marked failed with its error;
+// other models keep serving.
+//
+// Thread safety: requires external synchronization (the dispatch loop is the only caller).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "model/bundle.h"
+
+namespace ferry {
+
+using ModelHandle = int;
+
+// One request's part of a batch, in manifest order of inputs and outputs.
+struct RequestIo {
+  int64_t rows = 1;
+  // Each input's bytes for this request: its rows along the batch axis (or the whole tensor
+  // for an input without one, used from the first request only).
+  std::vector<std::span<const uint8_t>> inputs;
+  // Where each output's rows for this request go (rows x the output's row size).
+  std::vector<std::span<uint8_t>> outputs;
+};
+
+struct BatchJob {
+  int variant = 0;
+  int64_t batch_size = 0;  // Compiled size; the rows beyond the requests' are zero padding.
+  std::vector<RequestIo> requests;
+};
+
+struct ExecutionTiming {
+  double compute_seconds = 0;  // The model's execution, copies in and out included.
+  double load_seconds = 0;     // Weight loading this dispatch triggered (excluded from cost).
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+
+  // Builds the executables of every (variant, compiled size). The bundle must outlive the
+  // model. On failure the model is registered as failed and the error returned.
+  virtual Result<ModelHandle> Load(const Bundle& bundle) = 0;
+  // Runs one batch. INVALID_ARGUMENT for a malformed job (wrong counts or byte sizes);
+  // the model's load error if it failed; INTERNAL for a backend fault.
+  virtual Result<ExecutionTiming> Execute(ModelHandle model, const BatchJob& job) = 0;
+  // OK, or the error that made the model fail.
+  virtual Status ModelStatus(ModelHandle model) const = 0;
+};
+
+// Checks a job against the manifest before any backend touches its bytes: variant and size
+// compiled, rows summing to at most the size, and every span exactly the bytes its shape
+// needs. Backends call this first.
+Status ValidateJob(const Manifest& manifest, const BatchJob& job);
+
+// Bytes of one row of `spec` in `variant` (the product of the non-batch dimensions times
+// the element size), or of the whole tensor when it has no batch axis.
+int64_t RowBytes(const Manifest& manifest, const TensorSpec& spec, const ShapeVariant& variant,
+                 bool is_input);
+
+}  // namespace ferry
