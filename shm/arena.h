@@ -12,10 +12,9 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <span>
-#include <unordered_map>
 
+#include "common/extent_allocator.h"
 #include "common/result.h"
 #include "shm/segment.h"
 
@@ -53,14 +52,13 @@ class Arena {
   uint32_t slot() const { return slot_; }
 
  private:
+  void Publish();  // Copies the accounting into shared memory.
+
   const Segment* segment_;
   uint32_t slot_;
   SlotData* data_;
   uint8_t* base_;
-  uint64_t capacity_;
-  std::map<uint64_t, uint64_t> free_;            // offset -> length, coalesced.
-  std::unordered_map<uint64_t, uint64_t> live_;  // offset -> reserved length.
-  uint64_t in_use_ = 0;
+  ExtentAllocator extents_;
 };
 
 }  // namespace ferry::shm
