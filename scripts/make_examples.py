@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Writes ferry's example bundles and node file, reproducibly, from a fixed seed.
 
-    scripts/make_examples.py [OUT_DIR]     (default: examples/)
+    scripts/make_examples.py [OUT_DIR]           (default: examples/)
+    scripts/make_examples.py --large [OUT_DIR]   also examples/models/mlp-large (134 MB, bf16;
+                                                 not committed: the GPU check writes it)
 
 Pure Python (no numpy), so it runs on a fresh machine. Weights are drawn like PyTorch's
 default nn.Linear / nn.Conv2d init: uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)), from
@@ -253,6 +255,66 @@ threads = 4
 """
 
 
+MLP_LARGE_MANIFEST = """\
+# Four 4096x4096 layers in bf16 (134 MB of weights): makes a GPU work for its time.
+# Written by scripts/make_examples.py --large.
+name = "mlp-large"
+version = 1
+precision = "bf16"
+
+[[inputs]]
+name = "input"
+dtype = "FP32"
+shape = [-1, 4096]
+
+[[outputs]]
+name = "output"
+dtype = "FP32"
+shape = [-1, 4096]
+
+[batching]
+sizes = [1, 8, 32, 128, 256]
+""" + "".join(f"""
+[[program]]
+op = "dense"
+input = "{'input' if i == 0 else f'a{i}'}"
+weight = "fc{i}.weight"
+bias = "fc{i}.bias"
+output = "{'output' if i == 3 else f'h{i + 1}'}"
+""" + ("" if i == 3 else f"""
+[[program]]
+op = "relu"
+input = "h{i + 1}"
+output = "a{i + 1}"
+""") for i in range(4))
+
+
+def bf16_uniform_bytes(rng, count):
+    """`count` bf16 values with random sign and mantissa and exponent 2^-7 (|v| in
+    [1/128, 1/64)), built from random bytes at C speed: no numpy needed for 67M weights."""
+    raw = rng.randbytes(2 * count)
+    low = raw[0::2].translate(bytes(b & 0x7F for b in range(256)))
+    high = raw[1::2].translate(bytes((b & 0x80) | 60 for b in range(256)))
+    out = bytearray(2 * count)
+    out[0::2] = low
+    out[1::2] = high
+    return bytes(out)
+
+
+def mlp_large_safetensors(rng):
+    header, offset, blobs = {}, 0, []
+    for i in range(4):
+        for name, shape in ((f"fc{i}.weight", [4096, 4096]), (f"fc{i}.bias", [4096])):
+            blob = bf16_uniform_bytes(rng, shape[0] * (shape[1] if len(shape) > 1 else 1))
+            header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + len(blob)]}
+            offset += len(blob)
+            blobs.append(blob)
+    header["__metadata__"] = {"generator": "ferry make_examples.py --large", "seed": str(SEED)}
+    text = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(blobs)
+
+
 def write(path, data):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
@@ -260,7 +322,9 @@ def write(path, data):
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "examples")
+    args = [a for a in sys.argv[1:] if a != "--large"]
+    large = "--large" in sys.argv[1:]
+    out = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "examples")
     rng = random.Random(SEED)
     mlp = dense(rng, "fc1", 784, 512) + dense(rng, "fc2", 512, 512) + dense(rng, "fc3", 512, 10)
     cnn = (conv(rng, "conv1", 3, 16, 3) + conv(rng, "conv2", 16, 32, 3) + conv(rng, "conv3", 32, 64, 3)
@@ -272,6 +336,10 @@ def main():
     write(os.path.join(out, "models", "cnn", "manifest.toml"), CNN_MANIFEST)
     write(os.path.join(out, "models", "cnn", "weights.safetensors"), safetensors_bytes(cnn))
     write(os.path.join(out, "node.toml"), NODE_TOML)
+    if large:
+        rng_large = random.Random(SEED + 1)
+        write(os.path.join(out, "models", "mlp-large", "manifest.toml"), MLP_LARGE_MANIFEST)
+        write(os.path.join(out, "models", "mlp-large", "weights.safetensors"), mlp_large_safetensors(rng_large))
 
 
 if __name__ == "__main__":

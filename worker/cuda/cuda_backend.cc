@@ -1,0 +1,668 @@
+#include "worker/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <optional>
+
+#include "common/extent_allocator.h"
+#include "model/dtype_convert.h"
+#include "model/shape_inference.h"
+#include "worker/batch_axis.h"
+#include "worker/cuda/kernels.h"
+
+namespace ferry {
+namespace {
+
+constexpr uint64_t kDeviceAlignment = 256;
+constexpr size_t kCublasWorkspace = 32 << 20;
+
+bool IsSticky(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorUnknown:
+    case cudaErrorDevicesUnavailable:
+      return true;
+    default:
+      return false;
+  }
+}
+
+const char* CublasName(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default:
+      return "CUBLAS_STATUS_(other)";
+  }
+}
+
+// A device tensor of an executable: its buffer and shape.
+struct DeviceTensor {
+  float* data = nullptr;
+  Shape shape;
+};
+
+using Step = std::function<Status(cudaStream_t)>;
+
+struct Executable {
+  std::map<std::string, DeviceTensor> tensors;
+  void* buffer = nullptr;            // Every tensor of this executable, one allocation.
+  uint16_t* bf16_scratch = nullptr;  // Activations converted for bf16 GEMMs (in `buffer`).
+  std::vector<Step> steps;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+};
+
+struct DeviceWeight {
+  uint64_t offset = 0;
+  bool bf16 = false;
+  Shape shape;
+};
+
+struct Model {
+  const Bundle* bundle = nullptr;
+  std::map<std::string, DeviceWeight> weights;
+  std::vector<Executable> executables;  // [variant * sizes + size index]
+  std::optional<Error> failure;
+};
+
+class DeviceWeightArena : public WeightArena {
+ public:
+  DeviceWeightArena(uint8_t* base, uint64_t capacity)
+      : base_(base), extents_(capacity / kDeviceAlignment * kDeviceAlignment, kDeviceAlignment) {}
+  uint64_t capacity() const override { return extents_.capacity(); }
+  std::optional<uint64_t> Allocate(uint64_t bytes) override { return extents_.Allocate(bytes); }
+  void Free(uint64_t offset) override { extents_.Free(offset); }
+  uint64_t in_use() const override { return extents_.in_use(); }
+  uint8_t* base() const { return base_; }
+
+ private:
+  uint8_t* base_;
+  ExtentAllocator extents_;
+};
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  CudaBackendOptions options;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  void* cublas_workspace = nullptr;
+  uint8_t* arena_base = nullptr;
+  std::unique_ptr<DeviceWeightArena> arena;
+  uint8_t* staging = nullptr;
+  std::vector<Model> models;
+  bool healthy = true;
+  double upload_seconds = 0;
+  uint64_t uploaded_bytes = 0;
+
+  Status Check(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) {
+      return OkStatus();
+    }
+    if (IsSticky(e)) {
+      healthy = false;
+    }
+    return Internal(std::string("CUDA: ") + what + ": " + cudaGetErrorName(e) + ": " +
+                    cudaGetErrorString(e) + (healthy ? "" : " (context lost: worker unhealthy)"));
+  }
+  Status Check(cublasStatus_t s, const char* what) {
+    if (s == CUBLAS_STATUS_SUCCESS) {
+      return OkStatus();
+    }
+    return Internal(std::string("cuBLAS: ") + what + ": " + CublasName(s));
+  }
+
+  Status Upload(uint64_t offset, std::span<const uint8_t> bytes) {
+    auto start = std::chrono::steady_clock::now();
+    for (size_t done = 0; done < bytes.size();) {
+      size_t chunk = std::min<size_t>(options.staging_bytes, bytes.size() - done);
+      std::memcpy(staging, bytes.data() + done, chunk);
+      FERRY_RETURN_IF_ERROR(Check(cudaMemcpyAsync(arena_base + offset + done, staging, chunk,
+                                                  cudaMemcpyHostToDevice, stream),
+                                  "weight upload"));
+      FERRY_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream), "weight upload"));
+      done += chunk;
+    }
+    upload_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    uploaded_bytes += bytes.size();
+    return OkStatus();
+  }
+
+  const float* WeightPtr(const Model& m, const std::string& name) const {
+    if (name.empty()) {
+      return nullptr;
+    }
+    return reinterpret_cast<const float*>(arena_base + m.weights.at(name).offset);
+  }
+
+  Status UploadWeights(Model& m) {
+    const Bundle& bundle = *m.bundle;
+    bool bf16 = bundle.manifest.precision == Precision::kBf16;
+    std::map<std::string, bool> gemm_weight;
+    for (const Op& op : bundle.manifest.program) {
+      if (op.kind == OpKind::kDense) {
+        gemm_weight[op.weight] = true;
+      }
+    }
+    for (const TensorInfo& t : bundle.weights.index().tensors) {
+      FERRY_ASSIGN_OR_RETURN(std::vector<float> values, ToFloat32(t.dtype, bundle.weights.Data(t)));
+      DeviceWeight w;
+      w.shape = t.shape;
+      w.bf16 = bf16 && gemm_weight.count(t.name) > 0;
+      std::vector<uint8_t> bytes;
+      if (w.bf16) {
+        bytes.resize(values.size() * 2);
+        for (size_t i = 0; i < values.size(); ++i) {
+          uint16_t b = FloatToBf16(values[i]);
+          std::memcpy(bytes.data() + 2 * i, &b, 2);
+        }
+      } else {
+        bytes.resize(values.size() * 4);
+        std::memcpy(bytes.data(), values.data(), bytes.size());
+      }
+      std::optional<uint64_t> offset = arena->Allocate(std::max<uint64_t>(bytes.size(), 1));
+      if (!offset) {
+        return ResourceExhausted("model '" + bundle.manifest.name + "': weight '" + t.name +
+                                 "' does not fit the device weight arena");
+      }
+      w.offset = *offset;
+      if (!bytes.empty()) {
+        FERRY_RETURN_IF_ERROR(Upload(*offset, bytes));
+      }
+      m.weights[t.name] = w;
+    }
+    return OkStatus();
+  }
+
+  Status BuildExecutable(const Model& m, const ShapeVariant& variant, int64_t size,
+                         Executable* exe) {
+    const Manifest& manifest = m.bundle->manifest;
+    WeightLookup lookup = [&](const std::string& name) -> std::optional<WeightSpec> {
+      const TensorInfo* info = m.bundle->weights.index().Find(name);
+      return info ? std::optional<WeightSpec>(WeightSpec{info->dtype, info->shape}) : std::nullopt;
+    };
+    FERRY_ASSIGN_OR_RETURN(auto shapes, InferShapes(manifest, variant, size, lookup));
+    // One buffer: every tensor, then the bf16 scratch (as large as the largest dense input).
+    uint64_t total = 0, scratch = 0;
+    std::map<std::string, uint64_t> offsets;
+    for (const auto& [name, shape] : shapes) {
+      offsets[name] = total;
+      total += AlignUp(static_cast<uint64_t>(*NumElements(shape)) * 4, kDeviceAlignment);
+    }
+    for (const Op& op : manifest.program) {
+      if (op.kind == OpKind::kDense) {
+        scratch = std::max<uint64_t>(
+            scratch, static_cast<uint64_t>(*NumElements(shapes.at(op.inputs[0]))) * 2);
+      }
+    }
+    FERRY_RETURN_IF_ERROR(Check(
+        cudaMalloc(&exe->buffer, total + AlignUp(scratch, kDeviceAlignment) + kDeviceAlignment),
+        "executable buffers"));
+    FERRY_RETURN_IF_ERROR(Check(cudaMemset(exe->buffer, 0, total), "executable buffers"));
+    auto* base = static_cast<uint8_t*>(exe->buffer);
+    for (const auto& [name, shape] : shapes) {
+      exe->tensors[name] = {reinterpret_cast<float*>(base + offsets[name]), shape};
+    }
+    exe->bf16_scratch = reinterpret_cast<uint16_t*>(base + total);
+    BuildSteps(m, exe);
+    if (options.use_graphs) {
+      FERRY_RETURN_IF_ERROR(Capture(exe));
+    }
+    return OkStatus();
+  }
+
+  static uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+  // Translates the program into launch steps, fusing dense + bias + a following activation.
+  void BuildSteps(const Model& m, Executable* exe) {
+    const Manifest& manifest = m.bundle->manifest;
+    const auto& program = manifest.program;
+    std::map<std::string, int> readers;
+    for (const Op& op : program) {
+      for (const std::string& in : op.inputs) {
+        ++readers[in];
+      }
+    }
+    auto is_output = [&](const std::string& name) {
+      for (const TensorSpec& t : manifest.outputs) {
+        if (t.name == name) {
+          return true;
+        }
+      }
+      return false;
+    };
+    for (size_t i = 0; i < program.size(); ++i) {
+      const Op& op = program[i];
+      DeviceTensor x = exe->tensors.at(op.inputs[0]);
+      DeviceTensor y = exe->tensors.at(op.output);
+      int64_t count = *NumElements(y.shape);
+      switch (op.kind) {
+        case OpKind::kDense: {
+          cuda::Activation act = cuda::Activation::kNone;
+          if (i + 1 < program.size() && readers[op.output] == 1 && !is_output(op.output) &&
+              program[i + 1].inputs[0] == op.output) {
+            switch (program[i + 1].kind) {
+              case OpKind::kRelu:
+                act = cuda::Activation::kRelu;
+                break;
+              case OpKind::kGelu:
+                act = cuda::Activation::kGelu;
+                break;
+              case OpKind::kTanh:
+                act = cuda::Activation::kTanh;
+                break;
+              case OpKind::kSigmoid:
+                act = cuda::Activation::kSigmoid;
+                break;
+              default:
+                break;
+            }
+          }
+          if (act != cuda::Activation::kNone) {
+            y = exe->tensors.at(program[i + 1].output);  // Fused: write the activation's output.
+            ++i;
+          }
+          int64_t k = x.shape.back(), n = y.shape.back(), rows = count / n;
+          const DeviceWeight& w = m.weights.at(op.weight);
+          const void* weight = arena_base + w.offset;
+          const float* bias = WeightPtr(m, op.bias);
+          Precision precision = manifest.precision;
+          uint16_t* scratch = exe->bf16_scratch;
+          exe->steps.push_back([=, this](cudaStream_t s) -> Status {
+            const float alpha = 1.f, beta = 0.f;
+            // Row-major y[rows, n] = x[rows, k] W[n, k]^T, as column-major y^T = W x^T.
+            if (precision == Precision::kBf16) {
+              FERRY_RETURN_IF_ERROR(
+                  Check(cuda::FloatToBf16(x.data, scratch, rows * k, s), "to bf16"));
+              FERRY_RETURN_IF_ERROR(
+                  Check(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),
+                                     static_cast<int>(rows), static_cast<int>(k), &alpha, weight,
+                                     CUDA_R_16BF, static_cast<int>(k), scratch, CUDA_R_16BF,
+                                     static_cast<int>(k), &beta, y.data, CUDA_R_32F,
+                                     static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                        "bf16 GEMM"));
+            } else {
+              cublasComputeType_t compute =
+                  precision == Precision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+              FERRY_RETURN_IF_ERROR(
+                  Check(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),
+                                     static_cast<int>(rows), static_cast<int>(k), &alpha, weight,
+                                     CUDA_R_32F, static_cast<int>(k), x.data, CUDA_R_32F,
+                                     static_cast<int>(k), &beta, y.data, CUDA_R_32F,
+                                     static_cast<int>(n), compute, CUBLAS_GEMM_DEFAULT),
+                        "GEMM"));
+            }
+            if (bias != nullptr || act != cuda::Activation::kNone) {
+              return Check(cuda::BiasActivation(y.data, bias, rows, n, act, s), "bias/activation");
+            }
+            return OkStatus();
+          });
+          break;
+        }
+        case OpKind::kRelu:
+        case OpKind::kGelu:
+        case OpKind::kTanh:
+        case OpKind::kSigmoid: {
+          cuda::Activation act = op.kind == OpKind::kRelu   ? cuda::Activation::kRelu
+                                 : op.kind == OpKind::kGelu ? cuda::Activation::kGelu
+                                 : op.kind == OpKind::kTanh ? cuda::Activation::kTanh
+                                                            : cuda::Activation::kSigmoid;
+          exe->steps.push_back([=, this](cudaStream_t s) {
+            return Check(cuda::Elementwise(x.data, y.data, count, act, s), "activation");
+          });
+          break;
+        }
+        case OpKind::kAdd: {
+          DeviceTensor b = exe->tensors.at(op.inputs[1]);
+          exe->steps.push_back([=, this](cudaStream_t s) {
+            return Check(cuda::Add(x.data, b.data, y.data, count, s), "add");
+          });
+          break;
+        }
+        case OpKind::kSoftmax: {
+          int64_t rank = static_cast<int64_t>(x.shape.size());
+          int64_t axis = op.axis < 0 ? op.axis + rank : op.axis;
+          int64_t outer = 1, inner = 1;
+          for (int64_t d = 0; d < axis; ++d) outer *= x.shape[static_cast<size_t>(d)];
+          for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape[static_cast<size_t>(d)];
+          int64_t n = x.shape[static_cast<size_t>(axis)];
+          exe->steps.push_back([=, this](cudaStream_t s) {
+            return Check(cuda::Softmax(x.data, y.data, outer, n, inner, s), "softmax");
+          });
+          break;
+        }
+        case OpKind::kLayerNorm: {
+          const float* w = WeightPtr(m, op.weight);
+          const float* b = WeightPtr(m, op.bias);
+          int64_t d = x.shape.back();
+          float eps = static_cast<float>(op.eps);
+          exe->steps.push_back([=, this](cudaStream_t s) {
+            return Check(cuda::LayerNorm(x.data, w, b, y.data, count / d, d, eps, s), "layernorm");
+          });
+          break;
+        }
+        case OpKind::kConv2d:
+        case OpKind::kMaxPool2d: {
+          cuda::ConvShape cs{};
+          cs.n = x.shape[0];
+          cs.c = x.shape[1];
+          cs.h = x.shape[2];
+          cs.w = x.shape[3];
+          cs.sh = op.stride[0];
+          cs.sw = op.stride[1];
+          cs.ph = op.padding[0];
+          cs.pw = op.padding[1];
+          cs.ho = y.shape[2];
+          cs.wo = y.shape[3];
+          if (op.kind == OpKind::kConv2d) {
+            const DeviceWeight& w = m.weights.at(op.weight);
+            cs.o = w.shape[0];
+            cs.kh = w.shape[2];
+            cs.kw = w.shape[3];
+            const float* weight = WeightPtr(m, op.weight);
+            const float* bias = WeightPtr(m, op.bias);
+            exe->steps.push_back([=, this](cudaStream_t s) {
+              return Check(cuda::Conv2d(x.data, weight, bias, y.data, cs, s), "conv2d");
+            });
+          } else {
+            cs.o = cs.c;
+            cs.kh = op.kernel[0];
+            cs.kw = op.kernel[1];
+            exe->steps.push_back([=, this](cudaStream_t s) {
+              return Check(cuda::MaxPool2d(x.data, y.data, cs, s), "maxpool2d");
+            });
+          }
+          break;
+        }
+        case OpKind::kGlobalAvgPool: {
+          int64_t planes = x.shape[0] * x.shape[1], area = x.shape[2] * x.shape[3];
+          exe->steps.push_back([=, this](cudaStream_t s) {
+            return Check(cuda::GlobalAvgPool(x.data, y.data, planes, area, s), "global_avgpool");
+          });
+          break;
+        }
+        case OpKind::kFlatten:
+        case OpKind::kReshape:
+          exe->steps.push_back([=, this](cudaStream_t s) {
+            return Check(cudaMemcpyAsync(y.data, x.data, static_cast<size_t>(count) * 4,
+                                         cudaMemcpyDeviceToDevice, s),
+                         "reshape copy");
+          });
+          break;
+      }
+    }
+  }
+
+  Status RunSteps(const Executable& exe) {
+    for (const Step& step : exe.steps) {
+      FERRY_RETURN_IF_ERROR(step(stream));
+    }
+    return OkStatus();
+  }
+
+  Status Capture(Executable* exe) {
+    FERRY_RETURN_IF_ERROR(Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+                                "begin graph capture"));
+    Status steps = RunSteps(*exe);
+    cudaError_t end = cudaStreamEndCapture(stream, &exe->graph);
+    FERRY_RETURN_IF_ERROR(steps);
+    FERRY_RETURN_IF_ERROR(Check(end, "end graph capture"));
+    return Check(cudaGraphInstantiate(&exe->exec, exe->graph, 0), "instantiate graph");
+  }
+
+  Status Launch(const Executable& exe, bool graph) {
+    if (graph && exe.exec != nullptr) {
+      return Check(cudaGraphLaunch(exe.exec, stream), "graph launch");
+    }
+    return RunSteps(exe);
+  }
+};
+
+bool CudaDeviceAvailable() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+CudaBackend::CudaBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+CudaBackend::~CudaBackend() {
+  Impl& d = *impl_;
+  for (Model& m : d.models) {
+    for (Executable& e : m.executables) {
+      if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
+      if (e.graph != nullptr) cudaGraphDestroy(e.graph);
+      if (e.buffer != nullptr) cudaFree(e.buffer);
+    }
+  }
+  if (d.cublas != nullptr) cublasDestroy(d.cublas);
+  if (d.cublas_workspace != nullptr) cudaFree(d.cublas_workspace);
+  if (d.arena_base != nullptr) cudaFree(d.arena_base);
+  if (d.staging != nullptr) cudaFreeHost(d.staging);
+  if (d.stream != nullptr) cudaStreamDestroy(d.stream);
+}
+
+Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBackendOptions& options) {
+  if (!CudaDeviceAvailable()) {
+    return Unavailable("cuda backend: no CUDA device");
+  }
+  auto impl = std::make_unique<Impl>();
+  Impl& d = *impl;
+  d.options = options;
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(std::move(impl)));
+  FERRY_RETURN_IF_ERROR(d.Check(cudaSetDevice(options.device), "select device"));
+  FERRY_RETURN_IF_ERROR(
+      d.Check(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking), "create stream"));
+  FERRY_RETURN_IF_ERROR(
+      d.Check(cudaMalloc(reinterpret_cast<void**>(&d.arena_base), options.weight_arena_bytes),
+              "allocate the weight arena"));
+  d.arena = std::make_unique<DeviceWeightArena>(d.arena_base, options.weight_arena_bytes);
+  FERRY_RETURN_IF_ERROR(d.Check(cudaHostAlloc(reinterpret_cast<void**>(&d.staging),
+                                              options.staging_bytes, cudaHostAllocDefault),
+                                "allocate pinned staging"));
+  FERRY_RETURN_IF_ERROR(d.Check(cublasCreate(&d.cublas), "create cuBLAS handle"));
+  FERRY_RETURN_IF_ERROR(d.Check(cublasSetStream(d.cublas, d.stream), "cuBLAS stream"));
+  // A fixed workspace keeps cuBLAS from allocating during graph capture.
+  FERRY_RETURN_IF_ERROR(
+      d.Check(cudaMalloc(&d.cublas_workspace, kCublasWorkspace), "cuBLAS workspace"));
+  FERRY_RETURN_IF_ERROR(d.Check(cublasSetWorkspace(d.cublas, d.cublas_workspace, kCublasWorkspace),
+                                "cuBLAS workspace"));
+  return backend;
+}
+
+Result<ModelHandle> CudaBackend::Load(const Bundle& bundle) {
+  Impl& d = *impl_;
+  ModelHandle handle = static_cast<ModelHandle>(d.models.size());
+  d.models.emplace_back();
+  Model& m = d.models.back();
+  m.bundle = &bundle;
+  Status built = d.UploadWeights(m);
+  for (size_t v = 0; built.ok() && v < bundle.manifest.variants.size(); ++v) {
+    for (int64_t size : bundle.manifest.batch_sizes) {
+      m.executables.emplace_back();
+      built = d.BuildExecutable(m, bundle.manifest.variants[v], size, &m.executables.back());
+      if (!built.ok()) {
+        break;
+      }
+    }
+  }
+  if (!built.ok()) {
+    m.failure = built.error();
+    return built.error();
+  }
+  return handle;
+}
+
+Status CudaBackend::ModelStatus(ModelHandle model) const {
+  if (model < 0 || static_cast<size_t>(model) >= impl_->models.size()) {
+    return NotFound("cuda backend: no model " + std::to_string(model));
+  }
+  const Model& m = impl_->models[static_cast<size_t>(model)];
+  if (m.failure) {
+    return *m.failure;
+  }
+  if (!impl_->healthy) {
+    return Unavailable("cuda backend: the CUDA context is lost; the worker must restart");
+  }
+  return OkStatus();
+}
+
+Result<ExecutionTiming> CudaBackend::Execute(ModelHandle handle, const BatchJob& job) {
+  FERRY_RETURN_IF_ERROR(ModelStatus(handle));
+  Impl& d = *impl_;
+  Model& m = d.models[static_cast<size_t>(handle)];
+  const Manifest& manifest = m.bundle->manifest;
+  FERRY_RETURN_IF_ERROR(ValidateJob(manifest, job));
+  auto start = std::chrono::steady_clock::now();
+  size_t size_index = static_cast<size_t>(
+      std::find(manifest.batch_sizes.begin(), manifest.batch_sizes.end(), job.batch_size) -
+      manifest.batch_sizes.begin());
+  Executable& exe =
+      m.executables[static_cast<size_t>(job.variant) * manifest.batch_sizes.size() + size_index];
+  int64_t real_rows = 0;
+  for (const RequestIo& io : job.requests) {
+    real_rows += io.rows;
+  }
+  // Inputs: each request's rows straight from its block into the device batch.
+  for (size_t i = 0; i < manifest.inputs.size(); ++i) {
+    const TensorSpec& spec = manifest.inputs[i];
+    const DeviceTensor& t = exe.tensors.at(spec.name);
+    uint8_t* dst = reinterpret_cast<uint8_t*>(t.data);
+    if (!spec.batch_axis || manifest.unbatched()) {
+      FERRY_RETURN_IF_ERROR(d.Check(
+          cudaMemcpyAsync(dst, job.requests[0].inputs[i].data(), job.requests[0].inputs[i].size(),
+                          cudaMemcpyHostToDevice, d.stream),
+          "input copy"));
+      continue;
+    }
+    FERRY_ASSIGN_OR_RETURN(RowLayout layout, RowLayoutOf(t.shape, *spec.batch_axis, 4));
+    size_t pitch = static_cast<size_t>(job.batch_size * layout.row_bytes);
+    int64_t begin = 0;
+    for (const RequestIo& io : job.requests) {
+      size_t width = static_cast<size_t>(io.rows * layout.row_bytes);
+      FERRY_RETURN_IF_ERROR(
+          d.Check(cudaMemcpy2DAsync(dst + begin * layout.row_bytes, pitch, io.inputs[i].data(),
+                                    width, width, static_cast<size_t>(layout.outer),
+                                    cudaMemcpyHostToDevice, d.stream),
+                  "input copy"));
+      begin += io.rows;
+    }
+    if (real_rows < job.batch_size) {
+      size_t pad = static_cast<size_t>((job.batch_size - real_rows) * layout.row_bytes);
+      FERRY_RETURN_IF_ERROR(
+          d.Check(cudaMemset2DAsync(dst + real_rows * layout.row_bytes, pitch, 0, pad,
+                                    static_cast<size_t>(layout.outer), d.stream),
+                  "zero padding rows"));
+    }
+  }
+  FERRY_RETURN_IF_ERROR(d.Launch(exe, d.options.use_graphs));
+  // Outputs: each request's rows straight into its block.
+  for (size_t o = 0; o < manifest.outputs.size(); ++o) {
+    const TensorSpec& spec = manifest.outputs[o];
+    const DeviceTensor& t = exe.tensors.at(spec.name);
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(t.data);
+    if (!spec.batch_axis || manifest.unbatched()) {
+      FERRY_RETURN_IF_ERROR(d.Check(
+          cudaMemcpyAsync(job.requests[0].outputs[o].data(), src, job.requests[0].outputs[o].size(),
+                          cudaMemcpyDeviceToHost, d.stream),
+          "output copy"));
+      continue;
+    }
+    FERRY_ASSIGN_OR_RETURN(RowLayout layout, RowLayoutOf(t.shape, *spec.batch_axis, 4));
+    size_t pitch = static_cast<size_t>(job.batch_size * layout.row_bytes);
+    int64_t begin = 0;
+    for (const RequestIo& io : job.requests) {
+      size_t width = static_cast<size_t>(io.rows * layout.row_bytes);
+      FERRY_RETURN_IF_ERROR(
+          d.Check(cudaMemcpy2DAsync(io.outputs[o].data(), width, src + begin * layout.row_bytes,
+                                    pitch, width, static_cast<size_t>(layout.outer),
+                                    cudaMemcpyDeviceToHost, d.stream),
+                  "output copy"));
+      begin += io.rows;
+    }
+  }
+  FERRY_RETURN_IF_ERROR(d.Check(cudaStreamSynchronize(d.stream), "dispatch"));
+  return ExecutionTiming{
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.0};
+}
+
+Status CudaBackend::RegisterHostMemory(std::span<uint8_t> memory) {
+  return impl_->Check(cudaHostRegister(memory.data(), memory.size(), cudaHostRegisterDefault),
+                      "register host memory");
+}
+
+bool CudaBackend::healthy() const { return impl_->healthy; }
+
+WeightArena* CudaBackend::weight_arena() { return impl_->arena.get(); }
+
+Status CudaBackend::Upload(uint64_t offset, std::span<const uint8_t> bytes) {
+  return impl_->Upload(offset, bytes);
+}
+
+Status CudaBackend::Download(uint64_t offset, std::span<uint8_t> bytes) {
+  return impl_->Check(
+      cudaMemcpy(bytes.data(), impl_->arena_base + offset, bytes.size(), cudaMemcpyDeviceToHost),
+      "download");
+}
+
+Result<double> CudaBackend::TimeProgram(ModelHandle handle, int variant, int64_t batch_size,
+                                        int iterations, bool graph) {
+  FERRY_RETURN_IF_ERROR(ModelStatus(handle));
+  Impl& d = *impl_;
+  Model& m = d.models[static_cast<size_t>(handle)];
+  const Manifest& manifest = m.bundle->manifest;
+  auto it = std::find(manifest.batch_sizes.begin(), manifest.batch_sizes.end(), batch_size);
+  if (it == manifest.batch_sizes.end() || variant < 0 ||
+      static_cast<size_t>(variant) >= manifest.variants.size()) {
+    return InvalidArgument("no executable for that variant and size");
+  }
+  Executable& exe = m.executables[static_cast<size_t>(variant) * manifest.batch_sizes.size() +
+                                  static_cast<size_t>(it - manifest.batch_sizes.begin())];
+  cudaEvent_t begin = nullptr, end = nullptr;
+  FERRY_RETURN_IF_ERROR(d.Check(cudaEventCreate(&begin), "event"));
+  FERRY_RETURN_IF_ERROR(d.Check(cudaEventCreate(&end), "event"));
+  for (int i = 0; i < 3; ++i) {
+    FERRY_RETURN_IF_ERROR(d.Launch(exe, graph));  // Warm up.
+  }
+  FERRY_RETURN_IF_ERROR(d.Check(cudaEventRecord(begin, d.stream), "event"));
+  for (int i = 0; i < iterations; ++i) {
+    FERRY_RETURN_IF_ERROR(d.Launch(exe, graph));
+  }
+  FERRY_RETURN_IF_ERROR(d.Check(cudaEventRecord(end, d.stream), "event"));
+  FERRY_RETURN_IF_ERROR(d.Check(cudaEventSynchronize(end), "event"));
+  float ms = 0;
+  FERRY_RETURN_IF_ERROR(d.Check(cudaEventElapsedTime(&ms, begin, end), "event"));
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  return static_cast<double>(ms) / 1e3 / iterations;
+}
+
+double CudaBackend::upload_seconds() const { return impl_->upload_seconds; }
+uint64_t CudaBackend::uploaded_bytes() const { return impl_->uploaded_bytes; }
+
+}  // namespace ferry

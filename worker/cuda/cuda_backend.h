@@ -1,0 +1,77 @@
+// CudaBackend: runs bundles on one GPU (built when FERRY_CUDA is on).
+//
+// - Weights live in a device arena per GPU (one cudaMalloc, offsets handed out by an
+//   ExtentAllocator), uploaded through a pinned staging buffer.
+// - GEMMs go through cuBLAS in the bundle's precision (fp32, TF32, or bf16 weights and
+//   activations with fp32 accumulation); every other op is a kernel of ours (kernels.h), a
+//   dense op's bias and a following activation fused into one epilogue kernel.
+// - Each (variant, compiled size) gets its own device buffers and is captured as a CUDA graph
+//   at load, replayed per dispatch.
+// - Inputs are copied host-to-device straight from each request's block (register the
+//   shared-memory segment with RegisterHostMemory so those copies run at pinned speed);
+//   outputs are copied device-to-host into each request's block. Padding rows are zeroed on
+//   the device.
+// - Every CUDA and cuBLAS status is checked. An error fails that dispatch with a clear
+//   message; a sticky error (a lost context) makes healthy() false, and the worker reports
+//   unhealthy so the supervisor restarts it.
+//
+// Thread safety: requires external synchronization (see backend.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "worker/backend.h"
+#include "worker/weight_cache.h"
+
+namespace ferry {
+
+struct CudaBackendOptions {
+  int device = 0;
+  uint64_t weight_arena_bytes = uint64_t{2} << 30;  // Device memory for weights.
+  uint64_t staging_bytes = 64 << 20;                // Pinned upload buffer.
+  bool use_graphs = true;  // false: launch the ops one by one (for the comparison).
+};
+
+// True when the CUDA runtime finds at least one device.
+bool CudaDeviceAvailable();
+
+class CudaBackend : public Backend {
+ public:
+  // UNAVAILABLE when there is no usable device; INTERNAL naming the failing call otherwise.
+  static Result<std::unique_ptr<CudaBackend>> Create(const CudaBackendOptions& options);
+  ~CudaBackend() override;
+
+  std::string_view name() const override { return "cuda"; }
+  Result<ModelHandle> Load(const Bundle& bundle) override;
+  Result<ExecutionTiming> Execute(ModelHandle model, const BatchJob& job) override;
+  Status ModelStatus(ModelHandle model) const override;
+
+  // Page-locks host memory (the shared-memory segment) for fast, async copies.
+  Status RegisterHostMemory(std::span<uint8_t> memory);
+  // False after a sticky CUDA error: the context is lost and the worker must restart.
+  bool healthy() const;
+
+  // The device weight arena, for a WeightCache; Upload copies host bytes into it through
+  // the pinned staging buffer.
+  WeightArena* weight_arena();
+  Status Upload(uint64_t offset, std::span<const uint8_t> bytes);
+  Status Download(uint64_t offset, std::span<uint8_t> bytes);
+
+  // Device time of one replay of (variant, size), averaged over `iterations`, with the ops
+  // captured as a graph or launched one by one. For benchmarks.
+  Result<double> TimeProgram(ModelHandle model, int variant, int64_t batch_size, int iterations,
+                             bool graph);
+  // Seconds spent uploading weights so far (for the upload bandwidth figure).
+  double upload_seconds() const;
+  uint64_t uploaded_bytes() const;
+
+  struct Impl;
+
+ private:
+  explicit CudaBackend(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry

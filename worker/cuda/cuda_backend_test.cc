@@ -1,0 +1,176 @@
+// CUDA backend tests. Without a CUDA device the binary exits 77 and CTest reports the test
+// skipped (SKIP_RETURN_CODE), never passed.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include "worker/cuda/cuda_backend.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "worker/cpu/cpu_backend.h"
+
+namespace ferry {
+namespace {
+
+double RelativeError(std::span<const uint8_t> got_bytes, std::span<const uint8_t> want_bytes) {
+  std::vector<float> got(got_bytes.size() / 4), want(want_bytes.size() / 4);
+  std::memcpy(got.data(), got_bytes.data(), got_bytes.size());
+  std::memcpy(want.data(), want_bytes.data(), want_bytes.size());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
+// Runs `job` through both backends and compares every output.
+void Compare(Backend& gpu, ModelHandle g, Backend& cpu, ModelHandle c, const Manifest& manifest,
+             int variant, int64_t size, std::mt19937& rng, double tolerance) {
+  const ShapeVariant& v = manifest.variants[static_cast<size_t>(variant)];
+  int64_t rows = std::max<int64_t>(1, size - 1);  // Leave a padding row when we can.
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<uint8_t>> inputs, gpu_out, cpu_out;
+  for (const TensorSpec& t : manifest.inputs) {
+    std::vector<float> values(static_cast<size_t>(RowBytes(manifest, t, v, true) / 4 * rows));
+    for (float& x : values) {
+      x = normal(rng);
+    }
+    inputs.emplace_back(values.size() * 4);
+    std::memcpy(inputs.back().data(), values.data(), inputs.back().size());
+  }
+  for (const TensorSpec& t : manifest.outputs) {
+    gpu_out.emplace_back(static_cast<size_t>(RowBytes(manifest, t, v, false) * rows));
+    cpu_out.emplace_back(gpu_out.back().size());
+  }
+  // Two requests (1 row, then the rest) when there are rows enough: coalescing on the GPU.
+  auto job = [&](std::vector<std::vector<uint8_t>>& outs) {
+    BatchJob j{variant, size, {}};
+    for (int64_t begin = 0; begin < rows;) {
+      int64_t n = begin == 0 && rows > 1 ? 1 : rows - begin;
+      RequestIo io{n, {}, {}};
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        size_t row = inputs[i].size() / static_cast<size_t>(rows);
+        io.inputs.push_back(std::span<const uint8_t>(inputs[i]).subspan(begin * row, n * row));
+      }
+      for (auto& out : outs) {
+        size_t row = out.size() / static_cast<size_t>(rows);
+        io.outputs.push_back(std::span<uint8_t>(out).subspan(begin * row, n * row));
+      }
+      j.requests.push_back(io);
+      begin += n;
+    }
+    return j;
+  };
+  Result<ExecutionTiming> on_gpu = gpu.Execute(g, job(gpu_out));
+  REQUIRE_MESSAGE(on_gpu.ok(), (on_gpu.ok() ? "" : on_gpu.error().message));
+  REQUIRE(cpu.Execute(c, job(cpu_out)).ok());
+  for (size_t o = 0; o < gpu_out.size(); ++o) {
+    double error = RelativeError(gpu_out[o], cpu_out[o]);
+    CHECK_MESSAGE(error <= tolerance, manifest.name << " variant " << variant << " size " << size
+                                                    << ": relative error " << error);
+  }
+}
+
+TEST_CASE("every example model matches the CPU backend at every size and variant") {
+  Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create({});
+  REQUIRE_MESSAGE(gpu.ok(), (gpu.ok() ? "" : gpu.error().message));
+  CpuBackend cpu;
+  std::mt19937 rng(42);
+  for (const char* name : {"mlp", "cnn", "mlp-large"}) {
+    std::string dir = std::string("examples/models/") + name;
+    if (!std::filesystem::exists(dir)) {
+      MESSAGE(dir << " absent (scripts/make_examples.py --large writes it)");
+      continue;
+    }
+    Bundle bundle = LoadBundle(dir).value();
+    ModelHandle g = (*gpu)->Load(bundle).value();
+    ModelHandle c = cpu.Load(bundle).value();
+    // fp32 GEMMs: accumulation order only; bf16: 8 bits of mantissa.
+    double tolerance = bundle.manifest.precision == Precision::kBf16 ? 3e-2 : 1e-4;
+    for (size_t v = 0; v < bundle.manifest.variants.size(); ++v) {
+      for (int64_t size : bundle.manifest.batch_sizes) {
+        if (std::string(name) == "mlp-large" && size > 32) {
+          continue;  // The CPU reference would take minutes.
+        }
+        Compare(**gpu, g, cpu, c, bundle.manifest, static_cast<int>(v), size, rng, tolerance);
+      }
+    }
+  }
+  CHECK((*gpu)->healthy());
+}
+
+TEST_CASE("graph replay and plain launches give the same outputs") {
+  CudaBackendOptions plain;
+  plain.use_graphs = false;
+  Result<std::unique_ptr<CudaBackend>> graphs = CudaBackend::Create({});
+  Result<std::unique_ptr<CudaBackend>> launches = CudaBackend::Create(plain);
+  REQUIRE(graphs.ok());
+  REQUIRE(launches.ok());
+  Bundle bundle = LoadBundle("examples/models/cnn").value();
+  ModelHandle a = (*graphs)->Load(bundle).value();
+  ModelHandle b = (*launches)->Load(bundle).value();
+  std::mt19937 rng(7);
+  Compare(**graphs, a, **launches, b, bundle.manifest, 0, 4, rng, 1e-6);
+  CHECK((*graphs)->TimeProgram(a, 0, 4, 10, true).ok());
+}
+
+TEST_CASE("the weight cache loads, evicts and compacts real device memory") {
+  CudaBackendOptions options;
+  options.weight_arena_bytes = 64 << 20;
+  Result<std::unique_ptr<CudaBackend>> created = CudaBackend::Create(options);
+  REQUIRE(created.ok());
+  CudaBackend& gpu = **created;
+  WeightCache cache(gpu.weight_arena(), ResidencyMode::kManaged, 0);
+  constexpr uint64_t kBytes = 24 << 20;  // Two fit, three do not.
+  std::vector<std::vector<uint8_t>> blobs;
+  for (int i = 0; i < 3; ++i) {
+    blobs.emplace_back(kBytes, static_cast<uint8_t>(0x10 + i));
+    cache.Register(i, "m" + std::to_string(i), kBytes, Residency::kOnDemand,
+                   [&gpu, &blobs, i](uint64_t offset) { return gpu.Upload(offset, blobs[i]); });
+  }
+  auto resident_bytes_ok = [&](int i) {
+    std::vector<uint8_t> back(kBytes);
+    REQUIRE(gpu.Download(cache.offset(i), back).ok());
+    return back == blobs[static_cast<size_t>(i)];
+  };
+  REQUIRE(cache.Acquire(0).ok());
+  REQUIRE(cache.Acquire(1).ok());
+  CHECK(resident_bytes_ok(0));
+  REQUIRE(cache.Acquire(2).ok());  // Evicts 0, the least recently used.
+  CHECK_FALSE(cache.resident(0));
+  CHECK(resident_bytes_ok(1));
+  CHECK(resident_bytes_ok(2));
+  REQUIRE(cache.Compact({2, 1}).ok());
+  CHECK(resident_bytes_ok(1));
+  CHECK(resident_bytes_ok(2));
+  CHECK(cache.stats().compactions == 1);
+  CHECK(gpu.uploaded_bytes() >= 5 * kBytes);
+}
+
+TEST_CASE("malformed jobs fail cleanly and leave the backend healthy") {
+  Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create({});
+  REQUIRE(gpu.ok());
+  Bundle bundle = LoadBundle("examples/models/mlp").value();
+  ModelHandle mlp = (*gpu)->Load(bundle).value();
+  std::vector<uint8_t> input(10), output(40);
+  CHECK((*gpu)->Execute(mlp, BatchJob{0, 1, {{1, {input}, {output}}}}).error().code ==
+        ErrorCode::kInvalidArgument);
+  CHECK((*gpu)->healthy());
+}
+
+}  // namespace
+}  // namespace ferry
+
+int main(int argc, char** argv) {
+  if (!ferry::CudaDeviceAvailable()) {
+    std::printf("no CUDA device: the CUDA backend tests are skipped\n");
+    return 77;
+  }
+  doctest::Context context(argc, argv);
+  return context.run();
+}
