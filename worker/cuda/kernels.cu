@@ -29,8 +29,7 @@ __device__ float Activate(float v, int act) {
   }
 }
 
-__global__ void BiasActivationKernel(float* y, const float* bias, int64_t m, int64_t n,
-                                     int act) {
+__global__ void BiasActivationKernel(float* y, const float* bias, int64_t m, int64_t n, int act) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < m * n;
        i += int64_t{gridDim.x} * blockDim.x) {
     float v = y[i] + (bias != nullptr ? bias[i % n] : 0.f);
@@ -75,8 +74,8 @@ __global__ void SoftmaxKernel(const float* x, float* y, int64_t outer, int64_t n
 }
 
 // One block per row: a shared-memory reduction for mean and variance.
-__global__ void LayerNormKernel(const float* x, const float* w, const float* b, float* y,
-                                int64_t d, float eps) {
+__global__ void LayerNormKernel(const float* x, const float* w, const float* b, float* y, int64_t d,
+                                float eps) {
   __shared__ float partial[kThreads];
   const float* xr = x + blockIdx.x * d;
   float* yr = y + blockIdx.x * d;
@@ -240,8 +239,8 @@ cudaError_t FloatToBf16(const float* x, uint16_t* y, int64_t count, cudaStream_t
 }
 
 cudaError_t Bf16ToFloat(const uint16_t* x, float* y, int64_t count, cudaStream_t stream) {
-  FromBf16Kernel<<<Blocks(count), kThreads, 0, stream>>>(
-      reinterpret_cast<const __nv_bfloat16*>(x), y, count);
+  FromBf16Kernel<<<Blocks(count), kThreads, 0, stream>>>(reinterpret_cast<const __nv_bfloat16*>(x),
+                                                         y, count);
   return cudaGetLastError();
 }
 
