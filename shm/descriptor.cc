@@ -18,6 +18,10 @@ Status ValidateDescriptor(const DescriptorData& d, const DescriptorRules& rules)
       d.kind > static_cast<uint16_t>(DescriptorKind::kControl)) {
     return InvalidArgument(who + "unknown kind " + std::to_string(d.kind));
   }
+  if ((rules.allowed_kinds & KindBit(static_cast<DescriptorKind>(d.kind))) == 0) {
+    return InvalidArgument(who + "kind " + std::to_string(d.kind) +
+                           " does not belong on this ring");
+  }
   if (d.slot != rules.request_slot) {
     return InvalidArgument(who + "claims slot " + std::to_string(d.slot));
   }
@@ -38,6 +42,9 @@ Status ValidateDescriptor(const DescriptorData& d, const DescriptorRules& rules)
     }
     if (d.deadline_ns < 0) {
       return InvalidArgument(who + "negative deadline");
+    }
+    if (d.num_tensors == 0) {
+      return InvalidArgument(who + "a submission names no tensor");
     }
   }
   for (uint32_t i = 0; i < d.num_tensors; ++i) {

@@ -2,7 +2,8 @@
 //
 // A descriptor comes from another process that may be buggy or malicious. The consumer pops
 // a private copy (ring.h) and validates that copy, so nothing can change between check and
-// use: a known kind; a request id from the ring's producer slot; counts within bounds; each
+// use: a kind this ring carries; a request id naming the right slot; counts within bounds
+// (a submission names at least one tensor); each
 // tensor in a partition the sender may name, 256-byte aligned, inside the partition with no
 // overflow, and with shape x dtype size == bytes. A bad descriptor is answered with an error
 // completion and counted; nothing reads outside the segment.
@@ -31,12 +32,21 @@ enum class DescriptorKind : uint16_t {
 
 inline constexpr int64_t kMaxRowsPerRequest = int64_t{1} << 20;
 
+inline constexpr uint32_t KindBit(DescriptorKind kind) { return 1u << static_cast<uint32_t>(kind); }
+// The kinds each ring carries: a descriptor of another kind is rejected.
+inline constexpr uint32_t kSubmissionRingKinds =
+    KindBit(DescriptorKind::kSubmit) | KindBit(DescriptorKind::kRelease);
+inline constexpr uint32_t kCompletionRingKinds = KindBit(DescriptorKind::kCompletion);
+inline constexpr uint32_t kControlRingKinds = KindBit(DescriptorKind::kControl);
+
 struct DescriptorRules {
   uint32_t request_slot = 0;  // The ring's producer: request ids must name it.
   uint32_t num_models = 0;    // Submissions name a model below this.
   // Partitions the sender's tensors may lie in (usually just its own).
   std::vector<uint32_t> allowed_partitions;
   uint64_t partition_bytes = 0;
+  // KindBit()s of the kinds this ring may carry.
+  uint32_t allowed_kinds = kSubmissionRingKinds;
 };
 
 // OK, or INVALID_ARGUMENT naming the request slot, the sequence and the field that was wrong.

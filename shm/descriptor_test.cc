@@ -41,6 +41,12 @@ TEST_CASE("each hostile field is named") {
   d.kind = 77;
   CHECK(ErrorOf(d) == "descriptor from slot 1 seq 9: unknown kind 77");
   d = Good();
+  d.kind = static_cast<uint16_t>(DescriptorKind::kCompletion);
+  CHECK(ErrorOf(d) == "descriptor from slot 1 seq 9: kind 2 does not belong on this ring");
+  d = Good();
+  d.num_tensors = 0;
+  CHECK(ErrorOf(d).find("a submission names no tensor") != std::string::npos);
+  d = Good();
   d.slot = 0;
   CHECK(ErrorOf(d) == "descriptor from slot 1 seq 9: claims slot 0");
   d = Good();

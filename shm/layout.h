@@ -51,8 +51,9 @@ struct SlotData {
   // dies, so requests and completions of the old incarnation are recognised and dropped.
   std::atomic<uint32_t> generation;
   uint32_t padding0;
-  // Accounting: written only by the slot's owner (the arena), zeroed by ResetSlot; read by
-  // anyone (metrics, tests). Plain counters, relaxed ordering.
+  // Accounting: written only by the slot's owner (the arena); read by anyone (metrics,
+  // tests). ResetSlot zeroes bytes_in_use and blocks_in_use; high_water and
+  // failed_allocations are cumulative. Plain counters, relaxed ordering.
   std::atomic<uint64_t> bytes_in_use;
   std::atomic<uint64_t> high_water;
   std::atomic<uint64_t> failed_allocations;
@@ -95,7 +96,8 @@ struct DescriptorData {
 };
 
 struct RingData {
-  // Constant after creation.
+  // Constant after creation; informational only: processes take the capacity and the slots
+  // from their private copy of the header (Segment::layout), never from here.
   uint32_t capacity;       // Power of two.
   uint32_t producer_slot;  // kSupervisorProducer for control rings.
   uint32_t consumer_slot;

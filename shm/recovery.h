@@ -2,12 +2,13 @@
 //
 // Call after the slot's process is known dead (waitpid / pidfd), before starting its
 // successor. ResetSlot:
-//   1. bumps the slot's generation, so requests the dead incarnation submitted and
-//      completions addressed to it are recognised (by their request id) and dropped;
-//   2. zeroes its partition's accounting (its successor starts with an empty arena);
-//   3. discards the descriptors waiting in every ring the dead process consumed
+//   1. discards the descriptors waiting in every ring the dead process consumed
 //      (head := tail; the consumer is dead, so the supervisor is head's only writer) and
-//      clears its doorbell's sleeping flag.
+//      clears its doorbell's sleeping flag;
+//   2. zeroes its partition's in-use accounting (its successor starts with an empty arena;
+//      high water and failed allocations stay cumulative);
+//   3. bumps the slot's generation, so requests the dead incarnation submitted and
+//      completions addressed to it are recognised (by their request id) and dropped.
 // Rings the dead process produced into are left to their live consumers, which drop its
 // descriptors by generation; its successor continues from the published tail.
 //

@@ -19,9 +19,9 @@ size_t UsedBytes(uint16_t num_tensors) {
 RingProducer::RingProducer(const Segment& segment, uint32_t ring)
     : ring_(&segment.ring(ring)),
       slots_(segment.descriptors(ring)),
-      doorbell_(&segment.doorbell(segment.ring(ring).consumer_slot)),
+      doorbell_(&segment.doorbell(segment.RingConsumerSlot(ring))),
       index_(ring),
-      mask_(segment.ring(ring).capacity - 1),
+      mask_(segment.ring_capacity() - 1),
       tail_(segment.ring(ring).tail.load(std::memory_order_relaxed)) {}
 
 RingStatus RingProducer::TryPush(const DescriptorData& descriptor) {
@@ -48,11 +48,16 @@ RingConsumer::RingConsumer(const Segment& segment, uint32_t ring)
     : ring_(&segment.ring(ring)),
       slots_(segment.descriptors(ring)),
       index_(ring),
-      capacity_(segment.ring(ring).capacity),
-      mask_(segment.ring(ring).capacity - 1),
+      capacity_(segment.ring_capacity()),
+      mask_(segment.ring_capacity() - 1),
       head_(segment.ring(ring).head.load(std::memory_order_relaxed)) {}
 
-bool RingConsumer::HasWork() const { return ring_->tail.load(std::memory_order_acquire) != head_; }
+bool RingConsumer::HasWork() const {
+  // An impossible tail (behind head, or beyond the capacity) is not work: the consumer must
+  // not spin on a ring a hostile producer wedged.
+  uint64_t waiting = ring_->tail.load(std::memory_order_acquire) - head_;
+  return waiting != 0 && waiting <= capacity_;
+}
 
 void RingConsumer::CountInvalid() {
   ring_->invalid_descriptors.fetch_add(1, std::memory_order_relaxed);
@@ -71,8 +76,10 @@ RingStatus RingConsumer::TryPop(DescriptorData* out) {
   // cannot make the copy run past the slot). Fewer cache lines cross between cores.
   const DescriptorData& slot = slots_[head_ & mask_];
   std::memcpy(out, &slot, offsetof(DescriptorData, tensors));
-  std::memcpy(out->tensors, slot.tensors,
-              std::min<uint32_t>(out->num_tensors, kMaxTensors) * sizeof(TensorRefData));
+  uint32_t used = std::min<uint32_t>(out->num_tensors, kMaxTensors);
+  std::memcpy(out->tensors, slot.tensors, used * sizeof(TensorRefData));
+  // Nothing of an earlier descriptor may survive in the caller's copy.
+  std::memset(out->tensors + used, 0, (kMaxTensors - used) * sizeof(TensorRefData));
   ++head_;
   ring_->head.store(head_, std::memory_order_release);
   return RingStatus::kOk;

@@ -50,7 +50,7 @@ class RingConsumer {
   // tensors it declares; validate it before use), kEmpty, or kCorrupt (the producer's tail
   // is impossible; counted in invalid_descriptors).
   RingStatus TryPop(DescriptorData* out);
-  // True when a descriptor is waiting (one acquire load).
+  // True when a descriptor is waiting (one acquire load); false for an impossible tail.
   bool HasWork() const;
   // Counts a descriptor that failed validation (visible to anyone reading the ring).
   void CountInvalid();
@@ -65,6 +65,7 @@ class RingConsumer {
   uint64_t head_;  // Private copy: the consumer is head's only writer.
 };
 
+// One thread per slot may wait at a time (the doorbell has one sleeping flag).
 // Blocks the calling consumer until `ready()` or timeout: spins `spin_iterations` checks,
 // then sleeps on the slot's doorbell futex. Returns ready()'s last value.
 bool WaitForWork(const Segment& segment, uint32_t consumer_slot, const std::function<bool()>& ready,

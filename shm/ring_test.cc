@@ -61,12 +61,46 @@ TEST_CASE("an impossible index from a hostile peer is reported, never followed")
   RingConsumer consumer(f.segment, f.ring);
   DescriptorData out{};
   f.segment.ring(f.ring).tail.store(1000);  // A producer claiming 1000 unread descriptors.
+  CHECK_FALSE(consumer.HasWork());          // Not work: a consumer must not spin on it.
   CHECK(consumer.TryPop(&out) == RingStatus::kCorrupt);
   CHECK(f.segment.ring(f.ring).invalid_descriptors.load() == 1);
   f.segment.ring(f.ring).tail.store(0);
   RingProducer producer(f.segment, f.ring);
   f.segment.ring(f.ring).head.store(5);  // A consumer claiming to have read ahead of tail.
   CHECK(producer.TryPush(Numbered(1)) == RingStatus::kCorrupt);
+}
+
+TEST_CASE("a popped copy keeps nothing of an earlier descriptor beyond its own tensors") {
+  Fixture f;
+  RingProducer producer(f.segment, f.ring);
+  RingConsumer consumer(f.segment, f.ring);
+  DescriptorData first = Numbered(1);
+  first.num_tensors = 2;
+  first.tensors[1].offset = 777;
+  first.tensors[1].partition = 200;
+  DescriptorData second = Numbered(2);
+  second.num_tensors = 1;
+  REQUIRE(producer.TryPush(first) == RingStatus::kOk);
+  REQUIRE(producer.TryPush(second) == RingStatus::kOk);
+  DescriptorData out{};
+  REQUIRE(consumer.TryPop(&out) == RingStatus::kOk);
+  CHECK(out.tensors[1].offset == 777);
+  REQUIRE(consumer.TryPop(&out) == RingStatus::kOk);
+  CHECK(out.tensors[1].offset == 0);  // Zeroed, not left over from `first`.
+  CHECK(out.tensors[1].partition == 0);
+}
+
+TEST_CASE("ring geometry comes from the private header copy, not from shared memory") {
+  Fixture f;
+  f.segment.ring(f.ring).capacity = 1u << 30;  // A peer scribbles on the shared copy.
+  RingProducer producer(f.segment, f.ring);
+  for (uint64_t i = 0; i < 8; ++i) {
+    REQUIRE(producer.TryPush(Numbered(i)) == RingStatus::kOk);
+  }
+  CHECK(producer.TryPush(Numbered(8)) == RingStatus::kFull);  // Still 8 slots.
+  CHECK(f.segment.RingConsumerSlot(f.segment.SubmissionRing(0, 0)) == f.segment.WorkerSlot(0));
+  CHECK(f.segment.RingConsumerSlot(f.segment.CompletionRing(0, 0)) == 0);
+  CHECK(f.segment.RingConsumerSlot(f.segment.ControlRing(1)) == 1);
 }
 
 TEST_CASE("a consumer in another process sleeps on the doorbell and misses no wake-up") {

@@ -49,6 +49,18 @@ Segment::Segment(std::string name, bip::mapped_region region)
   header_ = static_cast<SegmentHeaderData*>(region_.get_address());
 }
 
+namespace {
+
+bool ValidRingCapacity(uint32_t capacity) {
+  return capacity >= 2 && (capacity & (capacity - 1)) == 0 && capacity <= (1u << 20);
+}
+
+bool ValidSlotCounts(uint64_t hookhosts, uint64_t workers) {
+  return hookhosts > 0 && workers > 0 && hookhosts + workers <= kMaxSlots;
+}
+
+}  // namespace
+
 std::string Segment::NameForNode(std::string_view node_name) {
   return "ferry-" + std::string(node_name);
 }
@@ -58,15 +70,13 @@ bool Segment::Remove(const std::string& name) {
 }
 
 Result<Segment> Segment::Create(const std::string& name, const SegmentLayout& layout) {
-  if (layout.hookhosts == 0 || layout.workers == 0 ||
-      layout.hookhosts + layout.workers > kMaxSlots) {
+  if (!ValidSlotCounts(layout.hookhosts, layout.workers)) {
     return InvalidArgument("shared memory: need 1 to " + std::to_string(kMaxSlots) +
                            " slots (hook hosts + workers), got " +
                            std::to_string(layout.hookhosts) + " + " +
                            std::to_string(layout.workers));
   }
-  if (layout.ring_capacity < 2 || (layout.ring_capacity & (layout.ring_capacity - 1)) != 0 ||
-      layout.ring_capacity > (1u << 20)) {
+  if (!ValidRingCapacity(layout.ring_capacity)) {
     return InvalidArgument("shared memory: ring capacity must be a power of two in [2, 2^20]");
   }
   SegmentHeaderData header{};
@@ -84,6 +94,7 @@ Result<Segment> Segment::Create(const std::string& name, const SegmentLayout& la
     object.truncate(static_cast<bip::offset_t>(layout.total_bytes));
     bip::mapped_region region(object, bip::read_write);
     Segment segment(name, std::move(region));
+    segment.layout_ = header;
     uint8_t* base = segment.base();
     uint32_t slots = layout.hookhosts + layout.workers;
     for (uint32_t s = 0; s < slots; ++s) {
@@ -125,7 +136,7 @@ Result<Segment> Segment::Attach(const std::string& name) {
       return InvalidArgument("shared memory '" + name + "': too small for a header");
     }
     Segment segment(name, std::move(region));
-    const SegmentHeaderData& h = *segment.header_;
+    const SegmentHeaderData h = *segment.header_;  // One read; checked, then trusted.
     if (h.magic != kMagic) {
       return InvalidArgument("shared memory '" + name + "': not a ferry segment (bad magic)");
     }
@@ -136,7 +147,7 @@ Result<Segment> Segment::Attach(const std::string& name) {
     }
     SegmentHeaderData expected{};
     SegmentLayout layout{h.hookhosts, h.workers, h.ring_capacity, h.total_bytes};
-    bool sane = h.hookhosts > 0 && h.workers > 0 && h.hookhosts + h.workers <= kMaxSlots &&
+    bool sane = ValidSlotCounts(h.hookhosts, h.workers) && ValidRingCapacity(h.ring_capacity) &&
                 h.total_bytes == segment.region_.get_size() && ComputeLayout(layout, &expected) &&
                 expected.partitions_offset == h.partitions_offset &&
                 expected.partition_bytes == h.partition_bytes &&
@@ -145,6 +156,7 @@ Result<Segment> Segment::Attach(const std::string& name) {
       return InvalidArgument("shared memory '" + name +
                              "': header does not match its own layout or the mapping size");
     }
+    segment.layout_ = expected;
     return segment;
   } catch (const bip::interprocess_exception& e) {
     return NotFound("shared memory: cannot attach '" + name + "': " + e.what());
@@ -152,35 +164,46 @@ Result<Segment> Segment::Attach(const std::string& name) {
 }
 
 uint32_t Segment::num_rings() const {
-  return 2 * header_->hookhosts * header_->workers + num_slots();
+  return 2 * layout_.hookhosts * layout_.workers + num_slots();
 }
 uint32_t Segment::SubmissionRing(uint32_t hookhost, uint32_t worker) const {
-  return hookhost * header_->workers + worker;
+  return hookhost * layout_.workers + worker;
 }
 uint32_t Segment::CompletionRing(uint32_t worker, uint32_t hookhost) const {
-  return header_->hookhosts * header_->workers + worker * header_->hookhosts + hookhost;
+  return layout_.hookhosts * layout_.workers + worker * layout_.hookhosts + hookhost;
 }
 uint32_t Segment::ControlRing(uint32_t slot) const {
-  return 2 * header_->hookhosts * header_->workers + slot;
+  return 2 * layout_.hookhosts * layout_.workers + slot;
+}
+
+uint32_t Segment::RingConsumerSlot(uint32_t ring) const {
+  uint32_t pairs = layout_.hookhosts * layout_.workers;
+  if (ring < pairs) {
+    return WorkerSlot(ring % layout_.workers);  // Submission ring (hook host, worker).
+  }
+  if (ring < 2 * pairs) {
+    return HookhostSlot((ring - pairs) % layout_.hookhosts);  // Completion ring.
+  }
+  return ring - 2 * pairs;  // Control ring.
 }
 
 SlotData& Segment::slot(uint32_t slot) const {
-  return *reinterpret_cast<SlotData*>(base() + header_->slots_offset + slot * sizeof(SlotData));
+  return *reinterpret_cast<SlotData*>(base() + layout_.slots_offset + slot * sizeof(SlotData));
 }
 DoorbellData& Segment::doorbell(uint32_t slot) const {
-  return *reinterpret_cast<DoorbellData*>(base() + header_->doorbells_offset +
+  return *reinterpret_cast<DoorbellData*>(base() + layout_.doorbells_offset +
                                           slot * sizeof(DoorbellData));
 }
 RingData& Segment::ring(uint32_t ring) const {
-  return *reinterpret_cast<RingData*>(base() + header_->rings_offset + ring * header_->ring_stride);
+  return *reinterpret_cast<RingData*>(base() + layout_.rings_offset + ring * layout_.ring_stride);
 }
 DescriptorData* Segment::descriptors(uint32_t ring) const {
   return reinterpret_cast<DescriptorData*>(
-      base() + header_->rings_offset + ring * header_->ring_stride + AlignUp(sizeof(RingData), 64));
+      base() + layout_.rings_offset + ring * layout_.ring_stride + AlignUp(sizeof(RingData), 64));
 }
 std::span<uint8_t> Segment::partition(uint32_t slot) const {
-  return {base() + header_->partitions_offset + slot * header_->partition_bytes,
-          header_->partition_bytes};
+  return {base() + layout_.partitions_offset + slot * layout_.partition_bytes,
+          layout_.partition_bytes};
 }
 
 }  // namespace ferry::shm

@@ -44,19 +44,27 @@ class Segment {
   Segment& operator=(Segment&&) = default;
 
   const std::string& name() const { return name_; }
+  // The header as it is in shared memory now (any process could scribble on it). Every
+  // offset this class computes comes instead from `layout()`, the private copy taken and
+  // checked at Create/Attach.
   const SegmentHeaderData& header() const { return *header_; }
-  uint32_t hookhosts() const { return header_->hookhosts; }
-  uint32_t workers() const { return header_->workers; }
-  uint32_t num_slots() const { return header_->hookhosts + header_->workers; }
+  const SegmentHeaderData& layout() const { return layout_; }
+  uint32_t hookhosts() const { return layout_.hookhosts; }
+  uint32_t workers() const { return layout_.workers; }
+  uint32_t num_slots() const { return layout_.hookhosts + layout_.workers; }
   uint32_t HookhostSlot(uint32_t hookhost) const { return hookhost; }
-  uint32_t WorkerSlot(uint32_t worker) const { return header_->hookhosts + worker; }
-  bool IsWorkerSlot(uint32_t slot) const { return slot >= header_->hookhosts; }
+  uint32_t WorkerSlot(uint32_t worker) const { return layout_.hookhosts + worker; }
+  bool IsWorkerSlot(uint32_t slot) const { return slot >= layout_.hookhosts; }
 
   // Ring indices.
   uint32_t num_rings() const;
   uint32_t SubmissionRing(uint32_t hookhost, uint32_t worker) const;
   uint32_t CompletionRing(uint32_t worker, uint32_t hookhost) const;
   uint32_t ControlRing(uint32_t slot) const;
+  // Who consumes a ring and how many descriptors it holds, from the private layout (the
+  // copies in RingData are informational and never trusted).
+  uint32_t RingConsumerSlot(uint32_t ring) const;
+  uint32_t ring_capacity() const { return layout_.ring_capacity; }
 
   // REQUIRES: indices in range.
   SlotData& slot(uint32_t slot) const;
@@ -64,7 +72,7 @@ class Segment {
   RingData& ring(uint32_t ring) const;
   DescriptorData* descriptors(uint32_t ring) const;
   std::span<uint8_t> partition(uint32_t slot) const;
-  uint64_t partition_bytes() const { return header_->partition_bytes; }
+  uint64_t partition_bytes() const { return layout_.partition_bytes; }
 
  private:
   Segment(std::string name, boost::interprocess::mapped_region region);
@@ -72,7 +80,8 @@ class Segment {
 
   std::string name_;
   boost::interprocess::mapped_region region_;
-  SegmentHeaderData* header_ = nullptr;
+  SegmentHeaderData* header_ = nullptr;  // In shared memory.
+  SegmentHeaderData layout_{};           // Private, validated copy.
 };
 
 }  // namespace ferry::shm

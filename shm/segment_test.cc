@@ -74,6 +74,13 @@ TEST_CASE("attaching to another layout version or a foreign segment is a clear e
   const_cast<SegmentHeaderData&>(created->header()).magic = kMagic;
   const_cast<SegmentHeaderData&>(created->header()).partition_bytes += 256;
   CHECK(Segment::Attach(n.name).error().message.find("does not match") != std::string::npos);
+  const_cast<SegmentHeaderData&>(created->header()).partition_bytes -= 256;
+  const_cast<SegmentHeaderData&>(created->header()).ring_capacity = 100;
+  CHECK(Segment::Attach(n.name).error().message.find("does not match") != std::string::npos);
+  const_cast<SegmentHeaderData&>(created->header()).ring_capacity = 64;
+  const_cast<SegmentHeaderData&>(created->header()).hookhosts = 0x80000000u;
+  const_cast<SegmentHeaderData&>(created->header()).workers = 0x80000001u;  // Sums to 1 in 32 bits.
+  CHECK(Segment::Attach(n.name).error().message.find("does not match") != std::string::npos);
   CHECK(Segment::Attach(n.name + "-absent").error().code == ErrorCode::kNotFound);
 }
 

@@ -1,7 +1,8 @@
 // Crash recovery of the shared-memory transport with real processes: a hook host or the
 // worker is SIGKILLed at random points (mid-allocation, mid-push, mid-read) over many
-// iterations (each once it is demonstrably mid-traffic); the supervisor (this process) resets its slot and starts a successor. The
-// surviving peer's traffic must complete, nothing may leak, and no process may crash.
+// iterations (each once it is demonstrably mid-traffic); the supervisor (this process) resets its
+// slot and starts a successor. The surviving peer's traffic must complete, nothing may leak, and no
+// process may crash.
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -21,7 +22,6 @@ using testing::TestHookHost;
 using testing::TestWorker;
 
 constexpr int kKills = 40;
-constexpr uint64_t kSurvivorRequests = 1500;
 
 struct Node {
   std::string name = testing::UniqueShmName("crash");
@@ -48,23 +48,29 @@ struct Node {
   }
 }
 
-// Submits `requests`, waits for every one to resolve, flushes its releases, and reports.
-[[noreturn]] void RunSurvivor(const std::string& name, uint32_t hookhost, uint64_t requests,
+// Submits until the supervisor (this test) sends stop on its control ring, then waits for
+// every request to resolve, flushes its releases, and reports through its exit code.
+[[noreturn]] void RunSurvivor(const std::string& name, uint32_t hookhost,
                               bool expect_all_completed) {
   shm::Segment segment = shm::Segment::Attach(name).value();
   TestHookHost host(segment, hookhost);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while ((host.submitted() < requests || !host.Idle()) &&
-         std::chrono::steady_clock::now() < deadline) {
-    if (host.submitted() < requests) {
+  shm::RingConsumer control(segment, segment.ControlRing(host.slot()));
+  bool stopping = false;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  while ((!stopping || !host.Idle()) && std::chrono::steady_clock::now() < deadline) {
+    shm::DescriptorData d{};
+    if (!stopping && control.TryPop(&d) == shm::RingStatus::kOk) {
+      stopping = true;
+    }
+    if (!stopping) {
       host.Submit(16);
     }
     host.Poll();
   }
-  bool resolved = host.completed() + host.unavailable() + host.errors() == host.submitted() &&
-                  host.submitted() == requests;
-  bool ok = resolved && host.wrong() == 0 && host.errors() == 0 &&
-            (!expect_all_completed || host.completed() == requests) &&
+  bool resolved =
+      host.Idle() && host.completed() + host.unavailable() + host.errors() == host.submitted();
+  bool ok = resolved && host.completed() > 0 && host.wrong() == 0 && host.errors() == 0 &&
+            (!expect_all_completed || host.completed() == host.submitted()) &&
             shm::ReadArenaStats(segment, host.slot()).bytes_in_use == 0;
   std::fprintf(stderr, "survivor: submitted %llu completed %llu unavailable %llu wrong %llu\n",
                static_cast<unsigned long long>(host.submitted()),
@@ -90,14 +96,17 @@ int WaitExit(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-// Waits (up to 10 s) until `ring`'s tail has moved `steps` past `from`: the process under
+// Waits (up to 30 s) until `ring`'s tail has moved `steps` past `from`: the process under
 // test is demonstrably mid-traffic when it is killed, however loaded the machine is.
-void WaitForProgress(const shm::Segment& segment, uint32_t ring, uint64_t from, uint64_t steps) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (segment.ring(ring).tail.load() < from + steps &&
-         std::chrono::steady_clock::now() < deadline) {
+bool WaitForProgress(const shm::Segment& segment, uint32_t ring, uint64_t from, uint64_t steps) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (segment.ring(ring).tail.load() < from + steps) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      return false;
+    }
     std::this_thread::yield();
   }
+  return true;
 }
 
 void KillAndReset(const shm::Segment& segment, pid_t pid, uint32_t slot) {
@@ -106,8 +115,8 @@ void KillAndReset(const shm::Segment& segment, pid_t pid, uint32_t slot) {
   shm::ResetSlot(segment, slot);
 }
 
-void StopWorker(const shm::Segment& segment) {
-  shm::RingProducer control(segment, segment.ControlRing(segment.WorkerSlot(0)));
+void Stop(const shm::Segment& segment, uint32_t slot) {
+  shm::RingProducer control(segment, segment.ControlRing(slot));
   shm::DescriptorData stop{};
   stop.kind = static_cast<uint16_t>(shm::DescriptorKind::kControl);
   stop.model = testing::kStopCommand;
@@ -118,23 +127,21 @@ TEST_CASE("a hook host killed at random points is reset; its peer's traffic all 
   Node node;
   std::mt19937 rng(7);
   pid_t worker = Spawn([&] { RunWorker(node.name); });
-  pid_t survivor = Spawn([&] { RunSurvivor(node.name, 1, kSurvivorRequests, true); });
+  pid_t survivor = Spawn([&] { RunSurvivor(node.name, 1, true); });
   uint64_t victim_generations = 1;
   for (int i = 0; i < kKills; ++i) {
     uint32_t ring = node.segment.SubmissionRing(0, 0);
     uint64_t before = node.segment.ring(ring).tail.load();
     pid_t victim = Spawn([&] { RunHookHostForever(node.name, 0); });
-    WaitForProgress(node.segment, ring, before, 1 + rng() % 32);
+    CHECK(WaitForProgress(node.segment, ring, before, 1 + rng() % 32));  // Mid-traffic.
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % 500));
     KillAndReset(node.segment, victim, 0);
     ++victim_generations;
-    CHECK(shm::ReadArenaStats(node.segment, 0).bytes_in_use == 0);
   }
   CHECK(node.segment.slot(0).generation.load() == victim_generations);
-  // The victims were busy when killed: each had pushed descriptors.
-  CHECK(node.segment.ring(node.segment.SubmissionRing(0, 0)).tail.load() >= kKills);
-  CHECK(WaitExit(survivor) == 0);
-  StopWorker(node.segment);
+  Stop(node.segment, 1);
+  CHECK(WaitExit(survivor) == 0);  // Every one of its requests completed, checksums right.
+  Stop(node.segment, node.segment.WorkerSlot(0));
   CHECK(WaitExit(worker) == 0);  // The worker reaped every block the dead hook hosts held.
   CHECK(shm::ReadArenaStats(node.segment, node.segment.WorkerSlot(0)).bytes_in_use == 0);
   CHECK(shm::ReadArenaStats(node.segment, 1).bytes_in_use == 0);
@@ -144,21 +151,21 @@ TEST_CASE("a worker killed at random points is reset; the hook host fails and re
   Node node;
   std::mt19937 rng(11);
   uint32_t worker_slot = node.segment.WorkerSlot(0);
-  pid_t survivor = Spawn([&] { RunSurvivor(node.name, 1, kSurvivorRequests * 4, false); });
+  pid_t survivor = Spawn([&] { RunSurvivor(node.name, 1, false); });
   for (int i = 0; i < kKills; ++i) {
     uint32_t ring = node.segment.CompletionRing(0, 1);
     uint64_t before = node.segment.ring(ring).tail.load();
     pid_t worker = Spawn([&] { RunWorker(node.name); });
-    WaitForProgress(node.segment, ring, before, 1 + rng() % 32);
+    CHECK(WaitForProgress(node.segment, ring, before, 1 + rng() % 32));  // Mid-traffic.
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % 500));
     KillAndReset(node.segment, worker, worker_slot);
-    CHECK(shm::ReadArenaStats(node.segment, worker_slot).bytes_in_use == 0);
   }
-  // The killed workers were busy: each had completed requests.
-  CHECK(node.segment.ring(node.segment.CompletionRing(0, 1)).tail.load() >= kKills);
   pid_t worker = Spawn([&] { RunWorker(node.name); });
+  uint32_t ring = node.segment.CompletionRing(0, 1);
+  CHECK(WaitForProgress(node.segment, ring, node.segment.ring(ring).tail.load(), 1));
+  Stop(node.segment, 1);
   CHECK(WaitExit(survivor) == 0);  // Everything resolved: completed or UNAVAILABLE, no leak.
-  StopWorker(node.segment);
+  Stop(node.segment, worker_slot);
   CHECK(WaitExit(worker) == 0);
 }
 

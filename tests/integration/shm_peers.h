@@ -81,10 +81,10 @@ class TestHookHost {
   // Handles completions, fails requests whose worker died, flushes releases.
   void Poll() {
     shm::DescriptorData d{};
-    shm::DescriptorRules rules{slot_, 0, {worker_slot_}, segment_.partition_bytes()};
+    shm::DescriptorRules rules{
+        slot_, 0, {worker_slot_}, segment_.partition_bytes(), shm::kCompletionRingKinds};
     while (complete_.TryPop(&d) == shm::RingStatus::kOk) {
-      if (!shm::ValidateDescriptor(d, rules).ok() ||
-          d.kind != static_cast<uint16_t>(shm::DescriptorKind::kCompletion)) {
+      if (!shm::ValidateDescriptor(d, rules).ok()) {
         complete_.CountInvalid();
         continue;
       }
@@ -215,6 +215,8 @@ class TestWorker {
     // Submissions name the hook host's partition; releases name this worker's own blocks.
     shm::DescriptorRules submit_rules{hook_slot, 1, {hook_slot}, segment_.partition_bytes()};
     shm::DescriptorRules release_rules{hook_slot, 1, {slot_}, segment_.partition_bytes()};
+    submit_rules.allowed_kinds = shm::KindBit(shm::DescriptorKind::kSubmit);
+    release_rules.allowed_kinds = shm::KindBit(shm::DescriptorKind::kRelease);
     shm::DescriptorData d{};
     while (submissions_[h].TryPop(&d) == shm::RingStatus::kOk) {
       bool release = d.kind == static_cast<uint16_t>(shm::DescriptorKind::kRelease);
@@ -235,6 +237,10 @@ class TestWorker {
       }
       if (!shm::IsCurrent(segment_, hook_slot, d.generation)) {
         continue;  // From a dead incarnation: drop without reading its input.
+      }
+      if (d.num_tensors != 1) {  // This peer's model has exactly one input.
+        Complete(h, d, static_cast<uint32_t>(ErrorCode::kInvalidArgument) + 1, std::nullopt);
+        continue;
       }
       uint64_t sum = Checksum(shm::TensorBytes(segment_, d.tensors[0]));
       Result<shm::Block> out = arena_.Allocate(8);
