@@ -1,5 +1,6 @@
 #include "worker/batch_axis.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ferry {
@@ -73,7 +74,8 @@ BatchInput AssembleInput(const Dispatch& dispatch, std::span<const ByteView> per
   for (const QueuedRequest& r : dispatch.requests) {
     rows.push_back(r.rows);
   }
-  input.storage = ConcatRows(per_request, rows, layout, dispatch.batch_size - dispatch.rows);
+  input.storage = ConcatRows(per_request, rows, layout,
+                             std::max<int64_t>(0, dispatch.batch_size - dispatch.rows));
   input.view = input.storage;
   return input;
 }
@@ -81,6 +83,10 @@ BatchInput AssembleInput(const Dispatch& dispatch, std::span<const ByteView> per
 std::vector<Bytes> ScatterOutput(const Dispatch& dispatch, ByteView output,
                                  const RowLayout& layout) {
   std::vector<Bytes> slices;
+  if (dispatch.batch_size == 0) {  // Unbatched module: one request, the whole tensor.
+    slices.emplace_back(output.begin(), output.end());
+    return slices;
+  }
   int64_t begin = 0;
   for (const QueuedRequest& r : dispatch.requests) {
     slices.push_back(SliceRows(output, dispatch.batch_size, begin, r.rows, layout));

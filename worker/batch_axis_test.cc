@@ -83,6 +83,21 @@ TEST_CASE("a lone request that fills the dispatch is passed through without a co
   CHECK(input.storage.empty());
 }
 
+TEST_CASE("an unbatched dispatch passes its one request through both ways") {
+  Dispatch d;
+  d.model = 0;
+  d.requests.resize(1);
+  d.rows = 1;
+  d.batch_size = 0;
+  d.pass_through = true;
+  Bytes a = Floats({1, 2, 3});
+  std::vector<ByteView> parts = {a};
+  CHECK(AssembleInput(d, parts, RowLayout{1, 12}).view.data() == a.data());
+  std::vector<Bytes> out = ScatterOutput(d, a, RowLayout{1, 12});
+  REQUIRE(out.size() == 1);
+  CHECK(out[0] == a);
+}
+
 TEST_CASE("outputs are sliced per caller and padding rows dropped") {
   Dispatch d = TwoRequests(1, 2, 4);
   Bytes out = Floats({10, 20, 30, 99});  // [4, 1]; the last row is padding.

@@ -109,7 +109,11 @@ BatchPlan PlanBatch(const ModelQueue& queue, const ModelSpec& spec, const CostMo
   }
   // The front request is always taken (forward progress), even when it alone exceeds the
   // fillable size: the dispatch then grows to the smallest compiled size that holds it.
-  int64_t bound = std::max(std::min(target, limit), front.rows);
+  // Once the front forces a larger size, fill that size: the rows are paid for anyway.
+  int64_t bound = std::min(target, limit);
+  if (front.rows > bound) {
+    bound = std::min(sizes[static_cast<size_t>(*SmallestFitting(sizes, front.rows))], limit);
+  }
   auto [count, rows] = Prefix(queue, bound);
   return Taken(spec, count, rows);
 }

@@ -107,6 +107,11 @@ TEST_CASE("the front request is always taken, so the oldest makes progress") {
   CHECK(big_front.count == 1);
   CHECK(big_front.rows == 6);
   CHECK(big_front.batch_size == 8);
+  // When the front forces size 8, the rows after it that fit ride along.
+  BatchPlan fills = Plan(Queue({6, 1, 1, 5}), Spec({4, 8}));
+  CHECK(fills.count == 3);
+  CHECK(fills.rows == 8);
+  CHECK(fills.batch_size == 8);
 }
 
 TEST_CASE("cost sizing pads 3 rows to 4 instead of three dispatches of 1") {

@@ -34,11 +34,12 @@ QueuedRequest ModelQueue::RemoveAt(size_t index) {
   return request;
 }
 
-std::optional<Nanos> ModelQueue::MostUrgentDeadline() const {
-  if (deadlines_.empty()) {
+std::optional<Nanos> ModelQueue::MostUrgentDeadline(Nanos now) const {
+  auto it = deadlines_.upper_bound(now);
+  if (it == deadlines_.end()) {
     return std::nullopt;
   }
-  return *deadlines_.begin();
+  return *it;
 }
 
 }  // namespace ferry

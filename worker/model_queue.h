@@ -28,9 +28,11 @@ class ModelQueue {
   const QueuedRequest& at(size_t index) const { return requests_[index]; }
   const QueuedRequest& front() const { return requests_.front(); }
   int64_t queued_rows() const { return rows_; }
-  // The soonest deadline of any queued request; nullopt when none has one.
+  // The soonest deadline after `now` of any queued request; nullopt when none has one.
+  // Deadlines already passed do not count: those requests are shed when they reach the
+  // front, and must not hold their model at the top of edf meanwhile.
   // REQUIRES: constructed with track_deadlines.
-  std::optional<Nanos> MostUrgentDeadline() const;
+  std::optional<Nanos> MostUrgentDeadline(Nanos now) const;
 
  private:
   void Forget(const QueuedRequest& request);

@@ -21,6 +21,18 @@ Result<Scheduler> Scheduler::Create(SchedulerConfig config, std::vector<ModelSpe
   if (models.empty()) {
     return InvalidArgument("scheduler: no models registered");
   }
+  auto in = [](double x, double lo, double hi) { return std::isfinite(x) && x > lo && x <= hi; };
+  if (!in(config.ema_halflife_seconds, 0, 1e9) || !in(config.recency_penalty_cap, 0, 1) ||
+      !in(config.cost_ema_alpha, 0, 1) || !(config.coalescing_discount >= 0) ||
+      !(config.coalescing_discount < 1) || config.max_queue_depth < 1) {
+    return InvalidArgument("scheduler: settings out of range (see docs/configuration.md)");
+  }
+  for (const auto& [name, model] : config.models) {
+    if (!in(model.weight, 0, 1e12) || (model.max_batch_size && *model.max_batch_size < 1)) {
+      return InvalidArgument("scheduler.models." + name +
+                             ": weight must be finite and > 0, max_batch_size >= 1");
+    }
+  }
   std::set<std::string> names;
   for (ModelSpec& spec : models) {
     if (!names.insert(spec.name).second) {
@@ -71,11 +83,11 @@ int Scheduler::FindModel(std::string_view name) const {
   return -1;
 }
 
-Status Scheduler::Enqueue(int model, QueuedRequest request) {
+Status Scheduler::CheckRequest(int model, const QueuedRequest& request) const {
   if (model < 0 || static_cast<size_t>(model) >= models_.size()) {
     return InvalidArgument("scheduler: no model with index " + std::to_string(model));
   }
-  ModelState& m = models_[static_cast<size_t>(model)];
+  const ModelState& m = models_[static_cast<size_t>(model)];
   if (request.rows < 1) {
     return InvalidArgument("model '" + m.spec.name + "': a request needs at least one row");
   }
@@ -84,22 +96,34 @@ Status Scheduler::Enqueue(int model, QueuedRequest request) {
     return InvalidArgument("model '" + m.spec.name + "': no shape variant " +
                            std::to_string(request.variant));
   }
-  if (m.queue.size() >= static_cast<size_t>(config_.max_queue_depth)) {
+  return OkStatus();
+}
+
+Status Scheduler::Enqueue(int model, QueuedRequest request) {
+  return EnqueueAll(model, std::span<const QueuedRequest>(&request, 1));
+}
+
+Status Scheduler::EnqueueAll(int model, std::span<const QueuedRequest> pieces) {
+  for (const QueuedRequest& piece : pieces) {
+    FERRY_RETURN_IF_ERROR(CheckRequest(model, piece));
+  }
+  ModelState& m = models_[static_cast<size_t>(model)];
+  if (m.queue.size() + pieces.size() > static_cast<size_t>(config_.max_queue_depth)) {
     ++m.counters.rejected;
     return ResourceExhausted("model '" + m.spec.name + "': queue is full (max_queue_depth " +
                              std::to_string(config_.max_queue_depth) + ")");
   }
-  m.queue.Push(std::move(request));
+  for (const QueuedRequest& piece : pieces) {
+    m.queue.Push(piece);
+  }
   m.effective_cost_stale = true;
-  ++queued_;
+  queued_ += pieces.size();
   Activate(model);
   return OkStatus();
 }
 
 Status Scheduler::EnqueueCommitted(int model, QueuedRequest request) {
-  if (model < 0 || static_cast<size_t>(model) >= models_.size()) {
-    return InvalidArgument("scheduler: no model with index " + std::to_string(model));
-  }
+  FERRY_RETURN_IF_ERROR(CheckRequest(model, request));
   if (request.meta_id == 0) {
     return InvalidArgument("scheduler: a committed sub-call needs a meta id");
   }
@@ -200,9 +224,12 @@ double Scheduler::EffectiveCost(const ModelState& m) const {
     }
   }
   double cost = m.cost.Estimate(variant, size_index);
-  if (m.spec.coalescable && options_.coalesce && m.queue.size() > 1) {
+  // Discounted only when the next dispatch would really take a second request.
+  if (m.spec.coalescable && options_.coalesce && m.queue.size() > 1 &&
+      m.queue.at(1).variant == front.variant && front.rows + m.queue.at(1).rows <= limit) {
     cost *= 1.0 - config_.coalescing_discount;
   }
+  cost = std::max(cost, 1e-9);  // A zero learned cost must not divide by zero.
   m.effective_cost = cost;
   return cost;
 }
@@ -257,12 +284,12 @@ int Scheduler::SelectFifo() const {
   return best;
 }
 
-int Scheduler::SelectEdf() const {
+int Scheduler::SelectEdf(Nanos now) const {
   int best = -1;
   std::optional<Nanos> best_deadline;
   for (int index : active_) {
     const ModelState& m = models_[static_cast<size_t>(index)];
-    std::optional<Nanos> deadline = m.queue.MostUrgentDeadline();
+    std::optional<Nanos> deadline = m.queue.MostUrgentDeadline(now);
     bool better = false;
     if (best < 0) {
       better = true;
@@ -293,7 +320,7 @@ int Scheduler::SelectRoundRobin() {
   return -1;
 }
 
-int Scheduler::Select() {
+int Scheduler::Select(Nanos now) {
   if (active_.empty()) {
     return -1;
   }
@@ -306,7 +333,7 @@ int Scheduler::Select() {
     case Discipline::kFifo:
       return SelectFifo();
     case Discipline::kEdf:
-      return SelectEdf();
+      return SelectEdf(now);
   }
   return -1;
 }
@@ -349,7 +376,8 @@ void Scheduler::Coalesce(int index, Nanos now, Dispatch* out) {
       out->requests.push_back(m.queue.PopFront());
     }
     queued_ -= plan.count;
-    out->pass_through = plan.count == 1 && plan.rows == plan.batch_size;
+    // One request filling the size, or an unbatched module's single request.
+    out->pass_through = plan.count == 1 && (plan.rows == plan.batch_size || plan.batch_size == 0);
     break;
   }
   DeactivateIfEmpty(index);
@@ -380,7 +408,7 @@ void Scheduler::DispatchCommitted(Nanos now, Dispatch* out) {
   out->variant = next.request.variant;
   out->batch_size = plan.batch_size;
   out->rows = plan.rows;
-  out->pass_through = plan.rows == plan.batch_size;
+  out->pass_through = plan.rows == plan.batch_size || plan.batch_size == 0;
   out->committed_meta = true;
   out->requests.push_back(std::move(next.request));
 }
@@ -404,7 +432,7 @@ Decision Scheduler::Next(Nanos now) {
   } else {
     // 3 and 4: select, then coalesce (which sheds). If shedding empties the winner's queue,
     // nothing runs this time: the caller fails the shed requests and asks again.
-    int index = Select();
+    int index = Select(now);
     if (index >= 0) {
       Coalesce(index, now, &out);
     }
@@ -429,6 +457,9 @@ void Scheduler::RecordDispatched(ModelState& m, const Dispatch& d, Nanos now) {
 
 void Scheduler::Complete(const Dispatch& dispatch, double compute_seconds, Nanos now) {
   ModelState& m = models_[static_cast<size_t>(dispatch.model)];
+  if (!std::isfinite(compute_seconds) || compute_seconds < 0) {
+    compute_seconds = 0;  // A broken clock reading must not poison the EMAs.
+  }
   std::optional<int> size_index = SmallestFitting(m.spec.batch_sizes, dispatch.batch_size);
   if (dispatch.variant != kNoCompiledProgram) {
     m.cost.Record(dispatch.variant, size_index.value_or(0), compute_seconds);
@@ -476,7 +507,8 @@ std::vector<WarmupRun> Scheduler::WarmupPlan() const {
 void Scheduler::SeedCost(int model, int variant, int64_t batch_size, double seconds) {
   ModelState& m = models_[static_cast<size_t>(model)];
   std::optional<int> size_index = SmallestFitting(m.spec.batch_sizes, batch_size);
-  if (size_index && variant >= 0 && variant < m.spec.num_variants) {
+  if (size_index && variant >= 0 && variant < m.spec.num_variants && std::isfinite(seconds) &&
+      seconds >= 0) {
     m.effective_cost_stale = true;
     m.cost.Record(variant, *size_index, seconds);
   }

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <map>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -113,8 +114,9 @@ struct WarmupRun {
 
 class Scheduler {
  public:
-  // INVALID_ARGUMENT for an empty model list, duplicate names, bad batch sizes, or a
-  // [scheduler.models] entry naming no registered model.
+  // INVALID_ARGUMENT for an empty model list, duplicate names, bad batch sizes, a
+  // [scheduler.models] entry naming no registered model, or settings out of range (the
+  // node-file reader checks them too; code-built configs are checked here).
   static Result<Scheduler> Create(SchedulerConfig config, std::vector<ModelSpec> models,
                                   SchedulerOptions options = {});
 
@@ -127,8 +129,12 @@ class Scheduler {
   // (other models are unaffected); INVALID_ARGUMENT for an unknown model, a variant out of
   // range or rows < 1.
   Status Enqueue(int model, QueuedRequest request);
+  // Queues every piece of a split request, or none: RESOURCE_EXHAUSTED when they do not
+  // all fit under max_queue_depth (so no piece burns GPU time for a request that fails).
+  Status EnqueueAll(int model, std::span<const QueuedRequest> pieces);
   // Queues a committed meta sub-call (request.meta_id != 0), dispatched ahead of the
-  // discipline scan. INVALID_ARGUMENT when that meta already has one pending.
+  // discipline scan. INVALID_ARGUMENT when that meta already has one pending, or for the
+  // same faults Enqueue refuses.
   Status EnqueueCommitted(int model, QueuedRequest request);
 
   // Control commands: checked now, applied at the start of the next decision.
@@ -179,15 +185,17 @@ class Scheduler {
   };
 
   Scheduler(SchedulerConfig config, std::vector<ModelSpec> models, SchedulerOptions options);
+  // Enqueue's checks of a request against model `model` (not the queue depth).
+  Status CheckRequest(int model, const QueuedRequest& request) const;
 
   double RecentFraction(const ModelState& m) const;
   void AddRecentCompute(ModelState& m, double seconds, Nanos now);
   double EffectiveCost(const ModelState& m) const;
   int SelectFair() const;
   int SelectFifo() const;
-  int SelectEdf() const;
+  int SelectEdf(Nanos now) const;
   int SelectRoundRobin();
-  int Select();
+  int Select(Nanos now);
   // Coalesces model `index`, shedding infeasible requests first. Fills `out`.
   void Coalesce(int index, Nanos now, Dispatch* out);
   void DispatchCommitted(Nanos now, Dispatch* out);

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 namespace ferry {
@@ -137,7 +138,6 @@ TEST_CASE("fair: with every EMA zero the deficit is the share, so the heavier mo
   Push(s, 0, Req(1));
   Push(s, 1, Req(2));
   CHECK(s.Next(10).dispatch.model == 1);
-  CHECK(s.Metrics(10)[0].recent_compute == 0.0);
 }
 
 TEST_CASE("fair: GPU time follows the weights over a saturated run") {
@@ -329,6 +329,109 @@ TEST_CASE("when nothing is feasible the execution is skipped") {
   CHECK(s.queued_requests() == 0);
 }
 
+TEST_CASE("edf: a learned cost that no queued deadline can meet skips the execution") {
+  SchedulerConfig config;
+  config.discipline = Discipline::kEdf;
+  Scheduler s = Make({Spec("a", {1, 8})}, config);
+  s.SeedCost(0, 0, 1, 0.010);
+  s.SeedCost(0, 0, 8, 0.010);
+  Push(s, 0, Req(0, 1, 4 * kMs));  // Live deadlines, but both inside the 10 ms cost.
+  Push(s, 0, Req(0, 1, 6 * kMs));
+  Dispatch d = s.Next(1 * kMs).dispatch;
+  CHECK_FALSE(d.runs());
+  CHECK(d.shed.size() == 2);
+}
+
+TEST_CASE("after shedding, the batch is planned again from what is left") {
+  Scheduler s = Make({Spec("a", {1, 2, 4})});
+  Push(s, 0, Req(0, 1, 1 * kMs, 1));  // Expired by the time the GPU frees.
+  for (uint64_t p = 2; p <= 5; ++p) {
+    Push(s, 0, Req(0, 1, std::nullopt, p));
+  }
+  Dispatch d = s.Next(2 * kMs).dispatch;
+  REQUIRE(d.shed.size() == 1);
+  REQUIRE(d.requests.size() == 4);  // The next four fill size 4.
+  CHECK(d.requests[0].payload == 2);
+  CHECK(d.batch_size == 4);
+}
+
+TEST_CASE("edf: an expired request deep in a queue does not hold its model on top") {
+  SchedulerConfig config;
+  config.discipline = Discipline::kEdf;
+  Scheduler s = Make({Spec("a", {1}), Spec("b", {1})}, config);
+  for (int i = 0; i < 5; ++i) {
+    Push(s, 0, Req(i));  // No deadlines...
+  }
+  Push(s, 0, Req(5, 1, 1 * kMs));   // ...then one that expires.
+  Push(s, 1, Req(6, 1, 50 * kMs));  // b's live deadline is the most urgent one.
+  CHECK(s.Next(2 * kMs).dispatch.model == 1);
+}
+
+TEST_CASE("a split request is queued whole or not at all") {
+  SchedulerConfig config;
+  config.max_queue_depth = 4;
+  Scheduler s = Make({Spec("a")}, config);
+  Push(s, 0, Req(0));
+  std::vector<QueuedRequest> pieces(4, Req(1, 32));
+  CHECK(s.EnqueueAll(0, pieces).error().code == ErrorCode::kResourceExhausted);
+  CHECK(s.queue_depth(0) == 1);  // No piece slipped in.
+  pieces.pop_back();
+  CHECK(s.EnqueueAll(0, pieces).ok());
+  CHECK(s.queue_depth(0) == 4);
+}
+
+TEST_CASE("committed sub-calls are checked like any request") {
+  Scheduler s = Make({Spec("a")});
+  QueuedRequest bad = Req(0, 0);
+  bad.meta_id = 1;
+  CHECK(s.EnqueueCommitted(0, bad).error().code == ErrorCode::kInvalidArgument);
+  bad.rows = 1;
+  bad.variant = 5;
+  CHECK(s.EnqueueCommitted(0, bad).error().message == "model 'a': no shape variant 5");
+  CHECK_FALSE(s.EnqueueCommitted(3, bad).ok());
+}
+
+TEST_CASE("settings built in code are checked: no NaN or zero weight reaches the arithmetic") {
+  SchedulerConfig zero;
+  zero.models["a"].weight = 0;
+  CHECK_FALSE(Scheduler::Create(zero, {Spec("a")}).ok());
+  SchedulerConfig nan;
+  nan.models["a"].weight = std::nan("");
+  CHECK_FALSE(Scheduler::Create(nan, {Spec("a")}).ok());
+  SchedulerConfig halflife;
+  halflife.ema_halflife_seconds = 0;
+  CHECK_FALSE(Scheduler::Create(halflife, {Spec("a")}).ok());
+}
+
+TEST_CASE("an unbatched model's single request is a pass-through") {
+  Scheduler s = Make({Spec("u", {0})});
+  Push(s, 0, Req(0));
+  Push(s, 0, Req(1));
+  Dispatch d = s.Next(10).dispatch;
+  CHECK(d.requests.size() == 1);  // Never coalesced.
+  CHECK(d.batch_size == 0);
+  CHECK(d.pass_through);
+}
+
+TEST_CASE("the coalescing discount applies only when a second request would really join") {
+  for (bool can_join : {false, true}) {
+    SchedulerConfig config;
+    config.coalescing_discount = 0.5;
+    ModelSpec a = Spec("a", can_join ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{1});
+    Scheduler s = Make({a, Spec("b", {1})}, config);
+    s.SeedCost(0, 0, 1, 0.0010);
+    if (can_join) {
+      s.SeedCost(0, 0, 2, 0.0010);
+    }
+    s.SeedCost(1, 0, 1, 0.0009);
+    Push(s, 0, Req(1));
+    Push(s, 0, Req(2));
+    Push(s, 1, Req(3));
+    // a at 1 ms wins only when its two requests coalesce (0.5 ms effective).
+    CHECK(s.Next(10).dispatch.model == (can_join ? 0 : 1));
+  }
+}
+
 TEST_CASE("a committed meta sub-call jumps the scan, after control commands, one per meta") {
   SchedulerConfig config;
   config.discipline = Discipline::kEdf;
@@ -369,6 +472,7 @@ TEST_CASE("committed sub-calls skip laxity but not the hard deadline") {
 
 TEST_CASE("set_policy changes the live weight before the next selection") {
   SchedulerConfig config;
+  config.recency_penalty_cap = 1.0;  // So the shares, not the cap, decide.
   config.models["b"].weight = 3;
   Scheduler s = Make({Spec("a", {1}), Spec("b", {1})}, config);
   Push(s, 0, Req(1));
