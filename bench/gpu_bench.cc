@@ -31,66 +31,77 @@ double Median(std::vector<double> v) {
 }
 
 // The MLP's GEMMs alone (no bias, no activation), one graph, fp32: the probe's baseline.
+// Returns -1 when any CUDA or cuBLAS call fails.
 double GemmOnlyGraphUs(const std::vector<std::pair<int, int>>& layers, int batch) {
-  cublasHandle_t handle;
-  cudaStream_t stream;
-  cublasCreate(&handle);
-  cudaStreamCreate(&stream);
-  cublasSetStream(handle, stream);
-  void* workspace;
-  cudaMalloc(&workspace, 32 << 20);
-  cublasSetWorkspace(handle, workspace, 32 << 20);
-  std::vector<float*> weights, activations;
+  cublasHandle_t handle = nullptr;
+  cudaStream_t stream = nullptr;
+  void* workspace = nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaEvent_t begin = nullptr, end = nullptr;
+  std::vector<float*> buffers;
+  double result = -1;
+  bool ok = cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS &&
+            cudaStreamCreate(&stream) == cudaSuccess &&
+            cublasSetStream(handle, stream) == CUBLAS_STATUS_SUCCESS &&
+            cudaMalloc(&workspace, 32 << 20) == cudaSuccess &&
+            cublasSetWorkspace(handle, workspace, 32 << 20) == CUBLAS_STATUS_SUCCESS;
   int widest = batch;
   for (auto [in, out] : layers) {
     widest = std::max({widest, in, out});
   }
-  for (auto [in, out] : layers) {
-    float* w;
-    cudaMalloc(&w, sizeof(float) * in * out);
-    cudaMemset(w, 0, sizeof(float) * in * out);
-    weights.push_back(w);
+  std::vector<float*> weights, activations;
+  for (size_t i = 0; ok && i < layers.size() * 2 + 1; ++i) {
+    size_t floats = i < layers.size() ? static_cast<size_t>(layers[i].first) * layers[i].second
+                                      : static_cast<size_t>(batch) * widest;
+    float* p = nullptr;
+    ok = cudaMalloc(&p, sizeof(float) * floats) == cudaSuccess &&
+         cudaMemset(p, 0, sizeof(float) * floats) == cudaSuccess;
+    if (p != nullptr) {
+      buffers.push_back(p);
+      (i < layers.size() ? weights : activations).push_back(p);
+    }
   }
-  for (size_t i = 0; i <= layers.size(); ++i) {
-    float* a;
-    cudaMalloc(&a, sizeof(float) * batch * widest);
-    cudaMemset(a, 0, sizeof(float) * batch * widest);
-    activations.push_back(a);
+  ok = ok && activations.size() == layers.size() + 1 &&
+       cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+  if (ok) {
+    const float alpha = 1.f, beta = 0.f;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      auto [in, out] = layers[i];
+      ok = ok &&
+           cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, &alpha, weights[i], in,
+                       activations[i], in, &beta, activations[i + 1], out) == CUBLAS_STATUS_SUCCESS;
+    }
+    ok = cudaStreamEndCapture(stream, &graph) == cudaSuccess && ok &&
+         cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
   }
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
-  const float alpha = 1.f, beta = 0.f;
-  for (size_t i = 0; i < layers.size(); ++i) {
-    auto [in, out] = layers[i];
-    cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, out, batch, in, &alpha, weights[i], in,
-                activations[i], in, &beta, activations[i + 1], out);
+  ok = ok && cudaEventCreate(&begin) == cudaSuccess && cudaEventCreate(&end) == cudaSuccess;
+  if (ok) {
+    for (int i = 0; i < 10; ++i) {
+      cudaGraphLaunch(exec, stream);
+    }
+    constexpr int kIterations = 200;
+    cudaEventRecord(begin, stream);
+    for (int i = 0; i < kIterations; ++i) {
+      cudaGraphLaunch(exec, stream);
+    }
+    cudaEventRecord(end, stream);
+    float ms = 0;
+    if (cudaEventSynchronize(end) == cudaSuccess &&
+        cudaEventElapsedTime(&ms, begin, end) == cudaSuccess) {
+      result = ms * 1e3 / kIterations;
+    }
   }
-  cudaStreamEndCapture(stream, &graph);
-  cudaGraphInstantiate(&exec, graph, 0);
-  cudaEvent_t begin, end;
-  cudaEventCreate(&begin);
-  cudaEventCreate(&end);
-  for (int i = 0; i < 10; ++i) {
-    cudaGraphLaunch(exec, stream);
-  }
-  constexpr int kIterations = 200;
-  cudaEventRecord(begin, stream);
-  for (int i = 0; i < kIterations; ++i) {
-    cudaGraphLaunch(exec, stream);
-  }
-  cudaEventRecord(end, stream);
-  cudaEventSynchronize(end);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, begin, end);
-  for (float* p : weights) cudaFree(p);
-  for (float* p : activations) cudaFree(p);
-  cudaFree(workspace);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cublasDestroy(handle);
-  cudaStreamDestroy(stream);
-  return ms * 1e3 / kIterations;
+  cudaGetLastError();
+  for (float* p : buffers) cudaFree(p);
+  if (workspace != nullptr) cudaFree(workspace);
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (begin != nullptr) cudaEventDestroy(begin);
+  if (end != nullptr) cudaEventDestroy(end);
+  if (handle != nullptr) cublasDestroy(handle);
+  if (stream != nullptr) cudaStreamDestroy(stream);
+  return result;
 }
 
 }  // namespace
@@ -148,11 +159,10 @@ int main(int argc, char** argv) {
         outputs.emplace_back(static_cast<size_t>(ferry::RowBytes(m, t, variant, false) * size));
         io.outputs.push_back(outputs.back());
       }
-      for (auto& buffer : inputs) {
-        (void)gpu.RegisterHostMemory(buffer);  // As the worker registers the segment.
-      }
-      for (auto& buffer : outputs) {
-        (void)gpu.RegisterHostMemory(buffer);
+      for (auto* group : {&inputs, &outputs}) {
+        for (auto& buffer : *group) {
+          (void)gpu.RegisterHostMemory(buffer);  // As the worker registers the segment.
+        }
       }
       ferry::BatchJob job{0, size, {io}};
       std::vector<double> wall;
@@ -167,6 +177,11 @@ int main(int argc, char** argv) {
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
         }
       }
+      for (auto* group : {&inputs, &outputs}) {
+        for (auto& buffer : *group) {
+          (void)gpu.UnregisterHostMemory(buffer);  // Before the vectors free the pages.
+        }
+      }
       double dispatch_us = Median(wall) * 1e6;
       double graph_us = gpu.TimeProgram(*loaded, 0, size, 200, true).value() * 1e6;
       double plain_us = gpu.TimeProgram(*loaded, 0, size, 200, false).value() * 1e6;
@@ -179,8 +194,10 @@ int main(int argc, char** argv) {
                             {"host_us", dispatch_us - graph_us}};
       if (std::string(name) == "mlp") {
         double gemm = GemmOnlyGraphUs({{784, 512}, {512, 512}, {512, 10}}, static_cast<int>(size));
-        row["gemm_only_us"] = gemm;
-        row["dispatch_vs_gemm_only"] = dispatch_us / gemm;
+        if (gemm > 0) {
+          row["gemm_only_us"] = gemm;
+          row["dispatch_vs_gemm_only"] = dispatch_us / gemm;
+        }
       }
       rows.push_back(row);
     }

@@ -38,6 +38,9 @@ def load_weights(path):
 
 
 def main():
+    # fp32 against fp32: no TF32 in convolutions or matmuls unless the bundle asks for it.
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     rows = []
     for model in ("mlp", "cnn", "mlp-large"):
         bundle = os.path.join(ROOT, "examples", "models", model)

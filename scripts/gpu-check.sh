@@ -31,7 +31,7 @@ case "${1:-}" in
     echo "build-gpu ready: $(du -sh build-gpu | cut -f1)"
     ;;
   run)
-    cublas=$(ldconfig -p 2>/dev/null | awk '/libcublas\.so\.13 / {print $NF; exit}')
+    cublas=$(ldconfig -p 2>/dev/null | awk '/libcublas\.so\.13 / {if (!f) print $NF; f = 1}' || true)
     [[ -n "$cublas" ]] || cublas=$(find / -name 'libcublas.so.13' -print -quit 2>/dev/null || true)
     # Only ferry's binaries see the carried libraries (PyTorch keeps the machine's own).
     libs="$PWD/build-gpu/lib:$(dirname "${cublas:-/usr/local/cuda/lib64/x}"):${LD_LIBRARY_PATH:-}"
@@ -43,10 +43,10 @@ case "${1:-}" in
     out="${OUT:-build-gpu/out}"
     mkdir -p "$out"
     echo "== CUDA backend tests"
-    LD_LIBRARY_PATH="$libs" build-gpu/worker/cuda_backend_test 2>&1 | tail -n 20 ||
-      echo "cuda_backend_test failed (exit ${PIPESTATUS[0]})"
+    LD_LIBRARY_PATH="$libs" timeout 300 build-gpu/worker/cuda_backend_test 2>&1 |
+      tee "$out/test.log" | tail -n 40 || echo "cuda_backend_test failed (exit ${PIPESTATUS[0]})"
     echo "== benchmark"
-    LD_LIBRARY_PATH="$libs" build-gpu/bench/ferry-gpu-bench --json >"$out/gpu.json"
+    LD_LIBRARY_PATH="$libs" timeout 300 build-gpu/bench/ferry-gpu-bench --json >"$out/gpu.json"
     if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
       python3 bench/torch_bench.py --json >"$out/torch.json"
       python3 bench/gpu_table.py "$out/gpu.json" "$out/torch.json"

@@ -124,7 +124,9 @@ struct CudaBackend::Impl {
     if (e == cudaSuccess) {
       return OkStatus();
     }
-    if (IsSticky(e)) {
+    // A context is lost only if the device itself now fails to synchronise; an error code
+    // alone (cudaErrorUnknown from a host call, say) does not condemn the worker.
+    if (IsSticky(e) && cudaDeviceSynchronize() != cudaSuccess) {
       healthy = false;
     }
     return Internal(std::string("CUDA: ") + what + ": " + cudaGetErrorName(e) + ": " +
@@ -224,15 +226,21 @@ struct CudaBackend::Impl {
     FERRY_RETURN_IF_ERROR(Check(
         cudaMalloc(&exe->buffer, total + AlignUp(scratch, kDeviceAlignment) + kDeviceAlignment),
         "executable buffers"));
-    FERRY_RETURN_IF_ERROR(Check(cudaMemset(exe->buffer, 0, total), "executable buffers"));
+    FERRY_RETURN_IF_ERROR(
+        Check(cudaMemsetAsync(exe->buffer, 0, total, stream), "executable buffers"));
+    FERRY_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream), "executable buffers"));
     auto* base = static_cast<uint8_t*>(exe->buffer);
     for (const auto& [name, shape] : shapes) {
       exe->tensors[name] = {reinterpret_cast<float*>(base + offsets[name]), shape};
     }
     exe->bf16_scratch = reinterpret_cast<uint16_t*>(base + total);
     BuildSteps(m, exe);
+    // One plain run first: loads kernels and warms cuBLAS outside capture, and proves the
+    // steps work before a graph is made of them.
+    FERRY_RETURN_IF_ERROR(RunSteps(*exe));
+    FERRY_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream), "first run"));
     if (options.use_graphs) {
-      FERRY_RETURN_IF_ERROR(Capture(exe));
+      Capture(exe);  // On failure the executable keeps launching its steps one by one.
     }
     return OkStatus();
   }
@@ -426,14 +434,25 @@ struct CudaBackend::Impl {
     return OkStatus();
   }
 
-  Status Capture(Executable* exe) {
-    FERRY_RETURN_IF_ERROR(Check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
-                                "begin graph capture"));
+  // Captures the steps as a graph. On any failure the partial graph is dropped, the error
+  // cleared, and exe->exec stays null (plain launches).
+  void Capture(Executable* exe) {
+    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
     Status steps = RunSteps(*exe);
     cudaError_t end = cudaStreamEndCapture(stream, &exe->graph);
-    FERRY_RETURN_IF_ERROR(steps);
-    FERRY_RETURN_IF_ERROR(Check(end, "end graph capture"));
-    return Check(cudaGraphInstantiate(&exe->exec, exe->graph, 0), "instantiate graph");
+    if (steps.ok() && end == cudaSuccess &&
+        cudaGraphInstantiate(&exe->exec, exe->graph, 0) == cudaSuccess) {
+      return;
+    }
+    cudaGetLastError();
+    if (exe->graph != nullptr) {
+      cudaGraphDestroy(exe->graph);
+      exe->graph = nullptr;
+    }
+    exe->exec = nullptr;
   }
 
   Status Launch(const Executable& exe, bool graph) {
@@ -612,8 +631,22 @@ Result<ExecutionTiming> CudaBackend::Execute(ModelHandle handle, const BatchJob&
 }
 
 Status CudaBackend::RegisterHostMemory(std::span<uint8_t> memory) {
-  return impl_->Check(cudaHostRegister(memory.data(), memory.size(), cudaHostRegisterDefault),
-                      "register host memory");
+  // Never a reason to mark the backend unhealthy: report the error and carry on pageable.
+  cudaError_t e = cudaHostRegister(memory.data(), memory.size(), cudaHostRegisterDefault);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return Internal(std::string("CUDA: register host memory: ") + cudaGetErrorString(e));
+  }
+  return OkStatus();
+}
+
+Status CudaBackend::UnregisterHostMemory(std::span<uint8_t> memory) {
+  cudaError_t e = cudaHostUnregister(memory.data());
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return Internal(std::string("CUDA: unregister host memory: ") + cudaGetErrorString(e));
+  }
+  return OkStatus();
 }
 
 bool CudaBackend::healthy() const { return impl_->healthy; }
@@ -625,9 +658,11 @@ Status CudaBackend::Upload(uint64_t offset, std::span<const uint8_t> bytes) {
 }
 
 Status CudaBackend::Download(uint64_t offset, std::span<uint8_t> bytes) {
-  return impl_->Check(
-      cudaMemcpy(bytes.data(), impl_->arena_base + offset, bytes.size(), cudaMemcpyDeviceToHost),
-      "download");
+  Impl& d = *impl_;
+  FERRY_RETURN_IF_ERROR(d.Check(cudaMemcpyAsync(bytes.data(), d.arena_base + offset, bytes.size(),
+                                                cudaMemcpyDeviceToHost, d.stream),
+                                "download"));
+  return d.Check(cudaStreamSynchronize(d.stream), "download");
 }
 
 Result<double> CudaBackend::TimeProgram(ModelHandle handle, int variant, int64_t batch_size,
@@ -644,6 +679,14 @@ Result<double> CudaBackend::TimeProgram(ModelHandle handle, int variant, int64_t
   Executable& exe = m.executables[static_cast<size_t>(variant) * manifest.batch_sizes.size() +
                                   static_cast<size_t>(it - manifest.batch_sizes.begin())];
   cudaEvent_t begin = nullptr, end = nullptr;
+  struct Events {
+    cudaEvent_t* a;
+    cudaEvent_t* b;
+    ~Events() {
+      if (*a != nullptr) cudaEventDestroy(*a);
+      if (*b != nullptr) cudaEventDestroy(*b);
+    }
+  } guard{&begin, &end};
   FERRY_RETURN_IF_ERROR(d.Check(cudaEventCreate(&begin), "event"));
   FERRY_RETURN_IF_ERROR(d.Check(cudaEventCreate(&end), "event"));
   for (int i = 0; i < 3; ++i) {
@@ -657,8 +700,6 @@ Result<double> CudaBackend::TimeProgram(ModelHandle handle, int variant, int64_t
   FERRY_RETURN_IF_ERROR(d.Check(cudaEventSynchronize(end), "event"));
   float ms = 0;
   FERRY_RETURN_IF_ERROR(d.Check(cudaEventElapsedTime(&ms, begin, end), "event"));
-  cudaEventDestroy(begin);
-  cudaEventDestroy(end);
   return static_cast<double>(ms) / 1e3 / iterations;
 }
 

@@ -5,15 +5,16 @@
 // - GEMMs go through cuBLAS in the bundle's precision (fp32, TF32, or bf16 weights and
 //   activations with fp32 accumulation); every other op is a kernel of ours (kernels.h), a
 //   dense op's bias and a following activation fused into one epilogue kernel.
-// - Each (variant, compiled size) gets its own device buffers and is captured as a CUDA graph
-//   at load, replayed per dispatch.
+// - Each (variant, compiled size) gets its own device buffers, runs once plainly at load (to
+//   load kernels and prove the steps), and is captured as a CUDA graph replayed per dispatch
+//   (should capture fail, that executable launches its steps one by one).
 // - Inputs are copied host-to-device straight from each request's block (register the
 //   shared-memory segment with RegisterHostMemory so those copies run at pinned speed);
 //   outputs are copied device-to-host into each request's block. Padding rows are zeroed on
 //   the device.
 // - Every CUDA and cuBLAS status is checked. An error fails that dispatch with a clear
-//   message; a sticky error (a lost context) makes healthy() false, and the worker reports
-//   unhealthy so the supervisor restarts it.
+//   message; a sticky error after which the device no longer synchronises (a lost context)
+//   makes healthy() false, and the worker reports unhealthy so the supervisor restarts it.
 //
 // Thread safety: requires external synchronization (see backend.h).
 #pragma once
@@ -48,8 +49,10 @@ class CudaBackend : public Backend {
   Result<ExecutionTiming> Execute(ModelHandle model, const BatchJob& job) override;
   Status ModelStatus(ModelHandle model) const override;
 
-  // Page-locks host memory (the shared-memory segment) for fast, async copies.
+  // Page-locks host memory (the shared-memory segment) for fast, async copies; undo with
+  // UnregisterHostMemory before the memory goes away. Failures never affect health.
   Status RegisterHostMemory(std::span<uint8_t> memory);
+  Status UnregisterHostMemory(std::span<uint8_t> memory);
   // False after a sticky CUDA error: the context is lost and the worker must restart.
   bool healthy() const;
 
