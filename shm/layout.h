@@ -12,6 +12,7 @@
 // submission ring per (hook host, worker), a completion ring per (worker, hook host), and a
 // control ring per slot fed by the supervisor.
 //
+// Thread safety: plain shared data; every field documents its single writer and ordering.
 // Process safety: each field names its single writer. A process that dies at any point
 // leaves only its own fields half-written; ResetSlot (recovery.h) repairs them and bumps the
 // slot's generation so anything still addressed to the dead incarnation is recognised.

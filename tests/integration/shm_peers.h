@@ -3,6 +3,8 @@
 // worker reads it in place, writes an 8-byte checksum into a block of its own arena and
 // completes; the hook host checks the checksum and sends a release for the output block.
 // Both sides are non-blocking with local backlogs, so neither can deadlock on a full ring.
+//
+// Thread safety: each peer object belongs to one thread of one process.
 #pragma once
 
 #include <cstdint>
