@@ -20,25 +20,28 @@ from array import array
 SEED = 20261130
 
 
-def safetensors_bytes(tensors):
-    """tensors: list of (name, shape, array('f')) in file order."""
+def safetensors_file(entries, metadata):
+    """entries: list of (name, dtype, shape, raw little-endian bytes) in file order."""
     header, offset = {}, 0
-    for name, shape, data in tensors:
-        assert len(data) == math.prod(shape), name
-        nbytes = len(data) * 4
-        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
-        offset += nbytes
-    header["__metadata__"] = {"format": "pt", "generator": "ferry make_examples.py", "seed": str(SEED)}
+    for name, dtype, shape, blob in entries:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + len(blob)]}
+        offset += len(blob)
+    header["__metadata__"] = metadata
     text = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
     text += b" " * (-len(text) % 8)  # Pad so the data buffer starts 8-byte aligned.
-    out = bytearray(struct.pack("<Q", len(text)))
-    out += text
-    for _, _, data in tensors:
+    return struct.pack("<Q", len(text)) + text + b"".join(blob for *_, blob in entries)
+
+
+def safetensors_bytes(tensors):
+    """tensors: list of (name, shape, array('f')) in file order, written as F32."""
+    entries = []
+    for name, shape, data in tensors:
+        assert len(data) == math.prod(shape), name
         if sys.byteorder != "little":
             data = array("f", data)
             data.byteswap()
-        out += data.tobytes()
-    return bytes(out)
+        entries.append((name, "F32", shape, data.tobytes()))
+    return safetensors_file(entries, {"format": "pt", "generator": "ferry make_examples.py", "seed": str(SEED)})
 
 
 def uniform(rng, shape, fan_in):
@@ -302,17 +305,11 @@ def bf16_uniform_bytes(rng, count):
 
 
 def mlp_large_safetensors(rng):
-    header, offset, blobs = {}, 0, []
+    entries = []
     for i in range(4):
         for name, shape in ((f"fc{i}.weight", [4096, 4096]), (f"fc{i}.bias", [4096])):
-            blob = bf16_uniform_bytes(rng, shape[0] * (shape[1] if len(shape) > 1 else 1))
-            header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [offset, offset + len(blob)]}
-            offset += len(blob)
-            blobs.append(blob)
-    header["__metadata__"] = {"generator": "ferry make_examples.py --large", "seed": str(SEED)}
-    text = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
-    text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text + b"".join(blobs)
+            entries.append((name, "BF16", shape, bf16_uniform_bytes(rng, math.prod(shape))))
+    return safetensors_file(entries, {"generator": "ferry make_examples.py --large", "seed": str(SEED)})
 
 
 def write(path, data):
