@@ -11,8 +11,7 @@ ArenaStats ReadArenaStats(const Segment& segment, uint32_t slot) {
 }
 
 Arena::Arena(const Segment& segment, uint32_t slot)
-    : segment_(&segment),
-      slot_(slot),
+    : slot_(slot),
       data_(&segment.slot(slot)),
       base_(segment.partition(slot).data()),
       extents_(segment.partition_bytes(), kBlockAlignment) {}

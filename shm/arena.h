@@ -54,7 +54,6 @@ class Arena {
  private:
   void Publish();  // Copies the accounting into shared memory.
 
-  const Segment* segment_;
   uint32_t slot_;
   SlotData* data_;
   uint8_t* base_;

@@ -8,38 +8,24 @@ namespace ferry::cpu {
 
 void Dense(std::span<const float> x, std::span<const float> w, std::span<const float> b, int64_t m,
            int64_t k, int64_t n, std::span<float> y, ThreadPool* pool) {
-  auto rows = [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
+  // Parallel over the output cells (row-major), so one row or many both use every thread.
+  auto cells = [&](int64_t begin, int64_t end) {
+    for (int64_t cell = begin; cell < end; ++cell) {
+      int64_t i = cell / n, j = cell % n;
       const float* xi = x.data() + i * k;
-      for (int64_t j = 0; j < n; ++j) {
-        const float* wj = w.data() + j * k;
-        double sum = b.empty() ? 0.0 : b[static_cast<size_t>(j)];
-        for (int64_t t = 0; t < k; ++t) {
-          sum += static_cast<double>(xi[t]) * wj[t];
-        }
-        y[static_cast<size_t>(i * n + j)] = static_cast<float>(sum);
+      const float* wj = w.data() + j * k;
+      double sum = b.empty() ? 0.0 : b[static_cast<size_t>(j)];
+      for (int64_t t = 0; t < k; ++t) {
+        sum += static_cast<double>(xi[t]) * wj[t];
       }
+      y[static_cast<size_t>(cell)] = static_cast<float>(sum);
     }
   };
-  // Parallel over rows when there are several, else over output columns.
-  if (pool != nullptr && m >= 4) {
-    pool->ParallelFor(m, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, k * n)), rows);
-  } else if (pool != nullptr && m * n * k >= (1 << 18)) {
-    for (int64_t i = 0; i < m; ++i) {
-      pool->ParallelFor(n, 16, [&](int64_t begin, int64_t end) {
-        const float* xi = x.data() + i * k;
-        for (int64_t j = begin; j < end; ++j) {
-          const float* wj = w.data() + j * k;
-          double sum = b.empty() ? 0.0 : b[static_cast<size_t>(j)];
-          for (int64_t t = 0; t < k; ++t) {
-            sum += static_cast<double>(xi[t]) * wj[t];
-          }
-          y[static_cast<size_t>(i * n + j)] = static_cast<float>(sum);
-        }
-      });
-    }
+  int64_t min_cells = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, k));
+  if (pool != nullptr) {
+    pool->ParallelFor(m * n, min_cells, cells);
   } else {
-    rows(0, m);
+    cells(0, m * n);
   }
 }
 

@@ -427,6 +427,46 @@ struct CudaBackend::Impl {
     }
   }
 
+  // Moves tensor `index` (an input when to_device, else an output) between every request's
+  // block and the device batch `t`, along the tensor's batch axis; pads inputs with zero
+  // rows up to the compiled size. A tensor without a batch axis is the first request's.
+  Status CopyRows(const BatchJob& job, const Manifest& manifest, const TensorSpec& spec,
+                  const DeviceTensor& t, size_t index, bool to_device) {
+    auto* device = reinterpret_cast<uint8_t*>(t.data);
+    cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    const char* what = to_device ? "input copy" : "output copy";
+    auto host = [&](const RequestIo& io) -> uint8_t* {
+      return to_device ? const_cast<uint8_t*>(io.inputs[index].data()) : io.outputs[index].data();
+    };
+    if (!spec.batch_axis || manifest.unbatched()) {
+      const RequestIo& io = job.requests[0];
+      size_t bytes = to_device ? io.inputs[index].size() : io.outputs[index].size();
+      return Check(to_device ? cudaMemcpyAsync(device, host(io), bytes, kind, stream)
+                             : cudaMemcpyAsync(host(io), device, bytes, kind, stream),
+                   what);
+    }
+    FERRY_ASSIGN_OR_RETURN(RowLayout layout, RowLayoutOf(t.shape, *spec.batch_axis, 4));
+    size_t pitch = static_cast<size_t>(job.batch_size * layout.row_bytes);
+    size_t height = static_cast<size_t>(layout.outer);
+    int64_t begin = 0;
+    for (const RequestIo& io : job.requests) {
+      size_t width = static_cast<size_t>(io.rows * layout.row_bytes);
+      uint8_t* rows = device + begin * layout.row_bytes;
+      FERRY_RETURN_IF_ERROR(Check(
+          to_device ? cudaMemcpy2DAsync(rows, pitch, host(io), width, width, height, kind, stream)
+                    : cudaMemcpy2DAsync(host(io), width, rows, pitch, width, height, kind, stream),
+          what));
+      begin += io.rows;
+    }
+    if (to_device && begin < job.batch_size) {
+      size_t pad = static_cast<size_t>((job.batch_size - begin) * layout.row_bytes);
+      FERRY_RETURN_IF_ERROR(
+          Check(cudaMemset2DAsync(device + begin * layout.row_bytes, pitch, 0, pad, height, stream),
+                "zero padding rows"));
+    }
+    return OkStatus();
+  }
+
   Status RunSteps(const Executable& exe) {
     for (const Step& step : exe.steps) {
       FERRY_RETURN_IF_ERROR(step(stream));
@@ -563,67 +603,18 @@ Result<ExecutionTiming> CudaBackend::Execute(ModelHandle handle, const BatchJob&
       manifest.batch_sizes.begin());
   Executable& exe =
       m.executables[static_cast<size_t>(job.variant) * manifest.batch_sizes.size() + size_index];
-  int64_t real_rows = 0;
-  for (const RequestIo& io : job.requests) {
-    real_rows += io.rows;
-  }
-  // Inputs: each request's rows straight from its block into the device batch.
+  // Inputs: each request's rows straight from its block into the device batch; then the
+  // program; then each request's output rows straight into its block.
   for (size_t i = 0; i < manifest.inputs.size(); ++i) {
-    const TensorSpec& spec = manifest.inputs[i];
-    const DeviceTensor& t = exe.tensors.at(spec.name);
-    uint8_t* dst = reinterpret_cast<uint8_t*>(t.data);
-    if (!spec.batch_axis || manifest.unbatched()) {
-      FERRY_RETURN_IF_ERROR(d.Check(
-          cudaMemcpyAsync(dst, job.requests[0].inputs[i].data(), job.requests[0].inputs[i].size(),
-                          cudaMemcpyHostToDevice, d.stream),
-          "input copy"));
-      continue;
-    }
-    FERRY_ASSIGN_OR_RETURN(RowLayout layout, RowLayoutOf(t.shape, *spec.batch_axis, 4));
-    size_t pitch = static_cast<size_t>(job.batch_size * layout.row_bytes);
-    int64_t begin = 0;
-    for (const RequestIo& io : job.requests) {
-      size_t width = static_cast<size_t>(io.rows * layout.row_bytes);
-      FERRY_RETURN_IF_ERROR(
-          d.Check(cudaMemcpy2DAsync(dst + begin * layout.row_bytes, pitch, io.inputs[i].data(),
-                                    width, width, static_cast<size_t>(layout.outer),
-                                    cudaMemcpyHostToDevice, d.stream),
-                  "input copy"));
-      begin += io.rows;
-    }
-    if (real_rows < job.batch_size) {
-      size_t pad = static_cast<size_t>((job.batch_size - real_rows) * layout.row_bytes);
-      FERRY_RETURN_IF_ERROR(
-          d.Check(cudaMemset2DAsync(dst + real_rows * layout.row_bytes, pitch, 0, pad,
-                                    static_cast<size_t>(layout.outer), d.stream),
-                  "zero padding rows"));
-    }
+    FERRY_RETURN_IF_ERROR(d.CopyRows(job, manifest, manifest.inputs[i],
+                                     exe.tensors.at(manifest.inputs[i].name), i,
+                                     /*to_device=*/true));
   }
   FERRY_RETURN_IF_ERROR(d.Launch(exe, d.options.use_graphs));
-  // Outputs: each request's rows straight into its block.
   for (size_t o = 0; o < manifest.outputs.size(); ++o) {
-    const TensorSpec& spec = manifest.outputs[o];
-    const DeviceTensor& t = exe.tensors.at(spec.name);
-    const uint8_t* src = reinterpret_cast<const uint8_t*>(t.data);
-    if (!spec.batch_axis || manifest.unbatched()) {
-      FERRY_RETURN_IF_ERROR(d.Check(
-          cudaMemcpyAsync(job.requests[0].outputs[o].data(), src, job.requests[0].outputs[o].size(),
-                          cudaMemcpyDeviceToHost, d.stream),
-          "output copy"));
-      continue;
-    }
-    FERRY_ASSIGN_OR_RETURN(RowLayout layout, RowLayoutOf(t.shape, *spec.batch_axis, 4));
-    size_t pitch = static_cast<size_t>(job.batch_size * layout.row_bytes);
-    int64_t begin = 0;
-    for (const RequestIo& io : job.requests) {
-      size_t width = static_cast<size_t>(io.rows * layout.row_bytes);
-      FERRY_RETURN_IF_ERROR(
-          d.Check(cudaMemcpy2DAsync(io.outputs[o].data(), width, src + begin * layout.row_bytes,
-                                    pitch, width, static_cast<size_t>(layout.outer),
-                                    cudaMemcpyDeviceToHost, d.stream),
-                  "output copy"));
-      begin += io.rows;
-    }
+    FERRY_RETURN_IF_ERROR(d.CopyRows(job, manifest, manifest.outputs[o],
+                                     exe.tensors.at(manifest.outputs[o].name), o,
+                                     /*to_device=*/false));
   }
   FERRY_RETURN_IF_ERROR(d.Check(cudaStreamSynchronize(d.stream), "dispatch"));
   return ExecutionTiming{
