@@ -311,6 +311,11 @@ Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& sou
                                   {"lpt_packing", GatewayMode::kLptPacking}});
       gateway->Finish();
     }
+    if (auto cpu = reader.Table("cpu")) {
+      cpu->Int("threads", &config.cpu.threads, 0, 1024);
+      cpu->Bool("pin", &config.cpu.pin);
+      cpu->Finish();
+    }
     if (auto hooks = reader.Table("hooks")) {
       hooks->Enum<SandboxMode>("sandbox", &config.hooks.sandbox,
                                {{"strict", SandboxMode::kStrict}, {"off", SandboxMode::kOff}});

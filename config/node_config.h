@@ -71,8 +71,19 @@ struct HookSettings {
   int64_t threads = 4;
 };
 
+// CPU workers (devices = "cpu:N").
+struct CpuSettings {
+  // Intra-op threads per CPU worker. 0 (default): the CPUs of the worker's share (its affinity
+  // mask once pinned). 0..1024.
+  int64_t threads = 0;
+  // Pin CPU worker i of N to the i-th of N near-equal groups of the node's CPUs, so workers
+  // never compete for cores. Default true.
+  bool pin = true;
+};
+
 struct NodeConfig {
   NodeSettings node;
+  CpuSettings cpu;
   SchedulerConfig scheduler;
   GatewaySettings gateway;
   HookSettings hooks;

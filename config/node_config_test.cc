@@ -42,6 +42,8 @@ TEST_CASE("an empty node file gives every documented default") {
   CHECK(config->node.metrics.port == 8002);
   CHECK(config->node.devices.kind == DeviceSelection::Kind::kAllGpus);
   CHECK(config->hooks.sandbox == SandboxMode::kStrict);
+  CHECK(config->cpu.threads == 0);
+  CHECK(config->cpu.pin == true);
 }
 
 TEST_CASE("a full node file is parsed into typed settings") {
@@ -74,6 +76,10 @@ mode = "lpt_packing"
 [hooks]
 sandbox = "off"
 threads = 8
+
+[cpu]
+threads = 3
+pin = false
 )");
   REQUIRE_MESSAGE(config.ok(), (config.ok() ? "" : config.error().message));
   CHECK(config->node.name == "edge-1");
@@ -96,6 +102,8 @@ threads = 8
   CHECK(config->gateway.mode == GatewayMode::kLptPacking);
   CHECK(config->hooks.sandbox == SandboxMode::kOff);
   CHECK(config->hooks.threads == 8);
+  CHECK(config->cpu.threads == 3);
+  CHECK(config->cpu.pin == false);
 }
 
 TEST_CASE("devices accepts cpu:N and rejects malformed forms") {

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Runs every CPU benchmark: each shipped scheduler scenario through ferry-sim (with its
-# baselines), the decision-cost benchmark and the shared-memory hand-off benchmark. Tables go to the terminal; JSON to
+# baselines), the decision-cost benchmark, the shared-memory hand-off benchmark and CPU
+# execution against PyTorch. Tables go to the terminal; JSON to
 # build/bench-results/. docs/benchmarks.md records the figures.
 #   scripts/bench.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/setup.sh" >/dev/null
 cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$root/build" --target ferry-sim ferry-decision-bench ferry-shm-bench >/dev/null
+cmake --build "$root/build" --target ferry-sim ferry-decision-bench ferry-shm-bench ferry-cpu-bench >/dev/null
 out="$root/build/bench-results"
 mkdir -p "$out"
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
@@ -22,4 +23,12 @@ done
 echo
 "$root/build/bench/ferry-shm-bench"
 "$root/build/bench/ferry-shm-bench" --json >"$out/shm.json"
+echo
+# CPU execution against PyTorch: bench-only packages (PyTorch on OpenBLAS), not needed to build.
+if ! /usr/bin/python3 -c "import torch, threadpoolctl" 2>/dev/null ||
+   ! dpkg-query -W -f='${Status}' libopenblas0-pthread 2>/dev/null | grep -q "install ok installed"; then
+  apt-get install -y -qq --no-install-recommends python3-torch python3-threadpoolctl libopenblas0-pthread >/dev/null
+fi
+/usr/bin/python3 "$root/bench/cpu_vs_torch.py"
+/usr/bin/python3 "$root/bench/cpu_vs_torch.py" --json >"$out/cpu_vs_torch.json"
 echo "JSON written to $out"

@@ -252,6 +252,10 @@ residency = "warm"
 [gateway]
 mode = "least_outstanding"
 
+[cpu]
+threads = 0     # per CPU worker; 0 = the cores of its share
+pin = true      # each CPU worker on its own cores
+
 [hooks]
 sandbox = "strict"
 threads = 4

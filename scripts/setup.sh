@@ -13,6 +13,8 @@ packages=(
   nlohmann-json3-dev      # safetensors headers, --json output
   libseccomp-dev          # hook host sandbox
   libsystemd-dev          # sd_notify
+  libdnnl-dev             # oneDNN: the CPU backend's dense and conv2d kernels
+  ocl-icd-opencl-dev      # dnnl-config.cmake looks for OpenCL (Debian builds oneDNN with it)
   python3                 # example generator
 )
 # clang brings libFuzzer for the fuzz targets; optional, used when present.

@@ -1,8 +1,12 @@
 #include "worker/cpu/cpu_backend.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+
+#include <omp.h>
 
 #include "model/dtype_convert.h"
 #include "model/shape_inference.h"
@@ -10,8 +14,74 @@
 #include "worker/cpu/ops.h"
 
 namespace ferry {
+namespace {
 
-CpuBackend::CpuBackend(unsigned threads) : pool_(threads) {}
+// Copies every request's rows of input `i` into `batch` (the whole compiled batch, row-major)
+// and zeroes the padding rows.
+Status GatherInput(const Manifest& manifest, const BatchJob& job, size_t i, const Shape& shape,
+                   std::span<float> batch) {
+  const TensorSpec& spec = manifest.inputs[i];
+  uint8_t* dst = reinterpret_cast<uint8_t*>(batch.data());
+  if (!spec.batch_axis || manifest.unbatched()) {
+    std::memcpy(dst, job.requests[0].inputs[i].data(), batch.size_bytes());
+    return OkStatus();
+  }
+  FERRY_ASSIGN_OR_RETURN(RowLayout layout, RowLayoutOf(shape, *spec.batch_axis, 4));
+  for (int64_t o = 0; o < layout.outer; ++o) {
+    int64_t filled = 0;
+    for (const RequestIo& io : job.requests) {
+      size_t block = static_cast<size_t>(io.rows * layout.row_bytes);
+      std::memcpy(dst, io.inputs[i].data() + static_cast<size_t>(o) * block, block);
+      dst += block;
+      filled += io.rows;
+    }
+    size_t pad = static_cast<size_t>((job.batch_size - filled) * layout.row_bytes);
+    std::memset(dst, 0, pad);
+    dst += pad;
+  }
+  return OkStatus();
+}
+
+// Hands every request its rows of output `o` from `batch`; padding rows are dropped.
+Status ScatterOutput(const Manifest& manifest, const BatchJob& job, size_t o, const Shape& shape,
+                     std::span<const float> batch) {
+  const TensorSpec& spec = manifest.outputs[o];
+  const uint8_t* src = reinterpret_cast<const uint8_t*>(batch.data());
+  if (!spec.batch_axis || manifest.unbatched()) {
+    std::memcpy(job.requests[0].outputs[o].data(), src, batch.size_bytes());
+    return OkStatus();
+  }
+  FERRY_ASSIGN_OR_RETURN(RowLayout layout, RowLayoutOf(shape, *spec.batch_axis, 4));
+  int64_t begin = 0;
+  for (const RequestIo& io : job.requests) {
+    size_t block = static_cast<size_t>(io.rows * layout.row_bytes);
+    for (int64_t outer = 0; outer < layout.outer; ++outer) {
+      std::memcpy(io.outputs[o].data() + static_cast<size_t>(outer) * block,
+                  src + (outer * job.batch_size + begin) * layout.row_bytes, block);
+    }
+    begin += io.rows;
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+unsigned CpuThreads(unsigned requested) {
+  if (requested != 0) {
+    return requested;
+  }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    return static_cast<unsigned>(std::max(1, CPU_COUNT(&set)));
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+CpuBackend::CpuBackend(CpuOptions options)
+    : options_(options),
+      threads_(CpuThreads(options.threads)),
+      pool_(options.mode == CpuMode::kReference ? threads_ : 1) {}
 
 Result<ModelHandle> CpuBackend::Load(const Bundle& bundle) {
   ModelHandle handle = static_cast<ModelHandle>(models_.size());
@@ -20,6 +90,7 @@ Result<ModelHandle> CpuBackend::Load(const Bundle& bundle) {
   model.bundle = &bundle;
   auto fail = [&](Error error) -> Result<ModelHandle> {
     model.failure = error;
+    model.programs.clear();
     return error;
   };
   for (const TensorInfo& tensor : bundle.weights.index().tensors) {
@@ -41,6 +112,14 @@ Result<ModelHandle> CpuBackend::Load(const Bundle& bundle) {
       if (!shapes.ok()) {
         return fail(shapes.error());
       }
+      if (options_.mode == CpuMode::kFast) {
+        Result<std::unique_ptr<cpu::FastProgram>> program =
+            cpu::FastProgram::Build(bundle, *shapes, model.weights);
+        if (!program.ok()) {
+          return fail(program.error());
+        }
+        model.programs.push_back(std::move(*program));
+      }
       model.shapes.push_back(std::move(*shapes));
     }
   }
@@ -58,8 +137,8 @@ Status CpuBackend::ModelStatus(ModelHandle model) const {
   return OkStatus();
 }
 
-Status CpuBackend::RunProgram(const Model& model, const std::map<std::string, Shape>& shapes,
-                              std::map<std::string, std::vector<float>>* values) {
+Status CpuBackend::RunReference(const Model& model, const std::map<std::string, Shape>& shapes,
+                                std::map<std::string, std::vector<float>>* values) {
   auto weight = [&](const std::string& name) -> std::span<const float> {
     if (name.empty()) {
       return {};
@@ -131,49 +210,33 @@ Result<ExecutionTiming> CpuBackend::Execute(ModelHandle handle, const BatchJob& 
   size_t size_index = static_cast<size_t>(
       std::find(manifest.batch_sizes.begin(), manifest.batch_sizes.end(), job.batch_size) -
       manifest.batch_sizes.begin());
-  const std::map<std::string, Shape>& shapes =
-      model.shapes[static_cast<size_t>(job.variant) * manifest.batch_sizes.size() + size_index];
+  size_t plan = static_cast<size_t>(job.variant) * manifest.batch_sizes.size() + size_index;
+  const std::map<std::string, Shape>& shapes = model.shapes[plan];
 
-  std::vector<int64_t> rows;
-  int64_t real_rows = 0;
-  for (const RequestIo& io : job.requests) {
-    rows.push_back(io.rows);
-    real_rows += io.rows;
-  }
-  std::map<std::string, std::vector<float>> values;
-  for (size_t i = 0; i < manifest.inputs.size(); ++i) {
-    const TensorSpec& spec = manifest.inputs[i];
-    const Shape& shape = shapes.at(spec.name);
-    std::vector<float>& value = values[spec.name];
-    value.resize(static_cast<size_t>(*NumElements(shape)));
-    if (!spec.batch_axis || manifest.unbatched()) {
-      std::memcpy(value.data(), job.requests[0].inputs[i].data(), value.size() * 4);
-      continue;
+  if (options_.mode == CpuMode::kFast) {
+    cpu::FastProgram& program = *model.programs[plan];
+    for (size_t i = 0; i < manifest.inputs.size(); ++i) {
+      FERRY_RETURN_IF_ERROR(
+          GatherInput(manifest, job, i, shapes.at(manifest.inputs[i].name), program.Input(i)));
     }
-    FERRY_ASSIGN_OR_RETURN(RowLayout layout, RowLayoutOf(shape, *spec.batch_axis, 4));
-    std::vector<ByteView> parts;
-    for (const RequestIo& io : job.requests) {
-      parts.push_back(io.inputs[i]);
+    omp_set_num_threads(static_cast<int>(threads_));
+    FERRY_RETURN_IF_ERROR(program.Run());
+    for (size_t o = 0; o < manifest.outputs.size(); ++o) {
+      FERRY_RETURN_IF_ERROR(
+          ScatterOutput(manifest, job, o, shapes.at(manifest.outputs[o].name), program.Output(o)));
     }
-    Bytes batch = ConcatRows(parts, rows, layout, job.batch_size - real_rows);
-    std::memcpy(value.data(), batch.data(), batch.size());
-  }
-  FERRY_RETURN_IF_ERROR(RunProgram(model, shapes, &values));
-  for (size_t o = 0; o < manifest.outputs.size(); ++o) {
-    const TensorSpec& spec = manifest.outputs[o];
-    const Shape& shape = shapes.at(spec.name);
-    ByteView out(reinterpret_cast<const uint8_t*>(values.at(spec.name).data()),
-                 values.at(spec.name).size() * 4);
-    if (!spec.batch_axis || manifest.unbatched()) {
-      std::memcpy(job.requests[0].outputs[o].data(), out.data(), out.size());
-      continue;
+  } else {
+    std::map<std::string, std::vector<float>> values;
+    for (size_t i = 0; i < manifest.inputs.size(); ++i) {
+      const Shape& shape = shapes.at(manifest.inputs[i].name);
+      std::vector<float>& value = values[manifest.inputs[i].name];
+      value.resize(static_cast<size_t>(*NumElements(shape)));
+      FERRY_RETURN_IF_ERROR(GatherInput(manifest, job, i, shape, value));
     }
-    FERRY_ASSIGN_OR_RETURN(RowLayout layout, RowLayoutOf(shape, *spec.batch_axis, 4));
-    int64_t begin = 0;
-    for (const RequestIo& io : job.requests) {
-      Bytes slice = SliceRows(out, job.batch_size, begin, io.rows, layout);
-      std::memcpy(io.outputs[o].data(), slice.data(), slice.size());
-      begin += io.rows;
+    FERRY_RETURN_IF_ERROR(RunReference(model, shapes, &values));
+    for (size_t o = 0; o < manifest.outputs.size(); ++o) {
+      const std::string& name = manifest.outputs[o].name;
+      FERRY_RETURN_IF_ERROR(ScatterOutput(manifest, job, o, shapes.at(name), values.at(name)));
     }
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -79,7 +79,7 @@ void Compare(Backend& gpu, ModelHandle g, Backend& cpu, ModelHandle c, const Man
 TEST_CASE("every example model matches the CPU backend at every size and variant") {
   Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create({});
   REQUIRE_MESSAGE(gpu.ok(), (gpu.ok() ? "" : gpu.error().message));
-  CpuBackend cpu;
+  CpuBackend cpu(CpuOptions{CpuMode::kReference, 0});  // The reference every backend meets.
   std::mt19937 rng(42);
   for (const char* name : {"mlp", "cnn", "mlp-large"}) {
     std::string dir = std::string("examples/models/") + name;
