@@ -1,5 +1,7 @@
 #include "config/node_config.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -95,8 +97,20 @@ std::optional<ListenAddress> ParseListen(const std::string& text) {
     return std::nullopt;
   }
   std::string host = text.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+  bool bracketed = host.size() > 2 && host.front() == '[' && host.back() == ']';
+  if (bracketed) {
     host = host.substr(1, host.size() - 2);  // [::1]:8000
+  }
+  // An IPv4 or IPv6 literal or a DNS name; an IPv6 literal needs brackets ("[::1]:8000").
+  in6_addr v6{};
+  in_addr v4{};
+  bool name = host.size() <= 253 && std::all_of(host.begin(), host.end(), [](unsigned char ch) {
+                return std::isalnum(ch) || ch == '-' || ch == '.';
+              });
+  bool valid = bracketed ? inet_pton(AF_INET6, host.c_str(), &v6) == 1
+                         : inet_pton(AF_INET, host.c_str(), &v4) == 1 || name;
+  if (!valid || host.empty()) {
+    return std::nullopt;
   }
   std::string_view port_text = std::string_view(text).substr(colon + 1);
   unsigned port = 0;
@@ -218,6 +232,8 @@ void ReadNode(TableReader& r, const std::string& base_dir, NodeSettings* n) {
       r.ErrorAt("shm_size", size.error().message);
     } else if (*size < (uint64_t{1} << 20)) {
       r.ErrorAt("shm_size", "must be at least 1MiB, got " + std::to_string(*size) + " bytes");
+    } else if (*size > kMaxShmSize) {
+      r.ErrorAt("shm_size", "must be at most 1TiB, got " + std::to_string(*size) + " bytes");
     } else {
       n->shm_size = *size;
     }

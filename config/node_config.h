@@ -45,9 +45,10 @@ struct NodeSettings {
   // relative to the node file's directory. Default /var/lib/ferry/models.
   std::string model_repository = "/var/lib/ferry/models";
   // Bytes of the node's shared-memory segment (request tensors in flight). An integer or a
-  // string with a unit ("512MiB", "2GiB"). >= 1 MiB. Default 1 GiB.
+  // string with a unit ("512MiB", "2GiB"). 1 MiB to 1 TiB. Default 1 GiB.
   uint64_t shm_size = uint64_t{1} << 30;
 };
+inline constexpr uint64_t kMaxShmSize = uint64_t{1} << 40;  // 1 TiB.
 
 enum class GatewayMode {
   kRoundRobin,        // Next eligible worker in turn.

@@ -1,6 +1,16 @@
 #include "config/scheduler_config.h"
 
+#include <algorithm>
+#include <cctype>
+
 namespace ferry {
+
+bool IsValidModelName(std::string_view name) {
+  return !name.empty() && name.size() <= 128 && name != "." && name != ".." &&
+         std::all_of(name.begin(), name.end(), [](unsigned char ch) {
+           return std::isalnum(ch) || ch == '_' || ch == '-' || ch == '.';
+         });
+}
 
 std::string_view DisciplineName(Discipline d) {
   switch (d) {

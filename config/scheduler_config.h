@@ -41,6 +41,10 @@ enum class BatchSizing {
 };
 std::string_view BatchSizingName(BatchSizing b);
 
+// A model's name, as a bundle directory and in [scheduler.models.NAME]: 1 to 128 letters,
+// digits, '_', '-' or '.', and neither "." nor "..", so it can never leave the repository.
+bool IsValidModelName(std::string_view name);
+
 struct ModelSchedulingConfig {
   // Relative share of GPU time under fair: share = weight / sum of the busy models' weights.
   // Must be > 0. Default 1.0.

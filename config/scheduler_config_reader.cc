@@ -46,6 +46,11 @@ void ReadSchedulerTable(TableReader& r, SchedulerConfig* c) {
   ReadSchedulerKeys(r, c);
   if (auto models = r.Table("models")) {
     for (auto& [name, model_reader] : models->NamedTables()) {
+      if (!IsValidModelName(name)) {
+        models->ErrorAt(name, "not a model name: use 1 to 128 letters, digits, '_', '-' or '.', "
+                              "not '.' or '..'");
+        continue;
+      }
       ModelSchedulingConfig model;
       ReadModelScheduling(model_reader, &model);
       model_reader.Finish();

@@ -1,5 +1,7 @@
 #include "config/toml_reader.h"
 
+#include "common/file.h"
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -66,8 +68,87 @@ std::string_view TomlTypeName(const toml::node& node) {
   }
 }
 
+namespace {
+
+// Finds the first place where `text` nests deeper than kMaxTomlNesting, without parsing it:
+// one linear pass that skips strings and comments and counts open brackets and braces, and
+// the dots of one dotted key (or of a value: a float has one). toml++ 3.3 recurses once per
+// level of both, so deeper input would overflow the stack before it could be rejected.
+std::optional<std::pair<size_t, size_t>> FindTooDeep(std::string_view text) {
+  size_t line = 1, column = 0;
+  int brackets = 0, dots = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char ch = text[i];
+    ++column;
+    if (ch == '\n') {
+      ++line;
+      column = 0;
+      dots = 0;
+      continue;
+    }
+    if (ch == '#') {
+      while (i + 1 < text.size() && text[i + 1] != '\n') {
+        ++i;
+      }
+      continue;
+    }
+    if (ch == '"' || ch == '\'') {
+      bool multiline = text.substr(i, 3) == std::string_view(ch == '"' ? "\"\"\"" : "'''");
+      std::string_view close = multiline ? text.substr(i, 3) : text.substr(i, 1);
+      size_t j = i + close.size();
+      while (j < text.size() && text.substr(j, close.size()) != close) {
+        if (text[j] == '\\' && ch == '"') {
+          ++j;  // Escaped character.
+        } else if (text[j] == '\n') {
+          ++line;
+          column = 0;
+        }
+        ++j;
+      }
+      column += j - i;
+      i = std::min(text.size(), j + close.size()) - 1;
+      continue;
+    }
+    switch (ch) {
+      case '[':
+      case '{':
+        dots = 0;
+        if (++brackets > kMaxTomlNesting) {
+          return std::pair{line, column};
+        }
+        break;
+      case ']':
+      case '}':
+        brackets = std::max(0, brackets - 1);
+        dots = 0;
+        break;
+      case ',':
+      case '=':
+        dots = 0;
+        break;
+      case '.':
+        if (++dots > kMaxTomlNesting) {
+          return std::pair{line, column};
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<toml::table> ParseToml(std::string_view text, const std::string& source,
                                      Diagnostics* diagnostics) {
+  if (auto at = FindTooDeep(text)) {
+    diagnostics->Add({source, static_cast<uint32_t>(at->first), static_cast<uint32_t>(at->second),
+                      "",
+                      "nesting deeper than " + std::to_string(kMaxTomlNesting) +
+                          " levels (brackets, braces or dotted-key parts)"});
+    return std::nullopt;
+  }
   try {
     return toml::parse(text, source);
   } catch (const toml::parse_error& e) {
@@ -78,24 +159,7 @@ std::optional<toml::table> ParseToml(std::string_view text, const std::string& s
 }
 
 Result<std::string> ReadTextFile(const std::string& path, size_t max_bytes) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    return NotFound(path + ": no such file");
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return InvalidArgument(path + ": not a regular file");
-  }
-  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
-    return InvalidArgument(path + ": file is " + std::to_string(st.st_size) +
-                           " bytes, more than the limit of " + std::to_string(max_bytes));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return NotFound(path + ": cannot open for reading");
-  }
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+  return ReadRegularFile(path, max_bytes, Symlinks::kFollow);
 }
 
 TableReader::TableReader(const toml::table& table, std::string path, std::string source,

@@ -40,6 +40,10 @@ struct DoubleRange {
 std::optional<toml::table> ParseToml(std::string_view text, const std::string& source,
                                      Diagnostics* diagnostics);
 
+// The deepest nesting a TOML document may have: levels of [ and { together, and parts of one
+// dotted key. Deeper documents are refused before parsing (toml++ recurses per level).
+inline constexpr int kMaxTomlNesting = 32;
+
 // Reads a whole file; NOT_FOUND / INVALID_ARGUMENT naming the path on failure.
 // Files above `max_bytes` are refused, so a hostile path (/dev/zero) cannot exhaust memory.
 Result<std::string> ReadTextFile(const std::string& path, size_t max_bytes = 16 << 20);

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <set>
 
+#include "common/file.h"
 #include "config/toml_reader.h"
 #include "model/shape_inference.h"
 
@@ -43,7 +44,8 @@ Result<Bundle> LoadBundle(const std::string& dir) {
     root = root.parent_path();
   }
   std::string manifest_path = (root / "manifest.toml").string();
-  FERRY_ASSIGN_OR_RETURN(std::string text, ReadTextFile(manifest_path, 1 << 20));
+  FERRY_ASSIGN_OR_RETURN(std::string text,
+                         ReadRegularFile(manifest_path, 1 << 20, Symlinks::kRefuse));
   FERRY_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(text, manifest_path));
   std::string dir_name = root.filename().string();
   if (manifest.name != dir_name) {
@@ -58,10 +60,14 @@ Result<Bundle> LoadBundle(const std::string& dir) {
   }
   std::string plugin_path;
   if (!manifest.hooks.plugin.empty()) {
-    fs::path plugin = fs::absolute(root / manifest.hooks.plugin, ec);
-    if (ec || !fs::is_regular_file(plugin, ec)) {
-      return NotFound("bundle " + root.string() + ": hook plugin '" + manifest.hooks.plugin +
-                      "' is not a file in the bundle");
+    // Symlinks resolved: the plugin must still be a regular file inside the bundle.
+    fs::path real_root = fs::canonical(root, ec);
+    fs::path plugin = ec ? fs::path() : fs::canonical(root / manifest.hooks.plugin, ec);
+    std::string prefix = real_root.string() + "/";
+    if (ec || plugin.string().rfind(prefix, 0) != 0 || !fs::is_regular_file(plugin, ec)) {
+      return InvalidArgument("bundle " + root.string() + ": hook plugin '" +
+                             manifest.hooks.plugin +
+                             "' is not a regular file inside the bundle (symlinks resolved)");
     }
     plugin_path = plugin.string();
   }

@@ -89,7 +89,7 @@ TEST_CASE("bundle-level mistakes are named") {
   testing::TempDir dir2;
   CHECK(Contains(ErrorOf(CopyExample(dir2, "mlp", "[[program]]",
                                      "[hooks]\nplugin = \"hook.so\"\n\n[[program]]")),
-                 "hook plugin 'hook.so' is not a file"));
+                 "hook plugin 'hook.so' is not a regular file inside the bundle"));
   CHECK(LoadBundle(dir / "nothing").error().code == ErrorCode::kNotFound);
   testing::TempDir dir3;
   std::string bundle = CopyExample(dir3, "mlp");

@@ -4,6 +4,7 @@
 #include <limits>
 #include <set>
 
+#include "config/scheduler_config.h"
 #include "config/toml_reader.h"
 
 namespace ferry {
@@ -104,7 +105,8 @@ std::vector<TensorSpec> ReadTensors(TableReader& root, std::string_view key) {
       specs.push_back(std::move(spec));
     }
   }
-  if (specs.empty() && root.Raw(key) == nullptr) {
+  const toml::node* raw = root.Raw(key);
+  if (specs.empty() && (raw == nullptr || (raw->is_array() && raw->as_array()->empty()))) {
     root.ErrorAt(key, "at least one [[" + std::string(key) + "]] is required");
   }
   return specs;
@@ -174,18 +176,22 @@ std::optional<Op> ReadOp(TableReader& r) {
   switch (op.kind) {
     case OpKind::kDense:
     case OpKind::kConv2d:
-      if (!r.String("weight", &op.weight)) {
+      if (!r.String("weight", &op.weight) || op.weight.empty()) {
         r.ErrorAt("weight", "missing weight tensor name");
         ok = false;
       }
-      r.String("bias", &op.bias);
+      if (r.String("bias", &op.bias) && op.bias.empty()) {
+        r.ErrorAt("bias", "must name a weight tensor (leave bias out for none)");
+        ok = false;
+      }
       if (op.kind == OpKind::kConv2d) {
         ReadPair(r, "stride", &op.stride, 1);
         ReadPair(r, "padding", &op.padding, 0);
       }
       break;
     case OpKind::kLayerNorm:
-      if (!r.String("weight", &op.weight) || !r.String("bias", &op.bias)) {
+      if (!r.String("weight", &op.weight) || !r.String("bias", &op.bias) || op.weight.empty() ||
+          op.bias.empty()) {
         r.ErrorAt("weight", "layernorm needs weight and bias tensor names");
         ok = false;
       }
@@ -257,7 +263,7 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
   }
   Manifest m;
   TableReader r(*root, "", source, &diagnostics);
-  if (!r.String("name", &m.name) || !ValidName(m.name)) {
+  if (!r.String("name", &m.name) || !IsValidModelName(m.name)) {
     r.ErrorAt("name", "missing or invalid model name (letters, digits, '_', '-', '.')");
   }
   r.Int("version", &m.version, 1, std::numeric_limits<int64_t>::max());
@@ -375,6 +381,25 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
   if (index == 0) {
     r.ErrorAt("program", "missing [[program]]: a model needs at least one op");
   }
+  // Shape inference runs every op at every (variant, size): bound each count and the product.
+  if (m.variants.size() > kMaxVariants) {
+    r.ErrorAt("variants", std::to_string(m.variants.size()) + " variants, more than the limit of " +
+                              std::to_string(kMaxVariants));
+  }
+  if (m.batch_sizes.size() > kMaxBatchSizes) {
+    r.ErrorAt("batching", std::to_string(m.batch_sizes.size()) +
+                              " compiled sizes, more than the limit of " +
+                              std::to_string(kMaxBatchSizes));
+  }
+  if (index > kMaxOps) {
+    r.ErrorAt("program", std::to_string(index) + " ops, more than the limit of " +
+                             std::to_string(kMaxOps));
+  }
+  uint64_t steps = uint64_t{m.variants.size()} * m.batch_sizes.size() * index;
+  if (steps > kMaxInferenceSteps) {
+    r.ErrorAt("program", "variants x compiled sizes x ops = " + std::to_string(steps) +
+                             ", more than the limit of " + std::to_string(kMaxInferenceSteps));
+  }
   for (const TensorSpec& out : m.outputs) {
     if (defined.count(out.name) == 0) {
       r.ErrorAt("outputs", "output '" + out.name + "' is not produced by the program");
@@ -384,8 +409,11 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
   if (auto hooks = r.Table("hooks")) {
     if (hooks->String("plugin", &m.hooks.plugin)) {
       if (m.hooks.plugin.empty() || m.hooks.plugin[0] == '/' ||
-          m.hooks.plugin.find("..") != std::string::npos) {
-        hooks->ErrorAt("plugin", "must be a path inside the bundle, without '..'");
+          m.hooks.plugin.find("..") != std::string::npos ||
+          m.hooks.plugin.find('\0') != std::string::npos || m.hooks.plugin.size() > 4096) {
+        hooks->ErrorAt("plugin",
+                       "must be a relative path inside the bundle, without '..' or NUL, at most "
+                       "4096 bytes");
       }
     }
     hooks->Bool("preserves_rows", &m.hooks.preserves_rows);

@@ -130,7 +130,7 @@ TEST_CASE("shapes, sizes, dtypes and hooks are checked") {
   dtype.replace(dtype.find("FP32"), 4, "FLOAT");
   CHECK(Contains(ErrorOf(dtype), "inputs[0].dtype: unknown dtype 'FLOAT'"));
   CHECK(Contains(ErrorOf(kHead + kRelu + "[hooks]\nplugin = \"../../etc/evil.so\"\n"),
-                 "hooks.plugin: must be a path inside the bundle"));
+                 "hooks.plugin: must be a relative path inside the bundle"));
   CHECK(Contains(ErrorOf(kHead + kRelu + "[[variants]]\nname = \"v\"\ninputs = { x = [4, -1] }\n"),
                  "must keep the batch dimension"));
   CHECK(Contains(ErrorOf("name = \"m\"\n"), "inputs: at least one"));

@@ -1,5 +1,7 @@
 #include "model/mapped_file.h"
 
+#include "common/file.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,15 +13,9 @@
 namespace ferry {
 
 Result<MappedFile> MappedFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return NotFound(path + ": cannot open: " + std::strerror(errno));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgument(path + ": not a regular file");
-  }
+  FERRY_ASSIGN_OR_RETURN(OpenedFile file, OpenRegularFile(path, Symlinks::kRefuse));
+  int fd = file.fd;
+  const struct stat& st = file.st;
   size_t size = static_cast<size_t>(st.st_size);
   const uint8_t* data = nullptr;
   if (size > 0) {

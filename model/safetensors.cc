@@ -22,39 +22,83 @@ bool ReadUnsigned(const json& value, uint64_t* out) {
   return false;
 }
 
-// Parses the header JSON, rejecting duplicate keys at any depth (nlohmann keeps the last).
-Result<json> ParseHeaderJson(std::string_view text, const std::string& where) {
-  std::vector<std::set<std::string>> open_objects;
-  std::string duplicate;
-  auto callback = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-        open_objects.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        if (!open_objects.empty()) {
-          open_objects.pop_back();
-        }
-        break;
-      case json::parse_event_t::key:
-        if (!open_objects.empty() &&
-            !open_objects.back().insert(parsed.get<std::string>()).second && duplicate.empty()) {
-          duplicate = parsed.get<std::string>();
-        }
-        break;
-      default:
-        break;
+// Builds the header's DOM in one linear pass (nlohmann's SAX parser, iterative), refusing
+// before it grows: nesting deeper than kSafetensorsMaxJsonDepth, more than
+// kSafetensorsMaxTensors top-level entries, and duplicate keys at any depth (nlohmann would
+// keep the last). The callback parser this replaces was quadratic in the number of tensors.
+class HeaderSax {
+ public:
+  explicit HeaderSax(json* root) : dom_(*root, true) {}
+  std::string refusal;  // Why parsing stopped early; empty after a syntax error.
+
+  bool null() { return dom_.null(); }
+  bool boolean(bool v) { return dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool number_float(json::number_float_t v, const std::string& s) {
+    return dom_.number_float(v, s);
+  }
+  bool string(json::string_t& v) { return dom_.string(v); }
+  bool binary(json::binary_t& v) { return dom_.binary(v); }
+  bool start_object(std::size_t n) {
+    keys_.emplace_back();
+    return Deeper() && dom_.start_object(n);
+  }
+  bool key(json::string_t& k) {
+    if (!keys_.back().insert(k).second) {
+      return Refuse("duplicate key '" + k.substr(0, 256) + "' in header");
+    }
+    if (keys_.size() == 1 && keys_.back().size() > kSafetensorsMaxTensors + 1) {
+      return Refuse("more than " + std::to_string(kSafetensorsMaxTensors) + " tensors");
+    }
+    return dom_.key(k);
+  }
+  bool end_object() {
+    keys_.pop_back();
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) {
+    keys_.emplace_back();  // Arrays hold no keys; the entry counts depth.
+    return Deeper() && dom_.start_array(n);
+  }
+  bool end_array() {
+    keys_.pop_back();
+    return dom_.end_array();
+  }
+  bool parse_error(std::size_t position, const std::string& token,
+                   const nlohmann::detail::exception& e) {
+    return dom_.parse_error(position, token, e);  // Throws json::parse_error.
+  }
+
+ private:
+  bool Deeper() {
+    if (keys_.size() > kSafetensorsMaxJsonDepth) {
+      return Refuse("JSON nested deeper than " + std::to_string(kSafetensorsMaxJsonDepth) +
+                    " levels");
     }
     return true;
-  };
+  }
+  bool Refuse(std::string why) {
+    if (refusal.empty()) {
+      refusal = std::move(why);
+    }
+    return false;
+  }
+
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  std::vector<std::set<std::string>> keys_;
+};
+
+Result<json> ParseHeaderJson(std::string_view text, const std::string& where) {
   json header;
+  HeaderSax sax(&header);
   try {
-    header = json::parse(text.begin(), text.end(), callback);
+    bool complete = json::sax_parse(text.begin(), text.end(), &sax);
+    if (!complete) {
+      return InvalidArgument(where + ": " + sax.refusal);
+    }
   } catch (const json::exception& e) {
     return InvalidArgument(where + ": header is not valid UTF-8 JSON: " + e.what());
-  }
-  if (!duplicate.empty()) {
-    return InvalidArgument(where + ": duplicate key '" + duplicate + "' in header");
   }
   return header;
 }
@@ -98,7 +142,9 @@ Result<TensorInfo> ParseTensorEntry(const std::string& name, const json& entry,
   for (const json& dim : *shape) {
     uint64_t d = 0;
     if (!ReadUnsigned(dim, &d) || d > static_cast<uint64_t>(INT64_MAX)) {
-      return InvalidArgument(at + ": shape holds " + dim.dump() + ", not a non-negative integer");
+      return InvalidArgument(at + ": shape holds a " + std::string(dim.type_name()) +
+                             (dim.is_number() ? " " + dim.dump() : "") +
+                             ", not a non-negative integer");
     }
     if (__builtin_mul_overflow(bits, d, &bits)) {
       return InvalidArgument(at + ": shape x dtype size overflows 64 bits");
@@ -129,12 +175,8 @@ Result<TensorInfo> ParseTensorEntry(const std::string& name, const json& entry,
 }  // namespace
 
 const TensorInfo* SafetensorsIndex::Find(std::string_view name) const {
-  for (const TensorInfo& tensor : tensors) {
-    if (tensor.name == name) {
-      return &tensor;
-    }
-  }
-  return nullptr;
+  auto it = by_name.find(name);
+  return it == by_name.end() ? nullptr : &tensors[it->second];
 }
 
 Result<SafetensorsIndex> ParseSafetensors(std::span<const uint8_t> file, std::string_view source) {
@@ -198,6 +240,9 @@ Result<SafetensorsIndex> ParseSafetensors(std::span<const uint8_t> file, std::st
                              (tensor.begin < expected_begin ? " (overlap)" : " (hole)"));
     }
     expected_begin = tensor.end;
+  }
+  for (size_t i = 0; i < index.tensors.size(); ++i) {
+    index.by_name.emplace(index.tensors[i].name, i);
   }
   uint64_t buffer_bytes = file.size() - index.data_start;
   if (expected_begin != buffer_bytes) {

@@ -18,7 +18,12 @@ class Inference {
         return Fail("input '" + input.name + "' is " + std::string(KServeName(input.dtype)) +
                     "; programs compute in FP32");
       }
-      shapes_[input.name] = Concrete(v_.inputs.at(input.name));
+      Shape shape = Concrete(v_.inputs.at(input.name));
+      if (!NumElements(shape)) {
+        return Fail("input '" + input.name + "' " + ShapeToString(shape) +
+                    " has more than 2^40 elements");
+      }
+      shapes_[input.name] = std::move(shape);
     }
     for (op_index_ = 0; op_index_ < m_.program.size(); ++op_index_) {
       const Op& op = m_.program[op_index_];
@@ -73,6 +78,11 @@ class Inference {
       return OpFail(
           op, name,
           "weight dtype " + std::string(SafetensorsName(spec->dtype)) + " is not F32, F16 or BF16");
+    }
+    for (int64_t d : spec->shape) {
+      if (d == 0) {
+        return OpFail(op, name, "weight shape " + ShapeToString(spec->shape) + " has a zero dimension");
+      }
     }
     if (spec->shape != expected) {
       return OpFail(
@@ -167,10 +177,16 @@ class Inference {
         if (x.size() < 2) {
           return OpFail(op, xn, "flatten needs rank >= 2, got " + ShapeToString(x));
         }
-        Shape rest(x.begin() + 1, x.end());
-        return Shape{x[0], *NumElements(rest)};
+        std::optional<int64_t> rest = NumElements(Shape(x.begin() + 1, x.end()));
+        if (!rest) {
+          return OpFail(op, xn, "flattening " + ShapeToString(x) + " overflows 2^40 elements");
+        }
+        return Shape{x[0], *rest};
       }
       case OpKind::kReshape: {
+        if (x.empty()) {
+          return OpFail(op, xn, "cannot reshape a tensor of rank 0");
+        }
         Shape rest(x.begin() + 1, x.end());
         std::optional<int64_t> have = NumElements(rest);
         std::optional<int64_t> want = NumElements(op.shape);

@@ -25,7 +25,10 @@ void WeightCache::Register(int index, std::string name, uint64_t bytes, Residenc
 }
 
 Status WeightCache::Load(Entry& entry) {
-  std::optional<uint64_t> offset = arena_->Allocate(entry.bytes);
+  // A model without weights (a reshape-only program) takes no extent: the arena refuses
+  // 0-byte allocations, and treating that as "does not fit" would evict every other model.
+  std::optional<uint64_t> offset =
+      entry.bytes == 0 ? std::optional<uint64_t>(0) : arena_->Allocate(entry.bytes);
   if (!offset) {
     return ResourceExhausted("weights of '" + entry.name + "' (" + std::to_string(entry.bytes) +
                              " bytes) do not fit");
@@ -35,7 +38,7 @@ Status WeightCache::Load(Entry& entry) {
   stats_.load_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!uploaded.ok()) {
-    arena_->Free(*offset);
+    Release(entry.bytes, *offset);
     return uploaded;
   }
   entry.resident = true;
@@ -45,8 +48,14 @@ Status WeightCache::Load(Entry& entry) {
   return OkStatus();
 }
 
+void WeightCache::Release(uint64_t bytes, uint64_t offset) {
+  if (bytes > 0) {
+    arena_->Free(offset);
+  }
+}
+
 void WeightCache::Evict(Entry& entry) {
-  arena_->Free(entry.offset);
+  Release(entry.bytes, entry.offset);
   entry.resident = false;
   ++stats_.evictions;
 }
@@ -146,7 +155,7 @@ std::vector<int> WeightCache::ResidentByRecency() const {
 Status WeightCache::Compact(const std::vector<int>& reload) {
   for (Entry& e : models_) {
     if (e.resident && e.floor != Residency::kPinned) {
-      arena_->Free(e.offset);
+      Release(e.bytes, e.offset);
       e.resident = false;
     }
   }

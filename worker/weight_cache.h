@@ -106,6 +106,7 @@ class WeightCache {
     uint64_t last_use = 0;
   };
   Status Load(Entry& entry);
+  void Release(uint64_t bytes, uint64_t offset);  // Frees the extent, if it has one.
   void Evict(Entry& entry);
   // The next model to evict for `keep`'s sake: on_demand LRU first, then warm LRU.
   Entry* Victim(const Entry& keep);
