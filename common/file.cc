@@ -12,6 +12,22 @@ Result<OpenedFile> OpenRegularFile(const std::string& path, Symlinks symlinks) {
   if (path.find('\0') != std::string::npos) {
     return InvalidArgument("path holds a NUL byte");
   }
+  // The type is checked before opening (opening a device can have side effects, which
+  // O_NONBLOCK does not prevent) and again on the descriptor (the same file, not a swap).
+  struct stat before {};
+  int looked = symlinks == Symlinks::kRefuse ? ::lstat(path.c_str(), &before)
+                                             : ::stat(path.c_str(), &before);
+  if (looked != 0) {
+    int err = errno;
+    return NotFound(path + (err == ENOENT ? ": no such file" : ": cannot stat: " +
+                                                                   std::string(std::strerror(err))));
+  }
+  if (S_ISLNK(before.st_mode)) {
+    return InvalidArgument(path + ": is a symlink; bundle files must be regular files");
+  }
+  if (!S_ISREG(before.st_mode)) {
+    return InvalidArgument(path + ": not a regular file");
+  }
   int flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY;
   if (symlinks == Symlinks::kRefuse) {
     flags |= O_NOFOLLOW;
@@ -20,15 +36,13 @@ Result<OpenedFile> OpenRegularFile(const std::string& path, Symlinks symlinks) {
   if (fd < 0) {
     int err = errno;
     if (err == ELOOP && symlinks == Symlinks::kRefuse) {
-      return InvalidArgument(path + ": is a symlink; bundle files must be regular files");
-    }
-    if (err == ENOENT) {
-      return NotFound(path + ": no such file");
+      return InvalidArgument(path + ": became a symlink while being opened");
     }
     return NotFound(path + ": cannot open: " + std::strerror(err));
   }
   OpenedFile file{fd, {}};
-  if (::fstat(fd, &file.st) != 0 || !S_ISREG(file.st.st_mode)) {
+  if (::fstat(fd, &file.st) != 0 || !S_ISREG(file.st.st_mode) ||
+      file.st.st_dev != before.st_dev || file.st.st_ino != before.st_ino) {
     ::close(fd);
     return InvalidArgument(path + ": not a regular file");
   }

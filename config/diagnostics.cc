@@ -25,6 +25,9 @@ Error Diagnostics::ToError() const {
     }
     message += d.ToString();
   }
+  if (dropped_ > 0) {
+    message += "\n... and " + std::to_string(dropped_) + " more errors";
+  }
   return InvalidArgument(std::move(message));
 }
 

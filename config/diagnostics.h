@@ -25,7 +25,17 @@ struct Diagnostic {
 
 class Diagnostics {
  public:
-  void Add(Diagnostic diagnostic) { items_.push_back(std::move(diagnostic)); }
+  // Keeps the first kMaxDiagnostics; later ones are only counted (a hostile file must not
+  // make the report itself unbounded).
+  static constexpr size_t kMaxDiagnostics = 100;
+  void Add(Diagnostic diagnostic) {
+    if (items_.size() < kMaxDiagnostics) {
+      items_.push_back(std::move(diagnostic));
+    } else {
+      ++dropped_;
+    }
+  }
+  size_t dropped() const { return dropped_; }
   bool empty() const { return items_.empty(); }
   const std::vector<Diagnostic>& items() const { return items_; }
 
@@ -35,6 +45,7 @@ class Diagnostics {
 
  private:
   std::vector<Diagnostic> items_;
+  size_t dropped_ = 0;
 };
 
 // Edit distance, for "did you mean" suggestions.

@@ -71,68 +71,103 @@ std::string_view TomlTypeName(const toml::node& node) {
 namespace {
 
 // Finds the first place where `text` nests deeper than kMaxTomlNesting, without parsing it:
-// one linear pass that skips strings and comments and counts open brackets and braces, and
-// the dots of one dotted key (or of a value: a float has one). toml++ 3.3 recurses once per
-// level of both, so deeper input would overflow the stack before it could be rejected.
+// one linear pass that skips strings and comments and counts every level toml++ 3.3 builds
+// (recursively, so deeper input would overflow the stack before it could be refused): open
+// brackets and braces, plus the parts of the dotted keys that lead into them, plus the parts
+// of the key being read. A float value ("1.5") counts one part, which only errs on the safe
+// side.
 std::optional<std::pair<size_t, size_t>> FindTooDeep(std::string_view text) {
   size_t line = 1, column = 0;
-  int brackets = 0, dots = 0;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char ch = text[i];
-    ++column;
+  // Per open bracket or brace: the dotted-key parts that lead into it.
+  std::vector<int> opened;
+  int enclosing = 0;  // Sum over `opened`, plus one level per entry.
+  int dots = 0;       // Dots of the key (or value) being read.
+  int key_dots = 0;   // Dots of the key before the last '=', which a '{' after it nests in.
+  auto advance = [&](char ch) {
     if (ch == '\n') {
       ++line;
       column = 0;
+    } else {
+      ++column;
+    }
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    char ch = text[i];
+    advance(ch);
+    if (ch == '\n' || ch == ',') {
       dots = 0;
+      key_dots = 0;
       continue;
     }
     if (ch == '#') {
       while (i + 1 < text.size() && text[i + 1] != '\n') {
-        ++i;
+        advance(text[++i]);
       }
       continue;
     }
     if (ch == '"' || ch == '\'') {
-      bool multiline = text.substr(i, 3) == std::string_view(ch == '"' ? "\"\"\"" : "'''");
-      std::string_view close = multiline ? text.substr(i, 3) : text.substr(i, 1);
-      size_t j = i + close.size();
-      while (j < text.size() && text.substr(j, close.size()) != close) {
-        if (text[j] == '\\' && ch == '"') {
-          ++j;  // Escaped character.
-        } else if (text[j] == '\n') {
-          ++line;
-          column = 0;
+      bool basic = ch == '"';
+      bool multiline = i + 2 < text.size() && text[i + 1] == ch && text[i + 2] == ch;
+      size_t j = i + (multiline ? 3 : 1);
+      for (column += multiline ? 2 : 0; j < text.size(); ++j) {
+        if (basic && text[j] == '\\' && j + 1 < text.size()) {
+          advance(text[j]);
+          advance(text[++j]);  // The escaped character, a newline included.
+          continue;
         }
-        ++j;
+        if (!multiline && text[j] == '\n') {
+          break;  // Unterminated: toml++ refuses it; scanning resumes on the next line.
+        }
+        if (text[j] == ch &&
+            (!multiline || (j + 2 < text.size() && text[j + 1] == ch && text[j + 2] == ch))) {
+          break;
+        }
+        advance(text[j]);
       }
-      column += j - i;
-      i = std::min(text.size(), j + close.size()) - 1;
+      if (j < text.size() && text[j] == ch) {
+        size_t quotes = 0;  // A multi-line string may end with up to 5 quotes ("x""""").
+        while (j + quotes < text.size() && text[j + quotes] == ch && quotes < (multiline ? 5u : 1u)) {
+          ++quotes;
+        }
+        column += quotes;
+        i = j + quotes - 1;
+      } else {
+        i = j - 1;  // At the newline that ends an unterminated string, or the end.
+      }
       continue;
     }
     switch (ch) {
-      case '[':
-      case '{':
+      case '=':
+        key_dots = dots;
         dots = 0;
-        if (++brackets > kMaxTomlNesting) {
-          return std::pair{line, column};
-        }
         break;
+      case '[':
+      case '{': {
+        int parts = key_dots + dots;
+        opened.push_back(parts);
+        enclosing += parts + 1;
+        dots = 0;
+        key_dots = 0;
+        break;
+      }
       case ']':
       case '}':
-        brackets = std::max(0, brackets - 1);
+        if (!opened.empty()) {
+          enclosing -= opened.back() + 1;
+          opened.pop_back();
+        }
         dots = 0;
-        break;
-      case ',':
-      case '=':
-        dots = 0;
+        key_dots = 0;
         break;
       case '.':
-        if (++dots > kMaxTomlNesting) {
-          return std::pair{line, column};
-        }
+        ++dots;
         break;
       default:
         break;
+    }
+    // The key being read has dots + 1 parts.
+    if (enclosing + dots + 1 > kMaxTomlNesting) {
+      return std::pair{line, column};
     }
   }
   return std::nullopt;

@@ -40,8 +40,10 @@ struct DoubleRange {
 std::optional<toml::table> ParseToml(std::string_view text, const std::string& source,
                                      Diagnostics* diagnostics);
 
-// The deepest nesting a TOML document may have: levels of [ and { together, and parts of one
-// dotted key. Deeper documents are refused before parsing (toml++ recurses per level).
+// The deepest nesting a TOML document may have, counting together the open brackets and
+// braces, the dotted-key parts leading into them and the parts of the key being read
+// (a.b.c = 1 is 3 deep; x = {a.b = [1]} is 5). Deeper documents are refused, with the line and
+// column, before toml++ parses them (it recurses per level).
 inline constexpr int kMaxTomlNesting = 32;
 
 // Reads a whole file; NOT_FOUND / INVALID_ARGUMENT naming the path on failure.

@@ -74,8 +74,23 @@ std::optional<int> BatchAxisOf(const Shape& shape) {
   return static_cast<int>(it - shape.begin());
 }
 
+// True (with an error) when root.key is an array longer than `limit`: checked before its
+// entries are read, so a hostile file cannot make the reading itself unbounded.
+bool TooMany(TableReader& root, std::string_view key, size_t limit) {
+  const toml::node* raw = root.Raw(key);
+  if (raw != nullptr && raw->is_array() && raw->as_array()->size() > limit) {
+    root.ErrorAt(key, std::to_string(raw->as_array()->size()) + " entries, more than the limit of " +
+                          std::to_string(limit));
+    return true;
+  }
+  return false;
+}
+
 std::vector<TensorSpec> ReadTensors(TableReader& root, std::string_view key) {
   std::vector<TensorSpec> specs;
+  if (TooMany(root, key, kMaxTensorsPerSide)) {
+    return specs;
+  }
   std::set<std::string> seen;
   for (TableReader& r : root.ArrayOfTables(key)) {
     TensorSpec spec;
@@ -216,8 +231,10 @@ std::optional<Op> ReadOp(TableReader& r) {
       break;
     }
     case OpKind::kReshape:
-      if (!r.IntArray("shape", &op.shape, 1, kMaxDim) || op.shape.empty()) {
-        r.ErrorAt("shape", "reshape needs shape = [dims after the batch axis], each positive");
+      if (!r.IntArray("shape", &op.shape, 1, kMaxDim) || op.shape.empty() ||
+          op.shape.size() >= kMaxRank) {
+        r.ErrorAt("shape", "reshape needs shape = [dims after the batch axis], each positive, at "
+                           "most " + std::to_string(kMaxRank - 1) + " of them");
         ok = false;
       }
       break;
@@ -321,7 +338,11 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
     base.outputs[t.name] = t.shape;
   }
   m.variants.push_back(base);
-  for (TableReader& v : r.ArrayOfTables("variants")) {
+  std::vector<TableReader> variant_tables;
+  if (!TooMany(r, "variants", kMaxVariants - 1)) {
+    variant_tables = r.ArrayOfTables("variants");
+  }
+  for (TableReader& v : variant_tables) {
     ShapeVariant variant = base;
     if (!v.String("name", &variant.name) || !ValidName(variant.name)) {
       v.ErrorAt("name", "missing or invalid variant name");
@@ -359,7 +380,13 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
     defined.insert(t.name);
   }
   size_t index = 0;
-  for (TableReader& op_reader : r.ArrayOfTables("program")) {
+  std::vector<TableReader> op_tables;
+  if (!TooMany(r, "program", kMaxOps)) {
+    op_tables = r.ArrayOfTables("program");
+  } else {
+    index = kMaxOps + 1;  // Reported; not "missing".
+  }
+  for (TableReader& op_reader : op_tables) {
     std::optional<Op> op = ReadOp(op_reader);
     if (op) {
       for (const std::string& input : op->inputs) {
@@ -382,21 +409,13 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
     r.ErrorAt("program", "missing [[program]]: a model needs at least one op");
   }
   // Shape inference runs every op at every (variant, size): bound each count and the product.
-  if (m.variants.size() > kMaxVariants) {
-    r.ErrorAt("variants", std::to_string(m.variants.size()) + " variants, more than the limit of " +
-                              std::to_string(kMaxVariants));
-  }
   if (m.batch_sizes.size() > kMaxBatchSizes) {
     r.ErrorAt("batching", std::to_string(m.batch_sizes.size()) +
                               " compiled sizes, more than the limit of " +
                               std::to_string(kMaxBatchSizes));
   }
-  if (index > kMaxOps) {
-    r.ErrorAt("program", std::to_string(index) + " ops, more than the limit of " +
-                             std::to_string(kMaxOps));
-  }
   uint64_t steps = uint64_t{m.variants.size()} * m.batch_sizes.size() * index;
-  if (steps > kMaxInferenceSteps) {
+  if (index <= kMaxOps && steps > kMaxInferenceSteps) {
     r.ErrorAt("program", "variants x compiled sizes x ops = " + std::to_string(steps) +
                              ", more than the limit of " + std::to_string(kMaxInferenceSteps));
   }

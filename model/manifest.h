@@ -25,6 +25,7 @@ using Shape = std::vector<int64_t>;
 
 // Limits on a manifest, checked by ParseManifest before any shape inference (docs/bundles.md).
 inline constexpr size_t kMaxVariants = 64;         // Including "default".
+inline constexpr size_t kMaxTensorsPerSide = 64;   // [[inputs]], and [[outputs]].
 inline constexpr size_t kMaxBatchSizes = 64;       // Compiled batch sizes.
 inline constexpr size_t kMaxOps = 4096;            // Program length.
 inline constexpr uint64_t kMaxInferenceSteps = 1 << 20;  // variants x sizes x ops.

@@ -31,38 +31,52 @@ class HeaderSax {
   explicit HeaderSax(json* root) : dom_(*root, true) {}
   std::string refusal;  // Why parsing stopped early; empty after a syntax error.
 
-  bool null() { return dom_.null(); }
-  bool boolean(bool v) { return dom_.boolean(v); }
-  bool number_integer(json::number_integer_t v) { return dom_.number_integer(v); }
-  bool number_unsigned(json::number_unsigned_t v) { return dom_.number_unsigned(v); }
+  bool null() { return Value() && dom_.null(); }
+  bool boolean(bool v) { return Value() && dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return Value() && dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return Value() && dom_.number_unsigned(v); }
   bool number_float(json::number_float_t v, const std::string& s) {
-    return dom_.number_float(v, s);
+    return Value() && dom_.number_float(v, s);
   }
-  bool string(json::string_t& v) { return dom_.string(v); }
-  bool binary(json::binary_t& v) { return dom_.binary(v); }
+  bool string(json::string_t& v) { return Value() && dom_.string(v); }
+  bool binary(json::binary_t& v) { return Value() && dom_.binary(v); }
   bool start_object(std::size_t n) {
+    if (!Value()) {
+      return false;
+    }
     keys_.emplace_back();
+    elements_.push_back(0);
     return Deeper() && dom_.start_object(n);
   }
   bool key(json::string_t& k) {
+    if (keys_.size() >= 2 && keys_.back().size() >= kSafetensorsMaxEntries) {
+      return Refuse("an object with more than " + std::to_string(kSafetensorsMaxEntries) +
+                    " entries");
+    }
     if (!keys_.back().insert(k).second) {
       return Refuse("duplicate key '" + k.substr(0, 256) + "' in header");
     }
-    if (keys_.size() == 1 && keys_.back().size() > kSafetensorsMaxTensors + 1) {
+    if (keys_.size() == 1 && k != "__metadata__" && ++tensors_ > kSafetensorsMaxTensors) {
       return Refuse("more than " + std::to_string(kSafetensorsMaxTensors) + " tensors");
     }
     return dom_.key(k);
   }
   bool end_object() {
     keys_.pop_back();
+    elements_.pop_back();
     return dom_.end_object();
   }
   bool start_array(std::size_t n) {
+    if (!Value()) {
+      return false;
+    }
     keys_.emplace_back();  // Arrays hold no keys; the entry counts depth.
+    elements_.push_back(0);
     return Deeper() && dom_.start_array(n);
   }
   bool end_array() {
     keys_.pop_back();
+    elements_.pop_back();
     return dom_.end_array();
   }
   bool parse_error(std::size_t position, const std::string& token,
@@ -85,8 +99,20 @@ class HeaderSax {
     return false;
   }
 
+  // Counts a value into its enclosing array: arrays (shapes, offsets) hold at most
+  // kSafetensorsMaxArray elements, refused before the DOM grows.
+  bool Value() {
+    if (!elements_.empty() && keys_.back().empty() && ++elements_.back() > kSafetensorsMaxArray) {
+      return Refuse("an array with more than " + std::to_string(kSafetensorsMaxArray) +
+                    " elements");
+    }
+    return true;
+  }
+
   nlohmann::detail::json_sax_dom_parser<json> dom_;
   std::vector<std::set<std::string>> keys_;
+  std::vector<size_t> elements_;  // Values seen per open container.
+  size_t tensors_ = 0;
 };
 
 Result<json> ParseHeaderJson(std::string_view text, const std::string& where) {

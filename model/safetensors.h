@@ -30,6 +30,8 @@ namespace ferry {
 inline constexpr uint64_t kSafetensorsMaxHeaderBytes = 100'000'000;
 inline constexpr size_t kSafetensorsMaxTensors = 100'000;
 inline constexpr size_t kSafetensorsMaxJsonDepth = 4;  // header > tensor > shape (> 1 spare).
+inline constexpr size_t kSafetensorsMaxArray = 16;       // Elements of a shape or offsets.
+inline constexpr size_t kSafetensorsMaxEntries = 10'000;  // Keys of a nested object (metadata).
 
 struct TensorInfo {
   std::string name;

@@ -16,8 +16,8 @@ packages=(
   libdnnl-dev             # oneDNN: the CPU backend's dense and conv2d kernels
   ocl-icd-opencl-dev      # dnnl-config.cmake looks for OpenCL (Debian builds oneDNN with it)
   python3                 # example generator
+  clang libclang-rt-14-dev  # libFuzzer for the fuzz targets, -Wthread-safety analysis
 )
-# clang brings libFuzzer for the fuzz targets; optional, used when present.
 
 missing=()
 for p in "${packages[@]}"; do

@@ -104,10 +104,16 @@ Status Scheduler::Enqueue(int model, QueuedRequest request) {
 }
 
 Status Scheduler::EnqueueAll(int model, std::span<const QueuedRequest> pieces) {
+  if (pieces.empty()) {
+    return InvalidArgument("scheduler: EnqueueAll needs at least one piece");
+  }
   for (const QueuedRequest& piece : pieces) {
     FERRY_RETURN_IF_ERROR(CheckRequest(model, piece));
   }
   ModelState& m = models_[static_cast<size_t>(model)];
+  if (m.queue.size() + pieces.size() > static_cast<size_t>(config_.max_queue_depth)) {
+    DropExpired(model, pieces.front().arrival);
+  }
   if (m.queue.size() + pieces.size() > static_cast<size_t>(config_.max_queue_depth)) {
     ++m.counters.rejected;
     return ResourceExhausted("model '" + m.spec.name + "': queue is full (max_queue_depth " +
@@ -183,8 +189,25 @@ Status Scheduler::Compact(const std::vector<std::string>& reload) {
   return OkStatus();
 }
 
+void Scheduler::DropExpired(int index, Nanos now) {
+  ModelState& m = models_[static_cast<size_t>(index)];
+  for (size_t i = m.queue.size(); i-- > 0;) {
+    const QueuedRequest& r = m.queue.at(i);
+    if (r.deadline && *r.deadline <= now) {
+      expired_.emplace_back(index, m.queue.RemoveAt(i));
+      --queued_;
+      ++m.counters.shed;
+    }
+  }
+  m.effective_cost_stale = true;
+  DeactivateIfEmpty(index);
+}
+
 void Scheduler::Activate(int index) {
   if (active_slot_[static_cast<size_t>(index)] < 0) {
+    // fair (SFQ): a model that becomes backlogged starts no earlier than the virtual time,
+    // so idle time earns no credit and past uncontended use no debt.
+    models_[static_cast<size_t>(index)].floor_tag = virtual_time_;
     active_slot_[static_cast<size_t>(index)] = static_cast<int>(active_.size());
     active_.push_back(index);
   }
@@ -248,24 +271,21 @@ bool Before(const QueuedRequest& a, const std::string& a_name, const QueuedReque
 }  // namespace
 
 int Scheduler::SelectFair() const {
-  double weight_sum = 0;
-  for (int index : active_) {
-    weight_sum += models_[static_cast<size_t>(index)].weight;
-  }
   int best = -1;
-  double best_priority = 0;
-  double cap = config_.recency_penalty_cap;
+  double best_tag = 0;
   for (int index : active_) {
     const ModelState& m = models_[static_cast<size_t>(index)];
-    double share = m.weight / weight_sum;
-    double deficit = std::clamp(share - RecentFraction(m), -cap, cap);
-    double priority = deficit / EffectiveCost(m);
-    if (best < 0 || priority > best_priority ||
-        (priority == best_priority &&
-         Before(m.queue.front(), m.spec.name, models_[static_cast<size_t>(best)].queue.front(),
-                models_[static_cast<size_t>(best)].spec.name))) {
+    double tag = m.start_tag();
+    bool better = best < 0 || tag < best_tag;
+    if (!better && tag == best_tag) {
+      const ModelState& b = models_[static_cast<size_t>(best)];
+      double cost = EffectiveCost(m), best_cost = EffectiveCost(b);
+      better = cost != best_cost ? cost < best_cost
+                                 : Before(m.queue.front(), m.spec.name, b.queue.front(), b.spec.name);
+    }
+    if (better) {
       best = index;
-      best_priority = priority;
+      best_tag = tag;
     }
   }
   return best;
@@ -426,6 +446,18 @@ Decision Scheduler::Next(Nanos now) {
   }
   pending_controls_.clear();
   Dispatch& out = decision.dispatch;
+  // Requests that expired while queued and were taken out to make room: one model's per
+  // decision, which then runs nothing (the caller answers them and asks again).
+  if (!expired_.empty()) {
+    out.model = expired_.front().first;
+    auto rest = std::stable_partition(expired_.begin(), expired_.end(),
+                                      [&](const auto& e) { return e.first != out.model; });
+    for (auto it = rest; it != expired_.end(); ++it) {
+      out.shed.push_back(std::move(it->second));
+    }
+    expired_.erase(rest, expired_.end());
+    return decision;
+  }
   // 2. A committed meta sub-call jumps ahead of the scan.
   if (!committed_.empty()) {
     DispatchCommitted(now, &out);
@@ -443,7 +475,15 @@ Decision Scheduler::Next(Nanos now) {
   return decision;
 }
 
-void Scheduler::RecordDispatched(ModelState& m, const Dispatch& d, Nanos now) {
+void Scheduler::RecordDispatched(ModelState& m, Dispatch& d, Nanos now) {
+  // fair (SFQ): the virtual time moves to this dispatch's start tag, and the model's finish
+  // tag advances by the dispatch's learned cost over its weight.
+  std::optional<int> planned = SmallestFitting(m.spec.batch_sizes, d.batch_size);
+  d.charged_seconds = d.variant == kNoCompiledProgram
+                          ? 0
+                          : m.cost.Estimate(d.variant, planned.value_or(0));
+  virtual_time_ = std::max(virtual_time_, m.start_tag());
+  m.finish_tag = m.start_tag() + d.charged_seconds / m.weight;
   ++m.counters.dispatch_count;
   m.counters.requests_served += d.requests.size();
   m.counters.rows_served += static_cast<uint64_t>(d.rows);
@@ -465,6 +505,8 @@ void Scheduler::Complete(const Dispatch& dispatch, double compute_seconds, Nanos
     m.cost.Record(dispatch.variant, size_index.value_or(0), compute_seconds);
   }
   m.effective_cost_stale = true;
+  // Correct the charge made at dispatch to the measured time.
+  m.finish_tag += (compute_seconds - dispatch.charged_seconds) / m.weight;
   m.counters.total_compute_seconds += compute_seconds;
   AddRecentCompute(m, compute_seconds, now);
 }

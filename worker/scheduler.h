@@ -13,20 +13,24 @@
 // After the execution the caller reports its compute time with Complete(), which feeds the
 // cost model and the fair-share accounting.
 //
-// fair: share_i = weight_i / (sum of weights of models with queued work), so idle models do
-// not hand their weight to whichever is busy and expensive (work conservation).
-// recent_i is model i's fraction of recent GPU busy time: C_i / sum_j C_j, where C_i is its
-// compute seconds decayed with half-life ema_halflife_seconds. Decaying every C to `now`
-// multiplies all of them by one factor, so the values are kept on a common scale and the
-// fraction is exact with no exp per model per decision (see AddRecentCompute).
-// priority_i = clamp(share_i - recent_i, -cap, cap) / effective_cost_i,
-// where effective_cost_i is the learned cost of the dispatch the model would run next,
-// lowered by coalescing_discount when it would coalesce. While no model has run, recent_i is
-// 0 and the deficit equals the share. docs/scheduler.md explains why this meets the targets.
+// fair: start-time fair queueing (Goyal et al., SFQ) over GPU seconds. Each backlogged model
+// has a virtual start tag; the model with the smallest tag runs next, and a dispatch that
+// costs c seconds advances its model's tag by c / weight (charged at the learned cost when
+// dispatched, corrected to the measured time by Complete()). The virtual time V is the start
+// tag of the latest dispatch. A model that becomes backlogged (joins, returns from a pause,
+// or had served alone) starts at max(its last finish tag, V): it carries no credit from idle
+// time and no debt from uncontended use, so nobody is locked out on a transition. Between two
+// dispatches of a backlogged model i every other backlogged model j runs at most
+// w_j * d_i / w_i + D_j seconds, so i waits at most (W / w_i - 1) d_i + sum_j D_j
+// (docs/scheduler.md derives it). Ties: the cheaper next dispatch (coalescing_discount
+// applied), then the older front request, then the name.
+// recent_compute (metrics only) is model i's fraction of recent GPU busy time, decayed with
+// half-life ema_halflife_seconds.
 //
 // Thread safety: requires external synchronization (the dispatch loop owns it).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -131,6 +135,9 @@ class Scheduler {
   Status Enqueue(int model, QueuedRequest request);
   // Queues every piece of a split request, or none: RESOURCE_EXHAUSTED when they do not
   // all fit under max_queue_depth (so no piece burns GPU time for a request that fails).
+  // INVALID_ARGUMENT for an empty span. Before refusing for depth, requests of the model
+  // whose deadline passed before the new request's arrival (the caller's now) are taken out
+  // and shed by the next decision, so they never hold queue places.
   Status EnqueueAll(int model, std::span<const QueuedRequest> pieces);
   // Queues a committed meta sub-call (request.meta_id != 0), dispatched ahead of the
   // discipline scan. INVALID_ARGUMENT when that meta already has one pending, or for the
@@ -171,6 +178,11 @@ class Scheduler {
     ModelQueue queue;
     CostModel cost;
     double recent = 0;  // Decayed compute seconds, scaled to recent_epoch_ (see .cc).
+    // fair (SFQ): virtual finish tag of the latest dispatch, and the virtual time when the
+    // model last became backlogged; its start tag is the larger of the two.
+    double finish_tag = 0;
+    double floor_tag = 0;
+    double start_tag() const { return std::max(finish_tag, floor_tag); }
     // EffectiveCost() memo: recomputed only after the queue or the cost model changed, so a
     // decision costs O(1) per idle-since-last-time model rather than a size search each.
     mutable double effective_cost = 0;
@@ -201,7 +213,9 @@ class Scheduler {
   void DispatchCommitted(Nanos now, Dispatch* out);
   void Activate(int index);
   void DeactivateIfEmpty(int index);
-  void RecordDispatched(ModelState& m, const Dispatch& d, Nanos now);
+  void RecordDispatched(ModelState& m, Dispatch& d, Nanos now);
+  // Takes out the model's requests whose deadline is at or before `now` (into expired_).
+  void DropExpired(int index, Nanos now);
 
   SchedulerConfig config_;
   SchedulerOptions options_;
@@ -212,6 +226,10 @@ class Scheduler {
   std::set<uint64_t> committed_metas_;
   std::vector<ControlCommand> pending_controls_;
   double total_recent_ = 0;  // Sum of every model's `recent`, on the same scale.
+  double virtual_time_ = 0;  // fair: the start tag of the latest dispatch.
+  // Requests whose deadline passed while queued, taken out when a full queue needed room;
+  // returned as shed by the next decision.
+  std::vector<std::pair<int, QueuedRequest>> expired_;
   Nanos recent_epoch_ = 0;
   size_t round_robin_next_ = 0;
   size_t queued_ = 0;

@@ -62,6 +62,9 @@ struct Dispatch {
   // no concatenation and no padding.
   bool pass_through = false;
   bool committed_meta = false;          // A committed meta sub-call, dispatched ahead of the scan.
+  // fair: the GPU seconds charged to the model's virtual clock when it was dispatched (its
+  // learned cost); Complete() corrects the charge to the measured time.
+  double charged_seconds = 0;
   std::vector<QueuedRequest> requests;  // In queue order; run together.
 
   // Requests dropped before GPU work because they cannot meet their deadline

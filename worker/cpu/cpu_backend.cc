@@ -91,6 +91,7 @@ Result<ModelHandle> CpuBackend::Load(const Bundle& bundle) {
   auto fail = [&](Error error) -> Result<ModelHandle> {
     model.failure = error;
     model.programs.clear();
+    model.weights.clear();
     return error;
   };
   for (const TensorInfo& tensor : bundle.weights.index().tensors) {
@@ -105,6 +106,8 @@ Result<ModelHandle> CpuBackend::Load(const Bundle& bundle) {
     const TensorInfo* info = bundle.weights.index().Find(name);
     return info ? std::optional<WeightSpec>(WeightSpec{info->dtype, info->shape}) : std::nullopt;
   };
+  // oneDNN fixes a primitive's threading when it is created: build with the run's count.
+  omp_set_num_threads(static_cast<int>(threads_));
   for (const ShapeVariant& variant : bundle.manifest.variants) {
     for (int64_t size : bundle.manifest.batch_sizes) {
       Result<std::map<std::string, Shape>> shapes =

@@ -40,7 +40,8 @@ std::optional<dnnl::algorithm> FusableActivation(const std::vector<Op>& program,
                                                  const std::map<std::string, int>& readers,
                                                  const Manifest& manifest) {
   const Op& op = program[i];
-  if (i + 1 >= program.size() || readers.at(op.output) != 1 ||
+  auto read = readers.find(op.output);
+  if (i + 1 >= program.size() || read == readers.end() || read->second != 1 ||
       program[i + 1].inputs[0] != op.output) {
     return std::nullopt;
   }

@@ -15,7 +15,7 @@ ThreadPool::ThreadPool(unsigned threads) {
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
   wake_.notify_all();
@@ -26,9 +26,11 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::Run(unsigned /*index*/) {
   uint64_t seen = 0;
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (;;) {
-    wake_.wait(lock, [&] { return stop_ || epoch_ != seen; });
+    while (!stop_ && epoch_ == seen) {
+      wake_.wait(mu_);
+    }
     if (stop_) {
       return;
     }
@@ -38,9 +40,9 @@ void ThreadPool::Run(unsigned /*index*/) {
       const auto* task = task_;
       int64_t begin = n_ * chunk / chunks_;
       int64_t end = n_ * (chunk + 1) / chunks_;
-      lock.unlock();
+      lock.Unlock();
       (*task)(begin, end);
-      lock.lock();
+      lock.Lock();
       if (++finished_ == chunks_) {
         done_.notify_all();
       }
@@ -58,7 +60,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk,
     fn(0, n);
     return;
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   task_ = &fn;
   n_ = n;
   chunks_ = chunks;
@@ -68,12 +70,14 @@ void ThreadPool::ParallelFor(int64_t n, int64_t min_chunk,
   wake_.notify_all();
   while (next_chunk_ < chunks_) {  // The caller works too.
     int64_t chunk = next_chunk_++;
-    lock.unlock();
+    lock.Unlock();
     fn(n * chunk / chunks, n * (chunk + 1) / chunks);
-    lock.lock();
+    lock.Lock();
     ++finished_;
   }
-  done_.wait(lock, [&] { return finished_ == chunks_; });
+  while (finished_ != chunks_) {
+    done_.wait(mu_);
+  }
   task_ = nullptr;
 }
 

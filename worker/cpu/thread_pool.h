@@ -6,9 +6,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace ferry {
 
@@ -29,16 +30,16 @@ class ThreadPool {
   void Run(unsigned index);
 
   std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  std::condition_variable done_;
-  const std::function<void(int64_t, int64_t)>* task_ = nullptr;  // Guarded by mu_.
-  int64_t n_ = 0;
-  int64_t chunks_ = 0;
-  int64_t next_chunk_ = 0;  // Guarded by mu_.
-  int64_t finished_ = 0;    // Guarded by mu_.
-  uint64_t epoch_ = 0;      // Guarded by mu_.
-  bool stop_ = false;       // Guarded by mu_.
+  Mutex mu_;
+  std::condition_variable_any wake_;
+  std::condition_variable_any done_;
+  const std::function<void(int64_t, int64_t)>* task_ GUARDED_BY(mu_) = nullptr;
+  int64_t n_ GUARDED_BY(mu_) = 0;
+  int64_t chunks_ GUARDED_BY(mu_) = 0;
+  int64_t next_chunk_ GUARDED_BY(mu_) = 0;
+  int64_t finished_ GUARDED_BY(mu_) = 0;
+  uint64_t epoch_ GUARDED_BY(mu_) = 0;
+  bool stop_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ferry
