@@ -61,8 +61,10 @@ check(r["models"][0]["requests_completed"] == 1000, "burst: all 1000 served")
 
 r = run("batch_sizing")
 largest, cost = r["models"][0], r["alternatives"][0]["models"][0]
-check(cost["queue_wait_p50_s"] < largest["queue_wait_p50_s"],
-      f"batch-sizing: cost sizing p50 wait {cost['queue_wait_p50_s']*1e3:.2f} ms < largest "
+# "largest" fills and pads (issue 8), so on this light load it already takes the waiting rows
+# in one padded dispatch, as "cost" does; cost sizing must never wait longer.
+check(cost["queue_wait_p50_s"] <= largest["queue_wait_p50_s"] * 1.01,
+      f"batch-sizing: cost sizing p50 wait {cost['queue_wait_p50_s']*1e3:.2f} ms <= largest "
       f"{largest['queue_wait_p50_s']*1e3:.2f} ms")
 
 print(f"{len(failures)} failed")

@@ -26,6 +26,7 @@ namespace {
 BatchPlan Alone(const QueuedRequest& front, const ModelSpec& spec) {
   BatchPlan plan;
   plan.count = 1;
+  plan.picks = {0};
   plan.rows = front.rows;
   if (spec.batch_sizes.back() == 0) {
     return plan;  // Unbatched module: size 0.
@@ -58,6 +59,9 @@ std::pair<size_t, int64_t> Prefix(const ModelQueue& queue, int64_t bound) {
 BatchPlan Taken(const ModelSpec& spec, size_t count, int64_t rows) {
   BatchPlan plan;
   plan.count = count;
+  for (size_t i = 0; i < count; ++i) {
+    plan.picks.push_back(i);
+  }
   plan.rows = rows;
   plan.size_index = *SmallestFitting(spec.batch_sizes, rows);
   plan.batch_size = spec.batch_sizes[static_cast<size_t>(plan.size_index)];
@@ -72,6 +76,7 @@ BatchPlan PlanBatch(const ModelQueue& queue, const ModelSpec& spec, const CostMo
   if (front.variant == kNoCompiledProgram) {
     BatchPlan plan;
     plan.count = 1;
+    plan.picks = {0};
     plan.rows = front.rows;
     plan.failure =
         InvalidArgument("model '" + spec.name + "': no compiled program for input shape");
@@ -99,23 +104,30 @@ BatchPlan PlanBatch(const ModelQueue& queue, const ModelSpec& spec, const CostMo
     }
     return best;
   }
-  // kLargest: the queued rows available to this dispatch (the window, up to the cap).
-  auto [window_count, window_rows] = Prefix(queue, limit);
-  int64_t target = sizes.front();
-  for (int64_t size : sizes) {
-    if (size <= window_rows && size <= limit) {
-      target = size;
+  // kLargest: fill the cap. Requests of the front's variant are taken in FIFO order (others
+  // stay queued in place) until the next would pass the cap or none of the variant is left;
+  // requests are never split, so each full dispatch carries more than cap - r rows for
+  // requests of at most r rows. The rows then run at the smallest compiled size holding them
+  // (padded), which also makes a cap that is not a compiled size coalesce up to the cap.
+  BatchPlan plan;
+  int variant = front.variant;
+  int64_t left = queue.variant_rows(variant);
+  for (size_t i = 0; i < queue.size() && left > 0; ++i) {
+    const QueuedRequest& r = queue.at(i);
+    if (r.variant != variant) {
+      continue;
     }
+    if (plan.rows + r.rows > limit) {
+      break;
+    }
+    plan.picks.push_back(i);
+    plan.rows += r.rows;
+    left -= r.rows;
   }
-  // The front request is always taken (forward progress), even when it alone exceeds the
-  // fillable size: the dispatch then grows to the smallest compiled size that holds it.
-  // Once the front forces a larger size, fill that size: the rows are paid for anyway.
-  int64_t bound = std::min(target, limit);
-  if (front.rows > bound) {
-    bound = std::min(sizes[static_cast<size_t>(*SmallestFitting(sizes, front.rows))], limit);
-  }
-  auto [count, rows] = Prefix(queue, bound);
-  return Taken(spec, count, rows);
+  plan.count = plan.picks.size();
+  plan.size_index = *SmallestFitting(sizes, plan.rows);
+  plan.batch_size = sizes[static_cast<size_t>(plan.size_index)];
+  return plan;
 }
 
 }  // namespace ferry

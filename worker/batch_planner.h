@@ -30,7 +30,10 @@
 namespace ferry {
 
 struct BatchPlan {
-  size_t count = 0;    // Requests taken from the front.
+  size_t count = 0;    // Requests taken (picks.size()).
+  // Their positions in the queue, ascending; picks[0] == 0 (the front is always taken).
+  // Requests of the front's variant only; others between them stay queued.
+  std::vector<size_t> picks;
   int64_t rows = 0;    // Their rows.
   int size_index = 0;  // Index into ModelSpec::batch_sizes.
   int64_t batch_size = 0;

@@ -32,11 +32,16 @@ BatchPlan Plan(const ModelQueue& q, const ModelSpec& spec,
   return PlanBatch(q, spec, cost, sizing, coalesce);
 }
 
-TEST_CASE("the largest compiled size the queued rows can fill is chosen") {
+TEST_CASE("every queued row up to the cap is taken, padded to the smallest size holding it") {
   ModelSpec spec = Spec({1, 8, 32});
   BatchPlan ten = Plan(Queue(std::vector<int64_t>(10, 1)), spec);
-  CHECK(ten.batch_size == 8);
-  CHECK(ten.count == 8);
+  CHECK(ten.batch_size == 32);
+  CHECK(ten.count == 10);
+  // Whole requests summing to 30 of 32 run at 32, not at 8 (the old prefix rule's 6 rows).
+  BatchPlan threes = Plan(Queue(std::vector<int64_t>(20, 3)), spec);
+  CHECK(threes.rows == 30);
+  CHECK(threes.count == 10);
+  CHECK(threes.batch_size == 32);
   BatchPlan many = Plan(Queue(std::vector<int64_t>(100, 1)), spec);
   CHECK(many.batch_size == 32);
   CHECK(many.count == 32);
@@ -49,10 +54,11 @@ TEST_CASE("a partial fill pads up to the smallest compiled size") {
   CHECK(plan.batch_size == 4);
 }
 
-TEST_CASE("only the leading run of same-variant requests coalesces") {
+TEST_CASE("requests of the front's variant coalesce past others, which stay queued") {
   BatchPlan plan = Plan(Queue({1, 1, 1, 1, 1}, {0, 0, 1, 0, 0}), Spec({1, 2, 4}));
-  CHECK(plan.count == 2);
-  CHECK(plan.batch_size == 2);
+  CHECK(plan.count == 4);
+  CHECK(plan.picks == std::vector<size_t>{0, 1, 3, 4});
+  CHECK(plan.batch_size == 4);
 }
 
 TEST_CASE("a request with no compiled program dispatches alone with the shape error") {
@@ -76,8 +82,11 @@ TEST_CASE("models that cannot coalesce serve one request per dispatch") {
 TEST_CASE("max_batch_size caps the rows but never the compiled shapes") {
   ModelSpec spec = Spec({4, 16}, 6);
   BatchPlan plan = Plan(Queue(std::vector<int64_t>(20, 1)), spec);
-  CHECK(plan.rows == 4);  // Largest fillable size within the cap.
-  CHECK(plan.batch_size == 4);
+  CHECK(plan.rows == 6);  // A cap that is not a compiled size coalesces up to it ...
+  CHECK(plan.batch_size == 16);  // ... and pads to the next compiled size.
+  BatchPlan seven = Plan(Queue(std::vector<int64_t>(20, 1)), Spec({1, 8, 32}, 7));
+  CHECK(seven.rows == 7);
+  CHECK(seven.batch_size == 8);
   ModelSpec tiny = Spec({4, 16}, 2);
   BatchPlan padded = Plan(Queue(std::vector<int64_t>(20, 1)), tiny);
   CHECK(padded.rows == 2);
@@ -121,7 +130,7 @@ TEST_CASE("cost sizing pads 3 rows to 4 instead of three dispatches of 1") {
   cost.Record(0, 1, 0.0012);
   ModelQueue q = Queue({1, 1, 1});
   BatchPlan largest = PlanBatch(q, spec, cost, BatchSizing::kLargest, true);
-  CHECK(largest.batch_size == 1);
+  CHECK(largest.batch_size == 4);  // largest always fills and pads.
   BatchPlan by_cost = PlanBatch(q, spec, cost, BatchSizing::kCost, true);
   CHECK(by_cost.batch_size == 4);
   CHECK(by_cost.count == 3);

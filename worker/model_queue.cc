@@ -7,6 +7,12 @@ void ModelQueue::Push(QueuedRequest request) {
     deadlines_.insert(*request.deadline);
   }
   rows_ += request.rows;
+  if (request.variant >= 0) {
+    if (static_cast<size_t>(request.variant) >= variant_rows_.size()) {
+      variant_rows_.resize(static_cast<size_t>(request.variant) + 1, 0);
+    }
+    variant_rows_[static_cast<size_t>(request.variant)] += request.rows;
+  }
   requests_.push_back(std::move(request));
 }
 
@@ -15,6 +21,9 @@ void ModelQueue::Forget(const QueuedRequest& request) {
     deadlines_.erase(deadlines_.find(*request.deadline));
   }
   rows_ -= request.rows;
+  if (request.variant >= 0) {
+    variant_rows_[static_cast<size_t>(request.variant)] -= request.rows;
+  }
 }
 
 QueuedRequest ModelQueue::PopFront() {

@@ -7,6 +7,7 @@
 #include <deque>
 #include <optional>
 #include <set>
+#include <vector>
 
 #include "worker/scheduler_types.h"
 
@@ -28,6 +29,12 @@ class ModelQueue {
   const QueuedRequest& at(size_t index) const { return requests_[index]; }
   const QueuedRequest& front() const { return requests_.front(); }
   int64_t queued_rows() const { return rows_; }
+  // Rows queued with shape variant `variant` (0 for kNoCompiledProgram or an unseen one).
+  int64_t variant_rows(int variant) const {
+    return variant >= 0 && static_cast<size_t>(variant) < variant_rows_.size()
+               ? variant_rows_[static_cast<size_t>(variant)]
+               : 0;
+  }
   // The soonest deadline after `now` of any queued request; nullopt when none has one.
   // Deadlines already passed do not count: those requests are shed when they reach the
   // front, and must not hold their model at the top of edf meanwhile.
@@ -41,6 +48,7 @@ class ModelQueue {
   std::deque<QueuedRequest> requests_;
   std::multiset<Nanos> deadlines_;
   int64_t rows_ = 0;
+  std::vector<int64_t> variant_rows_;  // By variant index.
 };
 
 }  // namespace ferry

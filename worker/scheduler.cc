@@ -238,14 +238,12 @@ double Scheduler::EffectiveCost(const ModelState& m) const {
   m.effective_cost_stale = false;
   const QueuedRequest& front = m.queue.front();
   int variant = front.variant == kNoCompiledProgram ? 0 : front.variant;
-  // The size the next dispatch would likely run at, from the queued rows (cheap estimate).
+  // The size the next dispatch would run at: the front variant's queued rows up to the cap,
+  // at the smallest compiled size holding them (the planner's rule, from running counts).
   int64_t limit = EffectiveMaxBatch(m.spec);
-  int size_index = 0;
-  for (size_t i = 0; i < m.spec.batch_sizes.size(); ++i) {
-    if (m.spec.batch_sizes[i] <= std::min(m.queue.queued_rows(), limit)) {
-      size_index = static_cast<int>(i);
-    }
-  }
+  int64_t rows = std::max(front.rows, std::min(m.queue.variant_rows(variant), limit));
+  int size_index = SmallestFitting(m.spec.batch_sizes, rows)
+                       .value_or(static_cast<int>(m.spec.batch_sizes.size()) - 1);
   double cost = m.cost.Estimate(variant, size_index);
   // Discounted only when the next dispatch would really take a second request.
   if (m.spec.coalescable && options_.coalesce && m.queue.size() > 1 &&
@@ -376,7 +374,8 @@ void Scheduler::Coalesce(int index, Nanos now, Dispatch* out) {
     double high = m.cost.HighPercentile(m.queue.front().variant, plan.size_index);
     Nanos finish = now + static_cast<Nanos>(high * kNanosPerSecond);
     size_t shed_before = out->shed.size();
-    for (size_t i = plan.count; i-- > 0;) {
+    for (size_t k = plan.picks.size(); k-- > 0;) {
+      size_t i = plan.picks[k];
       const QueuedRequest& r = m.queue.at(i);
       if (r.deadline && (*r.deadline <= now || (laxity && *r.deadline < finish))) {
         out->shed.push_back(m.queue.RemoveAt(i));
@@ -392,8 +391,15 @@ void Scheduler::Coalesce(int index, Nanos now, Dispatch* out) {
     out->batch_size = plan.batch_size;
     out->rows = plan.rows;
     out->requests.reserve(plan.count);
-    for (size_t i = 0; i < plan.count; ++i) {
-      out->requests.push_back(m.queue.PopFront());
+    if (plan.picks.back() + 1 == plan.picks.size()) {  // A prefix: the common case.
+      for (size_t i = 0; i < plan.count; ++i) {
+        out->requests.push_back(m.queue.PopFront());
+      }
+    } else {
+      for (size_t k = plan.picks.size(); k-- > 0;) {
+        out->requests.push_back(m.queue.RemoveAt(plan.picks[k]));
+      }
+      std::reverse(out->requests.begin(), out->requests.end());
     }
     queued_ -= plan.count;
     // One request filling the size, or an unbatched module's single request.

@@ -538,29 +538,32 @@ TEST_CASE("warm-up under fair covers every (model, variant, compiled size); not 
 
 TEST_CASE("metrics count dispatches, requests, rows, waits and batch sizes") {
   Scheduler s = Make({Spec("a", {1, 8, 32})});
-  for (int i = 0; i < 10; ++i) {
+  for (int i = 0; i < 9; ++i) {
     Push(s, 0, Req(0));
   }
-  Dispatch d = s.Next(4 * kMs).dispatch;  // 8 of them, waited 4 ms.
+  Dispatch d = s.Next(4 * kMs).dispatch;  // All 9, padded to 32, waited 4 ms.
   s.Complete(d, 0.002, 6 * kMs);
-  d = s.Next(6 * kMs).dispatch;  // 1.
+  Push(s, 0, Req(5 * kMs));
+  d = s.Next(6 * kMs).dispatch;  // 1, waited 1 ms.
   s.Complete(d, 0.001, 7 * kMs);
+  Push(s, 0, Req(7 * kMs));
   ModelMetrics m = s.Metrics(7 * kMs)[0];
   CHECK(m.dispatch_count == 2);
-  CHECK(m.requests_served == 9);
-  CHECK(m.rows_served == 9);
+  CHECK(m.requests_served == 10);
+  CHECK(m.rows_served == 10);
+  CHECK(m.padding_rows == 23);
   CHECK(m.total_compute_seconds == doctest::Approx(0.003));
   CHECK(m.queue_depth == 1);
   CHECK(m.queue_wait_p50_ns == doctest::Approx(4 * kMs).epsilon(0.1));
-  CHECK(m.queue_wait_p99_ns == doctest::Approx(6 * kMs).epsilon(0.1));
-  CHECK(m.batch_size_histogram == std::map<int64_t, uint64_t>{{1, 1}, {8, 1}});
+  CHECK(m.queue_wait_p99_ns == doctest::Approx(4 * kMs).epsilon(0.1));
+  CHECK(m.batch_size_histogram == std::map<int64_t, uint64_t>{{1, 1}, {32, 1}});
   CHECK(m.effective_max_batch == 32);
   CHECK(m.recent_compute == doctest::Approx(1.0));
   ControlStatus status = s.GetControlStatus();
   CHECK(status.discipline == Discipline::kFair);
   CHECK(status.models[0].wire_batch_input == "input");
   CHECK(status.models[0].wire_batch_axis == 1);
-  CHECK(status.models[0].requests_served == 9);
+  CHECK(status.models[0].requests_served == 10);
 }
 
 TEST_CASE("a burst of 1000 one-row requests takes at most ceil(1000/32)+1 dispatches") {

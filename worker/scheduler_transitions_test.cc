@@ -242,5 +242,64 @@ TEST_CASE("expired requests give up their queue places when the queue is full") 
         ErrorCode::kResourceExhausted);
 }
 
+// A burst of N rows in requests of at most r rows runs in at most
+// ceil(N / (largest - r + 1)) + (number of compiled sizes) dispatches.
+TEST_CASE("coalescing fills its size: bursts of multi-row requests meet the dispatch bound") {
+  for (int64_t r : {1, 3, 5, 8}) {
+    for (std::optional<int64_t> cap : {std::optional<int64_t>(), std::optional<int64_t>(7)}) {
+      CAPTURE(r);
+      SchedulerConfig config;
+      config.max_queue_depth = 100000;
+      if (cap) {
+        config.models["m"].max_batch_size = *cap;
+      }
+      ModelSpec spec;
+      spec.name = "m";
+      spec.batch_sizes = {1, 8, 32};
+      Result<Scheduler> made = Scheduler::Create(config, {spec});
+      REQUIRE(made.ok());
+      Scheduler& s = *made;
+      int64_t n = 0;
+      for (int i = 0; i < 300; ++i) {
+        int64_t rows = 1 + (i * 7) % r;  // Mixed sizes, at most r.
+        if (cap && rows > *cap) {
+          rows = *cap;
+        }
+        REQUIRE(s.Enqueue(0, QueuedRequest{0, 0, rows, 0, {}, 0}).ok());
+        n += rows;
+      }
+      int64_t largest = cap ? *cap : 32;
+      int64_t r_eff = std::min(r, largest);
+      int64_t bound = (n + (largest - r_eff)) / (largest - r_eff + 1) + 3;
+      int dispatches = 0;
+      while (s.queued_requests() > 0) {
+        Decision d = s.Next(0);
+        REQUIRE(d.dispatch.runs());
+        ++dispatches;
+        s.Complete(d.dispatch, 0.001, 0);
+      }
+      CHECK(dispatches <= bound);
+    }
+  }
+  // The case: 300 requests of 3 rows, sizes [1, 8, 32]: 30 dispatches of 30 rows.
+  SchedulerConfig config;
+  config.max_queue_depth = 1000;
+  ModelSpec spec;
+  spec.name = "m";
+  spec.batch_sizes = {1, 8, 32};
+  Scheduler s = std::move(Scheduler::Create(config, {spec})).value();
+  for (int i = 0; i < 300; ++i) {
+    REQUIRE(s.Enqueue(0, QueuedRequest{0, 0, 3, 0, {}, 0}).ok());
+  }
+  int dispatches = 0;
+  while (s.queued_requests() > 0) {
+    Decision d = s.Next(0);
+    CHECK(d.dispatch.rows == 30);
+    CHECK(d.dispatch.batch_size == 32);
+    ++dispatches;
+  }
+  CHECK(dispatches == 30);
+}
+
 }  // namespace
 }  // namespace ferry
