@@ -15,10 +15,15 @@ sim, scenarios = sys.argv[1], sys.argv[2]
 failures = []
 
 
+_runs = {}
+
+
 def run(name):
-    out = subprocess.run([sim, f"{scenarios}/{name}.toml", "--json"], check=True,
-                         capture_output=True, text=True).stdout
-    return json.loads(out)
+    if name not in _runs:
+        out = subprocess.run([sim, f"{scenarios}/{name}.toml", "--json"], check=True,
+                             capture_output=True, text=True).stdout
+        _runs[name] = json.loads(out)
+    return _runs[name]
 
 
 def check(ok, what):
@@ -66,6 +71,82 @@ largest, cost = r["models"][0], r["alternatives"][0]["models"][0]
 check(cost["queue_wait_p50_s"] <= largest["queue_wait_p50_s"] * 1.01,
       f"batch-sizing: cost sizing p50 wait {cost['queue_wait_p50_s']*1e3:.2f} ms <= largest "
       f"{largest['queue_wait_p50_s']*1e3:.2f} ms")
+
+
+# Transitions under fair (issue 8): the lag bound holds for every model over the whole run,
+# joins and returns included, and shares settle within 2 points of their targets in 1 s.
+def lag_within_bound(report, label):
+    for m in report["models"]:
+        if m["lag_bound_s"] > 0:
+            check(m["longest_gap_s"] <= m["lag_bound_s"] + 1e-9,
+                  f"{label}: {m['name']} longest gap {m['longest_gap_s']*1e3:.2f} ms <= bound "
+                  f"{m['lag_bound_s']*1e3:.2f} ms")
+
+
+def settled_shares(report, label, after, until=float("inf"), weights=None, points=0.02):
+    """Windows starting >= after (and ending <= until) in which every model was backlogged
+    throughout or not at all: each share within `points` of weight over the backlogged
+    weights (from `weights`, else the scenario's)."""
+    names = [m["name"] for m in report["models"]]
+    w = weights or {m["name"]: m["weight"] for m in report["models"]}
+    worst, windows = 0.0, 0
+    width = report["windows"][1]["start_s"] - report["windows"][0]["start_s"]
+    for win in report["windows"][:-1]:  # The last window is cut short by the run's end.
+        if win["start_s"] < after or win["start_s"] + width > until:
+            continue
+        b = win["backlogged"]
+        if any(0.01 < x < 0.99 for x in b):
+            continue
+        total = sum(w[n] for n, x in zip(names, b) if x >= 0.99)
+        for n, x, share in zip(names, b, win["shares"]):
+            target = w[n] / total if x >= 0.99 else 0.0
+            worst = max(worst, abs(share - target))
+        windows += 1
+    check(windows > 0 and worst <= points,
+          f"{label}: shares within {points} of target in {windows} windows from {after} s "
+          f"(worst {worst:.4f})")
+
+
+for name, joined in (("join_after_alone", 200), ("third_joins", 100), ("pause_return", 70),
+                     ("weight_join", 60)):
+    r = run(name)
+    lag_within_bound(r, name)
+    settled_shares(r, name, joined + 1.0)
+
+r = run("join_after_alone")
+check(r["models"][1]["max_queue_wait_s"] < 0.01,
+      f"join_after_alone: b's longest queue wait {r['models'][1]['max_queue_wait_s']*1e3:.2f} ms < 10 ms")
+
+r = run("set_policy")
+lag_within_bound(r, "set_policy")
+settled_shares(r, "set_policy (3:1)", 31.0, 45.0, {"a": 3, "b": 1})
+settled_shares(r, "set_policy (back to 1:1)", 46.0, weights={"a": 1, "b": 1})
+
+r = run("light_model")
+lag_within_bound(r, "light_model")
+light = r["models"][0]
+check(light["queue_wait_p99_s"] <= light["lag_bound_s"],
+      f"light_model: light's p99 wait {light['queue_wait_p99_s']*1e3:.2f} ms <= its lag bound "
+      f"{light['lag_bound_s']*1e3:.2f} ms (the EMA design: 2.4 s)")
+
+r = run("leftover")
+a, b = r["models"][0]["gpu_seconds"], r["models"][1]["gpu_seconds"]
+check(abs(a / (a + b) - 1 / 3) <= 0.02,
+      f"leftover: a:b split {a / (a + b):.4f} of what c leaves, within 0.02 of 1/3 (by weight)")
+lag_within_bound(r, "leftover")
+
+r = run("multirow_burst")
+threes, capped = r["models"][0], r["models"][1]
+check(threes["dispatches"] <= math.ceil(900 / (32 - 3 + 1)) + 3,
+      f"multirow_burst: 300 x 3 rows in {threes['dispatches']} dispatches <= 33")
+check(capped["dispatches"] <= math.ceil(700 / 7) + 3 and capped["batch_size_histogram"] == {"8": 100},
+      f"multirow_burst: cap 7 coalesces 7 rows padded to 8: {capped['batch_size_histogram']}")
+
+r = run("mixed_workload")
+check(all(s["completed"] > 0 for m in r["models"] for s in m["streams"]),
+      "mixed_workload: every stream (closed-loop, split, variants, unbatched) completes requests")
+check(r["jain"] >= 0.99, f"mixed_workload: weighted Jain {r['jain']:.4f} >= 0.99")
+lag_within_bound(r, "mixed_workload")
 
 print(f"{len(failures)} failed")
 sys.exit(1 if failures else 0)

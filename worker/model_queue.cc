@@ -2,6 +2,18 @@
 
 namespace ferry {
 
+void ModelQueue::TrackDeadlines(bool on) {
+  track_deadlines_ = on;
+  deadlines_.clear();
+  if (on) {
+    for (const QueuedRequest& r : requests_) {
+      if (r.deadline) {
+        deadlines_.insert(*r.deadline);
+      }
+    }
+  }
+}
+
 void ModelQueue::Push(QueuedRequest request) {
   if (track_deadlines_ && request.deadline) {
     deadlines_.insert(*request.deadline);

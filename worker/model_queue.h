@@ -19,6 +19,9 @@ class ModelQueue {
   // index costs a tree insert and erase per request, which fair and fifo need not pay).
   explicit ModelQueue(bool track_deadlines = true) : track_deadlines_(track_deadlines) {}
 
+  // Starts (rebuilding the index from the queued requests) or stops indexing deadlines.
+  void TrackDeadlines(bool on);
+
   void Push(QueuedRequest request);
   QueuedRequest PopFront();
   // Removes the request at `index` (0 = front). REQUIRES: index < size().

@@ -189,6 +189,14 @@ Status Scheduler::Compact(const std::vector<std::string>& reload) {
   return OkStatus();
 }
 
+Status Scheduler::SetDiscipline(Discipline discipline) {
+  ControlCommand command;
+  command.kind = ControlCommand::Kind::kSetDiscipline;
+  command.discipline = discipline;
+  pending_controls_.push_back(command);
+  return OkStatus();
+}
+
 void Scheduler::DropExpired(int index, Nanos now) {
   ModelState& m = models_[static_cast<size_t>(index)];
   for (size_t i = m.queue.size(); i-- > 0;) {
@@ -447,6 +455,11 @@ Decision Scheduler::Next(Nanos now) {
       models_[static_cast<size_t>(command.model)].weight = command.weight;
     } else if (command.kind == ControlCommand::Kind::kSetResidency) {
       models_[static_cast<size_t>(command.model)].residency = command.residency;
+    } else if (command.kind == ControlCommand::Kind::kSetDiscipline) {
+      config_.discipline = command.discipline;
+      for (ModelState& m : models_) {
+        m.queue.TrackDeadlines(command.discipline == Discipline::kEdf);
+      }
     }
     decision.controls.push_back(std::move(command));
   }

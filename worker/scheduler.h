@@ -58,12 +58,13 @@ struct SchedulerOptions {
 // A control command applied at the start of a decision; returned by Next() so the dispatch
 // loop carries out what touches the weight cache (residency moves, compaction).
 struct ControlCommand {
-  enum class Kind { kSetPolicy, kSetResidency, kCompact };
+  enum class Kind { kSetPolicy, kSetResidency, kCompact, kSetDiscipline };
   Kind kind = Kind::kSetPolicy;
   int model = -1;                          // kSetPolicy, kSetResidency.
   double weight = 0;                       // kSetPolicy.
   Residency residency = Residency::kWarm;  // kSetResidency.
   std::vector<int> models;                 // kCompact: models to reload afterwards.
+  Discipline discipline = Discipline::kFair;  // kSetDiscipline.
 };
 
 struct Decision {
@@ -150,6 +151,10 @@ class Scheduler {
   // INVALID_ARGUMENT unless residency_mode is external.
   Status SetResidency(std::string_view model, Residency residency);
   Status Compact(const std::vector<std::string>& reload);
+  // Switches fair / fifo / edf for the decisions that follow; queued requests stay queued
+  // (edf's deadline index is rebuilt from them). Fair's virtual clocks keep running under
+  // the other disciplines, so switching back to fair carries the lag bound over.
+  Status SetDiscipline(Discipline discipline);
 
   // The next decision (see the file comment). A Dispatch that does not run still carries
   // the requests shed or failed in this decision.

@@ -8,7 +8,25 @@ namespace ferry::sim {
 nlohmann::json RunToJson(const RunReport& run) {
   nlohmann::json models = nlohmann::json::array();
   for (const ModelReport& m : run.models) {
+    nlohmann::json histogram = nlohmann::json::object();
+    for (const auto& [size, count] : m.batch_size_histogram) {
+      histogram[std::to_string(size)] = count;
+    }
+    nlohmann::json streams = nlohmann::json::array();
+    for (const StreamReport& s : m.streams) {
+      streams.push_back({{"name", s.name},
+                         {"completed", s.completed},
+                         {"met", s.met},
+                         {"missed", s.missed},
+                         {"dropped", s.dropped},
+                         {"goodput_rows_per_s", s.goodput_rows_per_s}});
+    }
     models.push_back({{"name", m.name},
+                      {"longest_gap_s", m.longest_gap_s},
+                      {"lag_bound_s", m.lag_bound_s},
+                      {"max_queue_wait_s", m.max_queue_wait_s},
+                      {"batch_size_histogram", histogram},
+                      {"streams", streams},
                       {"weight", m.weight},
                       {"share", m.share},
                       {"target_share", m.target_share},
@@ -24,8 +42,16 @@ nlohmann::json RunToJson(const RunReport& run) {
                       {"requests_completed", m.requests_completed},
                       {"gpu_seconds", m.gpu_seconds}});
   }
+  nlohmann::json windows = nlohmann::json::array();
+  for (const ShareWindow& w : run.windows) {
+    windows.push_back({{"start_s", w.start_s},
+                       {"shares", w.shares},
+                       {"backlogged", w.backlogged},
+                       {"targets", w.targets}});
+  }
   return {{"label", run.label},
           {"models", models},
+          {"windows", windows},
           {"jain", run.jain},
           {"utilization", run.utilization},
           {"padding_waste", run.padding_waste},
@@ -61,18 +87,20 @@ void PrintRun(const RunReport& run, std::ostream& out) {
                 run.missed_gpu_fraction, run.goodput_vs_capacity, run.decision_ns_median,
                 run.decision_ns_p99);
   out << line;
-  std::snprintf(line, sizeof(line), "  %-12s %6s %7s %7s %11s %11s %9s %9s %8s %8s %9s\n", "model",
-                "weight", "share", "target", "rows/s", "goodput/s", "wait p50", "wait p99",
-                "misses", "dropped", "dispatch");
+  std::snprintf(line, sizeof(line), "  %-12s %6s %7s %7s %11s %11s %9s %9s %8s %8s %9s %9s %9s\n",
+                "model", "weight", "share", "target", "rows/s", "goodput/s", "wait p50",
+                "wait p99", "misses", "dropped", "dispatch", "max gap", "bound");
   out << line;
   for (const ModelReport& m : run.models) {
     std::snprintf(line, sizeof(line),
-                  "  %-12s %6.2f %7.4f %7.4f %11.1f %11.1f %8.2fms %8.2fms %8llu %8llu %9llu\n",
+                  "  %-12s %6.2f %7.4f %7.4f %11.1f %11.1f %8.2fms %8.2fms %8llu %8llu %9llu "
+                  "%7.2fms %7.2fms\n",
                   m.name.c_str(), m.weight, m.share, m.target_share, m.throughput_rows_per_s,
                   m.goodput_rows_per_s, m.queue_wait_p50_s * 1e3, m.queue_wait_p99_s * 1e3,
                   static_cast<unsigned long long>(m.deadline_misses),
                   static_cast<unsigned long long>(m.dropped),
-                  static_cast<unsigned long long>(m.dispatches));
+                  static_cast<unsigned long long>(m.dispatches), m.longest_gap_s * 1e3,
+                  m.lag_bound_s * 1e3);
     out << line;
   }
 }

@@ -18,6 +18,8 @@ void ReadCost(TableReader& r, CostSpec* cost) {
     table->Double("fixed_seconds", &cost->fixed_seconds, DoubleRange::NonNegative());
     table->Double("per_row_seconds", &cost->per_row_seconds, DoubleRange::NonNegative());
     table->Double("noise", &cost->noise, {0.0, 1.0, false, false});
+    table->Double("drift_per_second", &cost->drift_per_second, {-1.0, 1.0, false, false});
+    table->Double("warmup_factor", &cost->warmup_factor, {0.01, 100.0, false, false});
     if (auto sizes = table->Table("table")) {
       for (const auto& [key, node] : sizes->table()) {
         int64_t size = 0;
@@ -41,17 +43,26 @@ void ReadCost(TableReader& r, CostSpec* cost) {
 void ReadArrival(TableReader& r, const std::string& base_dir, ArrivalSpec* a) {
   std::string kind;
   if (!r.String("kind", &kind)) {
-    r.ErrorAt("kind", "missing: saturate, poisson, burst or trace");
+    r.ErrorAt("kind", "missing: saturate, poisson, burst, trace or closed");
   }
+  r.String("name", &a->name);
+  int64_t variant = 0;
+  if (r.Int("variant", &variant, 0, 1023)) {
+    a->variant = static_cast<int>(variant);
+  }
+  r.Int("clients", &a->clients, 1, 1 << 20);
+  r.Double("think_seconds", &a->think_seconds, DoubleRange::NonNegative());
   static const std::map<std::string, ArrivalSpec::Kind> kKinds = {
       {"saturate", ArrivalSpec::Kind::kSaturate},
       {"poisson", ArrivalSpec::Kind::kPoisson},
       {"burst", ArrivalSpec::Kind::kBurst},
-      {"trace", ArrivalSpec::Kind::kTrace}};
+      {"trace", ArrivalSpec::Kind::kTrace},
+      {"closed", ArrivalSpec::Kind::kClosed}};
   if (!kind.empty()) {
     auto it = kKinds.find(kind);
     if (it == kKinds.end()) {
-      r.ErrorAt("kind", "unknown arrival kind '" + kind + "' (saturate, poisson, burst, trace)");
+      r.ErrorAt("kind",
+                "unknown arrival kind '" + kind + "' (saturate, poisson, burst, trace, closed)");
     } else {
       a->kind = it->second;
     }
@@ -204,15 +215,20 @@ Result<Scenario> ParseScenario(std::string_view text, const std::string& source,
       m.ErrorAt("name", "model '" + model.name + "' appears twice");
     }
     m.Double("weight", &model.weight, DoubleRange::Positive());
-    if (m.IntArray("sizes", &model.sizes, 1, kMaxRows)) {
+    int64_t variants = 1;
+    if (m.Int("variants", &variants, 1, 1024)) {
+      model.variants = static_cast<int>(variants);
+    }
+    if (m.IntArray("sizes", &model.sizes, 0, kMaxRows) &&
+        model.sizes != std::vector<int64_t>{0}) {
       for (size_t i = 1; i < model.sizes.size(); ++i) {
         if (model.sizes[i] <= model.sizes[i - 1]) {
           m.ErrorAt("sizes", "compiled sizes must be strictly ascending");
           break;
         }
       }
-      if (model.sizes.empty()) {
-        m.ErrorAt("sizes", "at least one compiled size");
+      if (model.sizes.empty() || model.sizes[0] < 1) {
+        m.ErrorAt("sizes", "at least one compiled size, each >= 1 (or [0]: unbatched)");
       }
     }
     int64_t cap = 0;
@@ -223,6 +239,12 @@ Result<Scenario> ParseScenario(std::string_view text, const std::string& source,
     for (TableReader& a : m.ArrayOfTables("arrivals")) {
       ArrivalSpec arrival;
       ReadArrival(a, base_dir, &arrival);
+      if (arrival.variant >= model.variants) {
+        a.ErrorAt("variant", "the model has " + std::to_string(model.variants) + " variants");
+      }
+      if (arrival.name.empty()) {
+        arrival.name = model.name + "/" + std::to_string(model.arrivals.size());
+      }
       model.arrivals.push_back(std::move(arrival));
     }
     m.Finish();
@@ -232,6 +254,30 @@ Result<Scenario> ParseScenario(std::string_view text, const std::string& source,
   }
   if (s.models.empty()) {
     r.ErrorAt("models", "at least one [[models]] is required");
+  }
+  r.Double("share_window_seconds", &s.share_window_seconds, {0.001, 1e6, false, false});
+  for (TableReader& e : r.ArrayOfTables("events")) {
+    ControlEvent event;
+    e.Double("at_seconds", &event.at_seconds, DoubleRange::NonNegative());
+    e.Enum<ControlEvent::Kind>("kind", &event.kind,
+                               {{"set_policy", ControlEvent::Kind::kSetPolicy},
+                                {"discipline", ControlEvent::Kind::kDiscipline}});
+    if (event.kind == ControlEvent::Kind::kSetPolicy) {
+      if (!e.String("model", &event.model) || names.count(event.model) == 0) {
+        e.ErrorAt("model", "set_policy needs the name of a model of this scenario");
+      }
+      e.Double("weight", &event.weight, DoubleRange::Positive());
+    } else {
+      e.Enum<Discipline>("discipline", &event.discipline,
+                         {{"fair", Discipline::kFair},
+                          {"fifo", Discipline::kFifo},
+                          {"edf", Discipline::kEdf}});
+    }
+    e.Finish();
+    if (!s.events.empty() && event.at_seconds < s.events.back().at_seconds) {
+      e.ErrorAt("at_seconds", "events must be in time order");
+    }
+    s.events.push_back(std::move(event));
   }
   for (TableReader& a : r.ArrayOfTables("alternatives")) {
     Alternative alternative{"", s.scheduler};

@@ -19,11 +19,16 @@ namespace ferry::sim {
 
 // Execution time of one dispatch at a compiled size: a table entry if given, else
 // fixed + per_row * size; each run is multiplied by max(0.05, 1 + noise * N(0, 1)).
+// drift_per_second: the real cost grows (or shrinks) linearly over virtual time, times
+// (1 + drift_per_second * t); warmup_factor: what warm-up measures, relative to the real cost
+// at t = 0 (a warm-up that misjudges the model).
 struct CostSpec {
   double fixed_seconds = 0.0005;
   double per_row_seconds = 0.00005;
   std::map<int64_t, double> table;
   double noise = 0.0;
+  double drift_per_second = 0.0;
+  double warmup_factor = 1.0;
 
   double Mean(int64_t batch_size) const;
 };
@@ -35,8 +40,12 @@ struct TraceEvent {
 };
 
 struct ArrivalSpec {
-  enum class Kind { kSaturate, kPoisson, kBurst, kTrace };
+  enum class Kind { kSaturate, kPoisson, kBurst, kTrace, kClosed };
   Kind kind = Kind::kPoisson;
+  std::string name;               // Reported per stream; default "MODEL/INDEX".
+  int variant = 0;                // Shape variant of its requests.
+  int64_t clients = 1;            // kClosed: clients, each with one request in flight.
+  double think_seconds = 0;       // kClosed: mean (exponential) pause before the next request.
   double rate = 0;                // kPoisson: requests per second.
   int64_t backlog = 64;           // kSaturate: requests kept queued at all times.
   int64_t count = 0;              // kBurst: requests, all at at_seconds.
@@ -52,7 +61,8 @@ struct ArrivalSpec {
 struct SimModel {
   std::string name;
   double weight = 1.0;
-  std::vector<int64_t> sizes = {1, 8, 32};
+  std::vector<int64_t> sizes = {1, 8, 32};  // [0]: an unbatched model (never coalesces).
+  int variants = 1;                         // Shape variants (requests name theirs).
   std::optional<int64_t> max_batch_size;
   CostSpec cost;
   std::vector<ArrivalSpec> arrivals;
@@ -62,6 +72,16 @@ struct SimModel {
 struct Alternative {
   std::string label;
   SchedulerConfig scheduler;
+};
+
+// A control command at a virtual time: set_policy (model, weight) or a discipline change.
+struct ControlEvent {
+  double at_seconds = 0;
+  enum class Kind { kSetPolicy, kDiscipline };
+  Kind kind = Kind::kSetPolicy;
+  std::string model;
+  double weight = 1.0;
+  Discipline discipline = Discipline::kFair;
 };
 
 struct Scenario {
@@ -74,6 +94,8 @@ struct Scenario {
   SchedulerConfig scheduler;
   std::vector<SimModel> models;
   std::vector<Alternative> alternatives;
+  std::vector<ControlEvent> events;  // Ascending at_seconds.
+  double share_window_seconds = 1.0;  // Length of each window of the share time series.
 };
 
 // Parses scenario text; `base_dir` resolves trace paths. Every error is reported at once.

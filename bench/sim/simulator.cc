@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "worker/request_splitting.h"
+
 namespace ferry::sim {
 namespace {
 
@@ -43,6 +45,7 @@ struct Stream {
   Rng rng;
   double next = kNever;  // Seconds; kNever when exhausted.
   size_t emitted = 0;
+  std::vector<double> client_next;  // kClosed: when each client issues next (kNever: waiting).
 
   void Advance(bool first) {
     switch (spec->kind) {
@@ -57,6 +60,12 @@ struct Stream {
       case ArrivalSpec::Kind::kTrace:
         next = emitted < spec->trace.size() ? spec->trace[emitted].time_seconds : kNever;
         break;
+      case ArrivalSpec::Kind::kClosed:
+        if (first) {
+          client_next.assign(static_cast<size_t>(spec->clients), spec->start_seconds);
+        }
+        next = *std::min_element(client_next.begin(), client_next.end());
+        break;
       case ArrivalSpec::Kind::kSaturate:
         next = kNever;  // Topped up by the loop instead.
         break;
@@ -65,6 +74,24 @@ struct Stream {
       next = kNever;
     }
   }
+  double Think() {
+    return spec->think_seconds > 0 ? -std::log(1.0 - rng.Uniform()) * spec->think_seconds : 0;
+  }
+};
+
+struct StreamTally {
+  uint64_t completed = 0, met = 0, missed = 0, dropped = 0;
+  uint64_t good_rows = 0;
+};
+
+// A request as issued by a stream: split into pieces when larger than the largest size.
+struct Issued {
+  size_t stream;
+  int client;  // kClosed: the client waiting for it; -1 otherwise.
+  int64_t rows;
+  int pieces_left;
+  bool late = false;
+  bool lost = false;
 };
 
 struct ModelTally {
@@ -77,6 +104,15 @@ struct ModelTally {
   uint64_t dispatches = 0;
   uint64_t completed = 0;
   WaitHistogram waits;
+  Nanos max_wait = 0;
+  std::map<int64_t, uint64_t> sizes;
+  // Lag: over the whole run.
+  Nanos last_end = 0;
+  Nanos backlog_start = 0;
+  Nanos longest_gap = 0;
+  double longest_dispatch = 0;
+  double min_weight = std::numeric_limits<double>::infinity();
+  double max_weight = 0;
 };
 
 double Percentile(std::vector<double>& samples, double fraction) {
@@ -92,12 +128,14 @@ double Percentile(std::vector<double>& samples, double fraction) {
 }  // namespace
 
 Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& config,
-                          SchedulerOptions options, const std::string& label) {
+                          SchedulerOptions options, const std::string& label,
+                          std::vector<TraceRow>* trace) {
   std::vector<ModelSpec> specs;
   for (const SimModel& m : scenario.models) {
     ModelSpec spec;
     spec.name = m.name;
     spec.batch_sizes = m.sizes;
+    spec.num_variants = m.variants;
     spec.wire_batch_input = "input";
     spec.wire_batch_axis = 1;
     specs.push_back(std::move(spec));
@@ -109,68 +147,157 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
   for (size_t m = 0; m < n; ++m) {
     for (size_t a = 0; a < scenario.models[m].arrivals.size(); ++a) {
       Stream stream{static_cast<int>(m), &scenario.models[m].arrivals[a],
-                    Rng(scenario.seed * 1000003 + m * 1009 + a), kNever, 0};
+                    Rng(scenario.seed * 1000003 + m * 1009 + a), kNever, 0, {}};
       stream.Advance(true);
       streams.push_back(stream);
     }
   }
   Rng noise_rng(scenario.seed ^ 0x5eedf00dULL);
+  Nanos now = 0;
   auto run_cost = [&](int model, int64_t size) {
     const CostSpec& cost = scenario.models[static_cast<size_t>(model)].cost;
     double factor = cost.noise > 0 ? std::max(0.05, 1.0 + cost.noise * noise_rng.Normal()) : 1;
-    return cost.Mean(size) * factor;
+    double drift = std::max(0.05, 1.0 + cost.drift_per_second * static_cast<double>(now) / 1e9);
+    return cost.Mean(std::max<int64_t>(size, 1)) * factor * drift;
   };
 
   // Warm-up: under fair, every compiled size runs once on zero inputs to seed its cost.
   for (const WarmupRun& run : scheduler.WarmupPlan()) {
-    scheduler.SeedCost(run.model, run.variant, run.batch_size, run_cost(run.model, run.batch_size));
+    double measured = run_cost(run.model, run.batch_size) *
+                      scenario.models[static_cast<size_t>(run.model)].cost.warmup_factor;
+    scheduler.SeedCost(run.model, run.variant, run.batch_size, measured);
   }
 
   const Nanos warmup = ToNanos(scenario.warmup_seconds);
   const Nanos end = ToNanos(scenario.duration_seconds);
+  const Nanos window_ns = std::max<Nanos>(1, ToNanos(scenario.share_window_seconds));
   std::vector<ModelTally> tally(n);
+  std::vector<StreamTally> stream_tally(streams.size());
+  std::vector<Issued> issued;  // By payload.
   std::vector<double> decision_ns;
   double busy = 0;
   double missed_gpu = 0;
   uint64_t executed_rows = 0;
   uint64_t padding_rows = 0;
-  uint64_t payload = 0;
-  Nanos now = 0;
+  size_t next_event = 0;
+  for (size_t i = 0; i < n; ++i) {
+    tally[i].min_weight = tally[i].max_weight = config.ForModel(scenario.models[i].name).weight;
+  }
+  // The share time series: GPU seconds and backlogged time per model per window.
+  std::vector<std::vector<double>> window_gpu, window_backlog;
+  auto account = [&](std::vector<std::vector<double>>& series, size_t model, Nanos from,
+                     Nanos to) {
+    while (from < to) {
+      size_t w = static_cast<size_t>(from / window_ns);
+      if (series.size() <= w) {
+        series.resize(w + 1, std::vector<double>(n, 0.0));
+      }
+      Nanos cut = std::min(to, static_cast<Nanos>(w + 1) * window_ns);
+      series[w][model] += static_cast<double>(cut - from) / 1e9;
+      from = cut;
+    }
+  };
 
-  auto enqueue = [&](int model, const ArrivalSpec& spec, Rng& rng, Nanos at,
-                     std::optional<double> deadline_override, int64_t rows_override) {
+  // A request of a stream is finished (all pieces run, or lost); a closed-loop client then
+  // thinks and issues its next request.
+  auto finish_request = [&](Issued& r, Nanos at) {
+    StreamTally& st = stream_tally[r.stream];
+    bool measured = at >= warmup;
+    if (measured) {
+      if (r.lost) {
+        ++st.dropped;
+      } else {
+        ++st.completed;
+        if (r.late) {
+          ++st.missed;
+        } else {
+          ++st.met;
+          st.good_rows += static_cast<uint64_t>(r.rows);
+        }
+      }
+    }
+    if (r.client >= 0) {
+      Stream& s = streams[r.stream];
+      // A refused request retries no sooner than 1 ms later, so a full queue cannot spin.
+      double pause = std::max(s.Think(), r.lost ? 0.001 : 0.0);
+      s.client_next[static_cast<size_t>(r.client)] = static_cast<double>(at) / 1e9 + pause;
+      s.Advance(false);
+    }
+  };
+
+  auto issue = [&](size_t stream_index, Nanos at, std::optional<double> deadline_override,
+                   int64_t rows_override, int client) {
+    Stream& s = streams[stream_index];
+    const ArrivalSpec& spec = *s.spec;
+    int model = s.model;
+    const SimModel& sm = scenario.models[static_cast<size_t>(model)];
     QueuedRequest r;
-    r.payload = payload++;
+    r.payload = issued.size();
     r.arrival = at;
-    r.rows = rows_override > 0 ? rows_override : rng.Between(spec.rows_min, spec.rows_max);
+    r.variant = spec.variant;
+    r.rows = rows_override > 0 ? rows_override : s.rng.Between(spec.rows_min, spec.rows_max);
     std::optional<double> deadline = deadline_override ? deadline_override : spec.deadline_seconds;
     if (deadline) {
       r.deadline = at + ToNanos(*deadline);
     }
-    if (!scheduler.Enqueue(model, r).ok() && at >= warmup) {
-      ++tally[static_cast<size_t>(model)].rejected;
-      ++tally[static_cast<size_t>(model)].dropped;
+    // Larger than the largest compiled size: split as the hook host does (all or none).
+    int64_t largest = sm.sizes.back();
+    std::vector<int64_t> pieces = PlanSplit(r.rows, largest > 0 ? largest : r.rows, true, true);
+    issued.push_back({stream_index, client, r.rows, static_cast<int>(pieces.size())});
+    ModelTally& t = tally[static_cast<size_t>(model)];
+    if (scheduler.queue_depth(model) == 0) {
+      t.backlog_start = at;
+    }
+    std::vector<QueuedRequest> parts = SplitRequest(r, pieces);
+    if (!scheduler.EnqueueAll(model, parts).ok()) {
+      if (at >= warmup) {
+        ++t.rejected;
+        ++t.dropped;
+      }
+      issued.back().lost = true;
+      finish_request(issued.back(), at);
     }
   };
 
   while (now < end) {
-    for (Stream& s : streams) {
+    // Control events due now.
+    while (next_event < scenario.events.size() &&
+           ToNanos(scenario.events[next_event].at_seconds) <= now) {
+      const ControlEvent& e = scenario.events[next_event++];
+      if (e.kind == ControlEvent::Kind::kSetPolicy) {
+        FERRY_RETURN_IF_ERROR(scheduler.SetPolicy(e.model, e.weight));
+        ModelTally& t = tally[static_cast<size_t>(scheduler.FindModel(e.model))];
+        t.min_weight = std::min(t.min_weight, e.weight);
+        t.max_weight = std::max(t.max_weight, e.weight);
+      } else if (!options.round_robin) {
+        FERRY_RETURN_IF_ERROR(scheduler.SetDiscipline(e.discipline));
+      }
+    }
+    for (size_t si = 0; si < streams.size(); ++si) {
+      Stream& s = streams[si];
       while (s.next != kNever && ToNanos(s.next) <= now) {
         Nanos at = ToNanos(s.next);
         if (s.spec->kind == ArrivalSpec::Kind::kTrace) {
           const TraceEvent& e = s.spec->trace[s.emitted];
-          enqueue(s.model, *s.spec, s.rng, at, e.deadline_seconds, e.rows);
+          issue(si, at, e.deadline_seconds, e.rows, -1);
+          ++s.emitted;
+          s.Advance(false);
+        } else if (s.spec->kind == ArrivalSpec::Kind::kClosed) {
+          auto client = std::min_element(s.client_next.begin(), s.client_next.end());
+          *client = kNever;  // Waiting for its reply.
+          s.Advance(false);
+          issue(si, at, std::nullopt, 0, static_cast<int>(client - s.client_next.begin()));
         } else {
-          enqueue(s.model, *s.spec, s.rng, at, std::nullopt, 0);
+          issue(si, at, std::nullopt, 0, -1);
+          ++s.emitted;
+          s.Advance(false);
         }
-        ++s.emitted;
-        s.Advance(false);
       }
       if (s.spec->kind == ArrivalSpec::Kind::kSaturate && now >= ToNanos(s.spec->start_seconds) &&
           static_cast<double>(now) < s.spec->stop_seconds * 1e9) {
         for (size_t d = scheduler.queue_depth(s.model); d < static_cast<size_t>(s.spec->backlog);
              ++d) {
-          enqueue(s.model, *s.spec, s.rng, now, std::nullopt, 0);
+          issue(si, now, std::nullopt, 0, -1);
         }
       }
     }
@@ -189,40 +316,70 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
         if (measured && r.arrival >= warmup) {
           ++tally[static_cast<size_t>(d.model)].dropped;
         }
+        Issued& whole = issued[r.payload];
+        whole.lost = true;
+        if (--whole.pieces_left == 0) {
+          finish_request(whole, now);
+        }
       }
     }
     if (d.runs()) {
       double seconds = run_cost(d.model, d.batch_size);
       Nanos finish = now + ToNanos(seconds);
       ModelTally& t = tally[static_cast<size_t>(d.model)];
+      t.longest_gap = std::max(t.longest_gap, now - std::max(t.last_end, t.backlog_start));
+      t.longest_dispatch = std::max(t.longest_dispatch, seconds);
+      t.last_end = finish;
+      if (trace != nullptr) {
+        trace->push_back({static_cast<double>(now) / 1e9, static_cast<double>(finish) / 1e9,
+                          d.model, d.variant, d.batch_size, d.rows, d.requests.size()});
+      }
+      account(window_gpu, static_cast<size_t>(d.model), now, finish);
+      for (size_t i = 0; i < n; ++i) {
+        if (static_cast<int>(i) == d.model || scheduler.queue_depth(static_cast<int>(i)) > 0) {
+          account(window_backlog, i, now, finish);
+        }
+      }
       if (measured) {
         busy += seconds;
         t.gpu_seconds += seconds;
         ++t.dispatches;
+        ++t.sizes[d.batch_size];
         executed_rows += static_cast<uint64_t>(d.batch_size);
-        padding_rows += static_cast<uint64_t>(d.batch_size - d.rows);
-        int64_t missed_rows = 0;
-        for (const QueuedRequest& r : d.requests) {
+        padding_rows += static_cast<uint64_t>(std::max<int64_t>(0, d.batch_size - d.rows));
+      }
+      int64_t missed_rows = 0;
+      for (const QueuedRequest& r : d.requests) {
+        bool late = r.deadline && finish > *r.deadline;
+        if (measured) {
           t.waits.Record(now - r.arrival);
+          t.max_wait = std::max(t.max_wait, now - r.arrival);
           ++t.completed;
           t.rows += static_cast<uint64_t>(r.rows);
-          if (r.deadline && finish > *r.deadline) {
+          if (late) {
             ++t.misses;
             missed_rows += r.rows;
           } else {
             t.good_rows += static_cast<uint64_t>(r.rows);
           }
         }
+        Issued& whole = issued[r.payload];
+        whole.late = whole.late || late;
+        if (--whole.pieces_left == 0) {
+          finish_request(whole, finish);
+        }
+      }
+      if (measured && d.rows > 0) {
         missed_gpu += seconds * static_cast<double>(missed_rows) / static_cast<double>(d.rows);
       }
       now = finish;
       scheduler.Complete(d, seconds, now);
       continue;
     }
-    if (scheduler.queued_requests() > 0) {
+    if (scheduler.queued_requests() > 0 || !d.shed.empty() || !d.failed.empty()) {
       continue;  // Everything selected was shed: decide again at once.
     }
-    // Idle: jump to the next arrival (or the start of a saturating stream).
+    // Idle: jump to the next arrival, event, or the start of a saturating stream.
     double next = kNever;
     for (const Stream& s : streams) {
       next = std::min(next, s.next);
@@ -230,6 +387,9 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
           static_cast<double>(now) < s.spec->start_seconds * 1e9) {
         next = std::min(next, s.spec->start_seconds);
       }
+    }
+    if (next_event < scenario.events.size()) {
+      next = std::min(next, scenario.events[next_event].at_seconds);
     }
     if (next == kNever || ToNanos(next) >= end) {
       break;
@@ -242,14 +402,17 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
 
   RunReport report;
   report.label = label;
-  double weight_with_traffic = 0;
-  for (const SimModel& m : scenario.models) {
-    if (!m.arrivals.empty()) {
-      weight_with_traffic += m.weight;
+  double weight_with_traffic = 0, max_weight_with_traffic = 0, dispatch_sum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!scenario.models[i].arrivals.empty()) {
+      weight_with_traffic += scenario.models[i].weight;
+      max_weight_with_traffic += tally[i].max_weight;
+      dispatch_sum += tally[i].longest_dispatch;
     }
   }
   double x_sum = 0, x_sq = 0, best_capacity = 0, goodput = 0;
   int with_traffic = 0;
+  size_t stream_index = 0;
   for (size_t i = 0; i < n; ++i) {
     const SimModel& m = scenario.models[i];
     const ModelTally& t = tally[i];
@@ -261,17 +424,30 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
     r.throughput_rows_per_s = static_cast<double>(t.rows) / window;
     r.goodput_rows_per_s = static_cast<double>(t.good_rows) / window;
     for (int64_t size : m.sizes) {
+      int64_t rows = std::max<int64_t>(size, 1);
       r.capacity_rows_per_s =
-          std::max(r.capacity_rows_per_s, static_cast<double>(size) / m.cost.Mean(size));
+          std::max(r.capacity_rows_per_s, static_cast<double>(rows) / m.cost.Mean(rows));
     }
     r.queue_wait_p50_s = static_cast<double>(t.waits.Percentile(0.50)) / 1e9;
     r.queue_wait_p99_s = static_cast<double>(t.waits.Percentile(0.99)) / 1e9;
+    r.max_queue_wait_s = static_cast<double>(t.max_wait) / 1e9;
     r.deadline_misses = t.misses;
     r.dropped = t.dropped;
     r.rejected = t.rejected;
     r.dispatches = t.dispatches;
     r.requests_completed = t.completed;
     r.gpu_seconds = t.gpu_seconds;
+    r.batch_size_histogram = t.sizes;
+    r.longest_gap_s = static_cast<double>(t.longest_gap) / 1e9;
+    if (!m.arrivals.empty()) {
+      r.lag_bound_s = (max_weight_with_traffic / t.min_weight - 1) * t.longest_dispatch +
+                      (dispatch_sum - t.longest_dispatch);
+    }
+    for (size_t a = 0; a < m.arrivals.size(); ++a, ++stream_index) {
+      const StreamTally& st = stream_tally[stream_index];
+      r.streams.push_back({m.arrivals[a].name, st.completed, st.met, st.missed, st.dropped,
+                           static_cast<double>(st.good_rows) / window});
+    }
     if (r.target_share > 0) {
       double x = r.share / r.target_share;
       x_sum += x;
@@ -281,6 +457,28 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
     best_capacity = std::max(best_capacity, r.capacity_rows_per_s);
     goodput += r.goodput_rows_per_s;
     report.models.push_back(std::move(r));
+  }
+  for (size_t w = 0; w < window_gpu.size() && w < window_backlog.size(); ++w) {
+    ShareWindow sw;
+    sw.start_s = static_cast<double>(w) * scenario.share_window_seconds;
+    double gpu = 0, demand = 0;
+    for (size_t i = 0; i < n; ++i) {
+      gpu += window_gpu[w][i];
+    }
+    // Weights in force are the configured ones; set_policy events are reflected by the
+    // caller's checks (the series is for computing properties from outside).
+    std::vector<double> weights(n);
+    for (size_t i = 0; i < n; ++i) {
+      weights[i] = scenario.models[i].weight;
+      double b = window_backlog[w][i] / scenario.share_window_seconds;
+      sw.backlogged.push_back(std::min(1.0, b));
+      demand += weights[i] * std::min(1.0, b);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      sw.shares.push_back(gpu > 0 ? window_gpu[w][i] / gpu : 0);
+      sw.targets.push_back(demand > 0 ? weights[i] * sw.backlogged[i] / demand : 0);
+    }
+    report.windows.push_back(std::move(sw));
   }
   report.jain = x_sq > 0 ? x_sum * x_sum / (with_traffic * x_sq) : 0;
   report.utilization = busy / window;
@@ -295,12 +493,13 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
   return report;
 }
 
-Result<ScenarioReport> RunScenario(const Scenario& scenario) {
+Result<ScenarioReport> RunScenario(const Scenario& scenario, std::vector<TraceRow>* trace) {
   ScenarioReport report;
   report.scenario = scenario.name;
   FERRY_ASSIGN_OR_RETURN(
-      report.ferry, RunOnce(scenario, scenario.scheduler, {},
-                            "ferry " + std::string(DisciplineName(scenario.scheduler.discipline))));
+      report.ferry,
+      RunOnce(scenario, scenario.scheduler, {},
+              "ferry " + std::string(DisciplineName(scenario.scheduler.discipline)), trace));
   for (const Alternative& alternative : scenario.alternatives) {
     FERRY_ASSIGN_OR_RETURN(RunReport run,
                            RunOnce(scenario, alternative.scheduler, {}, alternative.label));

@@ -8,6 +8,7 @@
 // Thread safety: RunScenario is safe for concurrent use on distinct scenarios.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,36 @@
 #include "worker/scheduler.h"
 
 namespace ferry::sim {
+
+// One arrival stream's outcome (a deadline class, a tenant): requests count once, when their
+// last piece completes.
+struct StreamReport {
+  std::string name;
+  uint64_t completed = 0;
+  uint64_t met = 0;     // Completed within their deadline (or with none).
+  uint64_t missed = 0;  // Completed late.
+  uint64_t dropped = 0;  // Shed, refused or failed.
+  double goodput_rows_per_s = 0;
+};
+
+// One window of the share time series.
+struct ShareWindow {
+  double start_s = 0;
+  std::vector<double> shares;       // Of the GPU time used in the window, per model.
+  std::vector<double> backlogged;   // Fraction of the window each model had work queued.
+  std::vector<double> targets;      // weight x backlogged, normalised over the models.
+};
+
+// One dispatch, for --trace.
+struct TraceRow {
+  double start_s = 0;
+  double end_s = 0;
+  int model = 0;
+  int variant = 0;
+  int64_t batch_size = 0;
+  int64_t rows = 0;
+  size_t requests = 0;
+};
 
 struct ModelReport {
   std::string name;
@@ -32,6 +63,16 @@ struct ModelReport {
   uint64_t dispatches = 0;
   uint64_t requests_completed = 0;
   double gpu_seconds = 0;
+  // Longest time from the end of one of its dispatches (or from becoming backlogged) to the
+  // start of its next, while it had work queued; over the whole run, transitions included.
+  double longest_gap_s = 0;
+  // fair's bound on that gap (docs/scheduler.md): (W / w_i - 1) d_i + sum_j D_j with the
+  // longest dispatches seen, W the weights of the models with traffic (largest weights any
+  // event gave them) and w_i model i's smallest weight.
+  double lag_bound_s = 0;
+  double max_queue_wait_s = 0;
+  std::map<int64_t, uint64_t> batch_size_histogram;  // Compiled size -> dispatches.
+  std::vector<StreamReport> streams;
 };
 
 struct RunReport {
@@ -45,6 +86,7 @@ struct RunReport {
   double decision_ns_median = 0;
   double decision_ns_p99 = 0;
   uint64_t decisions = 0;
+  std::vector<ShareWindow> windows;  // Over the whole run, share_window_seconds each.
 };
 
 struct ScenarioReport {
@@ -55,10 +97,14 @@ struct ScenarioReport {
 };
 
 // One run of the scenario's workload through a scheduler built with `config` and `options`.
+// `trace`, when given, receives every dispatch.
 Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& config,
-                          SchedulerOptions options, const std::string& label);
+                          SchedulerOptions options, const std::string& label,
+                          std::vector<TraceRow>* trace = nullptr);
 
 // The scenario, its alternatives, and (when enabled) the two baselines.
-Result<ScenarioReport> RunScenario(const Scenario& scenario);
+// `trace` receives the scheduler's run (not the alternatives' or baselines').
+Result<ScenarioReport> RunScenario(const Scenario& scenario,
+                                   std::vector<TraceRow>* trace = nullptr);
 
 }  // namespace ferry::sim
