@@ -148,5 +148,20 @@ check(all(s["completed"] > 0 for m in r["models"] for s in m["streams"]),
 check(r["jain"] >= 0.99, f"mixed_workload: weighted Jain {r['jain']:.4f} >= 0.99")
 lag_within_bound(r, "mixed_workload")
 
+# Batching-aware edf (issue 8): 2x overload, a light urgent model beside heavy loose ones.
+r = run("edf_light_urgent")
+fraction = sum(m["goodput_rows_per_s"] / m["capacity_rows_per_s"] for m in r["models"])
+check(fraction >= 0.9, f"edf_light_urgent: goodput {fraction:.3f} of capacity >= 0.9 "
+                       "(sum over models of goodput / best-batch capacity)")
+urgent = r["models"][0]["streams"][0]
+check(urgent["missed"] == 0 and urgent["dropped"] == 0 and urgent["met"] > 0,
+      f"edf_light_urgent: every urgent request met ({urgent['met']} met, {urgent['missed']} "
+      f"missed, {urgent['dropped']} dropped)")
+for m in r["models"][1:]:
+    s = m["streams"][0]
+    check(s["missed"] == 0, f"edf_light_urgent: {m['name']}: none served late ({s['missed']})")
+check(r["missed_gpu_fraction"] <= 0.02,
+      f"edf_light_urgent: GPU time on requests that then miss {r['missed_gpu_fraction']:.4f} <= 0.02")
+
 print(f"{len(failures)} failed")
 sys.exit(1 if failures else 0)

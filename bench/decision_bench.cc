@@ -1,7 +1,11 @@
 // ferry-decision-bench [--json] [--decisions N]: the real time of one scheduling decision
-// (Scheduler::Next: select + shed + coalesce) with 8, 64 and 512 models and 100k queued
-// requests, for each discipline, against the plain round-robin baseline in the same run.
-// Each model's queue is topped up after every dispatch so the backlog stays at 100k.
+// (Scheduler::Next: select + shed + coalesce, plus the Complete() that follows) with 8, 64
+// and 512 models and 100k queued requests, for each discipline, against the plain round-robin
+// baseline in the same run. After every dispatch as many requests arrive as it took, spread
+// over all models in turn (not only the dispatched one), so the backlog stays at 100k and
+// models keep joining and leaving the backlogged set. "edf overload": twice as many requests
+// arrive as are dispatched, each with a deadline 20 ms out, so the queues stay full and the
+// excess is shed or refused: the cost of shedding is in the figure.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -17,7 +21,7 @@ using ferry::Discipline;
 using ferry::Nanos;
 
 double MedianDecisionNs(int num_models, int queued, int decisions, Discipline discipline,
-                        bool round_robin) {
+                        bool round_robin, bool overload = false) {
   ferry::SchedulerConfig config;
   config.discipline = discipline;
   config.max_queue_depth = queued;
@@ -43,28 +47,38 @@ double MedianDecisionNs(int num_models, int queued, int decisions, Discipline di
     ferry::QueuedRequest r;
     r.payload = payload++;
     r.arrival = now;
-    r.deadline = now + 3600 * ferry::kNanosPerSecond;  // Far: edf sorts but never sheds.
+    // Far: edf sorts but never sheds; or, overloaded, 20 ms (the backlog spreads its first).
+    r.deadline = now + (overload ? 20'000'000 + static_cast<Nanos>(payload % 1000) * 1'000'000
+                                 : 3600 * ferry::kNanosPerSecond);
     (void)s.Enqueue(model, r);
   };
   for (int i = 0; i < queued; ++i) {
     push(i % num_models);
   }
+  int next_model = 0;
   std::vector<double> samples;
   samples.reserve(static_cast<size_t>(decisions));
   for (int i = 0; i < decisions; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     ferry::Decision d = s.Next(now);
+    double seconds = 1e-4 * (1 + std::max(0, d.dispatch.model) % 7);
+    if (d.dispatch.runs()) {
+      s.Complete(d.dispatch, seconds, now + static_cast<Nanos>(seconds * 1e9));
+    }
     auto t1 = std::chrono::steady_clock::now();
     samples.push_back(
         static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
-    if (!d.dispatch.runs()) {
+    if (d.dispatch.runs()) {
+      now += static_cast<Nanos>(seconds * 1e9);
+    } else if (s.queued_requests() == 0) {
       break;
     }
-    double seconds = 1e-4 * (1 + d.dispatch.model % 7);
-    now += static_cast<Nanos>(seconds * 1e9);
-    s.Complete(d.dispatch, seconds, now);
-    for (size_t k = 0; k < d.dispatch.requests.size(); ++k) {
-      push(d.dispatch.model);
+    size_t arrivals = overload ? 2 * d.dispatch.requests.size()
+                               : d.dispatch.requests.size() + d.dispatch.shed.size() +
+                                     d.dispatch.failed.size();
+    for (size_t k = 0; k < arrivals; ++k) {
+      push(next_model);
+      next_model = (next_model + 1) % num_models;
     }
   }
   std::nth_element(samples.begin(),
@@ -88,24 +102,27 @@ int main(int argc, char** argv) {
 
   nlohmann::json rows = nlohmann::json::array();
   if (!json) {
-    std::printf("%8s %9s %10s %10s %10s %12s %10s\n", "models", "queued", "fair ns", "fifo ns",
-                "edf ns", "round-robin", "fair/rr");
+    std::printf("%8s %9s %10s %10s %10s %14s %12s %10s\n", "models", "queued", "fair ns",
+                "fifo ns", "edf ns", "edf overload", "round-robin", "fair/rr");
   }
   for (int models : {8, 64, 512}) {
     double fair = MedianDecisionNs(models, queued, decisions, Discipline::kFair, false);
     double fifo = MedianDecisionNs(models, queued, decisions, Discipline::kFifo, false);
     double edf = MedianDecisionNs(models, queued, decisions, Discipline::kEdf, false);
+    double edf_overload =
+        MedianDecisionNs(models, queued, decisions, Discipline::kEdf, false, true);
     double rr = MedianDecisionNs(models, queued, decisions, Discipline::kFair, true);
     rows.push_back({{"models", models},
                     {"queued", queued},
                     {"fair_ns_median", fair},
                     {"fifo_ns_median", fifo},
                     {"edf_ns_median", edf},
+                    {"edf_overload_ns_median", edf_overload},
                     {"round_robin_ns_median", rr},
                     {"fair_vs_round_robin", fair / rr}});
     if (!json) {
-      std::printf("%8d %9d %10.0f %10.0f %10.0f %12.0f %10.2f\n", models, queued, fair, fifo, edf,
-                  rr, fair / rr);
+      std::printf("%8d %9d %10.0f %10.0f %10.0f %14.0f %12.0f %10.2f\n", models, queued, fair,
+                  fifo, edf, edf_overload, rr, fair / rr);
     }
   }
   if (json) {

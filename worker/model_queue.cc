@@ -5,6 +5,7 @@ namespace ferry {
 void ModelQueue::TrackDeadlines(bool on) {
   track_deadlines_ = on;
   deadlines_.clear();
+  urgent_valid_ = false;
   if (on) {
     for (const QueuedRequest& r : requests_) {
       if (r.deadline) {
@@ -17,6 +18,10 @@ void ModelQueue::TrackDeadlines(bool on) {
 void ModelQueue::Push(QueuedRequest request) {
   if (track_deadlines_ && request.deadline) {
     deadlines_.insert(*request.deadline);
+    Nanos d = *request.deadline;
+    if (urgent_valid_ && d > urgent_now_ && (!urgent_ || d < *urgent_)) {
+      urgent_ = d;
+    }
   }
   rows_ += request.rows;
   if (request.variant >= 0) {
@@ -31,6 +36,9 @@ void ModelQueue::Push(QueuedRequest request) {
 void ModelQueue::Forget(const QueuedRequest& request) {
   if (track_deadlines_ && request.deadline) {
     deadlines_.erase(deadlines_.find(*request.deadline));
+    if (urgent_ && *urgent_ == *request.deadline) {
+      urgent_valid_ = false;
+    }
   }
   rows_ -= request.rows;
   if (request.variant >= 0) {
@@ -56,11 +64,14 @@ QueuedRequest ModelQueue::RemoveAt(size_t index) {
 }
 
 std::optional<Nanos> ModelQueue::MostUrgentDeadline(Nanos now) const {
-  auto it = deadlines_.upper_bound(now);
-  if (it == deadlines_.end()) {
-    return std::nullopt;
+  if (urgent_valid_ && now >= urgent_now_ && (!urgent_ || now < *urgent_)) {
+    return urgent_;  // Nothing between the cached now and this one can have passed.
   }
-  return *it;
+  auto it = deadlines_.upper_bound(now);
+  urgent_ = it == deadlines_.end() ? std::nullopt : std::optional<Nanos>(*it);
+  urgent_now_ = now;
+  urgent_valid_ = true;
+  return urgent_;
 }
 
 }  // namespace ferry

@@ -50,6 +50,12 @@ class ModelQueue {
   bool track_deadlines_;
   std::deque<QueuedRequest> requests_;
   std::multiset<Nanos> deadlines_;
+  // MostUrgentDeadline's last answer, for `urgent_now_`: still the answer for any later now
+  // below it while no request holding it leaves (a push can only lower it). Makes edf's scan
+  // over models O(1) per model that did not change.
+  mutable bool urgent_valid_ = false;
+  mutable Nanos urgent_now_ = 0;
+  mutable std::optional<Nanos> urgent_;
   int64_t rows_ = 0;
   std::vector<int64_t> variant_rows_;  // By variant index.
 };

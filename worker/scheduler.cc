@@ -120,6 +120,9 @@ Status Scheduler::EnqueueAll(int model, std::span<const QueuedRequest> pieces) {
                              std::to_string(config_.max_queue_depth) + ")");
   }
   for (const QueuedRequest& piece : pieces) {
+    if (piece.deadline) {
+      m.earliest_deadline = std::min(m.earliest_deadline, *piece.deadline);
+    }
     m.queue.Push(piece);
   }
   m.effective_cost_stale = true;
@@ -199,13 +202,28 @@ Status Scheduler::SetDiscipline(Discipline discipline) {
 
 void Scheduler::DropExpired(int index, Nanos now) {
   ModelState& m = models_[static_cast<size_t>(index)];
-  for (size_t i = m.queue.size(); i-- > 0;) {
-    const QueuedRequest& r = m.queue.at(i);
+  if (m.earliest_deadline > now) {
+    return;  // Nothing queued can have expired.
+  }
+  // Keep the live requests in order and move the expired ones out, in one pass.
+  std::vector<QueuedRequest> live;
+  live.reserve(m.queue.size());
+  m.earliest_deadline = std::numeric_limits<Nanos>::max();
+  while (!m.queue.empty()) {
+    QueuedRequest r = m.queue.PopFront();
     if (r.deadline && *r.deadline <= now) {
-      expired_.emplace_back(index, m.queue.RemoveAt(i));
+      expired_.emplace_back(index, r);
       --queued_;
       ++m.counters.shed;
+    } else {
+      if (r.deadline) {
+        m.earliest_deadline = std::min(m.earliest_deadline, *r.deadline);
+      }
+      live.push_back(r);
     }
+  }
+  for (QueuedRequest& r : live) {
+    m.queue.Push(r);
   }
   m.effective_cost_stale = true;
   DeactivateIfEmpty(index);
@@ -313,26 +331,73 @@ int Scheduler::SelectFifo() const {
 int Scheduler::SelectEdf(Nanos now) const {
   int best = -1;
   std::optional<Nanos> best_deadline;
+  auto more_urgent = [&](const ModelState& m, std::optional<Nanos> deadline, int other,
+                         std::optional<Nanos> other_deadline) {
+    if (other < 0) {
+      return true;
+    }
+    if (deadline.has_value() != other_deadline.has_value()) {
+      return deadline.has_value();  // Any deadline is more urgent than none.
+    }
+    if (deadline && *deadline != *other_deadline) {
+      return *deadline < *other_deadline;
+    }
+    const ModelState& b = models_[static_cast<size_t>(other)];
+    return Before(m.queue.front(), m.spec.name, b.queue.front(), b.spec.name);
+  };
   for (int index : active_) {
     const ModelState& m = models_[static_cast<size_t>(index)];
     std::optional<Nanos> deadline = m.queue.MostUrgentDeadline(now);
-    bool better = false;
-    if (best < 0) {
-      better = true;
-    } else if (deadline.has_value() != best_deadline.has_value()) {
-      better = deadline.has_value();  // Any deadline is more urgent than none.
-    } else if (deadline && *deadline != *best_deadline) {
-      better = *deadline < *best_deadline;
-    } else {
-      const ModelState& b = models_[static_cast<size_t>(best)];
-      better = Before(m.queue.front(), m.spec.name, b.queue.front(), b.spec.name);
-    }
-    if (better) {
+    if (more_urgent(m, deadline, best, best_deadline)) {
       best = index;
       best_deadline = deadline;
     }
   }
-  return best;
+  if (best < 0 || !best_deadline || !options_.coalesce) {
+    return best;
+  }
+  // Batching-aware: the most urgent model may wait for more requests when it cannot fill half
+  // its cap and, run at its cap later (learned worst cost), it still meets its most urgent
+  // deadline after another model's next dispatch. Then the most urgent model whose next
+  // dispatch fits in that slack runs first. Re-judged every decision, so the waiting model
+  // runs as soon as its slack no longer covers another dispatch.
+  const ModelState& u = models_[static_cast<size_t>(best)];
+  int64_t cap = EffectiveMaxBatch(u.spec);
+  int variant = u.queue.front().variant;
+  if (!u.spec.coalescable || cap == 0 || variant == kNoCompiledProgram ||
+      u.queue.variant_rows(variant) * 2 >= cap) {
+    return best;
+  }
+  std::optional<int> cap_index = SmallestFitting(u.spec.batch_sizes, cap);
+  double own = u.cost.HighPercentile(variant, cap_index.value_or(0));
+  double slack = static_cast<double>(*best_deadline - now) / kNanosPerSecond - own;
+  int alternative = -1;
+  std::optional<Nanos> alternative_deadline;
+  for (int index : active_) {
+    if (index == best) {
+      continue;
+    }
+    const ModelState& m = models_[static_cast<size_t>(index)];
+    if (NextDispatchCost(m) > slack) {
+      continue;
+    }
+    std::optional<Nanos> deadline = m.queue.MostUrgentDeadline(now);
+    if (more_urgent(m, deadline, alternative, alternative_deadline)) {
+      alternative = index;
+      alternative_deadline = deadline;
+    }
+  }
+  return alternative >= 0 ? alternative : best;
+}
+
+double Scheduler::NextDispatchCost(const ModelState& m) const {
+  const QueuedRequest& front = m.queue.front();
+  int variant = front.variant == kNoCompiledProgram ? 0 : front.variant;
+  int64_t limit = EffectiveMaxBatch(m.spec);
+  int64_t rows = std::max(front.rows, std::min(m.queue.variant_rows(variant), limit));
+  int size_index = SmallestFitting(m.spec.batch_sizes, rows)
+                       .value_or(static_cast<int>(m.spec.batch_sizes.size()) - 1);
+  return m.cost.HighPercentile(variant, size_index);
 }
 
 int Scheduler::SelectRoundRobin() {

@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <set>
 #include <span>
@@ -187,6 +188,9 @@ class Scheduler {
     // model last became backlogged; its start tag is the larger of the two.
     double finish_tag = 0;
     double floor_tag = 0;
+    // No queued request has a deadline before this (a lower bound, exact after a scan), so a
+    // full queue looks for expired requests only when one may exist.
+    Nanos earliest_deadline = std::numeric_limits<Nanos>::max();
     double start_tag() const { return std::max(finish_tag, floor_tag); }
     // EffectiveCost() memo: recomputed only after the queue or the cost model changed, so a
     // decision costs O(1) per idle-since-last-time model rather than a size search each.
@@ -208,6 +212,8 @@ class Scheduler {
   double RecentFraction(const ModelState& m) const;
   void AddRecentCompute(ModelState& m, double seconds, Nanos now);
   double EffectiveCost(const ModelState& m) const;
+  // The learned worst cost (max of recent runs) of the dispatch model m would run next.
+  double NextDispatchCost(const ModelState& m) const;
   int SelectFair() const;
   int SelectFifo() const;
   int SelectEdf(Nanos now) const;

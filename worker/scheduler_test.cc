@@ -107,7 +107,8 @@ TEST_CASE("fifo serves the model whose oldest request is oldest, ties by name") 
 TEST_CASE("edf serves the soonest deadline; no deadline is least urgent; ties by age, name") {
   SchedulerConfig config;
   config.discipline = Discipline::kEdf;
-  Scheduler s = Make({Spec("a"), Spec("b"), Spec("c"), Spec("d")}, config);
+  // Size 1: every request fills its batch, so batching-awareness never defers (tested below).
+  Scheduler s = Make({Spec("a", {1}), Spec("b", {1}), Spec("c", {1}), Spec("d", {1})}, config);
   Push(s, 0, Req(1));                // a: no deadline, oldest.
   Push(s, 1, Req(2, 1, 900 * kMs));  // b
   Push(s, 2, Req(3, 1, 500 * kMs));  // c: soonest.
@@ -116,6 +117,37 @@ TEST_CASE("edf serves the soonest deadline; no deadline is least urgent; ties by
   CHECK(s.Next(10).dispatch.model == 1);
   CHECK(s.Next(10).dispatch.model == 3);
   CHECK(s.Next(10).dispatch.model == 0);
+}
+
+TEST_CASE("edf is batching-aware: an urgent model that cannot fill half its cap waits while slack allows") {
+  SchedulerConfig config;
+  config.discipline = Discipline::kEdf;
+  Scheduler s = Make({Spec("urgent", {1, 8, 32}), Spec("heavy", {1, 8, 32})}, config);
+  for (int m : {0, 1}) {
+    for (int64_t size : {1, 8, 32}) {
+      s.SeedCost(m, 0, size, 0.002);  // 2 ms per dispatch at any size.
+    }
+  }
+  Push(s, 0, Req(0, 1, 20 * kMs));  // One row, due at 20 ms.
+  for (int i = 0; i < 32; ++i) {
+    Push(s, 1, Req(0, 1, 1000 * kMs));
+  }
+  // Slack at 0: 20 - 2 (its own run) = 18 ms > heavy's 2 ms: heavy runs first.
+  Decision first = s.Next(0);
+  CHECK(first.dispatch.model == 1);
+  s.Complete(first.dispatch, 0.002, 2 * kMs);
+  for (int i = 0; i < 32; ++i) {
+    Push(s, 1, Req(2 * kMs, 1, 1000 * kMs));
+  }
+  // At 17 ms the slack (20 - 17 - 2 = 1 ms) no longer covers heavy's 2 ms: urgent runs.
+  Decision late = s.Next(17 * kMs);
+  CHECK(late.dispatch.model == 0);
+  CHECK(late.dispatch.shed.empty());
+  // Half the cap queued is a good batch: no waiting then.
+  for (int i = 0; i < 16; ++i) {
+    Push(s, 0, Req(20 * kMs, 1, 60 * kMs));
+  }
+  CHECK(s.Next(20 * kMs).dispatch.model == 0);
 }
 
 TEST_CASE("edf keeps queues in arrival order: an urgent request deep in a queue does not jump") {
