@@ -1,27 +1,27 @@
 #include "worker/model_queue.h"
 
+#include <algorithm>
+
 namespace ferry {
 
 void ModelQueue::TrackDeadlines(bool on) {
   track_deadlines_ = on;
-  deadlines_.clear();
-  urgent_valid_ = false;
+  heap_.clear();
+  removed_.clear();
   if (on) {
     for (const QueuedRequest& r : requests_) {
-      if (r.deadline) {
-        deadlines_.insert(*r.deadline);
+      if (r.deadline && *r.deadline > passed_) {
+        heap_.push_back(*r.deadline);
       }
     }
+    std::make_heap(heap_.begin(), heap_.end(), std::greater<>());
   }
 }
 
 void ModelQueue::Push(QueuedRequest request) {
-  if (track_deadlines_ && request.deadline) {
-    deadlines_.insert(*request.deadline);
-    Nanos d = *request.deadline;
-    if (urgent_valid_ && d > urgent_now_ && (!urgent_ || d < *urgent_)) {
-      urgent_ = d;
-    }
+  if (track_deadlines_ && request.deadline && *request.deadline > passed_) {
+    heap_.push_back(*request.deadline);
+    std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
   }
   rows_ += request.rows;
   if (request.variant >= 0) {
@@ -34,11 +34,9 @@ void ModelQueue::Push(QueuedRequest request) {
 }
 
 void ModelQueue::Forget(const QueuedRequest& request) {
-  if (track_deadlines_ && request.deadline) {
-    deadlines_.erase(deadlines_.find(*request.deadline));
-    if (urgent_ && *urgent_ == *request.deadline) {
-      urgent_valid_ = false;
-    }
+  if (track_deadlines_ && request.deadline && *request.deadline > passed_) {
+    removed_.push_back(*request.deadline);
+    std::push_heap(removed_.begin(), removed_.end(), std::greater<>());
   }
   rows_ -= request.rows;
   if (request.variant >= 0) {
@@ -63,15 +61,34 @@ QueuedRequest ModelQueue::RemoveAt(size_t index) {
   return request;
 }
 
-std::optional<Nanos> ModelQueue::MostUrgentDeadline(Nanos now) const {
-  if (urgent_valid_ && now >= urgent_now_ && (!urgent_ || now < *urgent_)) {
-    return urgent_;  // Nothing between the cached now and this one can have passed.
+void ModelQueue::CleanHeap(Nanos now) const {
+  auto pop = [](std::vector<Nanos>& h) {
+    std::pop_heap(h.begin(), h.end(), std::greater<>());
+    h.pop_back();
+  };
+  while (!heap_.empty()) {
+    if (!removed_.empty() && removed_.front() == heap_.front()) {
+      pop(removed_);  // That request left: cancel its entry.
+      pop(heap_);
+    } else if (heap_.front() <= now) {
+      pop(heap_);  // Passed: it never counts again.
+    } else {
+      break;
+    }
   }
-  auto it = deadlines_.upper_bound(now);
-  urgent_ = it == deadlines_.end() ? std::nullopt : std::optional<Nanos>(*it);
-  urgent_now_ = now;
-  urgent_valid_ = true;
-  return urgent_;
+  // Every deadline <= now is gone from the heap now; those of removed_ too (each was in it).
+  passed_ = std::max(passed_, now);
+  while (!removed_.empty() && removed_.front() <= passed_) {
+    pop(removed_);
+  }
+}
+
+std::optional<Nanos> ModelQueue::MostUrgentDeadline(Nanos now) const {
+  CleanHeap(now);
+  if (heap_.empty()) {
+    return std::nullopt;
+  }
+  return heap_.front();
 }
 
 }  // namespace ferry

@@ -434,6 +434,13 @@ void Scheduler::Coalesce(int index, Nanos now, Dispatch* out) {
   m.effective_cost_stale = true;
   out->model = index;
   bool laxity = config_.discipline == Discipline::kEdf;
+  // Requests at the front whose deadline has passed go first, one cheap pop each (under
+  // overload most shed requests are these; planning around them would re-plan per batch).
+  while (!m.queue.empty() && m.queue.front().deadline && *m.queue.front().deadline <= now) {
+    out->shed.push_back(m.queue.PopFront());
+    --queued_;
+    ++m.counters.shed;
+  }
   while (!m.queue.empty()) {
     BatchPlan plan = PlanBatch(m.queue, m.spec, m.cost, config_.batch_sizing, options_.coalesce);
     if (plan.failure) {

@@ -77,7 +77,7 @@ Run MakeRun(std::vector<std::pair<std::string, double>> weights, std::vector<dou
   }
   Result<Scheduler> s = Scheduler::Create(config, specs);
   REQUIRE(s.ok());
-  Run run{std::move(*s), {}, {}, {}, {}, 0};
+  Run run{std::move(*s), {}, {}, {}, {}, 0, {}};
   for (size_t i = 0; i < costs.size(); ++i) {
     run.cost[static_cast<int>(i)] = costs[i];
     run.s.SeedCost(static_cast<int>(i), 0, 1, costs[i]);
