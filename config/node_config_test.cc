@@ -30,6 +30,7 @@ TEST_CASE("an empty node file gives every documented default") {
   CHECK(s.discipline == Discipline::kFair);
   CHECK(s.ema_halflife_seconds == 30.0);
   CHECK(s.recency_penalty_cap == 0.25);
+  CHECK(s.deprecations.empty());
   CHECK(s.coalescing_discount == 0.10);
   CHECK(s.cost_ema_alpha == 0.2);
   CHECK(s.max_queue_depth == 1024);
@@ -231,6 +232,25 @@ TEST_CASE("byte sizes take binary units and reject garbage") {
   CHECK_FALSE(ParseByteSize("12 parsecs").ok());
   CHECK_FALSE(ParseByteSize("MiB").ok());
   CHECK_FALSE(ParseByteSize("99999999999999TiB").ok());
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+TEST_CASE("recency_penalty_cap is still checked but deprecated with a warning naming the replacement") {
+  Result<NodeConfig> config = ParseNodeConfig("[scheduler]\nrecency_penalty_cap = 0.5\n", "n.toml",
+                                              "/tmp", {});
+  REQUIRE(config.ok());
+  REQUIRE(config->scheduler.deprecations.size() == 1);
+  CHECK(config->scheduler.deprecations[0].find("start-time fair queueing") != std::string::npos);
+  Result<NodeConfig> env = ParseNodeConfig("", "n.toml", "/tmp",
+                                           {{"FERRY_SCHEDULER_RECENCY_PENALTY_CAP", "0.3"}});
+  REQUIRE(env.ok());
+  CHECK(env->scheduler.deprecations.size() == 1);
+  CHECK(ParseNodeConfig("", "n.toml", "/tmp", {})->scheduler.deprecations.empty());
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 #include <string_view>
 
 namespace ferry {
@@ -64,7 +65,9 @@ struct SchedulerConfig {
   double ema_halflife_seconds = 30.0;
   // Bound on |share - recent compute| in the fair priority: limits both how far a quiet
   // model can run ahead and how long a saturated one can be held back. > 0, <= 1. Default 0.25.
-  double recency_penalty_cap = 0.25;
+  double recency_penalty_cap = 0.25;  // Deprecated: read, checked, ignored (docs/scheduler.md).
+  // Warnings for deprecated keys present in the file or environment, one line each.
+  std::vector<std::string> deprecations;
   // Fraction by which a coalesced batch's effective cost is lowered, favouring models that
   // can fill a batch. In [0, 1). Default 0.10.
   double coalescing_discount = 0.10;

@@ -14,7 +14,12 @@ void ReadSchedulerKeys(TableReader& r, SchedulerConfig* c) {
       "discipline", &c->discipline,
       {{"fair", Discipline::kFair}, {"fifo", Discipline::kFifo}, {"edf", Discipline::kEdf}});
   r.Double("ema_halflife_seconds", &c->ema_halflife_seconds, DoubleRange::Positive());
-  r.Double("recency_penalty_cap", &c->recency_penalty_cap, {0.0, 1.0, true, false});
+  if (r.Double("recency_penalty_cap", &c->recency_penalty_cap, {0.0, 1.0, true, false})) {
+    c->deprecations.push_back(
+        "scheduler.recency_penalty_cap is deprecated and ignored: fair sharing is start-time "
+        "fair queueing, where a returning model holds no credit at all (the lag bound in "
+        "docs/scheduler.md replaces the cap); remove the key");
+  }
   r.Double("coalescing_discount", &c->coalescing_discount, {0.0, 1.0, false, true});
   r.Double("cost_ema_alpha", &c->cost_ema_alpha, {0.0, 1.0, true, false});
   r.Int("max_queue_depth", &c->max_queue_depth, 1, kMaxInt);

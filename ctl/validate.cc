@@ -45,10 +45,14 @@ Result<std::string> ValidateNodeFile(const std::string& path, const Environment&
   if (!missing.empty()) {
     return NotFound(missing);
   }
+  std::string warnings;
+  for (const std::string& w : config.scheduler.deprecations) {
+    warnings += "\n  warning: " + w;
+  }
   return "node file " + path + " (node '" + config.node.name + "', " +
          DescribeDevices(config.node.devices) + ", discipline " +
          std::string(DisciplineName(config.scheduler.discipline)) + ", " +
-         std::to_string(config.scheduler.models.size()) + " model settings)";
+         std::to_string(config.scheduler.models.size()) + " model settings)" + warnings;
 }
 
 Result<std::string> ValidateBundleDir(const std::string& path) {

@@ -233,7 +233,6 @@ metrics = "127.0.0.1:8002"
 [scheduler]
 discipline = "fair"
 ema_halflife_seconds = 30.0
-recency_penalty_cap = 0.25
 coalescing_discount = 0.10
 cost_ema_alpha = 0.2
 max_queue_depth = 1024

@@ -27,6 +27,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   spdlog::info("node file {} is valid (node '{}')", config_path, config->node.name);
+  for (const std::string& warning : config->scheduler.deprecations) {
+    spdlog::warn("{}", warning);
+  }
   if (check_only) {
     return 0;
   }

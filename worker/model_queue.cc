@@ -61,6 +61,28 @@ QueuedRequest ModelQueue::RemoveAt(size_t index) {
   return request;
 }
 
+Nanos ModelQueue::RemoveExpired(Nanos now, std::vector<QueuedRequest>* out) {
+  Nanos earliest = std::numeric_limits<Nanos>::max();
+  size_t kept = 0;
+  for (size_t i = 0; i < requests_.size(); ++i) {
+    QueuedRequest& r = requests_[i];
+    if (r.deadline && *r.deadline <= now) {
+      Forget(r);
+      out->push_back(std::move(r));
+      continue;
+    }
+    if (r.deadline) {
+      earliest = std::min(earliest, *r.deadline);
+    }
+    if (kept != i) {
+      requests_[kept] = std::move(r);
+    }
+    ++kept;
+  }
+  requests_.resize(kept);
+  return earliest;
+}
+
 void ModelQueue::CleanHeap(Nanos now) const {
   auto pop = [](std::vector<Nanos>& h) {
     std::pop_heap(h.begin(), h.end(), std::greater<>());

@@ -26,6 +26,9 @@ class ModelQueue {
   QueuedRequest PopFront();
   // Removes the request at `index` (0 = front). REQUIRES: index < size().
   QueuedRequest RemoveAt(size_t index);
+  // Moves every request whose deadline is at or before `now` to `out` (in queue order), in
+  // one pass that leaves the others in order. Returns the earliest deadline left (or max).
+  Nanos RemoveExpired(Nanos now, std::vector<QueuedRequest>* out);
 
   bool empty() const { return requests_.empty(); }
   size_t size() const { return requests_.size(); }

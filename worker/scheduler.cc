@@ -205,26 +205,13 @@ void Scheduler::DropExpired(int index, Nanos now) {
   if (m.earliest_deadline > now) {
     return;  // Nothing queued can have expired.
   }
-  // Keep the live requests in order and move the expired ones out, in one pass.
-  std::vector<QueuedRequest> live;
-  live.reserve(m.queue.size());
-  m.earliest_deadline = std::numeric_limits<Nanos>::max();
-  while (!m.queue.empty()) {
-    QueuedRequest r = m.queue.PopFront();
-    if (r.deadline && *r.deadline <= now) {
-      expired_.emplace_back(index, r);
-      --queued_;
-      ++m.counters.shed;
-    } else {
-      if (r.deadline) {
-        m.earliest_deadline = std::min(m.earliest_deadline, *r.deadline);
-      }
-      live.push_back(r);
-    }
+  std::vector<QueuedRequest> expired;
+  m.earliest_deadline = m.queue.RemoveExpired(now, &expired);
+  for (QueuedRequest& r : expired) {
+    expired_.emplace_back(index, r);
   }
-  for (QueuedRequest& r : live) {
-    m.queue.Push(r);
-  }
+  queued_ -= expired.size();
+  m.counters.shed += expired.size();
   m.effective_cost_stale = true;
   DeactivateIfEmpty(index);
 }
