@@ -148,6 +148,12 @@ check(all(s["completed"] > 0 for m in r["models"] for s in m["streams"]),
 check(r["jain"] >= 0.99, f"mixed_workload: weighted Jain {r['jain']:.4f} >= 0.99")
 lag_within_bound(r, "mixed_workload")
 
+r = run("expired_queue")
+streams = r["models"][0]["streams"]
+check(streams[1]["dropped"] == 0 and streams[1]["completed"] > 0,
+      f"expired_queue: requests without deadlines never refused behind expired ones "
+      f"({streams[1]['completed']} served, {streams[1]['dropped']} dropped)")
+
 # Batching-aware edf (issue 8): 2x overload, a light urgent model beside heavy loose ones.
 r = run("edf_light_urgent")
 fraction = sum(m["goodput_rows_per_s"] / m["capacity_rows_per_s"] for m in r["models"])

@@ -4,8 +4,10 @@
 // baseline in the same run. After every dispatch as many requests arrive as it took, spread
 // over all models in turn (not only the dispatched one), so the backlog stays at 100k and
 // models keep joining and leaving the backlogged set. "edf overload": twice as many requests
-// arrive as are dispatched, each with a deadline 20 ms out, so the queues stay full and the
-// excess is shed or refused: the cost of shedding is in the figure.
+// arrive as are dispatched, each with a deadline 20 ms out (one deadline class per stream,
+// as in the shipped scenarios), so half of them are shed: the cost of shedding is in the
+// figure. "edf overload, mixed deadlines": the same with deadlines 20 ms to 1 s out in no
+// particular order (an adversarial mix for the deadline index).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -20,8 +22,10 @@ namespace {
 using ferry::Discipline;
 using ferry::Nanos;
 
+enum class Overload { kNone, kOneClass, kMixed };
+
 double MedianDecisionNs(int num_models, int queued, int decisions, Discipline discipline,
-                        bool round_robin, bool overload = false) {
+                        bool round_robin, Overload overload = Overload::kNone) {
   ferry::SchedulerConfig config;
   config.discipline = discipline;
   config.max_queue_depth = queued;
@@ -47,9 +51,18 @@ double MedianDecisionNs(int num_models, int queued, int decisions, Discipline di
     ferry::QueuedRequest r;
     r.payload = payload++;
     r.arrival = now;
-    // Far: edf sorts but never sheds; or, overloaded, 20 ms (the backlog spreads its first).
-    r.deadline = now + (overload ? 20'000'000 + static_cast<Nanos>(payload % 1000) * 1'000'000
-                                 : 3600 * ferry::kNanosPerSecond);
+    // Far: edf sorts but never sheds; or, overloaded, 20 ms (or 20 ms to 1 s, mixed).
+    switch (overload) {
+      case Overload::kNone:
+        r.deadline = now + 3600 * ferry::kNanosPerSecond;
+        break;
+      case Overload::kOneClass:
+        r.deadline = now + 20'000'000;
+        break;
+      case Overload::kMixed:
+        r.deadline = now + 20'000'000 + static_cast<Nanos>(payload % 1000) * 1'000'000;
+        break;
+    }
     (void)s.Enqueue(model, r);
   };
   for (int i = 0; i < queued; ++i) {
@@ -73,7 +86,7 @@ double MedianDecisionNs(int num_models, int queued, int decisions, Discipline di
     } else if (s.queued_requests() == 0) {
       break;
     }
-    size_t arrivals = overload ? 2 * d.dispatch.requests.size()
+    size_t arrivals = overload != Overload::kNone ? 2 * d.dispatch.requests.size()
                                : d.dispatch.requests.size() + d.dispatch.shed.size() +
                                      d.dispatch.failed.size();
     for (size_t k = 0; k < arrivals; ++k) {
@@ -102,15 +115,17 @@ int main(int argc, char** argv) {
 
   nlohmann::json rows = nlohmann::json::array();
   if (!json) {
-    std::printf("%8s %9s %10s %10s %10s %14s %12s %10s\n", "models", "queued", "fair ns",
-                "fifo ns", "edf ns", "edf overload", "round-robin", "fair/rr");
+    std::printf("%8s %9s %10s %10s %10s %14s %12s %12s %10s\n", "models", "queued", "fair ns",
+                "fifo ns", "edf ns", "edf overload", "edf mixed", "round-robin", "fair/rr");
   }
   for (int models : {8, 64, 512}) {
     double fair = MedianDecisionNs(models, queued, decisions, Discipline::kFair, false);
     double fifo = MedianDecisionNs(models, queued, decisions, Discipline::kFifo, false);
     double edf = MedianDecisionNs(models, queued, decisions, Discipline::kEdf, false);
     double edf_overload =
-        MedianDecisionNs(models, queued, decisions, Discipline::kEdf, false, true);
+        MedianDecisionNs(models, queued, decisions, Discipline::kEdf, false, Overload::kOneClass);
+    double edf_mixed =
+        MedianDecisionNs(models, queued, decisions, Discipline::kEdf, false, Overload::kMixed);
     double rr = MedianDecisionNs(models, queued, decisions, Discipline::kFair, true);
     rows.push_back({{"models", models},
                     {"queued", queued},
@@ -118,11 +133,12 @@ int main(int argc, char** argv) {
                     {"fifo_ns_median", fifo},
                     {"edf_ns_median", edf},
                     {"edf_overload_ns_median", edf_overload},
+                    {"edf_overload_mixed_deadlines_ns_median", edf_mixed},
                     {"round_robin_ns_median", rr},
                     {"fair_vs_round_robin", fair / rr}});
     if (!json) {
-      std::printf("%8d %9d %10.0f %10.0f %10.0f %14.0f %12.0f %10.2f\n", models, queued, fair,
-                  fifo, edf, edf_overload, rr, fair / rr);
+      std::printf("%8d %9d %10.0f %10.0f %10.0f %14.0f %12.0f %12.0f %10.2f\n", models, queued,
+                  fair, fifo, edf, edf_overload, edf_mixed, rr, fair / rr);
     }
   }
   if (json) {
