@@ -1,19 +1,20 @@
-// Coalescing: how many requests at the front of a model's queue one dispatch takes, and at
-// which compiled batch size.
+// Coalescing: which requests of a model's queue one dispatch takes, and at which compiled
+// batch size.
 //
 // Rules (the scheduler specification, point by point):
 // - Only a coalescable model (every input and output has a batch axis, batched module)
 //   merges requests; otherwise each request dispatches alone. Unbatched modules (size 0)
 //   never coalesce.
-// - The window is the leading run of same-variant requests: the taken set is a contiguous
-//   prefix, in FIFO order. A request whose shape has no compiled program dispatches alone.
+// - Requests of the front request's shape variant are taken in FIFO order; requests of other
+//   variants between them stay queued in place. A request whose shape has no compiled program
+//   dispatches alone.
 // - Requests are indivisible. The front request is always taken (forward progress); one that
 //   exceeds max_batch_size or the largest size dispatches alone at the smallest compiled size
 //   that fits it.
-// - kLargest (default): the largest compiled size the queued rows can fill; the taken prefix
-//   is then run at the smallest compiled size that holds it, so a partial fill pads up to the
-//   smallest size that fits. kCost: among compiled sizes, the one that serves the most real
-//   rows per learned second.
+// - kLargest (default): whole requests up to the cap (stopping at the first that would pass
+//   it), run at the smallest compiled size that holds their rows (padded). kCost: among
+//   compiled sizes, the one that serves the most real rows per learned second (on the
+//   contiguous same-variant prefix).
 // - max_batch_size caps the rows taken, never the compiled shapes.
 //
 // Thread safety: pure function; safe for concurrent use.

@@ -348,15 +348,24 @@ int Scheduler::SelectEdf(Nanos now) const {
   // deadline after another model's next dispatch. Then the most urgent model whose next
   // dispatch fits in that slack runs first. Re-judged every decision, so the waiting model
   // runs as soon as its slack no longer covers another dispatch.
+  // Only on measured costs, and only when everything queued would run in one dispatch of one
+  // variant (so the most urgent request is in it): a guess must not make a request late.
   const ModelState& u = models_[static_cast<size_t>(best)];
   int64_t cap = EffectiveMaxBatch(u.spec);
   int variant = u.queue.front().variant;
   if (!u.spec.coalescable || cap == 0 || variant == kNoCompiledProgram ||
-      u.queue.variant_rows(variant) * 2 >= cap) {
+      u.queue.variant_rows(variant) != u.queue.queued_rows() ||
+      u.queue.queued_rows() * 2 >= cap || !committed_.empty()) {
     return best;
   }
   std::optional<int> cap_index = SmallestFitting(u.spec.batch_sizes, cap);
-  double own = u.cost.HighPercentile(variant, cap_index.value_or(0));
+  std::optional<int> now_index = SmallestFitting(u.spec.batch_sizes, u.queue.queued_rows());
+  if (!cap_index || !now_index || !u.cost.Seeded(variant, *cap_index) ||
+      !u.cost.Seeded(variant, *now_index)) {
+    return best;
+  }
+  double own = std::max(u.cost.HighPercentile(variant, *cap_index),
+                        u.cost.HighPercentile(variant, *now_index));
   double slack = static_cast<double>(*best_deadline - now) / kNanosPerSecond - own;
   int alternative = -1;
   std::optional<Nanos> alternative_deadline;
@@ -365,8 +374,9 @@ int Scheduler::SelectEdf(Nanos now) const {
       continue;
     }
     const ModelState& m = models_[static_cast<size_t>(index)];
-    if (NextDispatchCost(m) > slack) {
-      continue;
+    std::optional<double> cost = NextDispatchCost(m);
+    if (!cost || *cost > slack) {
+      continue;  // Unmeasured, or too long to fit in the slack.
     }
     std::optional<Nanos> deadline = m.queue.MostUrgentDeadline(now);
     if (more_urgent(m, deadline, alternative, alternative_deadline)) {
@@ -377,13 +387,16 @@ int Scheduler::SelectEdf(Nanos now) const {
   return alternative >= 0 ? alternative : best;
 }
 
-double Scheduler::NextDispatchCost(const ModelState& m) const {
+std::optional<double> Scheduler::NextDispatchCost(const ModelState& m) const {
   const QueuedRequest& front = m.queue.front();
   int variant = front.variant == kNoCompiledProgram ? 0 : front.variant;
   int64_t limit = EffectiveMaxBatch(m.spec);
   int64_t rows = std::max(front.rows, std::min(m.queue.variant_rows(variant), limit));
   int size_index = SmallestFitting(m.spec.batch_sizes, rows)
                        .value_or(static_cast<int>(m.spec.batch_sizes.size()) - 1);
+  if (!m.cost.Seeded(variant, size_index)) {
+    return std::nullopt;
+  }
   return m.cost.HighPercentile(variant, size_index);
 }
 
@@ -515,6 +528,14 @@ Decision Scheduler::Next(Nanos now) {
     } else if (command.kind == ControlCommand::Kind::kSetResidency) {
       models_[static_cast<size_t>(command.model)].residency = command.residency;
     } else if (command.kind == ControlCommand::Kind::kSetDiscipline) {
+      // Tags kept advancing under fifo or edf without steering anything: start fair afresh
+      // (everyone level at the virtual time) rather than let that history lock a model out.
+      if (command.discipline == Discipline::kFair && config_.discipline != Discipline::kFair) {
+        for (ModelState& m : models_) {
+          m.finish_tag = virtual_time_;
+          m.floor_tag = virtual_time_;
+        }
+      }
       config_.discipline = command.discipline;
       for (ModelState& m : models_) {
         m.queue.TrackDeadlines(command.discipline == Discipline::kEdf);
@@ -560,7 +581,12 @@ void Scheduler::RecordDispatched(ModelState& m, Dispatch& d, Nanos now) {
   d.charged_seconds = d.variant == kNoCompiledProgram
                           ? 0
                           : m.cost.Estimate(d.variant, planned.value_or(0));
-  virtual_time_ = std::max(virtual_time_, m.start_tag());
+  d.charged_weight = m.weight;
+  // A committed sub-call runs ahead of selection: it is charged to its model but does not
+  // move the virtual time (docs/scheduler.md: its time adds to the others' gaps).
+  if (!d.committed_meta) {
+    virtual_time_ = std::max(virtual_time_, m.start_tag());
+  }
   m.finish_tag = m.start_tag() + d.charged_seconds / m.weight;
   ++m.counters.dispatch_count;
   m.counters.requests_served += d.requests.size();
@@ -584,7 +610,7 @@ void Scheduler::Complete(const Dispatch& dispatch, double compute_seconds, Nanos
   }
   m.effective_cost_stale = true;
   // Correct the charge made at dispatch to the measured time.
-  m.finish_tag += (compute_seconds - dispatch.charged_seconds) / m.weight;
+  m.finish_tag += (compute_seconds - dispatch.charged_seconds) / dispatch.charged_weight;
   m.counters.total_compute_seconds += compute_seconds;
   AddRecentCompute(m, compute_seconds, now);
 }

@@ -22,7 +22,10 @@
 // time and no debt from uncontended use, so nobody is locked out on a transition. Between two
 // dispatches of a backlogged model i every other backlogged model j runs at most
 // w_j * d_i / w_i + D_j seconds, so i waits at most (W / w_i - 1) d_i + sum_j D_j
-// (docs/scheduler.md derives it). Ties: the cheaper next dispatch (coalescing_discount
+// (docs/scheduler.md derives it), provided each Complete() comes before the next Next() of
+// the same model (the charge is corrected to the measured time), plus the time of committed
+// meta sub-calls, which run ahead of selection. Switching back to fair places every model
+// level at the virtual time. Ties: the cheaper next dispatch (coalescing_discount
 // applied), then the older front request, then the name.
 // recent_compute (metrics only) is model i's fraction of recent GPU busy time, decayed with
 // half-life ema_halflife_seconds.
@@ -172,7 +175,9 @@ class Scheduler {
   std::vector<ModelMetrics> Metrics(Nanos now) const;
   ControlStatus GetControlStatus() const;
   const SchedulerConfig& config() const { return config_; }
-  size_t queued_requests() const { return queued_; }
+  // Requests still to be answered: queued, or expired and waiting to be returned as shed by
+  // the next decision. A caller loops on Next() while this is non-zero.
+  size_t queued_requests() const { return queued_ + expired_.size(); }
   size_t queue_depth(int model) const { return models_[static_cast<size_t>(model)].queue.size(); }
 
  private:
@@ -212,8 +217,9 @@ class Scheduler {
   double RecentFraction(const ModelState& m) const;
   void AddRecentCompute(ModelState& m, double seconds, Nanos now);
   double EffectiveCost(const ModelState& m) const;
-  // The learned worst cost (max of recent runs) of the dispatch model m would run next.
-  double NextDispatchCost(const ModelState& m) const;
+  // The learned worst cost (max of recent runs) of the dispatch model m would run next;
+  // nullopt while that (variant, size) has never been measured.
+  std::optional<double> NextDispatchCost(const ModelState& m) const;
   int SelectFair() const;
   int SelectFifo() const;
   int SelectEdf(Nanos now) const;

@@ -206,6 +206,38 @@ TEST_CASE("leftover GPU time goes to the others by weight, not by cost") {
   CHECK(run.busy[1] / run.busy[0] == doctest::Approx(2.0).epsilon(0.05));
 }
 
+TEST_CASE("switching back to fair after fifo locks nobody out") {
+  std::vector<double> w = {1, 1}, d = {0.001, 0.001};
+  Run run = MakeRun({{"a", 1}, {"b", 1}}, d);
+  REQUIRE(run.s.SetDiscipline(Discipline::kFifo).ok());
+  run.Start(0);
+  run.RunFor(50);  // a alone: under fifo its tag runs 50 s ahead.
+  run.Start(1);
+  run.RunFor(10);  // fifo alternates by age.
+  REQUIRE(run.s.SetDiscipline(Discipline::kFair).ok());
+  run.Step();
+  run.longest_gap.clear();
+  run.RunFor(5);
+  CHECK(run.longest_gap[0] <= Bound(w, d, 0, {0, 1}));
+  CHECK(run.longest_gap[1] <= Bound(w, d, 1, {0, 1}));
+}
+
+TEST_CASE("a weight change between dispatch and completion corrects with the charged weight") {
+  Run run = MakeRun({{"a", 2}, {"b", 1}}, {0.010, 0.010});
+  run.Start(0);
+  run.Start(1);
+  run.RunFor(1);
+  Decision d = run.s.Next(run.now);
+  REQUIRE(d.dispatch.runs());
+  double weight_then = d.dispatch.model == 0 ? 2.0 : 1.0;
+  CHECK(d.dispatch.charged_weight == weight_then);
+  CHECK(d.dispatch.charged_seconds == doctest::Approx(0.010));
+  REQUIRE(run.s.SetPolicy(d.dispatch.model == 0 ? "a" : "b", 100).ok());
+  (void)run.s.Next(run.now);  // Applies the change (and dispatches the other model).
+  run.s.Complete(d.dispatch, 0.001, run.now);  // Corrected at the weight it was charged at.
+  CHECK(d.dispatch.charged_weight == weight_then);
+}
+
 TEST_CASE("EnqueueAll with no pieces is refused and leaves nothing active") {
   Run run = MakeRun({{"a", 1}}, {0.001});
   std::vector<QueuedRequest> none;

@@ -65,6 +65,7 @@ struct Dispatch {
   // fair: the GPU seconds charged to the model's virtual clock when it was dispatched (its
   // learned cost); Complete() corrects the charge to the measured time.
   double charged_seconds = 0;
+  double charged_weight = 1;  // The weight the charge was divided by.
   std::vector<QueuedRequest> requests;  // In queue order; run together.
 
   // Requests dropped before GPU work because they cannot meet their deadline

@@ -311,6 +311,12 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
           std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
     }
     bool measured = now >= warmup;
+    if (!d.runs() && d.model >= 0 && scheduler.queue_depth(d.model) == 0 &&
+        (!d.shed.empty() || !d.failed.empty())) {
+      // Its backlog ended by shedding, not by a dispatch: that wait counts as a gap too.
+      ModelTally& t = tally[static_cast<size_t>(d.model)];
+      t.longest_gap = std::max(t.longest_gap, now - std::max(t.last_end, t.backlog_start));
+    }
     for (const std::vector<QueuedRequest>* lost : {&d.shed, &d.failed}) {
       for (const QueuedRequest& r : *lost) {
         if (measured && r.arrival >= warmup) {
@@ -395,6 +401,13 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
       break;
     }
     now = std::max(now + 1, ToNanos(next));
+  }
+  // A backlog still waiting at the end closes its gap there.
+  for (size_t i = 0; i < n; ++i) {
+    if (scheduler.queue_depth(static_cast<int>(i)) > 0) {
+      ModelTally& t = tally[i];
+      t.longest_gap = std::max(t.longest_gap, now - std::max(t.last_end, t.backlog_start));
+    }
   }
   // A dispatch may end after `end`; the window is what was measured.
   double window =
