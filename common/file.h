@@ -1,7 +1,9 @@
-// Opening files ferry reads from operators and bundles, treating them as hostile: the path is
-// opened with O_NONBLOCK (a FIFO or device cannot block the open) and, for bundle files,
-// O_NOFOLLOW (the last component may not be a symlink); the type is then checked with fstat on
-// the opened descriptor (no race between check and use), and only regular files pass.
+// Opening files ferry reads from operators and bundles, treating them as hostile: the path's
+// type is checked first (stat, or lstat for bundle files: opening a device can have side
+// effects), then it is opened with O_NONBLOCK (a FIFO swapped in cannot block the open) and,
+// for bundle files, O_NOFOLLOW (the last component may not be a symlink), and fstat on the
+// descriptor must show the same regular file (device and inode), so the check and the use
+// cannot be raced apart.
 //
 // Thread safety: pure functions over the filesystem; safe for concurrent use.
 #pragma once
