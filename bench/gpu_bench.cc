@@ -113,7 +113,12 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "print one JSON object");
   app.add_option("--dispatches", dispatches, "timed dispatches per size");
   CLI11_PARSE(app, argc, argv);
-  if (!ferry::CudaDeviceAvailable()) {
+  ferry::Result<int> devices = ferry::CudaDeviceCount();
+  if (!devices.ok()) {
+    std::fprintf(stderr, "%s\n", devices.error().message.c_str());
+    return 1;
+  }
+  if (*devices == 0) {
     std::fprintf(stderr, "no CUDA device\n");
     return 77;
   }

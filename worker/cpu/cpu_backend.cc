@@ -12,55 +12,34 @@
 #include "model/shape_inference.h"
 #include "worker/batch_axis.h"
 #include "worker/cpu/ops.h"
+#include "worker/staging.h"
 
 namespace ferry {
 namespace {
 
-// Copies every request's rows of input `i` into `batch` (the whole compiled batch, row-major)
-// and zeroes the padding rows.
+// Input `i` of every request into `batch` (the whole compiled batch), padding zeroed.
 Status GatherInput(const Manifest& manifest, const BatchJob& job, size_t i, const Shape& shape,
                    std::span<float> batch) {
   const TensorSpec& spec = manifest.inputs[i];
-  uint8_t* dst = reinterpret_cast<uint8_t*>(batch.data());
-  if (!spec.batch_axis || manifest.unbatched()) {
-    std::memcpy(dst, job.requests[0].inputs[i].data(), batch.size_bytes());
-    return OkStatus();
+  RowLayout layout{1, 0};
+  if (spec.batch_axis && !manifest.unbatched()) {
+    FERRY_ASSIGN_OR_RETURN(layout, RowLayoutOf(shape, *spec.batch_axis, 4));
   }
-  FERRY_ASSIGN_OR_RETURN(RowLayout layout, RowLayoutOf(shape, *spec.batch_axis, 4));
-  for (int64_t o = 0; o < layout.outer; ++o) {
-    int64_t filled = 0;
-    for (const RequestIo& io : job.requests) {
-      size_t block = static_cast<size_t>(io.rows * layout.row_bytes);
-      std::memcpy(dst, io.inputs[i].data() + static_cast<size_t>(o) * block, block);
-      dst += block;
-      filled += io.rows;
-    }
-    size_t pad = static_cast<size_t>((job.batch_size - filled) * layout.row_bytes);
-    std::memset(dst, 0, pad);
-    dst += pad;
-  }
+  GatherRows(job, i, layout.outer, layout.row_bytes,
+             std::span(reinterpret_cast<uint8_t*>(batch.data()), batch.size_bytes()));
   return OkStatus();
 }
 
-// Hands every request its rows of output `o` from `batch`; padding rows are dropped.
+// Every request's rows of output `o` from `batch`; padding rows are dropped.
 Status ScatterOutput(const Manifest& manifest, const BatchJob& job, size_t o, const Shape& shape,
                      std::span<const float> batch) {
   const TensorSpec& spec = manifest.outputs[o];
-  const uint8_t* src = reinterpret_cast<const uint8_t*>(batch.data());
-  if (!spec.batch_axis || manifest.unbatched()) {
-    std::memcpy(job.requests[0].outputs[o].data(), src, batch.size_bytes());
-    return OkStatus();
+  RowLayout layout{1, 0};
+  if (spec.batch_axis && !manifest.unbatched()) {
+    FERRY_ASSIGN_OR_RETURN(layout, RowLayoutOf(shape, *spec.batch_axis, 4));
   }
-  FERRY_ASSIGN_OR_RETURN(RowLayout layout, RowLayoutOf(shape, *spec.batch_axis, 4));
-  int64_t begin = 0;
-  for (const RequestIo& io : job.requests) {
-    size_t block = static_cast<size_t>(io.rows * layout.row_bytes);
-    for (int64_t outer = 0; outer < layout.outer; ++outer) {
-      std::memcpy(io.outputs[o].data() + static_cast<size_t>(outer) * block,
-                  src + (outer * job.batch_size + begin) * layout.row_bytes, block);
-    }
-    begin += io.rows;
-  }
+  ScatterRows(job, o, layout.outer, layout.row_bytes,
+              std::span(reinterpret_cast<const uint8_t*>(batch.data()), batch.size_bytes()));
   return OkStatus();
 }
 

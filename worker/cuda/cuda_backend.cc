@@ -1,6 +1,7 @@
 #include "worker/cuda/cuda_backend.h"
 
 #include <cublas_v2.h>
+#include <dlfcn.h>
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -14,6 +15,9 @@
 #include "model/shape_inference.h"
 #include "worker/batch_axis.h"
 #include "worker/cuda/kernels.h"
+#include "worker/staging.h"
+
+#include <spdlog/spdlog.h>
 
 namespace ferry {
 namespace {
@@ -75,6 +79,7 @@ struct Executable {
   std::vector<Step> steps;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
+  StagingLayout staging;  // Where its inputs and outputs sit in the pinned staging buffer.
 };
 
 struct DeviceWeight {
@@ -119,6 +124,37 @@ struct CudaBackend::Impl {
   bool healthy = true;
   double upload_seconds = 0;
   uint64_t uploaded_bytes = 0;
+  uint64_t host_register_failures = 0;
+  uint64_t graph_fallbacks = 0;
+
+  // cudaSetDevice is per thread: every entry point selects the backend's device first.
+  Status Select() { return Check(cudaSetDevice(options.device), "select device"); }
+
+  // [offset, offset + bytes) inside the weight arena, overflow-checked.
+  Status CheckArenaRange(uint64_t offset, uint64_t bytes, const char* what) const {
+    uint64_t end = 0;
+    if (__builtin_add_overflow(offset, bytes, &end) || end > options.weight_arena_bytes) {
+      return InvalidArgument(std::string(what) + ": bytes [" + std::to_string(offset) + ", +" +
+                             std::to_string(bytes) + ") leave the " +
+                             std::to_string(options.weight_arena_bytes) + "-byte weight arena");
+    }
+    return OkStatus();
+  }
+
+  // Frees what a model holds on the device (its executables and weight extents): after a
+  // failed Load, so a retry does not leak.
+  void Release(Model& m) {
+    for (Executable& e : m.executables) {
+      if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
+      if (e.graph != nullptr) cudaGraphDestroy(e.graph);
+      if (e.buffer != nullptr) cudaFree(e.buffer);
+    }
+    m.executables.clear();
+    for (const auto& [name, w] : m.weights) {
+      arena->Free(w.offset);
+    }
+    m.weights.clear();
+  }
 
   Status Check(cudaError_t e, const char* what) {
     if (e == cudaSuccess) {
@@ -140,6 +176,7 @@ struct CudaBackend::Impl {
   }
 
   Status Upload(uint64_t offset, std::span<const uint8_t> bytes) {
+    FERRY_RETURN_IF_ERROR(CheckArenaRange(offset, bytes.size(), "upload"));
     auto start = std::chrono::steady_clock::now();
     for (size_t done = 0; done < bytes.size();) {
       size_t chunk = std::min<size_t>(options.staging_bytes, bytes.size() - done);
@@ -194,10 +231,10 @@ struct CudaBackend::Impl {
                                  "' does not fit the device weight arena");
       }
       w.offset = *offset;
+      m.weights[t.name] = w;  // Recorded first, so Release frees it if the upload fails.
       if (!bytes.empty()) {
         FERRY_RETURN_IF_ERROR(Upload(*offset, bytes));
       }
-      m.weights[t.name] = w;
     }
     return OkStatus();
   }
@@ -210,6 +247,7 @@ struct CudaBackend::Impl {
       return info ? std::optional<WeightSpec>(WeightSpec{info->dtype, info->shape}) : std::nullopt;
     };
     FERRY_ASSIGN_OR_RETURN(auto shapes, InferShapes(manifest, variant, size, lookup));
+    FERRY_ASSIGN_OR_RETURN(exe->staging, PlanStaging(manifest, shapes));
     // One buffer: every tensor, then the bf16 scratch (as large as the largest dense input).
     uint64_t total = 0, scratch = 0;
     std::map<std::string, uint64_t> offsets;
@@ -239,8 +277,12 @@ struct CudaBackend::Impl {
     // steps work before a graph is made of them.
     FERRY_RETURN_IF_ERROR(RunSteps(*exe));
     FERRY_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream), "first run"));
-    if (options.use_graphs) {
-      Capture(exe);  // On failure the executable keeps launching its steps one by one.
+    if (options.use_graphs && !Capture(exe)) {
+      // The executable keeps launching its steps one by one: slower, still correct.
+      ++graph_fallbacks;
+      spdlog::warn("model '{}', batch {}: CUDA graph capture failed; launching the {} ops one "
+                   "by one",
+                   manifest.name, size, exe->steps.size());
     }
     return OkStatus();
   }
@@ -467,6 +509,46 @@ struct CudaBackend::Impl {
     return OkStatus();
   }
 
+  // One dispatch: inputs in, the program, outputs back, synchronised. Through the pinned
+  // staging buffer (one copy per tensor) when the batch fits it, else per request.
+  Status Dispatch(const Executable& exe, const Manifest& manifest, const BatchJob& job) {
+    const StagingLayout& layout = exe.staging;
+    if (layout.total_bytes <= options.staging_bytes) {
+      std::span<uint8_t> buffer(staging, options.staging_bytes);
+      for (size_t i = 0; i < manifest.inputs.size(); ++i) {
+        GatherInput(layout, job, i, buffer);
+        const StagingLayout::Tensor& t = layout.inputs[i];
+        FERRY_RETURN_IF_ERROR(
+            Check(cudaMemcpyAsync(exe.tensors.at(manifest.inputs[i].name).data, staging + t.offset,
+                                  t.bytes, cudaMemcpyHostToDevice, stream),
+                  "input copy"));
+      }
+      FERRY_RETURN_IF_ERROR(Launch(exe, options.use_graphs));
+      for (size_t o = 0; o < manifest.outputs.size(); ++o) {
+        const StagingLayout::Tensor& t = layout.outputs[o];
+        FERRY_RETURN_IF_ERROR(
+            Check(cudaMemcpyAsync(staging + t.offset, exe.tensors.at(manifest.outputs[o].name).data,
+                                  t.bytes, cudaMemcpyDeviceToHost, stream),
+                  "output copy"));
+      }
+      FERRY_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream), "dispatch"));
+      for (size_t o = 0; o < manifest.outputs.size(); ++o) {
+        ScatterOutput(layout, job, o, buffer);
+      }
+      return OkStatus();
+    }
+    for (size_t i = 0; i < manifest.inputs.size(); ++i) {
+      FERRY_RETURN_IF_ERROR(CopyRows(job, manifest, manifest.inputs[i],
+                                     exe.tensors.at(manifest.inputs[i].name), i, true));
+    }
+    FERRY_RETURN_IF_ERROR(Launch(exe, options.use_graphs));
+    for (size_t o = 0; o < manifest.outputs.size(); ++o) {
+      FERRY_RETURN_IF_ERROR(CopyRows(job, manifest, manifest.outputs[o],
+                                     exe.tensors.at(manifest.outputs[o].name), o, false));
+    }
+    return Check(cudaStreamSynchronize(stream), "dispatch");
+  }
+
   Status RunSteps(const Executable& exe) {
     for (const Step& step : exe.steps) {
       FERRY_RETURN_IF_ERROR(step(stream));
@@ -474,18 +556,18 @@ struct CudaBackend::Impl {
     return OkStatus();
   }
 
-  // Captures the steps as a graph. On any failure the partial graph is dropped, the error
-  // cleared, and exe->exec stays null (plain launches).
-  void Capture(Executable* exe) {
+  // Captures the steps as a graph; false on failure, when the partial graph is dropped, the
+  // error cleared, and exe->exec stays null (plain launches).
+  bool Capture(Executable* exe) {
     if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
       cudaGetLastError();
-      return;
+      return false;
     }
     Status steps = RunSteps(*exe);
     cudaError_t end = cudaStreamEndCapture(stream, &exe->graph);
     if (steps.ok() && end == cudaSuccess &&
         cudaGraphInstantiate(&exe->exec, exe->graph, 0) == cudaSuccess) {
-      return;
+      return true;
     }
     cudaGetLastError();
     if (exe->graph != nullptr) {
@@ -493,6 +575,7 @@ struct CudaBackend::Impl {
       exe->graph = nullptr;
     }
     exe->exec = nullptr;
+    return false;
   }
 
   Status Launch(const Executable& exe, bool graph) {
@@ -503,9 +586,35 @@ struct CudaBackend::Impl {
   }
 };
 
-bool CudaDeviceAvailable() {
+Result<int> CudaDeviceCount() {
   int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e == cudaErrorNoDevice) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (e == cudaErrorInsufficientDriver) {
+    // The runtime says this both when the driver is too old and when there is no driver at
+    // all. Only a driver that is there (libcuda loads) but too old is an error; no driver
+    // means no GPU on this machine.
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (driver == nullptr) {
+      cudaGetLastError();
+      return 0;
+    }
+    dlclose(driver);
+  }
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return Unavailable(std::string("CUDA: cannot count devices: ") + cudaGetErrorName(e) + ": " +
+                       cudaGetErrorString(e));
+  }
+  return count;
+}
+
+bool CudaDeviceAvailable() {
+  Result<int> count = CudaDeviceCount();
+  return count.ok() && *count > 0;
 }
 
 CudaBackend::CudaBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -527,8 +636,13 @@ CudaBackend::~CudaBackend() {
 }
 
 Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBackendOptions& options) {
-  if (!CudaDeviceAvailable()) {
+  FERRY_ASSIGN_OR_RETURN(int devices, CudaDeviceCount());
+  if (devices == 0) {
     return Unavailable("cuda backend: no CUDA device");
+  }
+  if (options.device < 0 || options.device >= devices) {
+    return Unavailable("cuda backend: no CUDA device " + std::to_string(options.device) + " (" +
+                       std::to_string(devices) + " found)");
   }
   auto impl = std::make_unique<Impl>();
   Impl& d = *impl;
@@ -560,7 +674,10 @@ Result<ModelHandle> CudaBackend::Load(const Bundle& bundle) {
   d.models.emplace_back();
   Model& m = d.models.back();
   m.bundle = &bundle;
-  Status built = d.UploadWeights(m);
+  Status built = d.Select();
+  if (built.ok()) {
+    built = d.UploadWeights(m);
+  }
   for (size_t v = 0; built.ok() && v < bundle.manifest.variants.size(); ++v) {
     for (int64_t size : bundle.manifest.batch_sizes) {
       m.executables.emplace_back();
@@ -571,6 +688,8 @@ Result<ModelHandle> CudaBackend::Load(const Bundle& bundle) {
     }
   }
   if (!built.ok()) {
+    (void)cudaStreamSynchronize(d.stream);  // Nothing in flight may touch what is freed.
+    d.Release(m);
     m.failure = built.error();
     return built.error();
   }
@@ -597,41 +716,41 @@ Result<ExecutionTiming> CudaBackend::Execute(ModelHandle handle, const BatchJob&
   Model& m = d.models[static_cast<size_t>(handle)];
   const Manifest& manifest = m.bundle->manifest;
   FERRY_RETURN_IF_ERROR(ValidateJob(manifest, job));
+  FERRY_RETURN_IF_ERROR(d.Select());
   auto start = std::chrono::steady_clock::now();
   size_t size_index = static_cast<size_t>(
       std::find(manifest.batch_sizes.begin(), manifest.batch_sizes.end(), job.batch_size) -
       manifest.batch_sizes.begin());
   Executable& exe =
       m.executables[static_cast<size_t>(job.variant) * manifest.batch_sizes.size() + size_index];
-  // Inputs: each request's rows straight from its block into the device batch; then the
-  // program; then each request's output rows straight into its block.
-  for (size_t i = 0; i < manifest.inputs.size(); ++i) {
-    FERRY_RETURN_IF_ERROR(d.CopyRows(job, manifest, manifest.inputs[i],
-                                     exe.tensors.at(manifest.inputs[i].name), i,
-                                     /*to_device=*/true));
+  Status ran = d.Dispatch(exe, manifest, job);
+  if (!ran.ok()) {
+    // Copies from or to the requests' blocks may still be queued: they must finish before
+    // the caller may reuse or release those blocks (backend.h's span contract).
+    (void)cudaStreamSynchronize(d.stream);
+    return ran.error();
   }
-  FERRY_RETURN_IF_ERROR(d.Launch(exe, d.options.use_graphs));
-  for (size_t o = 0; o < manifest.outputs.size(); ++o) {
-    FERRY_RETURN_IF_ERROR(d.CopyRows(job, manifest, manifest.outputs[o],
-                                     exe.tensors.at(manifest.outputs[o].name), o,
-                                     /*to_device=*/false));
-  }
-  FERRY_RETURN_IF_ERROR(d.Check(cudaStreamSynchronize(d.stream), "dispatch"));
   return ExecutionTiming{
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.0};
 }
 
 Status CudaBackend::RegisterHostMemory(std::span<uint8_t> memory) {
+  FERRY_RETURN_IF_ERROR(impl_->Select());
   // Never a reason to mark the backend unhealthy: report the error and carry on pageable.
   cudaError_t e = cudaHostRegister(memory.data(), memory.size(), cudaHostRegisterDefault);
   if (e != cudaSuccess) {
     cudaGetLastError();
+    ++impl_->host_register_failures;
+    spdlog::warn("CUDA: registering {} bytes of host memory failed ({}); copies from it run "
+                 "from pageable memory",
+                 memory.size(), cudaGetErrorString(e));
     return Internal(std::string("CUDA: register host memory: ") + cudaGetErrorString(e));
   }
   return OkStatus();
 }
 
 Status CudaBackend::UnregisterHostMemory(std::span<uint8_t> memory) {
+  FERRY_RETURN_IF_ERROR(impl_->Select());
   cudaError_t e = cudaHostUnregister(memory.data());
   if (e != cudaSuccess) {
     cudaGetLastError();
@@ -641,15 +760,20 @@ Status CudaBackend::UnregisterHostMemory(std::span<uint8_t> memory) {
 }
 
 bool CudaBackend::healthy() const { return impl_->healthy; }
+uint64_t CudaBackend::host_register_failures() const { return impl_->host_register_failures; }
+uint64_t CudaBackend::graph_fallbacks() const { return impl_->graph_fallbacks; }
 
 WeightArena* CudaBackend::weight_arena() { return impl_->arena.get(); }
 
 Status CudaBackend::Upload(uint64_t offset, std::span<const uint8_t> bytes) {
+  FERRY_RETURN_IF_ERROR(impl_->Select());
   return impl_->Upload(offset, bytes);
 }
 
 Status CudaBackend::Download(uint64_t offset, std::span<uint8_t> bytes) {
   Impl& d = *impl_;
+  FERRY_RETURN_IF_ERROR(d.CheckArenaRange(offset, bytes.size(), "download"));
+  FERRY_RETURN_IF_ERROR(d.Select());
   FERRY_RETURN_IF_ERROR(d.Check(cudaMemcpyAsync(bytes.data(), d.arena_base + offset, bytes.size(),
                                                 cudaMemcpyDeviceToHost, d.stream),
                                 "download"));
@@ -669,6 +793,11 @@ Result<double> CudaBackend::TimeProgram(ModelHandle handle, int variant, int64_t
   }
   Executable& exe = m.executables[static_cast<size_t>(variant) * manifest.batch_sizes.size() +
                                   static_cast<size_t>(it - manifest.batch_sizes.begin())];
+  if (graph && exe.exec == nullptr) {
+    return Unavailable("model '" + manifest.name + "', batch " + std::to_string(batch_size) +
+                       ": no CUDA graph (capture failed); only plain launches can be timed");
+  }
+  FERRY_RETURN_IF_ERROR(d.Select());
   cudaEvent_t begin = nullptr, end = nullptr;
   struct Events {
     cudaEvent_t* a;

@@ -16,6 +16,16 @@
 //   message; a sticky error after which the device no longer synchronises (a lost context)
 //   makes healthy() false, and the worker reports unhealthy so the supervisor restarts it.
 //
+// Device affinity: every entry point makes options.device current on the calling thread
+// first (cudaSetDevice is per thread), so Load and Execute may come from any one thread at a
+// time, not only the one that called Create.
+//
+// Copies: a dispatch gathers every request's input rows into the pinned staging buffer with
+// host memcpy (padding zeroed there) and moves each input with ONE host-to-device copy, and
+// each output back with one device-to-host copy then scattered to the requests' blocks
+// (worker/staging.h): a handful of API calls per dispatch whatever the number of requests.
+// A batch larger than the staging buffer falls back to 2-D copies per request.
+//
 // Thread safety: requires external synchronization (see backend.h).
 #pragma once
 
@@ -35,7 +45,12 @@ struct CudaBackendOptions {
   bool use_graphs = true;  // false: launch the ops one by one (for the comparison).
 };
 
-// True when the CUDA runtime finds at least one device.
+// The number of CUDA devices: 0 when the runtime reports none (cudaErrorNoDevice) or there is
+// no driver at all (libcuda.so.1 does not load); UNAVAILABLE naming the error for anything
+// else (a driver older than the toolkit, a broken install), so tests fail there instead of
+// reporting themselves skipped.
+Result<int> CudaDeviceCount();
+// True when CudaDeviceCount() finds at least one device.
 bool CudaDeviceAvailable();
 
 class CudaBackend : public Backend {
@@ -55,15 +70,22 @@ class CudaBackend : public Backend {
   Status UnregisterHostMemory(std::span<uint8_t> memory);
   // False after a sticky CUDA error: the context is lost and the worker must restart.
   bool healthy() const;
+  // Times RegisterHostMemory failed (each is logged; copies from that memory then run from
+  // pageable memory, synchronously). For the worker's metrics.
+  uint64_t host_register_failures() const;
+  // Executables whose graph capture or instantiation failed (each is logged); they launch
+  // their steps one by one, and TimeProgram(graph = true) refuses them.
+  uint64_t graph_fallbacks() const;
 
   // The device weight arena, for a WeightCache; Upload copies host bytes into it through
-  // the pinned staging buffer.
+  // the pinned staging buffer. INVALID_ARGUMENT when [offset, offset + size) leaves the arena.
   WeightArena* weight_arena();
   Status Upload(uint64_t offset, std::span<const uint8_t> bytes);
   Status Download(uint64_t offset, std::span<uint8_t> bytes);
 
   // Device time of one replay of (variant, size), averaged over `iterations`, with the ops
-  // captured as a graph or launched one by one. For benchmarks.
+  // captured as a graph or launched one by one. For benchmarks. UNAVAILABLE for graph = true
+  // when that executable has no graph (never reports plain launches as graph times).
   Result<double> TimeProgram(ModelHandle model, int variant, int64_t batch_size, int iterations,
                              bool graph);
   // Seconds spent uploading weights so far (for the upload bandwidth figure).

@@ -10,6 +10,11 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <thread>
+
+#include <cuda_runtime.h>
+
+#include "worker/cuda/kernels.h"
 
 #include "worker/cpu/cpu_backend.h"
 
@@ -163,11 +168,97 @@ TEST_CASE("malformed jobs fail cleanly and leave the backend healthy") {
   CHECK((*gpu)->healthy());
 }
 
+TEST_CASE("a dispatch from another thread than Create's runs on the backend's device") {
+  Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create({});
+  REQUIRE(gpu.ok());
+  Bundle bundle = LoadBundle("examples/models/mlp").value();
+  CpuBackend cpu(CpuOptions{CpuMode::kReference, 0});
+  ModelHandle c = cpu.Load(bundle).value();
+  ModelHandle g = -1;
+  std::thread loader([&] { g = (*gpu)->Load(bundle).value(); });
+  loader.join();
+  std::mt19937 rng(3);
+  std::thread runner([&] { Compare(**gpu, g, cpu, c, bundle.manifest, 0, 8, rng, 1e-4); });
+  runner.join();
+  CHECK((*gpu)->graph_fallbacks() == 0);
+}
+
+TEST_CASE("a failed load frees its device memory, on every retry") {
+  CudaBackendOptions options;
+  options.weight_arena_bytes = 1 << 20;  // The MLP's 1.6 MB of weights cannot fit.
+  Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create(options);
+  REQUIRE(gpu.ok());
+  Bundle bundle = LoadBundle("examples/models/mlp").value();
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    Result<ModelHandle> loaded = (*gpu)->Load(bundle);
+    REQUIRE_FALSE(loaded.ok());
+    CHECK(loaded.error().code == ErrorCode::kResourceExhausted);
+    CHECK((*gpu)->weight_arena()->in_use() == 0);
+  }
+  CHECK((*gpu)->healthy());
+}
+
+TEST_CASE("Upload and Download refuse ranges outside the weight arena") {
+  CudaBackendOptions options;
+  options.weight_arena_bytes = 1 << 20;
+  Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create(options);
+  REQUIRE(gpu.ok());
+  std::vector<uint8_t> bytes(4096);
+  CHECK((*gpu)->Upload(0, bytes).ok());
+  CHECK((*gpu)->Upload((1 << 20) - 4096, bytes).ok());  // Ends exactly at the arena's end.
+  CHECK((*gpu)->Upload((1 << 20) - 4095, bytes).error().code == ErrorCode::kInvalidArgument);
+  CHECK((*gpu)->Download(UINT64_MAX - 10, bytes).error().code == ErrorCode::kInvalidArgument);
+  CHECK((*gpu)->healthy());
+}
+
+TEST_CASE("graph timing is refused for an executable that has no graph") {
+  CudaBackendOptions plain;
+  plain.use_graphs = false;
+  Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create(plain);
+  REQUIRE(gpu.ok());
+  Bundle bundle = LoadBundle("examples/models/mlp").value();
+  ModelHandle mlp = (*gpu)->Load(bundle).value();
+  CHECK((*gpu)->TimeProgram(mlp, 0, 8, 10, false).ok());
+  CHECK((*gpu)->TimeProgram(mlp, 0, 8, 10, true).error().code == ErrorCode::kUnavailable);
+}
+
+TEST_CASE("softmax and global average pooling compute every line past the grid's cap") {
+  // Blocks() caps the grid at 65535 * 16 blocks of 256 threads: 268,435,456 lines.
+  constexpr int64_t kLines = int64_t{65535} * 16 * 256 + 1000;
+  float *x = nullptr, *y = nullptr;
+  REQUIRE(cudaMalloc(&x, kLines * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&y, kLines * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMemset(x, 0, kLines * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMemset(y, 0, kLines * sizeof(float)) == cudaSuccess);
+  // Softmax over n = 1: every output is exactly 1.
+  REQUIRE(cuda::Softmax(x, y, kLines, 1, 1, nullptr) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  float last = 0;
+  REQUIRE(cudaMemcpy(&last, y + kLines - 1, 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(last == 1.0f);
+  // Average pool of area 1 over planes filled with 2: the last plane is 2.
+  std::vector<float> twos(1024, 2.0f);
+  REQUIRE(cudaMemcpy(x + kLines - 1024, twos.data(), 4096, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cuda::GlobalAvgPool(x, y, kLines, 1, nullptr) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  REQUIRE(cudaMemcpy(&last, y + kLines - 1, 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(last == 2.0f);
+  cudaFree(x);
+  cudaFree(y);
+}
+
 }  // namespace
 }  // namespace ferry
 
 int main(int argc, char** argv) {
-  if (!ferry::CudaDeviceAvailable()) {
+  // Skipped only when the runtime reports no device; any other error (a driver older than
+  // the toolkit, say) fails the test rather than hiding as a skip.
+  ferry::Result<int> devices = ferry::CudaDeviceCount();
+  if (!devices.ok()) {
+    std::printf("%s\n", devices.error().message.c_str());
+    return 1;
+  }
+  if (*devices == 0) {
     std::printf("no CUDA device: the CUDA backend tests are skipped\n");
     return 77;
   }

@@ -51,25 +51,26 @@ __global__ void AddKernel(const float* a, const float* b, float* y, int64_t coun
   }
 }
 
-// One thread per (outer, inner) line; fine for the narrow softmaxes of classifier heads.
+// One thread per (outer, inner) line, grid-stride so every line is computed however many
+// there are (the grid is capped by Blocks()); fine for the narrow softmaxes of classifier
+// heads.
 __global__ void SoftmaxKernel(const float* x, float* y, int64_t outer, int64_t n, int64_t inner) {
-  int64_t line = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (line >= outer * inner) {
-    return;
-  }
-  int64_t o = line / inner, in = line % inner;
-  const float* xs = x + o * n * inner + in;
-  float* ys = y + o * n * inner + in;
-  float max = -FLT_MAX;
-  for (int64_t i = 0; i < n; ++i) {
-    max = fmaxf(max, xs[i * inner]);
-  }
-  float sum = 0.f;
-  for (int64_t i = 0; i < n; ++i) {
-    sum += expf(xs[i * inner] - max);
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    ys[i * inner] = expf(xs[i * inner] - max) / sum;
+  for (int64_t line = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; line < outer * inner;
+       line += int64_t{gridDim.x} * blockDim.x) {
+    int64_t o = line / inner, in = line % inner;
+    const float* xs = x + o * n * inner + in;
+    float* ys = y + o * n * inner + in;
+    float max = -FLT_MAX;
+    for (int64_t i = 0; i < n; ++i) {
+      max = fmaxf(max, xs[i * inner]);
+    }
+    float sum = 0.f;
+    for (int64_t i = 0; i < n; ++i) {
+      sum += expf(xs[i * inner] - max);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      ys[i * inner] = expf(xs[i * inner] - max) / sum;
+    }
   }
 }
 
@@ -157,16 +158,16 @@ __global__ void MaxPoolKernel(const float* x, float* y, ConvShape s) {
   }
 }
 
+// Grid-stride over planes: every plane is computed however many there are.
 __global__ void GlobalAvgPoolKernel(const float* x, float* y, int64_t planes, int64_t area) {
-  int64_t plane = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (plane >= planes) {
-    return;
+  for (int64_t plane = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; plane < planes;
+       plane += int64_t{gridDim.x} * blockDim.x) {
+    float sum = 0.f;
+    for (int64_t i = 0; i < area; ++i) {
+      sum += x[plane * area + i];
+    }
+    y[plane] = sum / area;
   }
-  float sum = 0.f;
-  for (int64_t i = 0; i < area; ++i) {
-    sum += x[plane * area + i];
-  }
-  y[plane] = sum / area;
 }
 
 __global__ void ToBf16Kernel(const float* x, __nv_bfloat16* y, int64_t count) {
