@@ -4,13 +4,12 @@
 //   ferry-cpu-bench [--threads 1,2] [--seconds 0.5] [--mode fast|reference] [--json]
 //
 // bench/cpu_vs_torch.py runs it beside PyTorch in the same run and reports the ratio.
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <random>
-
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "worker/cpu/cpu_backend.h"
 
@@ -35,10 +34,12 @@ double RowsPerSecond(CpuBackend& backend, ModelHandle handle, const Bundle& bund
     x = normal(rng);
   }
   std::vector<uint8_t> output(static_cast<size_t>(batch * out_row));
-  BatchJob job{0, batch, {{batch,
-                           {std::span<const uint8_t>(reinterpret_cast<uint8_t*>(input.data()),
-                                                     input.size() * 4)},
-                           {output}}}};
+  BatchJob job{
+      0,
+      batch,
+      {{batch,
+        {std::span<const uint8_t>(reinterpret_cast<uint8_t*>(input.data()), input.size() * 4)},
+        {output}}}};
   auto run = [&] {
     Result<ExecutionTiming> r = backend.Execute(handle, job);
     if (!r.ok()) {

@@ -86,9 +86,10 @@ double MedianDecisionNs(int num_models, int queued, int decisions, Discipline di
     } else if (s.queued_requests() == 0) {
       break;
     }
-    size_t arrivals = overload != Overload::kNone ? 2 * d.dispatch.requests.size()
-                               : d.dispatch.requests.size() + d.dispatch.shed.size() +
-                                     d.dispatch.failed.size();
+    size_t arrivals =
+        overload != Overload::kNone
+            ? 2 * d.dispatch.requests.size()
+            : d.dispatch.requests.size() + d.dispatch.shed.size() + d.dispatch.failed.size();
     for (size_t k = 0; k < arrivals; ++k) {
       push(next_model);
       next_model = (next_model + 1) % num_models;

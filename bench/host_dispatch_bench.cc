@@ -6,12 +6,11 @@
 // synchronisation (4 API calls for the MLP, ~3 us of launch on an H200 per
 // ../shared/research/h200_probe.md), whatever the number of requests. Baseline in the same
 // run: one memcpy of the same input and output bytes (the floor for moving them at all).
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
-
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "model/bundle.h"
@@ -67,12 +66,11 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> outputs(static_cast<size_t>(n * out_row));
     BatchJob job{0, n, {}};
     for (int64_t r = 0; r < n; ++r) {
-      job.requests.push_back(
-          {1,
-           {std::span<const uint8_t>(inputs).subspan(static_cast<size_t>(r * in_row),
-                                                     static_cast<size_t>(in_row))},
-           {std::span<uint8_t>(outputs).subspan(static_cast<size_t>(r * out_row),
-                                                static_cast<size_t>(out_row))}});
+      job.requests.push_back({1,
+                              {std::span<const uint8_t>(inputs).subspan(
+                                  static_cast<size_t>(r * in_row), static_cast<size_t>(in_row))},
+                              {std::span<uint8_t>(outputs).subspan(static_cast<size_t>(r * out_row),
+                                                                   static_cast<size_t>(out_row))}});
     }
     double host = MedianNs(
         [&] {
@@ -90,12 +88,15 @@ int main(int argc, char** argv) {
           asm volatile("" : : "r"(staging.data()), "r"(outputs.data()) : "memory");
         },
         iterations);
-    rows.push_back({{"requests", n}, {"host_us", host / 1e3}, {"memcpy_us", floor / 1e3},
+    rows.push_back({{"requests", n},
+                    {"host_us", host / 1e3},
+                    {"memcpy_us", floor / 1e3},
                     {"ratio_to_memcpy", host / floor}});
     out["host_us_per_dispatch_" + std::to_string(n) + "x1"] = host / 1e3;
     if (!json) {
-      std::printf("%2ld one-row requests: host %.2f us per dispatch (memcpy floor %.2f us, %.2fx)\n",
-                  static_cast<long>(n), host / 1e3, floor / 1e3, host / floor);
+      std::printf(
+          "%2ld one-row requests: host %.2f us per dispatch (memcpy floor %.2f us, %.2fx)\n",
+          static_cast<long>(n), host / 1e3, floor / 1e3, host / floor);
     }
   }
   out["points"] = rows;

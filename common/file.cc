@@ -19,8 +19,8 @@ Result<OpenedFile> OpenRegularFile(const std::string& path, Symlinks symlinks) {
                                              : ::stat(path.c_str(), &before);
   if (looked != 0) {
     int err = errno;
-    return NotFound(path + (err == ENOENT ? ": no such file" : ": cannot stat: " +
-                                                                   std::string(std::strerror(err))));
+    return NotFound(path + (err == ENOENT ? ": no such file"
+                                          : ": cannot stat: " + std::string(std::strerror(err))));
   }
   if (S_ISLNK(before.st_mode)) {
     return InvalidArgument(path + ": is a symlink; bundle files must be regular files");
@@ -41,8 +41,8 @@ Result<OpenedFile> OpenRegularFile(const std::string& path, Symlinks symlinks) {
     return NotFound(path + ": cannot open: " + std::strerror(err));
   }
   OpenedFile file{fd, {}};
-  if (::fstat(fd, &file.st) != 0 || !S_ISREG(file.st.st_mode) ||
-      file.st.st_dev != before.st_dev || file.st.st_ino != before.st_ino) {
+  if (::fstat(fd, &file.st) != 0 || !S_ISREG(file.st.st_mode) || file.st.st_dev != before.st_dev ||
+      file.st.st_ino != before.st_ino) {
     ::close(fd);
     return InvalidArgument(path + ": not a regular file");
   }

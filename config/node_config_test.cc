@@ -240,14 +240,15 @@ TEST_CASE("byte sizes take binary units and reject garbage") {
 namespace ferry {
 namespace {
 
-TEST_CASE("recency_penalty_cap is still checked but deprecated with a warning naming the replacement") {
-  Result<NodeConfig> config = ParseNodeConfig("[scheduler]\nrecency_penalty_cap = 0.5\n", "n.toml",
-                                              "/tmp", {});
+TEST_CASE(
+    "recency_penalty_cap is still checked but deprecated with a warning naming the replacement") {
+  Result<NodeConfig> config =
+      ParseNodeConfig("[scheduler]\nrecency_penalty_cap = 0.5\n", "n.toml", "/tmp", {});
   REQUIRE(config.ok());
   REQUIRE(config->scheduler.deprecations.size() == 1);
   CHECK(config->scheduler.deprecations[0].find("start-time fair queueing") != std::string::npos);
-  Result<NodeConfig> env = ParseNodeConfig("", "n.toml", "/tmp",
-                                           {{"FERRY_SCHEDULER_RECENCY_PENALTY_CAP", "0.3"}});
+  Result<NodeConfig> env =
+      ParseNodeConfig("", "n.toml", "/tmp", {{"FERRY_SCHEDULER_RECENCY_PENALTY_CAP", "0.3"}});
   REQUIRE(env.ok());
   CHECK(env->scheduler.deprecations.size() == 1);
   CHECK(ParseNodeConfig("", "n.toml", "/tmp", {})->scheduler.deprecations.empty());

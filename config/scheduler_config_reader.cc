@@ -52,8 +52,9 @@ void ReadSchedulerTable(TableReader& r, SchedulerConfig* c) {
   if (auto models = r.Table("models")) {
     for (auto& [name, model_reader] : models->NamedTables()) {
       if (!IsValidModelName(name)) {
-        models->ErrorAt(name, "not a model name: use 1 to 128 letters, digits, '_', '-' or '.', "
-                              "not '.' or '..'");
+        models->ErrorAt(name,
+                        "not a model name: use 1 to 128 letters, digits, '_', '-' or '.', "
+                        "not '.' or '..'");
         continue;
       }
       ModelSchedulingConfig model;

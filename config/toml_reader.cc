@@ -1,7 +1,5 @@
 #include "config/toml_reader.h"
 
-#include "common/file.h"
-
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -9,6 +7,8 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+
+#include "common/file.h"
 
 namespace ferry {
 namespace {
@@ -126,7 +126,8 @@ std::optional<std::pair<size_t, size_t>> FindTooDeep(std::string_view text) {
       }
       if (j < text.size() && text[j] == ch) {
         size_t quotes = 0;  // A multi-line string may end with up to 5 quotes ("x""""").
-        while (j + quotes < text.size() && text[j + quotes] == ch && quotes < (multiline ? 5u : 1u)) {
+        while (j + quotes < text.size() && text[j + quotes] == ch &&
+               quotes < (multiline ? 5u : 1u)) {
           ++quotes;
         }
         column += quotes;

@@ -65,8 +65,7 @@ Result<Bundle> LoadBundle(const std::string& dir) {
     fs::path plugin = ec ? fs::path() : fs::canonical(root / manifest.hooks.plugin, ec);
     std::string prefix = real_root.string() + "/";
     if (ec || plugin.string().rfind(prefix, 0) != 0 || !fs::is_regular_file(plugin, ec)) {
-      return InvalidArgument("bundle " + root.string() + ": hook plugin '" +
-                             manifest.hooks.plugin +
+      return InvalidArgument("bundle " + root.string() + ": hook plugin '" + manifest.hooks.plugin +
                              "' is not a regular file inside the bundle (symlinks resolved)");
     }
     plugin_path = plugin.string();

@@ -79,8 +79,8 @@ std::optional<int> BatchAxisOf(const Shape& shape) {
 bool TooMany(TableReader& root, std::string_view key, size_t limit) {
   const toml::node* raw = root.Raw(key);
   if (raw != nullptr && raw->is_array() && raw->as_array()->size() > limit) {
-    root.ErrorAt(key, std::to_string(raw->as_array()->size()) + " entries, more than the limit of " +
-                          std::to_string(limit));
+    root.ErrorAt(key, std::to_string(raw->as_array()->size()) +
+                          " entries, more than the limit of " + std::to_string(limit));
     return true;
   }
   return false;
@@ -233,8 +233,10 @@ std::optional<Op> ReadOp(TableReader& r) {
     case OpKind::kReshape:
       if (!r.IntArray("shape", &op.shape, 1, kMaxDim) || op.shape.empty() ||
           op.shape.size() >= kMaxRank) {
-        r.ErrorAt("shape", "reshape needs shape = [dims after the batch axis], each positive, at "
-                           "most " + std::to_string(kMaxRank - 1) + " of them");
+        r.ErrorAt("shape",
+                  "reshape needs shape = [dims after the batch axis], each positive, at "
+                  "most " +
+                      std::to_string(kMaxRank - 1) + " of them");
         ok = false;
       }
       break;

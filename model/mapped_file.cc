@@ -1,7 +1,5 @@
 #include "model/mapped_file.h"
 
-#include "common/file.h"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -9,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+
+#include "common/file.h"
 
 namespace ferry {
 

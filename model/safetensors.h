@@ -29,8 +29,8 @@ namespace ferry {
 // Limits checked while the header is parsed, before any work proportional to them.
 inline constexpr uint64_t kSafetensorsMaxHeaderBytes = 100'000'000;
 inline constexpr size_t kSafetensorsMaxTensors = 100'000;
-inline constexpr size_t kSafetensorsMaxJsonDepth = 4;  // header > tensor > shape (> 1 spare).
-inline constexpr size_t kSafetensorsMaxArray = 16;       // Elements of a shape or offsets.
+inline constexpr size_t kSafetensorsMaxJsonDepth = 4;     // header > tensor > shape (> 1 spare).
+inline constexpr size_t kSafetensorsMaxArray = 16;        // Elements of a shape or offsets.
 inline constexpr size_t kSafetensorsMaxEntries = 10'000;  // Keys of a nested object (metadata).
 
 struct TensorInfo {
@@ -46,7 +46,7 @@ struct TensorInfo {
 struct SafetensorsIndex {
   std::vector<TensorInfo> tensors;  // In file order (ascending offsets).
   std::map<std::string, std::string> metadata;
-  uint64_t data_start = 0;  // File offset of the byte buffer: 8 + N.
+  uint64_t data_start = 0;                             // File offset of the byte buffer: 8 + N.
   std::map<std::string, size_t, std::less<>> by_name;  // Index into tensors.
 
   // O(log n). REQUIRES: the index came from ParseSafetensors (by_name filled).

@@ -81,7 +81,8 @@ class Inference {
     }
     for (int64_t d : spec->shape) {
       if (d == 0) {
-        return OpFail(op, name, "weight shape " + ShapeToString(spec->shape) + " has a zero dimension");
+        return OpFail(op, name,
+                      "weight shape " + ShapeToString(spec->shape) + " has a zero dimension");
       }
     }
     if (spec->shape != expected) {

@@ -31,7 +31,7 @@
 namespace ferry {
 
 struct BatchPlan {
-  size_t count = 0;    // Requests taken (picks.size()).
+  size_t count = 0;  // Requests taken (picks.size()).
   // Their positions in the queue, ascending; picks[0] == 0 (the front is always taken).
   // Requests of the front's variant only; others between them stay queued.
   std::vector<size_t> picks;

@@ -82,7 +82,7 @@ TEST_CASE("models that cannot coalesce serve one request per dispatch") {
 TEST_CASE("max_batch_size caps the rows but never the compiled shapes") {
   ModelSpec spec = Spec({4, 16}, 6);
   BatchPlan plan = Plan(Queue(std::vector<int64_t>(20, 1)), spec);
-  CHECK(plan.rows == 6);  // A cap that is not a compiled size coalesces up to it ...
+  CHECK(plan.rows == 6);         // A cap that is not a compiled size coalesces up to it ...
   CHECK(plan.batch_size == 16);  // ... and pads to the next compiled size.
   BatchPlan seven = Plan(Queue(std::vector<int64_t>(20, 1)), Spec({1, 8, 32}, 7));
   CHECK(seven.rows == 7);

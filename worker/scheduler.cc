@@ -291,8 +291,9 @@ int Scheduler::SelectFair() const {
     if (!better && tag == best_tag) {
       const ModelState& b = models_[static_cast<size_t>(best)];
       double cost = EffectiveCost(m), best_cost = EffectiveCost(b);
-      better = cost != best_cost ? cost < best_cost
-                                 : Before(m.queue.front(), m.spec.name, b.queue.front(), b.spec.name);
+      better = cost != best_cost
+                   ? cost < best_cost
+                   : Before(m.queue.front(), m.spec.name, b.queue.front(), b.spec.name);
     }
     if (better) {
       best = index;
@@ -354,8 +355,8 @@ int Scheduler::SelectEdf(Nanos now) const {
   int64_t cap = EffectiveMaxBatch(u.spec);
   int variant = u.queue.front().variant;
   if (!u.spec.coalescable || cap == 0 || variant == kNoCompiledProgram ||
-      u.queue.variant_rows(variant) != u.queue.queued_rows() ||
-      u.queue.queued_rows() * 2 >= cap || !committed_.empty()) {
+      u.queue.variant_rows(variant) != u.queue.queued_rows() || u.queue.queued_rows() * 2 >= cap ||
+      !committed_.empty()) {
     return best;
   }
   std::optional<int> cap_index = SmallestFitting(u.spec.batch_sizes, cap);
@@ -578,9 +579,8 @@ void Scheduler::RecordDispatched(ModelState& m, Dispatch& d, Nanos now) {
   // fair (SFQ): the virtual time moves to this dispatch's start tag, and the model's finish
   // tag advances by the dispatch's learned cost over its weight.
   std::optional<int> planned = SmallestFitting(m.spec.batch_sizes, d.batch_size);
-  d.charged_seconds = d.variant == kNoCompiledProgram
-                          ? 0
-                          : m.cost.Estimate(d.variant, planned.value_or(0));
+  d.charged_seconds =
+      d.variant == kNoCompiledProgram ? 0 : m.cost.Estimate(d.variant, planned.value_or(0));
   d.charged_weight = m.weight;
   // A committed sub-call runs ahead of selection: it is charged to its model but does not
   // move the virtual time (docs/scheduler.md: its time adds to the others' gaps).

@@ -64,10 +64,10 @@ struct SchedulerOptions {
 struct ControlCommand {
   enum class Kind { kSetPolicy, kSetResidency, kCompact, kSetDiscipline };
   Kind kind = Kind::kSetPolicy;
-  int model = -1;                          // kSetPolicy, kSetResidency.
-  double weight = 0;                       // kSetPolicy.
-  Residency residency = Residency::kWarm;  // kSetResidency.
-  std::vector<int> models;                 // kCompact: models to reload afterwards.
+  int model = -1;                             // kSetPolicy, kSetResidency.
+  double weight = 0;                          // kSetPolicy.
+  Residency residency = Residency::kWarm;     // kSetResidency.
+  std::vector<int> models;                    // kCompact: models to reload afterwards.
   Discipline discipline = Discipline::kFair;  // kSetDiscipline.
 };
 

@@ -119,7 +119,9 @@ TEST_CASE("edf serves the soonest deadline; no deadline is least urgent; ties by
   CHECK(s.Next(10).dispatch.model == 0);
 }
 
-TEST_CASE("edf is batching-aware: an urgent model that cannot fill half its cap waits while slack allows") {
+TEST_CASE(
+    "edf is batching-aware: an urgent model that cannot fill half its cap waits while slack "
+    "allows") {
   SchedulerConfig config;
   config.discipline = Discipline::kEdf;
   Scheduler s = Make({Spec("urgent", {1, 8, 32}), Spec("heavy", {1, 8, 32})}, config);

@@ -61,11 +61,11 @@ struct Dispatch {
   // Exactly one request that fills the compiled size: its inputs are used as they are, with
   // no concatenation and no padding.
   bool pass_through = false;
-  bool committed_meta = false;          // A committed meta sub-call, dispatched ahead of the scan.
+  bool committed_meta = false;  // A committed meta sub-call, dispatched ahead of the scan.
   // fair: the GPU seconds charged to the model's virtual clock when it was dispatched (its
   // learned cost); Complete() corrects the charge to the measured time.
   double charged_seconds = 0;
-  double charged_weight = 1;  // The weight the charge was divided by.
+  double charged_weight = 1;            // The weight the charge was divided by.
   std::vector<QueuedRequest> requests;  // In queue order; run together.
 
   // Requests dropped before GPU work because they cannot meet their deadline

@@ -35,11 +35,13 @@ Result<StagingLayout> PlanStaging(const Manifest& manifest,
   StagingLayout layout;
   uint64_t at = 0;
   for (const TensorSpec& spec : manifest.inputs) {
-    FERRY_ASSIGN_OR_RETURN(StagingLayout::Tensor t, Place(manifest, spec, shapes.at(spec.name), &at));
+    FERRY_ASSIGN_OR_RETURN(StagingLayout::Tensor t,
+                           Place(manifest, spec, shapes.at(spec.name), &at));
     layout.inputs.push_back(t);
   }
   for (const TensorSpec& spec : manifest.outputs) {
-    FERRY_ASSIGN_OR_RETURN(StagingLayout::Tensor t, Place(manifest, spec, shapes.at(spec.name), &at));
+    FERRY_ASSIGN_OR_RETURN(StagingLayout::Tensor t,
+                           Place(manifest, spec, shapes.at(spec.name), &at));
     layout.outputs.push_back(t);
   }
   layout.total_bytes = at;

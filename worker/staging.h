@@ -11,8 +11,8 @@
 
 #include <cstdint>
 #include <map>
-#include <string>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/result.h"
@@ -25,9 +25,9 @@ namespace ferry {
 // then outputs, each 256-byte aligned. Built once per executable, at load.
 struct StagingLayout {
   struct Tensor {
-    uint64_t offset = 0;  // In the staging buffer.
-    uint64_t bytes = 0;   // The whole batch tensor.
-    int64_t outer = 1;    // Blocks before the batch axis (1 for axis 0).
+    uint64_t offset = 0;    // In the staging buffer.
+    uint64_t bytes = 0;     // The whole batch tensor.
+    int64_t outer = 1;      // Blocks before the batch axis (1 for axis 0).
     int64_t row_bytes = 0;  // Bytes of one row within a block; 0: no batch axis.
   };
   std::vector<Tensor> inputs;

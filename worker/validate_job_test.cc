@@ -65,11 +65,11 @@ TEST_CASE("ValidateJob boundaries: rows, sizes, counts and byte sizes") {
     }
     return j;
   };
-  CHECK(ValidateJob(m, job(8, {8})).ok());           // Exactly full.
-  CHECK(!ValidateJob(m, job(8, {8, 1})).ok());       // One row over.
-  CHECK(!ValidateJob(m, job(8, {9})).ok());          // A request larger than the size.
-  CHECK(!ValidateJob(m, job(4, {1})).ok());          // Not a compiled size.
-  CHECK(!ValidateJob(m, job(8, {})).ok());           // Empty.
+  CHECK(ValidateJob(m, job(8, {8})).ok());      // Exactly full.
+  CHECK(!ValidateJob(m, job(8, {8, 1})).ok());  // One row over.
+  CHECK(!ValidateJob(m, job(8, {9})).ok());     // A request larger than the size.
+  CHECK(!ValidateJob(m, job(4, {1})).ok());     // Not a compiled size.
+  CHECK(!ValidateJob(m, job(8, {})).ok());      // Empty.
   BatchJob zero = job(8, {1});
   zero.requests[0].rows = 0;
   CHECK(!ValidateJob(m, zero).ok());

@@ -88,8 +88,8 @@ void PrintRun(const RunReport& run, std::ostream& out) {
                 run.decision_ns_p99);
   out << line;
   std::snprintf(line, sizeof(line), "  %-12s %6s %7s %7s %11s %11s %9s %9s %8s %8s %9s %9s %9s\n",
-                "model", "weight", "share", "target", "rows/s", "goodput/s", "wait p50",
-                "wait p99", "misses", "dropped", "dispatch", "max gap", "bound");
+                "model", "weight", "share", "target", "rows/s", "goodput/s", "wait p50", "wait p99",
+                "misses", "dropped", "dispatch", "max gap", "bound");
   out << line;
   for (const ModelReport& m : run.models) {
     std::snprintf(line, sizeof(line),

@@ -219,8 +219,7 @@ Result<Scenario> ParseScenario(std::string_view text, const std::string& source,
     if (m.Int("variants", &variants, 1, 1024)) {
       model.variants = static_cast<int>(variants);
     }
-    if (m.IntArray("sizes", &model.sizes, 0, kMaxRows) &&
-        model.sizes != std::vector<int64_t>{0}) {
+    if (m.IntArray("sizes", &model.sizes, 0, kMaxRows) && model.sizes != std::vector<int64_t>{0}) {
       for (size_t i = 1; i < model.sizes.size(); ++i) {
         if (model.sizes[i] <= model.sizes[i - 1]) {
           m.ErrorAt("sizes", "compiled sizes must be strictly ascending");
@@ -268,10 +267,9 @@ Result<Scenario> ParseScenario(std::string_view text, const std::string& source,
       }
       e.Double("weight", &event.weight, DoubleRange::Positive());
     } else {
-      e.Enum<Discipline>("discipline", &event.discipline,
-                         {{"fair", Discipline::kFair},
-                          {"fifo", Discipline::kFifo},
-                          {"edf", Discipline::kEdf}});
+      e.Enum<Discipline>(
+          "discipline", &event.discipline,
+          {{"fair", Discipline::kFair}, {"fifo", Discipline::kFifo}, {"edf", Discipline::kEdf}});
     }
     e.Finish();
     if (!s.events.empty() && event.at_seconds < s.events.back().at_seconds) {

@@ -94,7 +94,7 @@ struct Scenario {
   SchedulerConfig scheduler;
   std::vector<SimModel> models;
   std::vector<Alternative> alternatives;
-  std::vector<ControlEvent> events;  // Ascending at_seconds.
+  std::vector<ControlEvent> events;   // Ascending at_seconds.
   double share_window_seconds = 1.0;  // Length of each window of the share time series.
 };
 

@@ -1,5 +1,5 @@
-// ferry-sim SCENARIO.toml [--json] [--trace FILE.csv]: runs a workload in virtual time through the real
-// scheduler, beside the no-coalescing and round-robin baselines. docs/simulator.md.
+// ferry-sim SCENARIO.toml [--json] [--trace FILE.csv]: runs a workload in virtual time through the
+// real scheduler, beside the no-coalescing and round-robin baselines. docs/simulator.md.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>

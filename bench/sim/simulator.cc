@@ -146,8 +146,12 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
   std::vector<Stream> streams;
   for (size_t m = 0; m < n; ++m) {
     for (size_t a = 0; a < scenario.models[m].arrivals.size(); ++a) {
-      Stream stream{static_cast<int>(m), &scenario.models[m].arrivals[a],
-                    Rng(scenario.seed * 1000003 + m * 1009 + a), kNever, 0, {}};
+      Stream stream{static_cast<int>(m),
+                    &scenario.models[m].arrivals[a],
+                    Rng(scenario.seed * 1000003 + m * 1009 + a),
+                    kNever,
+                    0,
+                    {}};
       stream.Advance(true);
       streams.push_back(stream);
     }
@@ -185,8 +189,7 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
   }
   // The share time series: GPU seconds and backlogged time per model per window.
   std::vector<std::vector<double>> window_gpu, window_backlog;
-  auto account = [&](std::vector<std::vector<double>>& series, size_t model, Nanos from,
-                     Nanos to) {
+  auto account = [&](std::vector<std::vector<double>>& series, size_t model, Nanos from, Nanos to) {
     while (from < to) {
       size_t w = static_cast<size_t>(from / window_ns);
       if (series.size() <= w) {

@@ -22,8 +22,8 @@ namespace ferry::sim {
 struct StreamReport {
   std::string name;
   uint64_t completed = 0;
-  uint64_t met = 0;     // Completed within their deadline (or with none).
-  uint64_t missed = 0;  // Completed late.
+  uint64_t met = 0;      // Completed within their deadline (or with none).
+  uint64_t missed = 0;   // Completed late.
   uint64_t dropped = 0;  // Shed, refused or failed.
   double goodput_rows_per_s = 0;
 };
@@ -31,9 +31,9 @@ struct StreamReport {
 // One window of the share time series.
 struct ShareWindow {
   double start_s = 0;
-  std::vector<double> shares;       // Of the GPU time used in the window, per model.
-  std::vector<double> backlogged;   // Fraction of the window each model had work queued.
-  std::vector<double> targets;      // weight x backlogged, normalised over the models.
+  std::vector<double> shares;      // Of the GPU time used in the window, per model.
+  std::vector<double> backlogged;  // Fraction of the window each model had work queued.
+  std::vector<double> targets;     // weight x backlogged, normalised over the models.
 };
 
 // One dispatch, for --trace.

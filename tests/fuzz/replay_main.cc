@@ -3,9 +3,9 @@
 // fails when any one input takes more than 1 s of CPU: the corpora hold the large crafted inputs
 // (deep nesting, many tensors, huge products), so a regression to super-linear time fails.
 #include <algorithm>
-#include <ctime>
 #include <cstdint>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -34,8 +34,8 @@ int main(int argc, char** argv) {
     double seconds = static_cast<double>(std::clock() - start) / CLOCKS_PER_SEC;
     slowest = std::max(slowest, seconds);
     if (seconds > 1.0) {
-      std::fprintf(stderr, "%s: %.2f s, more than the 1 s limit per input\n",
-                   entry.path().c_str(), seconds);
+      std::fprintf(stderr, "%s: %.2f s, more than the 1 s limit per input\n", entry.path().c_str(),
+                   seconds);
       slow = true;
     }
     ++files;

@@ -3,9 +3,8 @@
 // nesting far past any limit, tens of thousands of tensors, FIFOs, symlinks, overflowing
 // shapes. Each must come back as an error naming the place and the rule, never a crash or
 // a hang; the CTest timeout bounds the time.
-#include <sys/stat.h>
-
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <string>
@@ -103,16 +102,16 @@ TEST_CASE("TOML nested far past the limit is refused before toml++ recurses") {
   std::string over = "[node]\n" + std::string("x") + Repeat(".x", 32) + " = 1\n";
   CHECK(Contains(NodeError(over), "node.toml:2:"));
   // Levels add up: 16 key parts leading into 17 nested inline tables exceed 32.
-  CHECK(Contains(NodeError("a" + Repeat(".a", 15) + " = " + Repeat("{b=", 17) + "1" +
-                           Repeat("}", 17) + "\n"),
-                 "nesting deeper than 32"));
+  CHECK(Contains(
+      NodeError("a" + Repeat(".a", 15) + " = " + Repeat("{b=", 17) + "1" + Repeat("}", 17) + "\n"),
+      "nesting deeper than 32"));
   // A multi-line string closed by 4 or 5 quotes does not hide what follows it.
   for (const char* string : {"\"\"\"x\"\"\"\"", "\"\"\"x\"\"\"\"\"", "'''x''''", "\"\\\"\""}) {
     CAPTURE(string);
     CHECK(Contains(NodeError(std::string("s = ") + string + "\n" + deep_key), "nesting"));
   }
-  std::string floats = "[node]\nx = [" + Repeat("1.5, ", 1000) + "2.5] # a.b.c\ny = \"" +
-                       Repeat(".", 1000) + "\"\n";
+  std::string floats =
+      "[node]\nx = [" + Repeat("1.5, ", 1000) + "2.5] # a.b.c\ny = \"" + Repeat(".", 1000) + "\"\n";
   CHECK(!Contains(NodeError(floats), "nesting"));
 }
 
@@ -186,14 +185,13 @@ TEST_CASE("manifest garbage that used to pass is named") {
   };
   std::string base = kReshapeOnly;
   std::string no_outputs = base;
-  no_outputs.replace(no_outputs.find("[[outputs]]"),
-                     std::string("[[outputs]]\nname = \"y\"\ndtype = \"FP32\"\nshape = [-1, 24]\n").size(),
-                     "");
+  no_outputs.replace(
+      no_outputs.find("[[outputs]]"),
+      std::string("[[outputs]]\nname = \"y\"\ndtype = \"FP32\"\nshape = [-1, 24]\n").size(), "");
   no_outputs.insert(no_outputs.find("[[inputs]]"), "outputs = []\n");  // At the root.
   CHECK(Contains(manifest_error(no_outputs), "at least one [[outputs]] is required"));
   std::string dense = base;
-  dense.replace(dense.find("op = \"reshape\""), 14,
-                "op = \"dense\"\nweight = \"w\"\nbias = \"\"");
+  dense.replace(dense.find("op = \"reshape\""), 14, "op = \"dense\"\nweight = \"w\"\nbias = \"\"");
   CHECK(Contains(manifest_error(dense), "bias: must name a weight tensor"));
   CHECK(Contains(manifest_error(base + "[hooks]\nplugin = \"a\\u0000b.so\"\n"),
                  "without '..' or NUL"));
@@ -244,13 +242,13 @@ input = "x"
 weight = "k"
 output = "y"
 )";
-  std::string w = SafetensorsWith(
-      "{\"k\":{\"dtype\":\"F32\",\"shape\":[4,3,0,0],\"data_offsets\":[0,0]}}");
+  std::string w =
+      SafetensorsWith("{\"k\":{\"dtype\":\"F32\",\"shape\":[4,3,0,0],\"data_offsets\":[0,0]}}");
   CHECK(Contains(BundleError(MakeBundle(dir, "z", text, w)), "has a zero dimension"));
   // A plugin path that is a symlink leaving the bundle.
-  std::string root = MakeBundle(dir, "shape", std::string(kReshapeOnly) +
-                                                  "[hooks]\nplugin = \"hook.so\"\n",
-                                SafetensorsWith("{}"));
+  std::string root =
+      MakeBundle(dir, "shape", std::string(kReshapeOnly) + "[hooks]\nplugin = \"hook.so\"\n",
+                 SafetensorsWith("{}"));
   testing::WriteFile(dir / "evil.so", "x");
   std::filesystem::create_symlink(dir / "evil.so", root + "/hook.so");
   CHECK(Contains(BundleError(root), "is not a regular file inside the bundle"));
@@ -264,8 +262,8 @@ TEST_CASE("node files: model names, shm_size and listen addresses are checked") 
   }
   CHECK(Contains(NodeError("[node]\nshm_size = \"2TiB\"\n"), "must be at most 1TiB"));
   CHECK(ParseNodeConfig("[node]\nshm_size = \"1TiB\"\n", "n", "/tmp", {}).ok());
-  for (const char* listen : {"\"garbage\"", "\":80\"", "\"a b:80\"", "\"::1:80\"", "\"[zz]:80\"",
-                             "\"host:80:\""}) {
+  for (const char* listen :
+       {"\"garbage\"", "\":80\"", "\"a b:80\"", "\"::1:80\"", "\"[zz]:80\"", "\"host:80:\""}) {
     CAPTURE(listen);
     CHECK(Contains(NodeError(std::string("[node.listen]\nhttp = ") + listen + "\n"),
                    "expected HOST:PORT"));
@@ -297,8 +295,11 @@ TEST_CASE("a model without weights loads, is cached without evicting others, and
   for (int i = 0; i < 24; ++i) {
     x[static_cast<size_t>(i)] = static_cast<float>(i);
   }
-  BatchJob job{0, 1, {{1, {std::span(reinterpret_cast<const uint8_t*>(x.data()), 96)},
-                        {std::span(reinterpret_cast<uint8_t*>(y.data()), 96)}}}};
+  BatchJob job{0,
+               1,
+               {{1,
+                 {std::span(reinterpret_cast<const uint8_t*>(x.data()), 96)},
+                 {std::span(reinterpret_cast<uint8_t*>(y.data()), 96)}}}};
   REQUIRE(cpu.Execute(h, job).ok());
   CHECK(y == x);
 }

@@ -1,12 +1,11 @@
 #include "worker/cpu/cpu_backend.h"
 
+#include <omp.h>
 #include <sched.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-
-#include <omp.h>
 
 #include "model/dtype_convert.h"
 #include "model/shape_inference.h"

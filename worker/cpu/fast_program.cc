@@ -1,9 +1,8 @@
 #include "worker/cpu/fast_program.h"
 
 #include <functional>
-#include <optional>
-
 #include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
 
 #include "model/shape_inference.h"
 #include "worker/cpu/ops.h"
@@ -86,8 +85,9 @@ std::span<const float> FastProgram::Output(size_t o) const {
   return state_->buffers[state_->outputs[o]];
 }
 
-Result<std::unique_ptr<FastProgram>> FastProgram::Build(
-    const Bundle& bundle, const std::map<std::string, Shape>& shapes, const WeightMap& weights) {
+Result<std::unique_ptr<FastProgram>> FastProgram::Build(const Bundle& bundle,
+                                                        const std::map<std::string, Shape>& shapes,
+                                                        const WeightMap& weights) {
   const Manifest& manifest = bundle.manifest;
   auto state = std::make_unique<State>();
   State* s = state.get();
@@ -177,12 +177,11 @@ Result<std::unique_ptr<FastProgram>> FastProgram::Build(
             memory::desc any_src(Dims(xs), kF32, Tag::any), any_dst(Dims(ys), kF32, Tag::any);
             memory::desc user_w(Dims(ws), kF32, Tag::oihw);
             memory::desc any_w(Dims(ws), kF32, Tag::any);
-            memory::desc b =
-                op.bias.empty() ? memory::desc() : memory::desc({ws[0]}, kF32, Tag::x);
+            memory::desc b = op.bias.empty() ? memory::desc() : memory::desc({ws[0]}, kF32, Tag::x);
             dnnl::convolution_forward::primitive_desc pd(
                 dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                dnnl::algorithm::convolution_direct, any_src,
-                                                any_w, b, any_dst, strides, padding, padding),
+                                                dnnl::algorithm::convolution_direct, any_src, any_w,
+                                                b, any_dst, strides, padding, padding),
                 attr, s->engine);
             primitive = dnnl::convolution_forward(pd);
             memory plain_src = s->Wrap(src, op.inputs[0]), plain_dst = s->Wrap(dst, out_name);
@@ -237,13 +236,15 @@ Result<std::unique_ptr<FastProgram>> FastProgram::Build(
           break;
         case OpKind::kLayerNorm: {
           std::span<const float> w = weight(op.weight), b = weight(op.bias);
-          s->steps.push_back(
-              {index, [x, d = xs.back(), w, b, eps = op.eps, y] { LayerNorm(*x, d, w, b, eps, *y); }});
+          s->steps.push_back({index, [x, d = xs.back(), w, b, eps = op.eps, y] {
+                                LayerNorm(*x, d, w, b, eps, *y);
+                              }});
           break;
         }
         case OpKind::kMaxPool2d: {
           Window window{op.kernel, op.stride, op.padding};
-          s->steps.push_back({index, [x, xs, window, ys, y] { MaxPool2d(*x, xs, window, ys, *y); }});
+          s->steps.push_back(
+              {index, [x, xs, window, ys, y] { MaxPool2d(*x, xs, window, ys, *y); }});
           break;
         }
         case OpKind::kGlobalAvgPool:

@@ -1,8 +1,9 @@
 #include "worker/cuda/cuda_backend.h"
 
 #include <cublas_v2.h>
-#include <dlfcn.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cstring>
@@ -16,8 +17,6 @@
 #include "worker/batch_axis.h"
 #include "worker/cuda/kernels.h"
 #include "worker/staging.h"
-
-#include <spdlog/spdlog.h>
 
 namespace ferry {
 namespace {
@@ -280,9 +279,10 @@ struct CudaBackend::Impl {
     if (options.use_graphs && !Capture(exe)) {
       // The executable keeps launching its steps one by one: slower, still correct.
       ++graph_fallbacks;
-      spdlog::warn("model '{}', batch {}: CUDA graph capture failed; launching the {} ops one "
-                   "by one",
-                   manifest.name, size, exe->steps.size());
+      spdlog::warn(
+          "model '{}', batch {}: CUDA graph capture failed; launching the {} ops one "
+          "by one",
+          manifest.name, size, exe->steps.size());
     }
     return OkStatus();
   }
@@ -741,9 +741,10 @@ Status CudaBackend::RegisterHostMemory(std::span<uint8_t> memory) {
   if (e != cudaSuccess) {
     cudaGetLastError();
     ++impl_->host_register_failures;
-    spdlog::warn("CUDA: registering {} bytes of host memory failed ({}); copies from it run "
-                 "from pageable memory",
-                 memory.size(), cudaGetErrorString(e));
+    spdlog::warn(
+        "CUDA: registering {} bytes of host memory failed ({}); copies from it run "
+        "from pageable memory",
+        memory.size(), cudaGetErrorString(e));
     return Internal(std::string("CUDA: register host memory: ") + cudaGetErrorString(e));
   }
   return OkStatus();

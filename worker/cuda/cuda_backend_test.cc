@@ -3,6 +3,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include "worker/cuda/cuda_backend.h"
 
+#include <cuda_runtime.h>
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -12,11 +13,8 @@
 #include <random>
 #include <thread>
 
-#include <cuda_runtime.h>
-
-#include "worker/cuda/kernels.h"
-
 #include "worker/cpu/cpu_backend.h"
+#include "worker/cuda/kernels.h"
 
 namespace ferry {
 namespace {
