@@ -56,6 +56,9 @@ class Backend {
   virtual Result<ModelHandle> Load(const Bundle& bundle) = 0;
   // Runs one batch. INVALID_ARGUMENT for a malformed job (wrong counts or byte sizes);
   // the model's load error if it failed; INTERNAL for a backend fault.
+  // Lifetime: the job's spans must stay valid until Execute returns, and no backend touches
+  // them after it returns, on success or on error (a GPU backend waits for its queued copies
+  // before returning an error).
   virtual Result<ExecutionTiming> Execute(ModelHandle model, const BatchJob& job) = 0;
   // OK, or the error that made the model fail.
   virtual Status ModelStatus(ModelHandle model) const = 0;

@@ -12,6 +12,9 @@ namespace {
 std::atomic<long> g_allocations{0};
 }  // namespace
 
+// Counting replacements of the global allocation functions, malloc-backed on both sides.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void* operator new(std::size_t n) {
   ++g_allocations;
   if (void* p = std::malloc(n ? n : 1)) {
@@ -21,6 +24,7 @@ void* operator new(std::size_t n) {
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace ferry {
 namespace {
