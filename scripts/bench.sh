@@ -6,9 +6,11 @@
 #   scripts/bench.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"  # The benchmarks read examples/ relative to the repository root.
 "$root/scripts/setup.sh" >/dev/null
 cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$root/build" --target ferry-sim ferry-decision-bench ferry-shm-bench ferry-cpu-bench >/dev/null
+cmake --build "$root/build" --target ferry-sim ferry-decision-bench ferry-shm-bench ferry-cpu-bench \
+  ferry-host-dispatch-bench >/dev/null
 out="$root/build/bench-results"
 mkdir -p "$out"
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
@@ -23,6 +25,9 @@ done
 echo
 "$root/build/bench/ferry-shm-bench"
 "$root/build/bench/ferry-shm-bench" --json >"$out/shm.json"
+echo
+"$root/build/bench/ferry-host-dispatch-bench"
+"$root/build/bench/ferry-host-dispatch-bench" --json >"$out/host_dispatch.json"
 echo
 # CPU execution against PyTorch: bench-only packages (PyTorch on OpenBLAS), not needed to build.
 if ! /usr/bin/python3 -c "import torch, threadpoolctl" 2>/dev/null ||
