@@ -35,8 +35,15 @@ void ModelQueue::Push(QueuedRequest request) {
 
 void ModelQueue::Forget(const QueuedRequest& request) {
   if (track_deadlines_ && request.deadline && *request.deadline > passed_) {
-    removed_.push_back(*request.deadline);
-    std::push_heap(removed_.begin(), removed_.end(), std::greater<>());
+    if (heap_.front() == *request.deadline) {
+      // The common case (deadlines leaving in order): an equal entry is on top; drop it now
+      // instead of recording a cancellation (equal entries are interchangeable).
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
+      heap_.pop_back();
+    } else {
+      removed_.push_back(*request.deadline);
+      std::push_heap(removed_.begin(), removed_.end(), std::greater<>());
+    }
   }
   rows_ -= request.rows;
   if (request.variant >= 0) {
