@@ -244,11 +244,7 @@ double Scheduler::RecentFraction(const ModelState& m) const {
   return total_recent_ > 0 ? m.recent / total_recent_ : 0.0;
 }
 
-double Scheduler::EffectiveCost(const ModelState& m) const {
-  if (!m.effective_cost_stale) {
-    return m.effective_cost;
-  }
-  m.effective_cost_stale = false;
+std::pair<int, int> Scheduler::NextPair(const ModelState& m) const {
   const QueuedRequest& front = m.queue.front();
   int variant = front.variant == kNoCompiledProgram ? 0 : front.variant;
   // The size the next dispatch would run at: the front variant's queued rows up to the cap,
@@ -257,6 +253,17 @@ double Scheduler::EffectiveCost(const ModelState& m) const {
   int64_t rows = std::max(front.rows, std::min(m.queue.variant_rows(variant), limit));
   int size_index = SmallestFitting(m.spec.batch_sizes, rows)
                        .value_or(static_cast<int>(m.spec.batch_sizes.size()) - 1);
+  return {variant, size_index};
+}
+
+double Scheduler::EffectiveCost(const ModelState& m) const {
+  if (!m.effective_cost_stale) {
+    return m.effective_cost;
+  }
+  m.effective_cost_stale = false;
+  const QueuedRequest& front = m.queue.front();
+  int64_t limit = EffectiveMaxBatch(m.spec);
+  auto [variant, size_index] = NextPair(m);
   double cost = m.cost.Estimate(variant, size_index);
   // Discounted only when the next dispatch would really take a second request.
   if (m.spec.coalescable && options_.coalesce && m.queue.size() > 1 &&
@@ -389,12 +396,7 @@ int Scheduler::SelectEdf(Nanos now) const {
 }
 
 std::optional<double> Scheduler::NextDispatchCost(const ModelState& m) const {
-  const QueuedRequest& front = m.queue.front();
-  int variant = front.variant == kNoCompiledProgram ? 0 : front.variant;
-  int64_t limit = EffectiveMaxBatch(m.spec);
-  int64_t rows = std::max(front.rows, std::min(m.queue.variant_rows(variant), limit));
-  int size_index = SmallestFitting(m.spec.batch_sizes, rows)
-                       .value_or(static_cast<int>(m.spec.batch_sizes.size()) - 1);
+  auto [variant, size_index] = NextPair(m);
   if (!m.cost.Seeded(variant, size_index)) {
     return std::nullopt;
   }

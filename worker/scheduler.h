@@ -216,6 +216,8 @@ class Scheduler {
 
   double RecentFraction(const ModelState& m) const;
   void AddRecentCompute(ModelState& m, double seconds, Nanos now);
+  // The (variant, compiled size index) of the dispatch model m would run next.
+  std::pair<int, int> NextPair(const ModelState& m) const;
   double EffectiveCost(const ModelState& m) const;
   // The learned worst cost (max of recent runs) of the dispatch model m would run next;
   // nullopt while that (variant, size) has never been measured.
