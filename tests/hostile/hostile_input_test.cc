@@ -222,7 +222,7 @@ TEST_CASE("manifest garbage that used to pass is named") {
 
 TEST_CASE("zero-sized weights, zero-size kernels and a plugin escaping by symlink are refused") {
   testing::TempDir dir;
-  // A dense whose weight has a zero dimension.
+  // A conv2d whose kernel is 0 x 0.
   std::string text = R"(name = "z"
 [[inputs]]
 name = "x"
