@@ -182,6 +182,8 @@ void ReadNode(TableReader& r, const std::string& base_dir, NodeSettings* n) {
     }
   }
   ReadDevices(r, &n->devices);
+  r.Enum<BackendKind>("backend", &n->backend,
+                      {{"auto", BackendKind::kAuto}, {"sim", BackendKind::kSim}});
   r.Int("hookhosts", &n->hookhosts, 1, 256);
   if (auto listen = r.Table("listen")) {
     for (auto [key, address] : {std::pair<const char*, ListenAddress*>{"http", &n->http},
@@ -239,6 +241,12 @@ void ReadNode(TableReader& r, const std::string& base_dir, NodeSettings* n) {
     }
   }
   r.Finish();
+}
+
+void ReadSimCost(TableReader& r, SimModelCost* cost) {
+  DoubleRange range{0, 60e6, false, false};  // Up to a minute per dispatch.
+  r.Double("fixed_us", &cost->fixed_us, range);
+  r.Double("per_row_us", &cost->per_row_us, range);
 }
 
 }  // namespace
@@ -331,6 +339,22 @@ Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& sou
       cpu->Int("threads", &config.cpu.threads, 0, 1024);
       cpu->Bool("pin", &config.cpu.pin);
       cpu->Finish();
+    }
+    if (auto sim = reader.Table("sim")) {
+      ReadSimCost(*sim, &config.sim.fallback);
+      if (auto models = sim->Table("models")) {
+        for (auto& [name, model_reader] : models->NamedTables()) {
+          if (!IsValidModelName(name)) {
+            models->ErrorAt(name, "not a model name");
+            continue;
+          }
+          SimModelCost cost = config.sim.fallback;
+          ReadSimCost(model_reader, &cost);
+          model_reader.Finish();
+          config.sim.models[name] = cost;
+        }
+      }
+      sim->Finish();
     }
     if (auto hooks = reader.Table("hooks")) {
       hooks->Enum<SandboxMode>("sandbox", &config.hooks.sandbox,

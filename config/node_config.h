@@ -24,6 +24,10 @@ struct DeviceSelection {
   int64_t cpu_workers = 0;       // kCpu: N >= 1 CPU workers (no GPU needed).
 };
 
+// What executes models: the devices' own backend (CUDA for GPU ids, the CPU executor for
+// cpu:N), or the cost-model simulator for load tests of the whole node without a GPU.
+enum class BackendKind { kAuto, kSim };
+
 struct ListenAddress {
   std::string host;
   uint16_t port = 0;  // 0 = any free port (tests).
@@ -35,6 +39,9 @@ struct NodeSettings {
   // Letters, digits, '-', '_' only. Default "ferry".
   std::string name = "ferry";
   DeviceSelection devices;
+  // "auto" (default): CUDA on GPU ids, the CPU executor for cpu:N. "sim": every worker runs
+  // SimBackend with the [sim] costs (one worker per selected device).
+  BackendKind backend = BackendKind::kAuto;
   // Number of sandboxed hook-host processes serving the front end. >= 1. Default 2.
   int64_t hookhosts = 2;
   // KServe v2 over HTTP, gRPC, and Prometheus /metrics. Defaults 0.0.0.0:8000/8001/8002.
@@ -82,9 +89,21 @@ struct CpuSettings {
   bool pin = true;
 };
 
+// SimBackend's cost model ([node] backend = "sim"): a dispatch at compiled size s takes
+// fixed_us + per_row_us * s microseconds.
+struct SimModelCost {
+  double fixed_us = 500;   // >= 0. Default 500.
+  double per_row_us = 50;  // >= 0. Default 50.
+};
+struct SimSettings {
+  SimModelCost fallback;                      // [sim] fixed_us, per_row_us.
+  std::map<std::string, SimModelCost> models;  // [sim.models.NAME] overrides.
+};
+
 struct NodeConfig {
   NodeSettings node;
   CpuSettings cpu;
+  SimSettings sim;
   SchedulerConfig scheduler;
   GatewaySettings gateway;
   HookSettings hooks;

@@ -6,6 +6,7 @@
 //   SegmentHeaderData                 magic, layout version, sizes, table offsets
 //   SlotData[num_slots]               per process slot: generation, partition, accounting
 //   DoorbellData[num_slots]           per consuming process: the futex word it sleeps on
+//   StatusData[num_slots]             per process: heartbeat and seqlocked status snapshot
 //   RingData + DescriptorData[cap]    per ring, ring_count of them
 //   partitions                        one per slot, 256-byte aligned
 // Slots [0, hookhosts) are hook hosts, [hookhosts, hookhosts + workers) workers. Rings: a
@@ -25,7 +26,7 @@
 namespace ferry::shm {
 
 inline constexpr uint64_t kMagic = 0x3179727265664653ULL;  // "SFferry1" little-endian.
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;
 inline constexpr uint64_t kBlockAlignment = 256;  // DMA and cudaHostRegister friendly.
 inline constexpr uint32_t kMaxTensors = 8;
 inline constexpr uint32_t kMaxRank = 8;
@@ -42,6 +43,7 @@ struct SegmentHeaderData {
   uint64_t partition_bytes;
   uint64_t slots_offset;
   uint64_t doorbells_offset;
+  uint64_t status_offset;  // StatusData[num_slots] (shm/status.h).
   uint64_t rings_offset;
   uint64_t ring_stride;  // Bytes per RingData including its descriptors.
   uint64_t partitions_offset;

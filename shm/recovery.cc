@@ -1,5 +1,7 @@
 #include "shm/recovery.h"
 
+#include "shm/status.h"
+
 namespace ferry::shm {
 
 uint32_t ResetSlot(const Segment& segment, uint32_t slot) {
@@ -14,6 +16,11 @@ uint32_t ResetSlot(const Segment& segment, uint32_t slot) {
     }
   }
   segment.doorbell(slot).sleeping.store(0, std::memory_order_relaxed);
+  // The dead process may have died mid-write of its status (sequence left odd): the
+  // supervisor writes a settled "stopped" snapshot in its place.
+  StatusSnapshotData stopped{};
+  stopped.state = static_cast<uint32_t>(ProcessState::kStopped);
+  StatusWriter(segment, slot).Publish(stopped);
   SlotData& data = segment.slot(slot);
   data.bytes_in_use.store(0, std::memory_order_relaxed);
   data.blocks_in_use.store(0, std::memory_order_relaxed);

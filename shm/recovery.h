@@ -4,7 +4,7 @@
 // successor. ResetSlot:
 //   1. discards the descriptors waiting in every ring the dead process consumed
 //      (head := tail; the consumer is dead, so the supervisor is head's only writer) and
-//      clears its doorbell's sleeping flag;
+//      clears its doorbell's sleeping flag, and publishes a settled "stopped" status;
 //   2. zeroes its partition's in-use accounting (its successor starts with an empty arena;
 //      high water and failed allocations stay cumulative);
 //   3. bumps the slot's generation, so requests the dead incarnation submitted and

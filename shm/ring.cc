@@ -14,6 +14,16 @@ size_t UsedBytes(uint16_t num_tensors) {
          std::min<uint32_t>(num_tensors, kMaxTensors) * sizeof(TensorRefData);
 }
 
+// After publishing: wakes the consumer if it announced that it sleeps.
+void Wake(DoorbellData* doorbell) {
+  // Pairs with the consumer's fence between announcing sleep and re-checking its work.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (doorbell->sleeping.load(std::memory_order_relaxed) != 0) {
+    doorbell->word.fetch_add(1, std::memory_order_release);
+    FutexWake(&doorbell->word, 1);
+  }
+}
+
 }  // namespace
 
 RingProducer::RingProducer(const Segment& segment, uint32_t ring)
@@ -35,13 +45,12 @@ RingStatus RingProducer::TryPush(const DescriptorData& descriptor) {
   std::memcpy(&slots_[tail_ & mask_], &descriptor, UsedBytes(descriptor.num_tensors));
   ++tail_;
   ring_->tail.store(tail_, std::memory_order_release);
-  // Pairs with the consumer's fence between announcing sleep and re-checking tail.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (doorbell_->sleeping.load(std::memory_order_relaxed) != 0) {
-    doorbell_->word.fetch_add(1, std::memory_order_release);
-    FutexWake(&doorbell_->word, 1);
-  }
+  Wake(doorbell_);
   return RingStatus::kOk;
+}
+
+void RingDoorbell(const Segment& segment, uint32_t consumer_slot) {
+  Wake(&segment.doorbell(consumer_slot));
 }
 
 RingConsumer::RingConsumer(const Segment& segment, uint32_t ring)

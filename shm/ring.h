@@ -65,6 +65,10 @@ class RingConsumer {
   uint64_t head_;  // Private copy: the consumer is head's only writer.
 };
 
+// Wakes `consumer_slot` if it sleeps on its doorbell (any thread of any process may ring it:
+// e.g. the worker's execution thread when a batch finishes). Same fences as TryPush.
+void RingDoorbell(const Segment& segment, uint32_t consumer_slot);
+
 // One thread per slot may wait at a time (the doorbell has one sleeping flag).
 // Blocks the calling consumer until `ready()` or timeout: spins `spin_iterations` checks,
 // then sleeps on the slot's doorbell futex. Returns ready()'s last value.

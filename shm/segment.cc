@@ -3,6 +3,8 @@
 #include <boost/interprocess/shared_memory_object.hpp>
 #include <new>
 
+#include "shm/status.h"
+
 namespace ferry::shm {
 namespace bip = boost::interprocess;
 
@@ -30,6 +32,8 @@ bool ComputeLayout(const SegmentLayout& layout, SegmentHeaderData* h) {
   offset = AlignUp(offset + slots * sizeof(SlotData), 64);
   h->doorbells_offset = offset;
   offset = AlignUp(offset + slots * sizeof(DoorbellData), 64);
+  h->status_offset = offset;
+  offset = AlignUp(offset + slots * sizeof(StatusData), 64);
   h->rings_offset = offset;
   h->ring_stride = RingStride(layout.ring_capacity);
   offset += rings * h->ring_stride;
@@ -101,6 +105,7 @@ Result<Segment> Segment::Create(const std::string& name, const SegmentLayout& la
       SlotData* slot = new (base + header.slots_offset + s * sizeof(SlotData)) SlotData{};
       slot->generation.store(1, std::memory_order_relaxed);
       new (base + header.doorbells_offset + s * sizeof(DoorbellData)) DoorbellData{};
+      new (base + header.status_offset + s * sizeof(StatusData)) StatusData{};
     }
     // The header goes in before the rings so the ring helpers can find their offsets.
     new (base) SegmentHeaderData(header);
@@ -151,7 +156,8 @@ Result<Segment> Segment::Attach(const std::string& name) {
                 h.total_bytes == segment.region_.get_size() && ComputeLayout(layout, &expected) &&
                 expected.partitions_offset == h.partitions_offset &&
                 expected.partition_bytes == h.partition_bytes &&
-                expected.rings_offset == h.rings_offset && expected.ring_stride == h.ring_stride;
+                expected.rings_offset == h.rings_offset &&
+                expected.status_offset == h.status_offset && expected.ring_stride == h.ring_stride;
     if (!sane) {
       return InvalidArgument("shared memory '" + name +
                              "': header does not match its own layout or the mapping size");
@@ -190,6 +196,10 @@ uint32_t Segment::RingConsumerSlot(uint32_t ring) const {
 SlotData& Segment::slot(uint32_t slot) const {
   return *reinterpret_cast<SlotData*>(base() + layout_.slots_offset + slot * sizeof(SlotData));
 }
+StatusData& Segment::status(uint32_t slot) const {
+  return *reinterpret_cast<StatusData*>(base() + layout_.status_offset + slot * sizeof(StatusData));
+}
+
 DoorbellData& Segment::doorbell(uint32_t slot) const {
   return *reinterpret_cast<DoorbellData*>(base() + layout_.doorbells_offset +
                                           slot * sizeof(DoorbellData));

@@ -19,6 +19,8 @@
 
 namespace ferry::shm {
 
+struct StatusData;  // shm/status.h
+
 struct SegmentLayout {
   uint32_t hookhosts = 1;
   uint32_t workers = 1;
@@ -69,6 +71,7 @@ class Segment {
   // REQUIRES: indices in range.
   SlotData& slot(uint32_t slot) const;
   DoorbellData& doorbell(uint32_t slot) const;
+  StatusData& status(uint32_t slot) const;
   RingData& ring(uint32_t ring) const;
   DescriptorData* descriptors(uint32_t ring) const;
   std::span<uint8_t> partition(uint32_t slot) const;

@@ -66,7 +66,7 @@ TEST_CASE("attaching to another layout version or a foreign segment is a clear e
   const_cast<SegmentHeaderData&>(created->header()).layout_version = 7;
   Result<Segment> attached = Segment::Attach(n.name);
   REQUIRE_FALSE(attached.ok());
-  CHECK(attached.error().message.find("layout version 7, this build speaks 1") !=
+  CHECK(attached.error().message.find("layout version 7, this build speaks 2") !=
         std::string::npos);
   const_cast<SegmentHeaderData&>(created->header()).layout_version = kLayoutVersion;
   const_cast<SegmentHeaderData&>(created->header()).magic = 1;

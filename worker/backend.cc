@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/clock.h"
+
 namespace ferry {
 namespace {
 
@@ -10,6 +12,21 @@ const Shape& ShapeIn(const ShapeVariant& variant, const TensorSpec& spec, bool i
 }
 
 }  // namespace
+
+Status Backend::Begin(ModelHandle model, const BatchJob& job) {
+  Result<ExecutionTiming> result = Execute(model, job);
+  if (result.ok() && result->finished_ns == 0) {
+    result->finished_ns = MonotonicNs();
+  }
+  finished_ = std::move(result);
+  return OkStatus();
+}
+
+Result<ExecutionTiming> Backend::Finish() {
+  Result<ExecutionTiming> result = std::move(*finished_);
+  finished_.reset();
+  return result;
+}
 
 int64_t RowBytes(const Manifest& manifest, const TensorSpec& spec, const ShapeVariant& variant,
                  bool is_input) {

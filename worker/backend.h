@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -44,6 +46,7 @@ struct BatchJob {
 struct ExecutionTiming {
   double compute_seconds = 0;  // The model's execution, copies in and out included.
   double load_seconds = 0;     // Weight loading this dispatch triggered (excluded from cost).
+  int64_t finished_ns = 0;     // CLOCK_MONOTONIC when the batch finished (common/clock.h).
 };
 
 class Backend {
@@ -62,6 +65,32 @@ class Backend {
   virtual Result<ExecutionTiming> Execute(ModelHandle model, const BatchJob& job) = 0;
   // OK, or the error that made the model fail.
   virtual Status ModelStatus(ModelHandle model) const = 0;
+
+  // Asynchronous execution, so the dispatch loop drains rings and plans the next batch while
+  // this one runs. At most one batch is in flight. Begin starts `job` (an error means nothing
+  // is in flight); Ready() tells without blocking whether it finished; Finish() waits for it
+  // and returns what Execute would have. The default runs Execute inside Begin (no overlap).
+  // REQUIRES: Begin only with nothing in flight; Ready/Finish only with a batch in flight.
+  // Lifetime: the job and the bytes its spans name stay valid until Finish returns.
+  virtual Status Begin(ModelHandle model, const BatchJob& job);
+  virtual bool Ready() const { return true; }
+  virtual Result<ExecutionTiming> Finish();
+  // Called from the backend's own thread when an in-flight batch finishes, so a loop asleep
+  // on its doorbell wakes. Set before the first Begin.
+  void SetNotifier(std::function<void()> notify) { notify_ = std::move(notify); }
+  // Nanoseconds until the in-flight batch should finish, when the backend knows (sim); -1
+  // when it does not (the loop then sleeps until notified).
+  virtual int64_t ExpectedRemainingNs() const { return -1; }
+  // False after a fault the process cannot recover from (a lost CUDA context): the worker
+  // reports unhealthy and exits non-zero so the supervisor restarts it.
+  virtual bool Healthy() const { return true; }
+  virtual uint64_t DeviceMemoryInUse() const { return 0; }
+
+ protected:
+  std::function<void()> notify_;
+
+ private:
+  std::optional<Result<ExecutionTiming>> finished_;  // The default Begin's result.
 };
 
 // Checks a job against the manifest before any backend touches its bytes: variant and size

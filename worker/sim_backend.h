@@ -36,12 +36,23 @@ class SimBackend : public Backend {
   Result<ModelHandle> Load(const Bundle& bundle) override;
   Result<ExecutionTiming> Execute(ModelHandle model, const BatchJob& job) override;
   Status ModelStatus(ModelHandle model) const override;
+  // Asynchronous like a GPU: Begin notes when the batch will be done by the cost model and
+  // returns; the time passes while the caller works (with an injected Spend, Begin runs
+  // Execute instead).
+  Status Begin(ModelHandle model, const BatchJob& job) override;
+  bool Ready() const override;
+  Result<ExecutionTiming> Finish() override;
+  int64_t ExpectedRemainingNs() const override;
 
  private:
   std::map<std::string, SimCost> costs_;
   SimCost fallback_;
   Spend spend_;
   std::vector<const Bundle*> models_;
+  bool custom_spend_ = false;
+  const BatchJob* job_ = nullptr;  // In flight (asynchronous mode).
+  int64_t started_ns_ = 0;
+  int64_t ready_ns_ = 0;
 };
 
 }  // namespace ferry

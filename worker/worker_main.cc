@@ -1,13 +1,210 @@
-// ferry-worker: one per GPU; runs the dispatch loop (see DESIGN.md, Processes).
+// ferry-worker: one per GPU (or CPU worker); the dispatch loop over the node's shared-memory
+// rings (worker/dispatch_loop.h). Started by ferryd; runnable by hand and from tests:
+//   ferry-worker --segment ferry-NODE --slot N --config /etc/ferry/node.toml
+// Exit codes: 0 stopped or drained; 1 could not start; 3 backend unhealthy (restart it).
+#include <sys/prctl.h>
+
 #include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <map>
+#include <memory>
+#include <vector>
 
 #include "common/cli.h"
+#include "common/clock.h"
+#include "config/node_config.h"
+#include "shm/segment.h"
+#include "shm/status.h"
+#include "worker/cpu/affinity.h"
+#include "worker/cpu/cpu_backend.h"
+#include "worker/dispatch_loop.h"
+#include "worker/repository.h"
+#include "worker/sim_backend.h"
+#if defined(FERRY_HAVE_CUDA)
+#include "worker/cuda/cuda_backend.h"
+#endif
+
+namespace ferry {
+namespace {
+
+Result<std::unique_ptr<Backend>> MakeBackend(const NodeConfig& config,
+                                             const shm::Segment& segment, uint32_t worker) {
+  const DeviceSelection& devices = config.node.devices;
+  if (config.node.backend == BackendKind::kSim) {
+    std::map<std::string, SimCost> costs;
+    for (const auto& [name, cost] : config.sim.models) {
+      costs[name] = SimCost{cost.fixed_us * 1e-6, cost.per_row_us * 1e-6, {}};
+    }
+    SimCost fallback{config.sim.fallback.fixed_us * 1e-6, config.sim.fallback.per_row_us * 1e-6,
+                     {}};
+    return std::unique_ptr<Backend>(std::make_unique<SimBackend>(costs, fallback));
+  }
+  if (devices.kind == DeviceSelection::Kind::kCpu) {
+    if (config.cpu.pin) {
+      std::vector<int> share =
+          CpuShare(AllowedCpus(), static_cast<int>(worker), static_cast<int>(devices.cpu_workers));
+      if (Status pinned = PinToCpus(share); !pinned.ok()) {
+        spdlog::warn("not pinned: {}", pinned.error().ToString());
+      }
+    }
+    CpuOptions options;
+    options.threads = static_cast<unsigned>(config.cpu.threads);
+    return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options));
+  }
+#if defined(FERRY_HAVE_CUDA)
+  CudaBackendOptions options;
+  options.device = devices.kind == DeviceSelection::Kind::kGpuList
+                       ? static_cast<int>(devices.gpu_ids.at(worker))
+                       : static_cast<int>(worker);
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CudaBackend::Create(options));
+  // Inputs are copied host-to-device straight from the hook hosts' arenas.
+  std::span<uint8_t> first = segment.partition(0);
+  std::span<uint8_t> last = segment.partition(segment.num_slots() - 1);
+  (void)cuda->RegisterHostMemory({first.data(), static_cast<size_t>(last.data() + last.size() -
+                                                                    first.data())});
+  return std::unique_ptr<Backend>(std::move(cuda));
+#else
+  (void)segment;
+  return Unavailable("GPU devices selected but this build has no CUDA backend; use devices = "
+                     "\"cpu:N\" or backend = \"sim\"");
+#endif
+}
+
+// Runs every (model, variant, size) of the scheduler's warm-up plan on zero inputs and seeds
+// its cost with the second run's time (the first pays one-time costs).
+void WarmUp(Backend& backend, Scheduler& scheduler, const std::vector<LoopModel>& models) {
+  for (const WarmupRun& run : scheduler.WarmupPlan()) {
+    const LoopModel& model = models[static_cast<size_t>(run.model)];
+    if (model.failure) {
+      continue;
+    }
+    const Manifest& manifest = model.bundle->manifest;
+    const ShapeVariant& variant = manifest.variants[static_cast<size_t>(run.variant)];
+    int64_t rows = manifest.unbatched() ? 1 : run.batch_size;
+    std::vector<std::vector<uint8_t>> buffers;
+    RequestIo io;
+    io.rows = rows;
+    for (const TensorSpec& spec : manifest.inputs) {
+      int64_t bytes = RowBytes(manifest, spec, variant, true) * (spec.batch_axis ? rows : 1);
+      buffers.emplace_back(static_cast<size_t>(bytes), 0);
+      io.inputs.emplace_back(buffers.back());
+    }
+    for (const TensorSpec& spec : manifest.outputs) {
+      int64_t bytes = RowBytes(manifest, spec, variant, false) * (spec.batch_axis ? rows : 1);
+      buffers.emplace_back(static_cast<size_t>(bytes), 0);
+      io.outputs.emplace_back(buffers.back());
+    }
+    BatchJob job{run.variant, run.batch_size, {io}};
+    Result<ExecutionTiming> timing = backend.Execute(model.handle, job);
+    if (timing.ok()) {
+      timing = backend.Execute(model.handle, job);
+    }
+    if (!timing.ok()) {
+      spdlog::warn("warm-up of '{}' at size {}: {}", model.name, run.batch_size,
+                   timing.error().ToString());
+      continue;
+    }
+    scheduler.SeedCost(run.model, run.variant, run.batch_size, timing->compute_seconds);
+  }
+}
+
+int Main(const std::string& segment_name, uint32_t slot, const std::string& config_path) {
+  prctl(PR_SET_TIMERSLACK, 1UL);  // Sleeps until a batch's end must not overshoot by 50 us.
+  Result<NodeConfig> config = LoadNodeConfig(config_path, SchedulerEnvironment());
+  if (!config.ok()) {
+    spdlog::error("invalid node file:\n{}", config.error().message);
+    return 1;
+  }
+  Result<shm::Segment> segment = shm::Segment::Attach(segment_name);
+  if (!segment.ok()) {
+    spdlog::error("{}", segment.error().ToString());
+    return 1;
+  }
+  if (slot >= segment->num_slots() || !segment->IsWorkerSlot(slot)) {
+    spdlog::error("slot {} is not a worker slot of '{}' (workers are {} to {})", slot,
+                  segment_name, segment->hookhosts(), segment->num_slots() - 1);
+    return 1;
+  }
+  uint32_t generation = segment->slot(slot).generation.load();
+  shm::StatusWriter status(*segment, slot);
+  auto starting = std::make_unique<shm::StatusSnapshotData>();
+  starting->state = static_cast<uint32_t>(shm::ProcessState::kStarting);
+  starting->generation = generation;
+  starting->published_ns = MonotonicNs();
+  status.Publish(*starting);
+
+  Result<std::vector<RepositoryModel>> repository =
+      LoadRepository(config->node.model_repository);
+  if (!repository.ok()) {
+    spdlog::error("{}", repository.error().ToString());
+    return 1;
+  }
+  Result<std::unique_ptr<Backend>> backend =
+      MakeBackend(*config, *segment, slot - segment->hookhosts());
+  if (!backend.ok()) {
+    spdlog::error("{}", backend.error().ToString());
+    return 1;
+  }
+  std::vector<LoopModel> models;
+  std::vector<ModelSpec> specs;
+  for (const RepositoryModel& entry : *repository) {
+    LoopModel model;
+    model.name = entry.name;
+    model.bundle = entry.bundle.get();
+    model.failure = entry.failure;
+    if (model.bundle != nullptr) {
+      Result<ModelHandle> handle = (*backend)->Load(*model.bundle);
+      if (handle.ok()) {
+        model.handle = *handle;
+      } else {
+        model.failure = handle.error();
+      }
+    }
+    if (model.failure) {
+      spdlog::error("model '{}' failed to load: {}", model.name, model.failure->ToString());
+    }
+    specs.push_back(SpecForModel(entry));
+    models.push_back(std::move(model));
+  }
+  if (models.empty()) {
+    spdlog::warn("model repository {} holds no model", config->node.model_repository);
+  }
+  Result<Scheduler> scheduler = specs.empty()
+                                    ? Result<Scheduler>(InvalidArgument("no models to serve"))
+                                    : Scheduler::Create(config->scheduler, std::move(specs));
+  if (!scheduler.ok()) {
+    spdlog::error("{}", scheduler.error().ToString());
+    return 1;
+  }
+  for (const std::string& warning : config->scheduler.deprecations) {
+    spdlog::warn("{}", warning);
+  }
+  WarmUp(**backend, *scheduler, models);
+  DispatchLoop loop(*segment, slot, backend->get(), &*scheduler, std::move(models));
+  spdlog::info("worker slot {} serving {} models on {}", slot, scheduler->num_models(),
+               (*backend)->name());
+  return loop.Run();
+}
+
+}  // namespace
+}  // namespace ferry
 
 int main(int argc, char** argv) {
-  CLI::App app{"ferry-worker: one GPU's dispatch loop; started by ferryd, not by hand"};
+  CLI::App app{"ferry-worker: one GPU's (or CPU worker's) dispatch loop; started by ferryd"};
+  std::string segment;
+  uint32_t slot = 0;
+  std::string config;
+  app.add_option("--segment", segment, "shared-memory segment name (ferry-<node name>)")
+      ->required();
+  app.add_option("--slot", slot, "this worker's slot in the segment")->required();
+  app.add_option("--config", config, "the node file")->required();
   ferry::LogFlags log_flags;
   ferry::AddLogFlags(app, &log_flags);
   CLI11_PARSE(app, argc, argv);
-  std::cerr << "ferry-worker is started by ferryd; see --help\n";
-  return 1;
+  if (auto status = ferry::ApplyLogFlags("ferry-worker", log_flags); !status.ok()) {
+    std::cerr << status.error().ToString() << "\n";
+    return 1;
+  }
+  return ferry::Main(segment, slot, config);
 }

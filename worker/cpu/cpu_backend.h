@@ -10,7 +10,8 @@
 // i.e. its affinity mask, which is the worker's share of the machine when it is pinned; see
 // worker/cpu/affinity.h). kFast sets the calling thread's OpenMP thread count before each run.
 //
-// Thread safety: requires external synchronization (see backend.h).
+// Thread safety: requires external synchronization (see backend.h); Execute runs on the
+// caller's thread, Begin's batch on the backend's execution thread.
 #pragma once
 
 #include <map>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "worker/backend.h"
+#include "worker/execution_thread.h"
 #include "worker/cpu/fast_program.h"
 #include "worker/cpu/thread_pool.h"
 
@@ -42,6 +44,10 @@ class CpuBackend : public Backend {
   Result<ModelHandle> Load(const Bundle& bundle) override;
   Result<ExecutionTiming> Execute(ModelHandle model, const BatchJob& job) override;
   Status ModelStatus(ModelHandle model) const override;
+  // Runs batches on a dedicated execution thread (worker/execution_thread.h).
+  Status Begin(ModelHandle model, const BatchJob& job) override;
+  bool Ready() const override { return execution_->Ready(); }
+  Result<ExecutionTiming> Finish() override { return execution_->Wait(); }
   unsigned threads() const { return threads_; }
 
  private:
@@ -61,6 +67,7 @@ class CpuBackend : public Backend {
   unsigned threads_;
   std::vector<Model> models_;
   ThreadPool pool_;  // kReference only.
+  std::unique_ptr<ExecutionThread> execution_;  // Started by the first Begin.
 };
 
 // Threads for `requested` (0: the CPUs in this process's affinity mask, at least 1).

@@ -63,6 +63,7 @@ class CudaBackend : public Backend {
   Result<ModelHandle> Load(const Bundle& bundle) override;
   Result<ExecutionTiming> Execute(ModelHandle model, const BatchJob& job) override;
   Status ModelStatus(ModelHandle model) const override;
+  bool Healthy() const override { return healthy(); }
 
   // Page-locks host memory (the shared-memory segment) for fast, async copies; undo with
   // UnregisterHostMemory before the memory goes away. Failures never affect health.

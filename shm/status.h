@@ -1,0 +1,124 @@
+// A process's status in shared memory: a heartbeat counter and a snapshot (worker state, per
+// model metrics and control status, outstanding requests, device memory) that any process
+// reads without a lock. ferryd watches the heartbeat and serves /metrics from the snapshots;
+// hook hosts read readiness, per-model outstanding counts and residency to pick a worker.
+//
+// Seqlock: the owner makes `sequence` odd, writes the snapshot, makes it even again; a reader
+// copies the snapshot between two reads of `sequence` and keeps the copy only when both reads
+// are equal and even. The fences are the ones a seqlock needs on weakly ordered CPUs
+// (Boehm, "Can seqlocks get along with programming language memory models?", 2012):
+//   writer: sequence := odd (relaxed); fence(release); write snapshot; sequence := even (release)
+//   reader: s1 := sequence (acquire); copy snapshot; fence(acquire); s2 := sequence (relaxed)
+// The release fence orders the odd store before the data stores, so a reader that sees any
+// new data sees s2 odd or changed; the acquire fence orders the data loads before the s2 load.
+// A writer that dies mid-write leaves `sequence` odd: readers then get UNAVAILABLE until
+// ResetSlot (shm/recovery.h) clears the slot's status.
+//
+// Thread safety: one writer thread per slot (the owning process's loop); any number of
+// readers in any process. Process safety: the slot's owner is the only writer.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+#include "shm/segment.h"
+
+namespace ferry::shm {
+
+inline constexpr uint32_t kMaxStatusModels = 64;
+
+enum class ProcessState : uint32_t {
+  kStarting = 0,   // Loading models and warming up.
+  kReady = 1,      // Serving.
+  kDraining = 2,   // Finishing queued work; new submissions are refused (UNAVAILABLE).
+  kStopped = 3,    // Exited cleanly.
+  kUnhealthy = 4,  // A fault it cannot recover from (a lost CUDA context): restart it.
+};
+std::string_view ProcessStateName(ProcessState state);
+
+enum class ModelLoadState : uint32_t { kReady = 0, kFailed = 1 };
+
+// Fixed-size strings are NUL-terminated and truncated to fit.
+struct ModelStatusData {
+  char name[136];
+  char wire_batch_input[64];
+  char error[256];  // Why the model failed, when state == kFailed.
+  uint32_t state;   // ModelLoadState.
+  uint32_t residency;  // ferry::Residency.
+  int32_t wire_batch_axis;
+  uint32_t loaded;  // Weights resident on the device now.
+  double weight;
+  double total_compute_seconds;
+  double recent_compute;
+  uint64_t queue_depth;
+  uint64_t outstanding;  // Queued or executing: what a gateway balances on.
+  uint64_t dispatch_count;
+  uint64_t requests_served;
+  uint64_t rows_served;
+  uint64_t padding_rows;
+  uint64_t rejected;
+  uint64_t shed;
+  uint64_t failed;
+  uint64_t errors;  // Requests failed by a backend error.
+  int64_t queue_wait_p50_ns;
+  int64_t queue_wait_p99_ns;
+  int64_t effective_max_batch;
+};
+
+struct StatusSnapshotData {
+  uint32_t state;  // ProcessState.
+  uint32_t generation;  // The writer's slot generation.
+  uint32_t discipline;  // ferry::Discipline.
+  uint32_t residency_mode;
+  uint32_t num_models;  // Used entries of `models`.
+  uint32_t padding0;
+  int64_t published_ns;  // CLOCK_MONOTONIC when written.
+  uint64_t device_memory_in_use;
+  uint64_t dispatches;
+  uint64_t invalid_descriptors;
+  // Host time on the critical path: from the end of one execution to the start of the next,
+  // counted only when work was already queued when the execution ended.
+  int64_t host_gap_p50_ns;
+  int64_t host_gap_p99_ns;
+  uint64_t host_gap_samples;
+  ModelStatusData models[kMaxStatusModels];
+};
+
+struct StatusData {
+  // Advanced by the owner every loop turn (and while an execution is in flight).
+  alignas(64) std::atomic<uint64_t> heartbeat;
+  alignas(64) std::atomic<uint64_t> sequence;  // Even: stable; odd: being written.
+  StatusSnapshotData snapshot;
+};
+
+static_assert(std::is_trivially_copyable_v<StatusSnapshotData>);
+
+// Copies `name` into a fixed field, truncated and NUL-terminated.
+template <size_t N>
+void CopyName(char (&field)[N], std::string_view name) {
+  size_t n = name.size() < N - 1 ? name.size() : N - 1;
+  name.copy(field, n);
+  field[n] = '\0';
+}
+
+// The owner's side. REQUIRES: this process owns `slot`; one writer thread.
+class StatusWriter {
+ public:
+  StatusWriter(const Segment& segment, uint32_t slot);
+  void Beat() { data_->heartbeat.fetch_add(1, std::memory_order_relaxed); }
+  void Publish(const StatusSnapshotData& snapshot);
+
+ private:
+  StatusData* data_;
+  uint64_t sequence_;  // Private copy: the owner is its only writer.
+};
+
+// A consistent snapshot of `slot`'s status. UNAVAILABLE when none could be read in
+// `attempts` tries (a writer that died mid-write); the heartbeat is read separately.
+Result<StatusSnapshotData> ReadStatus(const Segment& segment, uint32_t slot, int attempts = 1000);
+uint64_t ReadHeartbeat(const Segment& segment, uint32_t slot);
+
+}  // namespace ferry::shm

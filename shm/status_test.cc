@@ -1,0 +1,142 @@
+#include "shm/status.h"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cmath>
+#include <thread>
+
+#include "shm/control.h"
+#include "shm/descriptor.h"
+#include "shm/recovery.h"
+#include "tests/testing/shm_name.h"
+
+namespace ferry::shm {
+namespace {
+
+struct Fixture {
+  std::string name = testing::UniqueShmName("status");
+  Segment segment = Segment::Create(name, {1, 1, 16, 8 << 20}).value();
+  ~Fixture() { Segment::Remove(name); }
+};
+
+// Every field of the snapshot carries the same number, so a torn copy shows as a mismatch.
+StatusSnapshotData Filled(uint64_t n) {
+  StatusSnapshotData s{};
+  s.state = static_cast<uint32_t>(n);
+  s.num_models = kMaxStatusModels;
+  s.dispatches = n;
+  s.host_gap_samples = n;
+  for (auto& m : s.models) {
+    m.dispatch_count = n;
+    m.requests_served = n;
+    m.effective_max_batch = static_cast<int64_t>(n);
+    m.weight = static_cast<double>(n);
+  }
+  return s;
+}
+
+bool Consistent(const StatusSnapshotData& s) {
+  uint64_t n = s.dispatches;
+  if (s.state != static_cast<uint32_t>(n) || s.host_gap_samples != n) {
+    return false;
+  }
+  for (const auto& m : s.models) {
+    if (m.dispatch_count != n || m.requests_served != n ||
+        m.effective_max_batch != static_cast<int64_t>(n) || m.weight != static_cast<double>(n)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST_CASE("a reader never sees a torn status snapshot while the writer publishes") {
+  Fixture f;
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    StatusWriter w(f.segment, 1);
+    for (uint64_t n = 1; n <= 20000; ++n) {
+      w.Publish(Filled(n));
+      w.Beat();
+    }
+    done = true;
+  });
+  uint64_t reads = 0, last = 0;
+  bool monotonic = true;
+  while (!done.load()) {
+    // The writer here publishes back to back (production: every few milliseconds), so a
+    // read may need many attempts.
+    Result<StatusSnapshotData> s = ReadStatus(f.segment, 1, 1 << 30);
+    REQUIRE(s.ok());
+    REQUIRE(Consistent(*s));
+    monotonic = monotonic && s->dispatches >= last;
+    last = s->dispatches;
+    ++reads;
+  }
+  writer.join();
+  CHECK(monotonic);
+  CHECK(reads > 0);
+  CHECK(ReadHeartbeat(f.segment, 1) == 20000);
+  CHECK(ReadStatus(f.segment, 1)->dispatches == 20000);
+}
+
+TEST_CASE("a writer that died mid-write leaves the status unreadable until ResetSlot") {
+  Fixture f;
+  StatusWriter(f.segment, 1).Publish(Filled(7));
+  f.segment.status(1).sequence.fetch_add(1);  // Dead between the odd and the even store.
+  Result<StatusSnapshotData> s = ReadStatus(f.segment, 1, 10);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.error().code == ErrorCode::kUnavailable);
+  ResetSlot(f.segment, 1);
+  s = ReadStatus(f.segment, 1);
+  REQUIRE(s.ok());
+  CHECK(s->state == static_cast<uint32_t>(ProcessState::kStopped));
+  // Its successor writes from a settled sequence.
+  StatusWriter(f.segment, 1).Publish(Filled(9));
+  CHECK(ReadStatus(f.segment, 1)->dispatches == 9);
+}
+
+TEST_CASE("strings and counts from a hostile status writer are bounded when read") {
+  Fixture f;
+  StatusSnapshotData s = Filled(1);
+  s.num_models = 1u << 30;
+  for (auto& m : s.models) {
+    std::memset(m.name, 'x', sizeof(m.name));
+    std::memset(m.error, 'y', sizeof(m.error));
+  }
+  StatusWriter(f.segment, 0).Publish(s);
+  Result<StatusSnapshotData> read = ReadStatus(f.segment, 0);
+  REQUIRE(read.ok());
+  CHECK(read->num_models == kMaxStatusModels);
+  CHECK(std::string(read->models[0].name).size() == sizeof(read->models[0].name) - 1);
+  CHECK(std::string(read->models[63].error).size() == sizeof(read->models[63].error) - 1);
+}
+
+TEST_CASE("control messages round-trip and hostile ones are refused") {
+  ControlMessage m{ControlCode::kSetPolicy, 2, 3.5, 0};
+  Result<ControlMessage> back = DecodeControl(EncodeControl(m, 9), 3);
+  REQUIRE(back.ok());
+  CHECK(back->code == ControlCode::kSetPolicy);
+  CHECK(back->model == 2);
+  CHECK(back->weight == 3.5);
+  CHECK_FALSE(DecodeControl(EncodeControl(m, 9), 2).ok());  // Model out of range.
+  for (double w : {0.0, -1.0, std::nan(""), HUGE_VAL}) {
+    CHECK_FALSE(DecodeControl(EncodeControl({ControlCode::kSetPolicy, 0, w, 0}, 1), 1).ok());
+  }
+  CHECK_FALSE(DecodeControl(EncodeControl({ControlCode::kSetResidency, 0, 0, 3}, 1), 1).ok());
+  CHECK_FALSE(DecodeControl(EncodeControl({ControlCode::kSetDiscipline, 0, 0, -1}, 1), 1).ok());
+  CHECK(DecodeControl(EncodeControl({ControlCode::kSetDiscipline, 0, 0, 2}, 1), 1).ok());
+  DescriptorData bad = EncodeControl({ControlCode::kStop, 0, 0, 0}, 1);
+  bad.variant = 99;
+  CHECK_FALSE(DecodeControl(bad, 1).ok());
+  bad.variant = 0;
+  CHECK_FALSE(DecodeControl(bad, 1).ok());
+  bad = EncodeControl({ControlCode::kStop, 0, 0, 0}, 1);
+  bad.kind = static_cast<uint16_t>(DescriptorKind::kSubmit);
+  CHECK_FALSE(DecodeControl(bad, 1).ok());
+  // Stop names no model: any model field is ignored.
+  CHECK(DecodeControl(EncodeControl({ControlCode::kStop, 77, 0, 0}, 1), 1).ok());
+}
+
+}  // namespace
+}  // namespace ferry::shm

@@ -1,0 +1,644 @@
+#include "worker/dispatch_loop.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "common/clock.h"
+#include "shm/control.h"
+#include "shm/recovery.h"
+
+namespace ferry {
+namespace {
+
+constexpr uint32_t ErrorStatus(ErrorCode code) { return static_cast<uint32_t>(code) + 1; }
+constexpr size_t kMaxMessageBytes = 1024;
+
+// Bytes of output `o` for a request of `rows` rows (the whole tensor without a batch axis).
+int64_t OutputBytes(const Manifest& manifest, size_t o, int variant, int64_t rows) {
+  const TensorSpec& spec = manifest.outputs[o];
+  int64_t row = RowBytes(manifest, spec, manifest.variants[static_cast<size_t>(variant)], false);
+  return spec.batch_axis ? row * rows : row;
+}
+
+// The concrete shape of a tensor of `variant` for `rows` rows.
+Shape ConcreteShape(const Shape& declared, const TensorSpec& spec, int64_t rows) {
+  Shape shape = declared;
+  if (spec.batch_axis) {
+    shape[static_cast<size_t>(*spec.batch_axis)] = rows;
+  }
+  return shape;
+}
+
+}  // namespace
+
+DispatchLoop::DispatchLoop(const shm::Segment& segment, uint32_t worker_slot, Backend* backend,
+                           Scheduler* scheduler, std::vector<LoopModel> models,
+                           DispatchLoopOptions options)
+    : segment_(segment),
+      slot_(worker_slot),
+      generation_(segment.slot(worker_slot).generation.load(std::memory_order_acquire)),
+      backend_(backend),
+      scheduler_(scheduler),
+      models_(std::move(models)),
+      options_(options),
+      arena_(segment, worker_slot),
+      status_(segment, worker_slot),
+      control_(segment, segment.ControlRing(worker_slot)),
+      outstanding_(models_.size(), 0),
+      errors_(models_.size(), 0),
+      late_shed_(models_.size(), 0),
+      planned_(nullptr),
+      inflight_(nullptr),
+      spare_(std::make_unique<Batch>()),
+      snapshot_(std::make_unique<shm::StatusSnapshotData>()) {
+  uint32_t worker = worker_slot - segment.hookhosts();
+  auto num_models = static_cast<uint32_t>(models_.size());
+  for (uint32_t h = 0; h < segment.hookhosts(); ++h) {
+    uint32_t hook_slot = segment.HookhostSlot(h);
+    submissions_.emplace_back(segment, segment.SubmissionRing(h, worker));
+    completions_.emplace_back(segment, segment.CompletionRing(worker, h));
+    pending_.emplace_back();
+    submit_rules_.push_back({hook_slot, num_models, {hook_slot}, segment.partition_bytes(),
+                             shm::KindBit(shm::DescriptorKind::kSubmit)});
+    release_rules_.push_back({hook_slot, num_models, {slot_}, segment.partition_bytes(),
+                              shm::KindBit(shm::DescriptorKind::kRelease)});
+  }
+  backend_->SetNotifier([&segment, worker_slot] { shm::RingDoorbell(segment, worker_slot); });
+}
+
+int DispatchLoop::Run() {
+  state_ = shm::ProcessState::kReady;
+  PublishStatus(state_);
+  while (Turn()) {
+  }
+  state_ = unhealthy_ ? shm::ProcessState::kUnhealthy : shm::ProcessState::kStopped;
+  PublishStatus(state_);
+  return unhealthy_ ? 3 : 0;
+}
+
+bool DispatchLoop::Turn() {
+  status_.Beat();
+  if (!DrainControl()) {
+    stopping_ = true;
+  }
+  int64_t now = MonotonicNs();
+  for (uint32_t h = 0; h < submissions_.size(); ++h) {
+    DrainSubmissions(h, now);
+  }
+  if (inflight_ != nullptr && backend_->Ready()) {
+    FinishBatch();
+    now = MonotonicNs();
+  }
+  if (unhealthy_) {
+    FlushCompletions();
+    return false;
+  }
+  if (!stopping_) {
+    if (inflight_ == nullptr) {
+      if (planned_ == nullptr) {
+        Plan(now);
+      }
+      if (planned_ != nullptr) {
+        Launch();
+      }
+    } else if (options_.plan_ahead && planned_ == nullptr && scheduler_->queued_requests() > 0) {
+      Plan(now);
+    }
+  }
+  FlushCompletions();
+  if (now - last_status_ns_ >= options_.status_interval_ns) {
+    Reap();
+    PublishStatus(state_);
+  }
+  bool busy = inflight_ != nullptr || planned_ != nullptr;
+  bool work_left = busy || scheduler_->queued_requests() > 0;
+  if (stopping_ && inflight_ == nullptr) {
+    // Stop: the batch in flight is finished and answered; queued requests are left to the
+    // supervisor's ResetSlot, which makes every hook host fail them (UNAVAILABLE).
+    for (int i = 0; i < 1000 && std::any_of(pending_.begin(), pending_.end(),
+                                            [](const auto& p) { return !p.empty(); });
+         ++i) {
+      FlushCompletions();
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    return false;
+  }
+  if (state_ == shm::ProcessState::kDraining && !work_left) {
+    FlushCompletions();
+    return false;
+  }
+  if (!work_left || inflight_ != nullptr) {
+    Sleep();
+  }
+  return true;
+}
+
+bool DispatchLoop::DrainControl() {
+  shm::DescriptorData d{};
+  while (control_.TryPop(&d) == shm::RingStatus::kOk) {
+    Result<shm::ControlMessage> message =
+        shm::DecodeControl(d, static_cast<uint32_t>(models_.size()));
+    if (!message.ok()) {
+      control_.CountInvalid();
+      spdlog::warn("worker slot {}: {}", slot_, message.error().ToString());
+      continue;
+    }
+    Status applied = OkStatus();
+    switch (message->code) {
+      case shm::ControlCode::kStop:
+        return false;
+      case shm::ControlCode::kDrain:
+        state_ = shm::ProcessState::kDraining;
+        break;
+      case shm::ControlCode::kSetPolicy:
+        applied = scheduler_->SetPolicy(models_[message->model].name, message->weight);
+        break;
+      case shm::ControlCode::kSetResidency:
+        applied = scheduler_->SetResidency(models_[message->model].name,
+                                           static_cast<Residency>(message->value));
+        break;
+      case shm::ControlCode::kCompact:
+        applied = scheduler_->Compact({});
+        break;
+      case shm::ControlCode::kSetDiscipline:
+        applied = scheduler_->SetDiscipline(static_cast<Discipline>(message->value));
+        break;
+    }
+    if (!applied.ok()) {
+      spdlog::warn("worker slot {}: control refused: {}", slot_, applied.error().ToString());
+    }
+  }
+  return true;
+}
+
+bool DispatchLoop::HookhostAlive(uint32_t h, uint32_t generation) const {
+  return shm::IsCurrent(segment_, segment_.HookhostSlot(h), generation);
+}
+
+void DispatchLoop::DrainSubmissions(uint32_t h, int64_t now) {
+  shm::DescriptorData d{};
+  while (submissions_[h].TryPop(&d) == shm::RingStatus::kOk) {
+    bool release = d.kind == static_cast<uint16_t>(shm::DescriptorKind::kRelease);
+    Status valid = shm::ValidateDescriptor(d, release ? release_rules_[h] : submit_rules_[h]);
+    if (!valid.ok()) {
+      submissions_[h].CountInvalid();
+      ++invalid_;
+      if (!release) {
+        CompleteError(h, d, valid.error());
+      }
+      continue;
+    }
+    if (release) {
+      auto it = lent_.find({d.slot, d.generation, d.sequence});
+      if (it != lent_.end()) {
+        (void)arena_.Free(it->second);
+        lent_.erase(it);
+      }
+      continue;
+    }
+    Submit(h, d, now);
+  }
+}
+
+Status DispatchLoop::CheckInputs(const LoopModel& model, const shm::DescriptorData& d) const {
+  const Manifest& manifest = model.bundle->manifest;
+  std::string where = "model '" + model.name + "': ";
+  if (d.variant < 0 || static_cast<size_t>(d.variant) >= manifest.variants.size()) {
+    return InvalidArgument(where + "no shape variant " + std::to_string(d.variant));
+  }
+  if (d.num_tensors != manifest.inputs.size()) {
+    return InvalidArgument(where + "expected " + std::to_string(manifest.inputs.size()) +
+                           " input tensors, got " + std::to_string(d.num_tensors));
+  }
+  if (manifest.unbatched() && d.rows != 1) {
+    return InvalidArgument(where + "an unbatched model takes one row per request");
+  }
+  const ShapeVariant& variant = manifest.variants[static_cast<size_t>(d.variant)];
+  for (size_t i = 0; i < manifest.inputs.size(); ++i) {
+    const TensorSpec& spec = manifest.inputs[i];
+    const shm::TensorRefData& t = d.tensors[i];
+    Shape want = ConcreteShape(variant.inputs.at(spec.name), spec, d.rows);
+    bool same = t.dtype == static_cast<uint16_t>(spec.dtype) && t.rank == want.size() &&
+                std::equal(want.begin(), want.end(), t.shape);
+    if (!same) {
+      return InvalidArgument(where + "input '" + spec.name + "' does not match variant '" +
+                             variant.name + "' (dtype " + std::string(SafetensorsName(spec.dtype)) +
+                             ", " + std::to_string(d.rows) + " rows)");
+    }
+  }
+  return OkStatus();
+}
+
+void DispatchLoop::Submit(uint32_t h, const shm::DescriptorData& d, int64_t now) {
+  if (!HookhostAlive(h, d.generation)) {
+    return;  // From a dead incarnation: dropped without reading its inputs.
+  }
+  const LoopModel& model = models_[d.model];
+  if (state_ == shm::ProcessState::kDraining) {
+    CompleteError(h, d, Unavailable("worker slot " + std::to_string(slot_) + " is draining"));
+    return;
+  }
+  if (model.failure) {
+    CompleteError(h, d, *model.failure);
+    return;
+  }
+  Status inputs = CheckInputs(model, d);
+  if (!inputs.ok()) {
+    CompleteError(h, d, inputs.error());
+    return;
+  }
+  uint32_t id = NewRequest(h, static_cast<int>(d.model), d);
+  QueuedRequest q;
+  q.payload = id;
+  q.variant = d.variant;
+  q.rows = d.rows;
+  q.arrival = now;
+  if (d.deadline_ns != 0) {
+    q.deadline = d.deadline_ns;
+  }
+  Status queued = scheduler_->Enqueue(static_cast<int>(d.model), q);
+  if (!queued.ok()) {
+    CompleteError(h, d, queued.error());
+    FreeRequest(id);
+    return;
+  }
+  ++outstanding_[d.model];
+}
+
+uint32_t DispatchLoop::NewRequest(uint32_t h, int model, const shm::DescriptorData& d) {
+  uint32_t id;
+  if (!free_ids_.empty()) {
+    id = free_ids_.back();
+    free_ids_.pop_back();
+  } else {
+    id = static_cast<uint32_t>(requests_.size());
+    requests_.emplace_back();
+  }
+  Request& r = requests_[id];
+  r.hookhost = h;
+  r.model = model;
+  r.descriptor = d;
+  r.has_block = false;
+  return id;
+}
+
+void DispatchLoop::FreeRequest(uint32_t id) {
+  Request& r = requests_[id];
+  if (r.has_block) {
+    (void)arena_.Free(r.block);
+    r.has_block = false;
+  }
+  free_ids_.push_back(id);
+}
+
+void DispatchLoop::Answered(int model) {
+  if (model >= 0 && outstanding_[static_cast<size_t>(model)] > 0) {
+    --outstanding_[static_cast<size_t>(model)];
+  }
+}
+
+void DispatchLoop::Plan(int64_t now) {
+  Decision decision = scheduler_->Next(now);
+  Dispatch& d = decision.dispatch;
+  for (const QueuedRequest& q : d.shed) {
+    Request& r = requests_[q.payload];
+    CompleteError(r.hookhost, r.descriptor,
+                  DeadlineExceeded("model '" + models_[static_cast<size_t>(r.model)].name +
+                                   "': the deadline cannot be met; shed before execution"));
+    Answered(r.model);
+    FreeRequest(static_cast<uint32_t>(q.payload));
+  }
+  for (const QueuedRequest& q : d.failed) {
+    Request& r = requests_[q.payload];
+    CompleteError(r.hookhost, r.descriptor,
+                  d.failure.value_or(Internal("request failed without a reason")));
+    Answered(r.model);
+    FreeRequest(static_cast<uint32_t>(q.payload));
+  }
+  if (!d.runs()) {
+    return;
+  }
+  std::unique_ptr<Batch> batch = std::move(spare_);
+  if (batch == nullptr) {
+    batch = std::make_unique<Batch>();
+  }
+  const LoopModel& model = models_[static_cast<size_t>(d.model)];
+  const Manifest& manifest = model.bundle->manifest;
+  batch->job.variant = d.variant;
+  batch->job.batch_size = d.batch_size;
+  batch->job.requests.clear();
+  batch->members.clear();
+  for (const QueuedRequest& q : d.requests) {
+    auto id = static_cast<uint32_t>(q.payload);
+    Request& r = requests_[id];
+    if (!HookhostAlive(r.hookhost, r.descriptor.generation)) {
+      Answered(r.model);
+      FreeRequest(id);  // Its hook host died: dropped before any GPU work.
+      continue;
+    }
+    uint64_t total = 0;
+    for (size_t o = 0; o < manifest.outputs.size(); ++o) {
+      total = shm::AlignUp(total, shm::kBlockAlignment) +
+              static_cast<uint64_t>(OutputBytes(manifest, o, d.variant, q.rows));
+    }
+    Result<shm::Block> block = arena_.Allocate(std::max<uint64_t>(total, 1));
+    if (!block.ok()) {
+      CompleteError(r.hookhost, r.descriptor, block.error());
+      Answered(r.model);
+      FreeRequest(id);
+      continue;
+    }
+    r.block = block->offset;
+    r.has_block = true;
+    std::span<uint8_t> bytes = arena_.Bytes(*block);
+    RequestIo io;
+    io.rows = q.rows;
+    for (size_t i = 0; i < manifest.inputs.size(); ++i) {
+      io.inputs.push_back(shm::TensorBytes(segment_, r.descriptor.tensors[i]));
+    }
+    uint64_t offset = 0;
+    for (size_t o = 0; o < manifest.outputs.size(); ++o) {
+      offset = shm::AlignUp(offset, shm::kBlockAlignment);
+      auto n = static_cast<uint64_t>(OutputBytes(manifest, o, d.variant, q.rows));
+      io.outputs.push_back(bytes.subspan(offset, n));
+      offset += n;
+    }
+    batch->job.requests.push_back(std::move(io));
+    batch->members.push_back(id);
+  }
+  batch->dispatch = std::move(d);
+  if (batch->members.empty()) {
+    // Nothing left to run: keep the charge made at dispatch as the cost.
+    scheduler_->Complete(batch->dispatch, batch->dispatch.charged_seconds, now);
+    spare_ = std::move(batch);
+    return;
+  }
+  planned_ = std::move(batch);
+}
+
+void DispatchLoop::Launch() {
+  std::unique_ptr<Batch> batch = std::move(planned_);
+  auto index = static_cast<size_t>(batch->dispatch.model);
+  const LoopModel& model = models_[index];
+  int64_t begin_ns = MonotonicNs();
+  // A batch planned while another executed may hold requests whose deadline passed since:
+  // shed them now, before any GPU work.
+  size_t kept = 0;
+  for (size_t k = 0; k < batch->members.size(); ++k) {
+    uint32_t id = batch->members[k];
+    Request& r = requests_[id];
+    if (r.descriptor.deadline_ns != 0 && r.descriptor.deadline_ns <= begin_ns) {
+      CompleteError(r.hookhost, r.descriptor,
+                    DeadlineExceeded("model '" + model.name +
+                                     "': the deadline passed in the queue; shed before execution"));
+      ++late_shed_[index];
+      Answered(r.model);
+      FreeRequest(id);
+      continue;
+    }
+    if (kept != k) {
+      batch->members[kept] = id;
+      batch->job.requests[kept] = std::move(batch->job.requests[k]);
+    }
+    ++kept;
+  }
+  batch->members.resize(kept);
+  batch->job.requests.resize(kept);
+  if (kept == 0) {
+    scheduler_->Complete(batch->dispatch, batch->dispatch.charged_seconds, begin_ns);
+    spare_ = std::move(batch);
+    return;
+  }
+  Status begun = backend_->Begin(model.handle, batch->job);
+  if (!begun.ok()) {
+    FailBatch(*batch, begun.error());
+    spare_ = std::move(batch);
+    return;
+  }
+  if (backlog_at_finish_ && last_finished_ns_ > 0) {
+    host_gaps_.Record(std::max<int64_t>(0, begin_ns - last_finished_ns_));
+  }
+  inflight_ = std::move(batch);
+  ++dispatches_;
+}
+
+void DispatchLoop::FinishBatch() {
+  Result<ExecutionTiming> timing = backend_->Finish();
+  std::unique_ptr<Batch> batch = std::move(inflight_);
+  int64_t now = MonotonicNs();
+  backlog_at_finish_ = planned_ != nullptr || scheduler_->queued_requests() > 0;
+  last_finished_ns_ = timing.ok() && timing->finished_ns > 0 ? timing->finished_ns : now;
+  if (!timing.ok()) {
+    FailBatch(*batch, timing.error());
+  } else {
+    for (uint32_t id : batch->members) {
+      Request& r = requests_[id];
+      if (HookhostAlive(r.hookhost, r.descriptor.generation)) {
+        CompleteOk(r);
+        r.has_block = false;  // Lent to the hook host until it releases it.
+      }
+      Answered(r.model);
+      FreeRequest(id);
+    }
+    scheduler_->Complete(batch->dispatch, timing->compute_seconds, now);
+  }
+  if (!backend_->Healthy()) {
+    unhealthy_ = true;
+    spdlog::error("worker slot {}: backend unhealthy; exiting for a restart", slot_);
+  }
+  spare_ = std::move(batch);
+}
+
+void DispatchLoop::FailBatch(Batch& batch, const Error& error) {
+  auto model = static_cast<size_t>(batch.dispatch.model);
+  Error failure{error.code == ErrorCode::kInvalidArgument ? ErrorCode::kInternal : error.code,
+                error.message};
+  spdlog::warn("worker slot {}: model '{}': batch failed: {}", slot_, models_[model].name,
+            error.ToString());
+  for (uint32_t id : batch.members) {
+    Request& r = requests_[id];
+    CompleteError(r.hookhost, r.descriptor, failure);
+    ++errors_[model];
+    Answered(r.model);
+    FreeRequest(id);
+  }
+  scheduler_->Complete(batch.dispatch, batch.dispatch.charged_seconds, MonotonicNs());
+  Status status = backend_->ModelStatus(models_[model].handle);
+  if (!status.ok() && !models_[model].failure) {
+    models_[model].failure = status.error();  // Later requests fail at once.
+  }
+}
+
+void DispatchLoop::CompleteOk(const Request& r) {
+  const shm::DescriptorData& d = r.descriptor;
+  const Manifest& manifest = models_[static_cast<size_t>(r.model)].bundle->manifest;
+  shm::DescriptorData c{};
+  c.kind = static_cast<uint16_t>(shm::DescriptorKind::kCompletion);
+  c.slot = d.slot;
+  c.generation = d.generation;
+  c.sequence = d.sequence;
+  c.model = d.model;
+  c.variant = d.variant;
+  c.rows = d.rows;
+  c.sender_generation = generation_;
+  c.trace_id_high = d.trace_id_high;
+  c.trace_id_low = d.trace_id_low;
+  c.num_tensors = static_cast<uint16_t>(manifest.outputs.size());
+  const ShapeVariant& variant = manifest.variants[static_cast<size_t>(d.variant)];
+  uint64_t offset = r.block;
+  for (size_t o = 0; o < manifest.outputs.size(); ++o) {
+    const TensorSpec& spec = manifest.outputs[o];
+    offset = r.block + shm::AlignUp(offset - r.block, shm::kBlockAlignment);
+    Shape shape = ConcreteShape(variant.outputs.at(spec.name), spec, d.rows);
+    auto bytes = static_cast<uint64_t>(OutputBytes(manifest, o, d.variant, d.rows));
+    c.tensors[o] = shm::MakeTensorRef(slot_, offset, bytes, spec.dtype, shape);
+    offset += bytes;
+  }
+  lent_[{d.slot, d.generation, d.sequence}] = r.block;
+  pending_[r.hookhost].push_back(c);
+}
+
+void DispatchLoop::CompleteError(uint32_t h, const shm::DescriptorData& d, const Error& error) {
+  shm::DescriptorData c{};
+  c.kind = static_cast<uint16_t>(shm::DescriptorKind::kCompletion);
+  c.slot = segment_.HookhostSlot(h);
+  c.generation = d.generation;
+  c.sequence = d.sequence;
+  c.model = d.model;
+  c.sender_generation = generation_;
+  c.trace_id_high = d.trace_id_high;
+  c.trace_id_low = d.trace_id_low;
+  c.status = ErrorStatus(error.code);
+  std::string_view message(error.message);
+  message = message.substr(0, kMaxMessageBytes);
+  if (!message.empty()) {
+    Result<shm::Block> block = arena_.Allocate(message.size());
+    if (block.ok()) {
+      std::memcpy(arena_.Bytes(*block).data(), message.data(), message.size());
+      int64_t shape[] = {static_cast<int64_t>(message.size())};
+      c.num_tensors = 1;
+      c.tensors[0] = shm::MakeTensorRef(slot_, block->offset, message.size(), DType::kU8, shape);
+      auto [it, fresh] = lent_.try_emplace({c.slot, c.generation, c.sequence}, block->offset);
+      if (!fresh) {
+        // A hostile hook host reusing a request id: keep the first block lent, free this one.
+        (void)arena_.Free(block->offset);
+        c.num_tensors = 0;
+      }
+    }
+  }
+  pending_[h].push_back(c);
+}
+
+void DispatchLoop::FlushCompletions() {
+  for (uint32_t h = 0; h < pending_.size(); ++h) {
+    auto& pending = pending_[h];
+    while (!pending.empty()) {
+      if (!HookhostAlive(h, pending.front().generation)) {
+        pending.pop_front();  // Its block is reaped with the dead incarnation's others.
+        continue;
+      }
+      if (completions_[h].TryPush(pending.front()) != shm::RingStatus::kOk) {
+        break;
+      }
+      pending.pop_front();
+    }
+  }
+}
+
+void DispatchLoop::Reap() {
+  for (auto it = lent_.begin(); it != lent_.end();) {
+    if (!shm::IsCurrent(segment_, it->first.slot, it->first.generation)) {
+      (void)arena_.Free(it->second);
+      it = lent_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+bool DispatchLoop::HasRingWork() const {
+  if (control_.HasWork()) {
+    return true;
+  }
+  return std::any_of(submissions_.begin(), submissions_.end(),
+                     [](const shm::RingConsumer& ring) { return ring.HasWork(); });
+}
+
+void DispatchLoop::Sleep() {
+  bool pending = std::any_of(pending_.begin(), pending_.end(),
+                             [](const auto& p) { return !p.empty(); });
+  int64_t timeout = options_.idle_sleep_ns;
+  if (pending) {
+    timeout = 100'000;  // A completion ring was full: retry soon.
+  }
+  if (inflight_ != nullptr) {
+    int64_t remaining = backend_->ExpectedRemainingNs();
+    if (remaining >= 0 && remaining < 200'000) {
+      return;  // About to finish: keep turning (draining rings) rather than sleep past it.
+    }
+    timeout = std::min<int64_t>(timeout, remaining >= 0 ? remaining - 100'000 : 1'000'000);
+  }
+  shm::WaitForWork(
+      segment_, slot_,
+      [this] { return HasRingWork() || (inflight_ != nullptr && backend_->Ready()); }, timeout,
+      options_.spin_iterations);
+}
+
+void DispatchLoop::PublishStatus(shm::ProcessState state) {
+  int64_t now = MonotonicNs();
+  last_status_ns_ = now;
+  shm::StatusSnapshotData& s = *snapshot_;
+  std::vector<ModelMetrics> metrics = scheduler_->Metrics(now);
+  ControlStatus control = scheduler_->GetControlStatus();
+  s.state = static_cast<uint32_t>(state);
+  s.generation = generation_;
+  s.discipline = static_cast<uint32_t>(control.discipline);
+  s.residency_mode = static_cast<uint32_t>(control.residency_mode);
+  s.num_models = static_cast<uint32_t>(std::min<size_t>(models_.size(), shm::kMaxStatusModels));
+  s.published_ns = now;
+  s.device_memory_in_use = backend_->DeviceMemoryInUse();
+  s.dispatches = dispatches_;
+  s.invalid_descriptors = invalid_;
+  s.host_gap_p50_ns = host_gaps_.Percentile(0.5);
+  s.host_gap_p99_ns = host_gaps_.Percentile(0.99);
+  s.host_gap_samples = host_gaps_.count();
+  for (uint32_t i = 0; i < s.num_models; ++i) {
+    shm::ModelStatusData& m = s.models[i];
+    const ModelMetrics& mm = metrics[i];
+    const ModelControlStatus& mc = control.models[i];
+    m = shm::ModelStatusData{};
+    shm::CopyName(m.name, models_[i].name);
+    shm::CopyName(m.wire_batch_input, mc.wire_batch_input);
+    m.wire_batch_axis = mc.wire_batch_axis;
+    m.state = static_cast<uint32_t>(models_[i].failure ? shm::ModelLoadState::kFailed
+                                                       : shm::ModelLoadState::kReady);
+    if (models_[i].failure) {
+      shm::CopyName(m.error, models_[i].failure->ToString());
+    }
+    m.residency = static_cast<uint32_t>(mc.residency);
+    m.loaded = models_[i].failure ? 0 : 1;
+    m.weight = mc.weight;
+    m.total_compute_seconds = mm.total_compute_seconds;
+    m.recent_compute = mm.recent_compute;
+    m.queue_depth = mm.queue_depth;
+    m.outstanding = outstanding_[i];
+    m.dispatch_count = mm.dispatch_count;
+    m.requests_served = mm.requests_served;
+    m.rows_served = mm.rows_served;
+    m.padding_rows = mm.padding_rows;
+    m.rejected = mm.rejected;
+    m.shed = mm.shed + late_shed_[i];
+    m.failed = mm.failed;
+    m.errors = errors_[i];
+    m.queue_wait_p50_ns = mm.queue_wait_p50_ns;
+    m.queue_wait_p99_ns = mm.queue_wait_p99_ns;
+    m.effective_max_batch = mm.effective_max_batch;
+  }
+  status_.Publish(s);
+}
+
+}  // namespace ferry

@@ -1,0 +1,167 @@
+// DESIGN: the worker's dispatch loop: one thread that turns descriptors on its submission
+// rings into executed, completed requests (DESIGN.md, One request end to end, step 3).
+//
+// Each turn, in this order:
+//   1. the control ring (set_policy, set_residency, compact, set_discipline, drain, stop);
+//   2. every submission ring: a release frees a completion's output block; a submission is
+//      validated (descriptor, then tensors against the manifest) and queued, or answered at
+//      once with an error completion naming the cause (invalid, queue full, model failed,
+//      draining);
+//   3. the batch in flight, if it finished: its completions, then Scheduler::Complete with
+//      the measured compute time;
+//   4. with nothing in flight, the planned batch is started; otherwise Scheduler::Next plans
+//      one: requests shed or failed are answered at once (DEADLINE_EXCEEDED / the error),
+//      requests of a hook host that died are dropped before any GPU work, output blocks are
+//      allocated in the worker's own arena. While a batch executes the loop keeps draining
+//      rings and plans the next batch (one ahead), so host work overlaps execution.
+//   5. completions are pushed (a full ring keeps them in a local backlog), and the heartbeat
+//      and, every status_interval, the status snapshot (shm/status.h) are published.
+// It sleeps on its doorbell only when every ring and queue is empty; a batch finishing wakes
+// it through the same doorbell (Backend::SetNotifier).
+//
+// Inputs are read in place from the submitting hook host's arena and outputs written
+// straight into blocks of the worker's arena (one block per request, each output 256-byte
+// aligned in it); an error completion carries its message as a U8 tensor in such a block.
+// The hook host releases every completion's block; blocks lent to a hook host incarnation
+// that died are reaped.
+//
+// Thread safety: one thread (the loop's) calls everything; the backend's notifier may run on
+// another thread and only rings the doorbell.
+// Process safety: see shm/layout.h; every descriptor is untrusted.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "shm/arena.h"
+#include "shm/descriptor.h"
+#include "shm/ring.h"
+#include "shm/status.h"
+#include "worker/backend.h"
+#include "worker/scheduler.h"
+#include "worker/wait_histogram.h"
+
+namespace ferry {
+
+struct LoopModel {
+  std::string name;
+  const Bundle* bundle = nullptr;  // Null when the model failed to load.
+  ModelHandle handle = -1;
+  std::optional<Error> failure;  // Requests to a failed model get this error at once.
+};
+
+struct DispatchLoopOptions {
+  int64_t status_interval_ns = 5'000'000;  // Status snapshot and reaping period.
+  int64_t idle_sleep_ns = 20'000'000;      // Longest doorbell sleep (the heartbeat's period).
+  int spin_iterations = 2000;              // Ring checks before sleeping.
+  bool plan_ahead = true;                  // Plan batch k+1 while batch k executes.
+};
+
+class DispatchLoop {
+ public:
+  // REQUIRES: `worker_slot` is a worker slot of `segment` owned by this process, with its
+  // partition free; models[i] is the scheduler's model i; backend and scheduler outlive the
+  // loop.
+  DispatchLoop(const shm::Segment& segment, uint32_t worker_slot, Backend* backend,
+               Scheduler* scheduler, std::vector<LoopModel> models,
+               DispatchLoopOptions options = {});
+  DispatchLoop(const DispatchLoop&) = delete;
+  DispatchLoop& operator=(const DispatchLoop&) = delete;
+
+  // Serves until stopped or drained. Returns the process exit code: 0 after stop or drain,
+  // 3 when the backend became unhealthy (a sticky CUDA error).
+  int Run();
+  // Publishes the status snapshot now with `state` (e.g. kStarting before warm-up).
+  void PublishStatus(shm::ProcessState state);
+
+ private:
+  struct Request {
+    uint32_t hookhost = 0;
+    int model = -1;
+    shm::DescriptorData descriptor{};  // The validated private copy.
+    uint64_t block = 0;                // Output block offset, once allocated.
+    bool has_block = false;
+  };
+  struct Batch {
+    Dispatch dispatch;
+    BatchJob job;
+    std::vector<uint32_t> members;  // Request ids, one per job request.
+  };
+  struct RequestKey {
+    uint32_t slot, generation;
+    uint64_t sequence;
+    bool operator==(const RequestKey&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const RequestKey& k) const {
+      return std::hash<uint64_t>()(k.sequence * 0x9e3779b97f4a7c15ULL ^
+                                   (uint64_t{k.slot} << 32 | k.generation));
+    }
+  };
+
+  // One turn (see the file comment). False once the loop is finished.
+  bool Turn();
+  bool DrainControl();
+  void DrainSubmissions(uint32_t h, int64_t now);
+  void Submit(uint32_t h, const shm::DescriptorData& d, int64_t now);
+  Status CheckInputs(const LoopModel& model, const shm::DescriptorData& d) const;
+  void Plan(int64_t now);
+  void Launch();
+  void FinishBatch();
+  void FailBatch(Batch& batch, const Error& error);
+  void FlushCompletions();
+  void Reap();
+  void Sleep();
+  bool HasRingWork() const;
+
+  uint32_t NewRequest(uint32_t h, int model, const shm::DescriptorData& d);
+  void FreeRequest(uint32_t id);
+  bool HookhostAlive(uint32_t h, uint32_t generation) const;
+  // Queues a completion for `d`'s request id: OK with the request's outputs, or an error
+  // whose message travels as a U8 tensor.
+  void CompleteOk(const Request& request);
+  void CompleteError(uint32_t h, const shm::DescriptorData& d, const Error& error);
+  void Answered(int model);  // A request of `model` left the worker.
+
+  const shm::Segment& segment_;
+  uint32_t slot_;
+  uint32_t generation_;
+  Backend* backend_;
+  Scheduler* scheduler_;
+  std::vector<LoopModel> models_;
+  DispatchLoopOptions options_;
+  shm::Arena arena_;
+  shm::StatusWriter status_;
+  shm::RingConsumer control_;
+  std::vector<shm::RingConsumer> submissions_;
+  std::vector<shm::RingProducer> completions_;
+  std::vector<std::deque<shm::DescriptorData>> pending_;  // Completions awaiting ring space.
+  std::vector<shm::DescriptorRules> submit_rules_, release_rules_;
+
+  std::vector<Request> requests_;  // Indexed by request id (QueuedRequest::payload).
+  std::vector<uint32_t> free_ids_;
+  std::unordered_map<RequestKey, uint64_t, KeyHash> lent_;  // Completion blocks not released.
+  std::vector<uint64_t> outstanding_;                      // Per model: queued or executing.
+  std::vector<uint64_t> errors_;                           // Per model: backend errors.
+  std::vector<uint64_t> late_shed_;  // Per model: deadline passed between planning and launch.
+
+  std::unique_ptr<Batch> planned_, inflight_, spare_;
+  bool backlog_at_finish_ = false;  // Work was ready when the last batch finished.
+  int64_t last_finished_ns_ = 0;
+  WaitHistogram host_gaps_;
+  uint64_t dispatches_ = 0;
+  uint64_t invalid_ = 0;
+
+  shm::ProcessState state_ = shm::ProcessState::kStarting;
+  bool stopping_ = false;
+  bool unhealthy_ = false;
+  int64_t last_status_ns_ = 0;
+  std::unique_ptr<shm::StatusSnapshotData> snapshot_;  // 40 KiB: kept off the stack.
+};
+
+}  // namespace ferry
