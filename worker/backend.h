@@ -46,7 +46,8 @@ struct BatchJob {
 struct ExecutionTiming {
   double compute_seconds = 0;  // The model's execution, copies in and out included.
   double load_seconds = 0;     // Weight loading this dispatch triggered (excluded from cost).
-  int64_t finished_ns = 0;     // CLOCK_MONOTONIC when the batch finished (common/clock.h).
+  int64_t started_ns = 0;      // CLOCK_MONOTONIC when the batch started executing (0: unknown).
+  int64_t finished_ns = 0;     // CLOCK_MONOTONIC when it finished (common/clock.h).
 };
 
 class Backend {
@@ -66,12 +67,16 @@ class Backend {
   // OK, or the error that made the model fail.
   virtual Status ModelStatus(ModelHandle model) const = 0;
 
-  // Asynchronous execution, so the dispatch loop drains rings and plans the next batch while
-  // this one runs. At most one batch is in flight. Begin starts `job` (an error means nothing
-  // is in flight); Ready() tells without blocking whether it finished; Finish() waits for it
-  // and returns what Execute would have. The default runs Execute inside Begin (no overlap).
-  // REQUIRES: Begin only with nothing in flight; Ready/Finish only with a batch in flight.
-  // Lifetime: the job and the bytes its spans name stay valid until Finish returns.
+  // Asynchronous execution, so the dispatch loop drains rings and plans while batches run.
+  // Batches execute one at a time in the order begun; up to MaxInFlight() may be begun and
+  // not yet finished (a second one queued behind the first starts the moment it ends, as a
+  // kernel queued on a stream does). Begin queues `job` (an error means it was not queued);
+  // Ready() tells without blocking whether the oldest finished; Finish() waits for the
+  // oldest and returns what Execute would have. The default runs Execute inside Begin.
+  // REQUIRES: Begin only with fewer than MaxInFlight() in flight; Ready/Finish only with
+  // one in flight.
+  // Lifetime: each job and the bytes its spans name stay valid until its Finish returns.
+  virtual int MaxInFlight() const { return 1; }
   virtual Status Begin(ModelHandle model, const BatchJob& job);
   virtual bool Ready() const { return true; }
   virtual Result<ExecutionTiming> Finish();

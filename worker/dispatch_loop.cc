@@ -52,8 +52,7 @@ DispatchLoop::DispatchLoop(const shm::Segment& segment, uint32_t worker_slot, Ba
       errors_(models_.size(), 0),
       late_shed_(models_.size(), 0),
       planned_(nullptr),
-      inflight_(nullptr),
-      spare_(std::make_unique<Batch>()),
+      max_in_flight_(std::max(1, backend->MaxInFlight())),
       snapshot_(std::make_unique<shm::StatusSnapshotData>()) {
   uint32_t worker = worker_slot - segment.hookhosts();
   auto num_models = static_cast<uint32_t>(models_.size());
@@ -85,38 +84,50 @@ bool DispatchLoop::Turn() {
   if (!DrainControl()) {
     stopping_ = true;
   }
-  int64_t now = MonotonicNs();
-  for (uint32_t h = 0; h < submissions_.size(); ++h) {
-    DrainSubmissions(h, now);
+  // The executor first: finished batches are collected and the planned one begun before
+  // anything else, then the finished ones answered, so host work stays off the critical path.
+  std::vector<std::pair<std::unique_ptr<Batch>, Result<ExecutionTiming>>> finished;
+  while (!inflight_.empty() && backend_->Ready()) {
+    Result<ExecutionTiming> timing = Internal("unset");
+    std::unique_ptr<Batch> batch = FinishBatch(&timing);
+    finished.emplace_back(std::move(batch), std::move(timing));
   }
-  if (inflight_ != nullptr && backend_->Ready()) {
-    FinishBatch();
-    now = MonotonicNs();
+  if (!stopping_ && !unhealthy_ && planned_ != nullptr &&
+      static_cast<int>(inflight_.size()) < max_in_flight_) {
+    Launch();
+  }
+  for (auto& [batch, timing] : finished) {
+    AnswerBatch(std::move(batch), timing);
   }
   if (unhealthy_) {
     FlushCompletions();
     return false;
   }
-  if (!stopping_) {
-    if (inflight_ == nullptr) {
-      if (planned_ == nullptr) {
-        Plan(now);
-      }
-      if (planned_ != nullptr) {
-        Launch();
-      }
-    } else if (options_.plan_ahead && planned_ == nullptr && scheduler_->queued_requests() > 0) {
-      Plan(now);
-    }
+  int64_t now = MonotonicNs();
+  for (uint32_t h = 0; h < submissions_.size(); ++h) {
+    DrainSubmissions(h, now);
+  }
+  // Decide the next batch while fewer than max(2, MaxInFlight) are decided and unfinished
+  // (one ahead of the execution, or as deep as the backend queues), then begin it if the
+  // backend has room.
+  size_t decided = inflight_.size() + (planned_ != nullptr ? 1 : 0);
+  bool may_plan = inflight_.empty() ||
+                  (options_.plan_ahead && decided < static_cast<size_t>(std::max(2, max_in_flight_)));
+  if (!stopping_ && planned_ == nullptr && may_plan &&
+      (inflight_.empty() || scheduler_->queued_requests() > 0)) {
+    Plan(now);
+  }
+  if (!stopping_ && planned_ != nullptr && static_cast<int>(inflight_.size()) < max_in_flight_) {
+    Launch();
   }
   FlushCompletions();
   if (now - last_status_ns_ >= options_.status_interval_ns) {
     Reap();
     PublishStatus(state_);
   }
-  bool busy = inflight_ != nullptr || planned_ != nullptr;
+  bool busy = !inflight_.empty() || planned_ != nullptr;
   bool work_left = busy || scheduler_->queued_requests() > 0;
-  if (stopping_ && inflight_ == nullptr) {
+  if (stopping_ && inflight_.empty()) {
     // Stop: the batch in flight is finished and answered; queued requests are left to the
     // supervisor's ResetSlot, which makes every hook host fail them (UNAVAILABLE).
     for (int i = 0; i < 1000 && std::any_of(pending_.begin(), pending_.end(),
@@ -131,7 +142,7 @@ bool DispatchLoop::Turn() {
     FlushCompletions();
     return false;
   }
-  if (!work_left || inflight_ != nullptr) {
+  if (!work_left || !inflight_.empty()) {
     Sleep();
   }
   return true;
@@ -206,16 +217,16 @@ void DispatchLoop::DrainSubmissions(uint32_t h, int64_t now) {
 
 Status DispatchLoop::CheckInputs(const LoopModel& model, const shm::DescriptorData& d) const {
   const Manifest& manifest = model.bundle->manifest;
-  std::string where = "model '" + model.name + "': ";
+  auto where = [&] { return "model '" + model.name + "': "; };
   if (d.variant < 0 || static_cast<size_t>(d.variant) >= manifest.variants.size()) {
-    return InvalidArgument(where + "no shape variant " + std::to_string(d.variant));
+    return InvalidArgument(where() + "no shape variant " + std::to_string(d.variant));
   }
   if (d.num_tensors != manifest.inputs.size()) {
-    return InvalidArgument(where + "expected " + std::to_string(manifest.inputs.size()) +
+    return InvalidArgument(where() + "expected " + std::to_string(manifest.inputs.size()) +
                            " input tensors, got " + std::to_string(d.num_tensors));
   }
   if (manifest.unbatched() && d.rows != 1) {
-    return InvalidArgument(where + "an unbatched model takes one row per request");
+    return InvalidArgument(where() + "an unbatched model takes one row per request");
   }
   const ShapeVariant& variant = manifest.variants[static_cast<size_t>(d.variant)];
   for (size_t i = 0; i < manifest.inputs.size(); ++i) {
@@ -225,7 +236,7 @@ Status DispatchLoop::CheckInputs(const LoopModel& model, const shm::DescriptorDa
     bool same = t.dtype == static_cast<uint16_t>(spec.dtype) && t.rank == want.size() &&
                 std::equal(want.begin(), want.end(), t.shape);
     if (!same) {
-      return InvalidArgument(where + "input '" + spec.name + "' does not match variant '" +
+      return InvalidArgument(where() + "input '" + spec.name + "' does not match variant '" +
                              variant.name + "' (dtype " + std::string(SafetensorsName(spec.dtype)) +
                              ", " + std::to_string(d.rows) + " rows)");
     }
@@ -322,10 +333,7 @@ void DispatchLoop::Plan(int64_t now) {
   if (!d.runs()) {
     return;
   }
-  std::unique_ptr<Batch> batch = std::move(spare_);
-  if (batch == nullptr) {
-    batch = std::make_unique<Batch>();
-  }
+  std::unique_ptr<Batch> batch = TakeSpare();
   const LoopModel& model = models_[static_cast<size_t>(d.model)];
   const Manifest& manifest = model.bundle->manifest;
   batch->job.variant = d.variant;
@@ -374,7 +382,7 @@ void DispatchLoop::Plan(int64_t now) {
   if (batch->members.empty()) {
     // Nothing left to run: keep the charge made at dispatch as the cost.
     scheduler_->Complete(batch->dispatch, batch->dispatch.charged_seconds, now);
-    spare_ = std::move(batch);
+    spares_.push_back(std::move(batch));
     return;
   }
   planned_ = std::move(batch);
@@ -410,28 +418,49 @@ void DispatchLoop::Launch() {
   batch->job.requests.resize(kept);
   if (kept == 0) {
     scheduler_->Complete(batch->dispatch, batch->dispatch.charged_seconds, begin_ns);
-    spare_ = std::move(batch);
+    spares_.push_back(std::move(batch));
     return;
   }
   Status begun = backend_->Begin(model.handle, batch->job);
   if (!begun.ok()) {
     FailBatch(*batch, begun.error());
-    spare_ = std::move(batch);
+    spares_.push_back(std::move(batch));
     return;
   }
-  if (backlog_at_finish_ && last_finished_ns_ > 0) {
-    host_gaps_.Record(std::max<int64_t>(0, begin_ns - last_finished_ns_));
-  }
-  inflight_ = std::move(batch);
+  batch->launched_ns = begin_ns;
+  inflight_.push_back(std::move(batch));
   ++dispatches_;
 }
 
-void DispatchLoop::FinishBatch() {
-  Result<ExecutionTiming> timing = backend_->Finish();
-  std::unique_ptr<Batch> batch = std::move(inflight_);
+std::unique_ptr<DispatchLoop::Batch> DispatchLoop::TakeSpare() {
+  if (spares_.empty()) {
+    return std::make_unique<Batch>();
+  }
+  std::unique_ptr<Batch> batch = std::move(spares_.back());
+  spares_.pop_back();
+  return batch;
+}
+
+std::unique_ptr<DispatchLoop::Batch> DispatchLoop::FinishBatch(Result<ExecutionTiming>* timing) {
+  *timing = backend_->Finish();
+  std::unique_ptr<Batch> batch = std::move(inflight_.front());
+  inflight_.pop_front();
+  if (timing->ok() && (*timing)->started_ns > 0) {
+    // Device idle time between two batches while work was waiting: host time on the
+    // critical path (a batch queued behind another starts with none).
+    if (backlog_at_finish_ && last_finished_ns_ > 0) {
+      host_gaps_.Record(std::max<int64_t>(0, (*timing)->started_ns - last_finished_ns_));
+    }
+    last_finished_ns_ = (*timing)->finished_ns;
+  }
+  backlog_at_finish_ =
+      !inflight_.empty() || planned_ != nullptr || scheduler_->queued_requests() > 0;
+  return batch;
+}
+
+void DispatchLoop::AnswerBatch(std::unique_ptr<Batch> batch,
+                               const Result<ExecutionTiming>& timing) {
   int64_t now = MonotonicNs();
-  backlog_at_finish_ = planned_ != nullptr || scheduler_->queued_requests() > 0;
-  last_finished_ns_ = timing.ok() && timing->finished_ns > 0 ? timing->finished_ns : now;
   if (!timing.ok()) {
     FailBatch(*batch, timing.error());
   } else {
@@ -450,7 +479,7 @@ void DispatchLoop::FinishBatch() {
     unhealthy_ = true;
     spdlog::error("worker slot {}: backend unhealthy; exiting for a restart", slot_);
   }
-  spare_ = std::move(batch);
+  spares_.push_back(std::move(batch));
 }
 
 void DispatchLoop::FailBatch(Batch& batch, const Error& error) {
@@ -575,17 +604,37 @@ void DispatchLoop::Sleep() {
   if (pending) {
     timeout = 100'000;  // A completion ring was full: retry soon.
   }
-  if (inflight_ != nullptr) {
+  int spins = options_.spin_iterations;
+  if (!inflight_.empty()) {
     int64_t remaining = backend_->ExpectedRemainingNs();
-    if (remaining >= 0 && remaining < 200'000) {
-      return;  // About to finish: keep turning (draining rings) rather than sleep past it.
+    if (remaining >= 0) {
+      // The backend knows when it finishes (sim). A timed sleep can overshoot by tens of
+      // microseconds (timer and wake-up latency, more on a VM): within kSpinHorizonNs of the
+      // end, keep turning (draining rings) instead.
+      constexpr int64_t kSpinHorizonNs = 1'000'000;
+      if (remaining < kSpinHorizonNs) {
+        return;
+      }
+      timeout = std::min<int64_t>(timeout, remaining - kSpinHorizonNs / 2);
+    } else {
+      // The backend rings the doorbell when its queue runs empty. With batches queued behind
+      // the running one the execution never waits for the loop, so the loop sleeps until the
+      // oldest should be done by its learned cost (at least 50 us) to answer it and refill
+      // the queue. It does not spin: a spinning loop takes a core from the execution.
+      const Batch& oldest = *inflight_.front();
+      int64_t expected = oldest.launched_ns +
+                         static_cast<int64_t>(oldest.dispatch.charged_seconds * 1e9) -
+                         MonotonicNs();
+      timeout = std::min<int64_t>(timeout, inflight_.size() > 1
+                                               ? std::max<int64_t>(expected, 50'000)
+                                               : 1'000'000);
+      spins = std::min(spins, 100);
     }
-    timeout = std::min<int64_t>(timeout, remaining >= 0 ? remaining - 100'000 : 1'000'000);
   }
   shm::WaitForWork(
       segment_, slot_,
-      [this] { return HasRingWork() || (inflight_ != nullptr && backend_->Ready()); }, timeout,
-      options_.spin_iterations);
+      [this] { return HasRingWork() || (!inflight_.empty() && backend_->Ready()); }, timeout,
+      spins);
 }
 
 void DispatchLoop::PublishStatus(shm::ProcessState state) {

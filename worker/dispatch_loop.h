@@ -9,11 +9,13 @@
 //      draining);
 //   3. the batch in flight, if it finished: its completions, then Scheduler::Complete with
 //      the measured compute time;
-//   4. with nothing in flight, the planned batch is started; otherwise Scheduler::Next plans
-//      one: requests shed or failed are answered at once (DEADLINE_EXCEEDED / the error),
-//      requests of a hook host that died are dropped before any GPU work, output blocks are
-//      allocated in the worker's own arena. While a batch executes the loop keeps draining
-//      rings and plans the next batch (one ahead), so host work overlaps execution.
+//   4. Scheduler::Next plans a batch: requests shed or failed are answered at once
+//      (DEADLINE_EXCEEDED / the error), requests of a hook host that died are dropped before
+//      any GPU work, output blocks are allocated in the worker's own arena; the batch is begun
+//      on the backend when it has room (Backend::MaxInFlight). While a batch executes the
+//      loop keeps draining rings and decides the next one, so host work overlaps execution;
+//      at most max(2, MaxInFlight) batches are decided and unfinished at a time. A finished batch's
+//      successor is begun before the finished one's completions are written.
 //   5. completions are pushed (a full ring keeps them in a local backlog), and the heartbeat
 //      and, every status_interval, the status snapshot (shm/status.h) are published.
 // It sleeps on its doorbell only when every ring and queue is empty; a batch finishing wakes
@@ -91,6 +93,7 @@ class DispatchLoop {
     Dispatch dispatch;
     BatchJob job;
     std::vector<uint32_t> members;  // Request ids, one per job request.
+    int64_t launched_ns = 0;
   };
   struct RequestKey {
     uint32_t slot, generation;
@@ -112,7 +115,11 @@ class DispatchLoop {
   Status CheckInputs(const LoopModel& model, const shm::DescriptorData& d) const;
   void Plan(int64_t now);
   void Launch();
-  void FinishBatch();
+  // Takes the oldest batch's result from the backend; AnswerBatch then completes its requests
+  // (after the next batch is launched, so completions overlap execution).
+  std::unique_ptr<Batch> FinishBatch(Result<ExecutionTiming>* timing);
+  void AnswerBatch(std::unique_ptr<Batch> batch, const Result<ExecutionTiming>& timing);
+  std::unique_ptr<Batch> TakeSpare();
   void FailBatch(Batch& batch, const Error& error);
   void FlushCompletions();
   void Reap();
@@ -150,8 +157,13 @@ class DispatchLoop {
   std::vector<uint64_t> errors_;                           // Per model: backend errors.
   std::vector<uint64_t> late_shed_;  // Per model: deadline passed between planning and launch.
 
-  std::unique_ptr<Batch> planned_, inflight_, spare_;
-  bool backlog_at_finish_ = false;  // Work was ready when the last batch finished.
+  // Batches begun on the backend and not yet finished, oldest first (at most MaxInFlight),
+  // the batch decided next, and spares whose vectors are reused.
+  std::deque<std::unique_ptr<Batch>> inflight_;
+  std::unique_ptr<Batch> planned_;
+  std::vector<std::unique_ptr<Batch>> spares_;
+  int max_in_flight_ = 1;
+  bool backlog_at_finish_ = false;  // Work was decided or queued when the last batch ended.
   int64_t last_finished_ns_ = 0;
   WaitHistogram host_gaps_;
   uint64_t dispatches_ = 0;

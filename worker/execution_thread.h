@@ -1,7 +1,8 @@
-// A dedicated thread that runs one batch at a time for a backend whose work is synchronous
-// host code (CpuBackend), so the dispatch loop's thread stays free to drain rings and plan
-// the next batch meanwhile. The same thread runs every batch, so per-thread state (OpenMP's
-// team, oneDNN's scratch) is built once.
+// A dedicated thread that runs batches one at a time, in the order started, for a backend
+// whose work is synchronous host code (CpuBackend), so the dispatch loop's thread stays free
+// to drain rings and plan meanwhile. Up to kDepth batches may be started: the next one begins
+// the moment the current one ends, with no wake-up of the loop in between. The same thread
+// runs every batch, so per-thread state (OpenMP's team, oneDNN's scratch) is built once.
 //
 // Thread safety: Start/Ready/Wait from one thread (the dispatch loop); the work and the
 // notifier run on the execution thread.
@@ -9,8 +10,8 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <functional>
-#include <optional>
 #include <thread>
 
 #include "common/mutex.h"
@@ -26,11 +27,17 @@ class ExecutionThread {
   ExecutionThread(const ExecutionThread&) = delete;
   ExecutionThread& operator=(const ExecutionThread&) = delete;
 
-  // Runs `work` on the thread, then `notify` (if set). REQUIRES: nothing in flight.
+  static constexpr int kDepth = 3;
+
+  // Queues `work` to run on the thread, then `notify` (if set) when no other batch is queued
+  // behind it (a caller with batches queued polls Ready()).
+  // REQUIRES: fewer than kDepth batches started and not yet waited for.
   void Start(std::function<Result<ExecutionTiming>()> work, std::function<void()> notify)
       EXCLUDES(mu_);
-  bool Ready() const { return ready_.load(std::memory_order_acquire); }
-  // Waits for the batch started last and returns its result. REQUIRES: one was started.
+  // True when the oldest batch not yet waited for has finished.
+  bool Ready() const { return finished_.load(std::memory_order_acquire) > 0; }
+  // Waits for the oldest batch not yet waited for and returns its result (its timing's
+  // started_ns and finished_ns set). REQUIRES: one was started.
   Result<ExecutionTiming> Wait() EXCLUDES(mu_);
 
  private:
@@ -38,10 +45,13 @@ class ExecutionThread {
 
   Mutex mu_;
   std::condition_variable_any cv_;
-  std::function<Result<ExecutionTiming>()> work_ GUARDED_BY(mu_);
-  std::function<void()> notify_ GUARDED_BY(mu_);
-  std::optional<Result<ExecutionTiming>> result_ GUARDED_BY(mu_);
-  std::atomic<bool> ready_{false};  // Set (release) once result_ holds the batch's result.
+  struct Work {
+    std::function<Result<ExecutionTiming>()> run;
+    std::function<void()> notify;
+  };
+  std::deque<Work> queue_ GUARDED_BY(mu_);
+  std::deque<Result<ExecutionTiming>> results_ GUARDED_BY(mu_);
+  std::atomic<int> finished_{0};  // results_.size(), readable without the lock.
   bool stopping_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

@@ -92,7 +92,8 @@ Result<ExecutionTiming> SimBackend::Finish() {
     }
   }
   job_ = nullptr;
-  return ExecutionTiming{static_cast<double>(ready_ns_ - started_ns_) * 1e-9, 0.0, ready_ns_};
+  return ExecutionTiming{static_cast<double>(ready_ns_ - started_ns_) * 1e-9, 0.0, started_ns_,
+                         ready_ns_};
 }
 
 }  // namespace ferry
