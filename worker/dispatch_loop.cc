@@ -120,6 +120,10 @@ bool DispatchLoop::Turn() {
   if (!stopping_ && planned_ != nullptr && static_cast<int>(inflight_.size()) < max_in_flight_) {
     Launch();
   }
+  if (unhealthy_) {
+    FlushCompletions();
+    return false;
+  }
   FlushCompletions();
   if (now - last_status_ns_ >= options_.status_interval_ns) {
     Reap();
@@ -475,11 +479,15 @@ void DispatchLoop::AnswerBatch(std::unique_ptr<Batch> batch,
     }
     scheduler_->Complete(batch->dispatch, timing->compute_seconds, now);
   }
-  if (!backend_->Healthy()) {
+  CheckHealth();
+  spares_.push_back(std::move(batch));
+}
+
+void DispatchLoop::CheckHealth() {
+  if (!unhealthy_ && !backend_->Healthy()) {
     unhealthy_ = true;
     spdlog::error("worker slot {}: backend unhealthy; exiting for a restart", slot_);
   }
-  spares_.push_back(std::move(batch));
 }
 
 void DispatchLoop::FailBatch(Batch& batch, const Error& error) {
@@ -500,6 +508,7 @@ void DispatchLoop::FailBatch(Batch& batch, const Error& error) {
   if (!status.ok() && !models_[model].failure) {
     models_[model].failure = status.error();  // Later requests fail at once.
   }
+  CheckHealth();
 }
 
 void DispatchLoop::CompleteOk(const Request& r) {

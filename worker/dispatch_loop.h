@@ -121,6 +121,7 @@ class DispatchLoop {
   void AnswerBatch(std::unique_ptr<Batch> batch, const Result<ExecutionTiming>& timing);
   std::unique_ptr<Batch> TakeSpare();
   void FailBatch(Batch& batch, const Error& error);
+  void CheckHealth();  // Marks the loop unhealthy (it then exits 3) after a sticky fault.
   void FlushCompletions();
   void Reap();
   void Sleep();

@@ -1,0 +1,164 @@
+// The dispatch loop's fault paths, in one process: the loop runs on a thread over a real
+// segment with an injected backend, the test thread is the hook host.
+#include "worker/dispatch_loop.h"
+
+#include <doctest/doctest.h>
+
+#include <thread>
+
+#include "tests/testing/node_driver.h"
+#include "tests/testing/shm_name.h"
+#include "worker/repository.h"
+#include "worker/sim_backend.h"
+
+namespace ferry {
+namespace {
+
+using testing::Completion;
+using testing::NodeDriver;
+
+// Sim timing, with faults on demand: a model whose batches fail, and a sticky fault after
+// which the backend reports itself unhealthy.
+class FaultyBackend : public SimBackend {
+ public:
+  // Every batch takes 200 us; the cnn's take 150 ms (a long execution).
+  FaultyBackend() : SimBackend({{"cnn", SimCost{0.15, 0, {}}}}, SimCost{0.0002, 0, {}}) {}
+  Status Begin(ModelHandle model, const BatchJob& job) override {
+    if (model == failing_model) {
+      return Internal("kernel launch failed: out of resources");
+    }
+    if (sticky) {
+      lost_context = true;
+      return Internal("an illegal memory access was encountered");
+    }
+    return SimBackend::Begin(model, job);
+  }
+  Status ModelStatus(ModelHandle model) const override {
+    if (model == failing_model) {
+      return Internal("model marked failed after a launch failure");
+    }
+    return SimBackend::ModelStatus(model);
+  }
+  bool Healthy() const override { return !lost_context; }
+
+  ModelHandle failing_model = -1;
+  bool sticky = false;
+  bool lost_context = false;
+};
+
+struct Fixture {
+  std::string name = testing::UniqueShmName("loop");
+  shm::Segment segment = shm::Segment::Create(name, {1, 1, 64, 16 << 20}).value();
+  std::vector<RepositoryModel> repo = LoadRepository("examples/models").value();
+  FaultyBackend backend;
+  std::optional<Scheduler> scheduler;
+  std::unique_ptr<DispatchLoop> loop;
+  std::thread thread;
+  int exit_code = -1;
+
+  Fixture() {
+    std::vector<LoopModel> models;
+    std::vector<ModelSpec> specs;
+    for (const RepositoryModel& m : repo) {
+      models.push_back({m.name, m.bundle.get(), backend.Load(*m.bundle).value(), std::nullopt});
+      specs.push_back(SpecForModel(m));
+    }
+    scheduler.emplace(Scheduler::Create({}, std::move(specs)).value());
+    loop = std::make_unique<DispatchLoop>(segment, segment.WorkerSlot(0), &backend, &*scheduler,
+                                          std::move(models));
+  }
+  void Start() {
+    thread = std::thread([this] { exit_code = loop->Run(); });
+  }
+  ~Fixture() {
+    if (thread.joinable()) {
+      testing::SendControl(segment, segment.WorkerSlot(0), {shm::ControlCode::kStop, 0, 0, 0});
+      thread.join();
+    }
+    shm::Segment::Remove(name);
+  }
+};
+
+constexpr uint32_t kCnn = 0;
+constexpr uint32_t kMlp = 1;
+
+std::vector<Completion> RunOne(NodeDriver& driver, uint32_t model) {
+  static std::vector<uint8_t> mlp(784 * 4), cnn(3072 * 4);
+  std::vector<Completion> done;
+  if (model == kMlp) {
+    REQUIRE(driver.Submit(kMlp, 0, 1, {{DType::kF32, {1, 784}, mlp}}).ok());
+  } else {
+    REQUIRE(driver.Submit(kCnn, 0, 1, {{DType::kF32, {1, 3, 32, 32}, cnn}}).ok());
+  }
+  for (int i = 0; i < 5000 && done.empty(); ++i) {
+    driver.Wait(1'000'000);
+    driver.Poll(&done);
+  }
+  REQUIRE(done.size() == 1);
+  return done;
+}
+
+TEST_CASE("a backend error fails that batch's requests (INTERNAL, message kept) and the model, "
+          "not the worker") {
+  Fixture f;
+  f.backend.failing_model = kCnn;
+  f.Start();
+  NodeDriver driver(f.segment, 0);
+  std::vector<Completion> done = RunOne(driver, kCnn);
+  REQUIRE(done[0].status != 0);
+  CHECK(done[0].code() == ErrorCode::kInternal);
+  CHECK(done[0].message.find("kernel launch failed") != std::string::npos);
+  // The model is failed from now on: later requests get its error at once.
+  done = RunOne(driver, kCnn);
+  CHECK(done[0].message.find("marked failed") != std::string::npos);
+  // The other model serves.
+  done = RunOne(driver, kMlp);
+  CHECK(done[0].status == 0);
+  CHECK(done[0].outputs.size() == 1);
+  Result<shm::StatusSnapshotData> status = shm::ReadStatus(f.segment, f.segment.WorkerSlot(0));
+  REQUIRE(status.ok());
+  CHECK(status->state == static_cast<uint32_t>(shm::ProcessState::kReady));
+}
+
+TEST_CASE("a sticky backend fault makes the worker report unhealthy and exit 3") {
+  Fixture f;
+  f.Start();
+  NodeDriver driver(f.segment, 0);
+  CHECK(RunOne(driver, kMlp)[0].status == 0);
+  f.backend.sticky = true;
+  std::vector<Completion> done = RunOne(driver, kMlp);
+  CHECK(done[0].code() == ErrorCode::kInternal);
+  f.thread.join();
+  CHECK(f.exit_code == 3);
+  Result<shm::StatusSnapshotData> status = shm::ReadStatus(f.segment, f.segment.WorkerSlot(0));
+  REQUIRE(status.ok());
+  CHECK(status->state == static_cast<uint32_t>(shm::ProcessState::kUnhealthy));
+}
+
+TEST_CASE("the heartbeat advances while the loop idles and while a batch executes") {
+  Fixture f;
+  f.Start();
+  uint32_t slot = f.segment.WorkerSlot(0);
+  uint64_t before = shm::ReadHeartbeat(f.segment, slot);
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));  // Idle: >= 1 beat per 20 ms.
+  uint64_t idle = shm::ReadHeartbeat(f.segment, slot);
+  CHECK(idle >= before + 2);
+  NodeDriver driver(f.segment, 0);
+  std::vector<uint8_t> cnn(3072 * 4);
+  REQUIRE(driver.Submit(kCnn, 0, 1, {{DType::kF32, {1, 3, 32, 32}, cnn}}).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // The batch is executing.
+  uint64_t during = shm::ReadHeartbeat(f.segment, slot);
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  CHECK(shm::ReadHeartbeat(f.segment, slot) >= during + 2);
+  std::vector<Completion> done;
+  for (int i = 0; i < 5000 && done.empty(); ++i) {
+    driver.Wait(1'000'000);
+    driver.Poll(&done);
+  }
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].status == 0);
+  CHECK(done[0].completed_ns - done[0].submitted_ns >= 150'000'000);
+}
+
+}  // namespace
+}  // namespace ferry
