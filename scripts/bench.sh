@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every CPU benchmark: each shipped scheduler scenario through ferry-sim (with its
-# baselines), the decision-cost benchmark, the shared-memory hand-off benchmark and CPU
-# execution against PyTorch. Tables go to the terminal; JSON to
-# build/bench-results/. docs/benchmarks.md records the figures.
+# baselines), the decision-cost benchmark, the shared-memory hand-off benchmark, the worker
+# process end to end (ferry-node-bench) and CPU execution against PyTorch. Tables go to the
+# terminal; JSON to build/bench-results/. docs/benchmarks.md records the figures.
 #   scripts/bench.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -10,7 +10,7 @@ cd "$root"  # The benchmarks read examples/ relative to the repository root.
 "$root/scripts/setup.sh" >/dev/null
 cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$root/build" --target ferry-sim ferry-decision-bench ferry-shm-bench ferry-cpu-bench \
-  ferry-host-dispatch-bench >/dev/null
+  ferry-host-dispatch-bench ferry-node-bench ferry-worker >/dev/null
 out="$root/build/bench-results"
 mkdir -p "$out"
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores"
@@ -28,6 +28,11 @@ echo
 echo
 "$root/build/bench/ferry-host-dispatch-bench"
 "$root/build/bench/ferry-host-dispatch-bench" --json >"$out/host_dispatch.json"
+echo
+for rows in 8 1; do
+  "$root/build/bench/ferry-node-bench" --rows "$rows"
+  "$root/build/bench/ferry-node-bench" --rows "$rows" --json >"$out/node_rows$rows.json"
+done
 echo
 # CPU execution against PyTorch: bench-only packages (PyTorch on OpenBLAS), not needed to build.
 if ! /usr/bin/python3 -c "import torch, threadpoolctl" 2>/dev/null ||

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Shows ferry working on this machine. Today: builds ferry, validates the shipped example
 # node file and model bundles, shows that a broken node file is refused with every error
-# named, and runs the worker's scheduler in virtual time against its baselines. Later issues
-# grow this into a running node serving the examples.
+# named, runs the worker's scheduler in virtual time against its baselines, and starts a
+# ferry-worker process that serves requests pushed over the shared-memory rings. Later issues
+# grow this into a node clients call over HTTP and gRPC.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh >/dev/null
 cmake -S . -B build -G Ninja >/dev/null
-cmake --build build -j "$(nproc)" --target ferryctl ferryd ferry-sim >/dev/null
+cmake --build build -j "$(nproc)" --target ferryctl ferryd ferry-sim ferry-worker ferry-node-bench >/dev/null
 
 echo "== ferryctl validate examples/node.toml examples/models/*"
 build/ctl/ferryctl validate examples/node.toml examples/models/* 2>&1
@@ -31,3 +32,8 @@ echo "== the scheduler: 3 models weighted 2:1:1, one 10x costlier per row, all s
 echo "   (ferry-sim, virtual time; shares should read 0.50 / 0.25 / 0.25)"
 build/bench/ferry-sim bench/scenarios/fairness.toml | awk -v RS= '/^(ferry|baseline: round robin)/ {print; print ""}'
 
+
+echo
+echo "== a ferry-worker process serving over shared memory (simulated executor and the CPU"
+echo "   executor on the example MLP), driven as a hook host would drive it"
+build/bench/ferry-node-bench --seconds 1 --rows 8
