@@ -54,6 +54,16 @@ DispatchLoop::DispatchLoop(const shm::Segment& segment, uint32_t worker_slot, Ba
       planned_(nullptr),
       max_in_flight_(std::max(1, backend->MaxInFlight())),
       snapshot_(std::make_unique<shm::StatusSnapshotData>()) {
+  for (LoopModel& model : models_) {
+    // A descriptor names at most kMaxTensors tensors each way.
+    if (!model.failure && model.bundle != nullptr &&
+        std::max(model.bundle->manifest.inputs.size(), model.bundle->manifest.outputs.size()) >
+            shm::kMaxTensors) {
+      model.failure = InvalidArgument("model '" + model.name + "': more than " +
+                                      std::to_string(shm::kMaxTensors) +
+                                      " inputs or outputs cannot cross the rings");
+    }
+  }
   uint32_t worker = worker_slot - segment.hookhosts();
   auto num_models = static_cast<uint32_t>(models_.size());
   for (uint32_t h = 0; h < segment.hookhosts(); ++h) {
@@ -74,9 +84,49 @@ int DispatchLoop::Run() {
   PublishStatus(state_);
   while (Turn()) {
   }
+  Shutdown();
   state_ = unhealthy_ ? shm::ProcessState::kUnhealthy : shm::ProcessState::kStopped;
   PublishStatus(state_);
   return unhealthy_ ? 3 : 0;
+}
+
+void DispatchLoop::Shutdown() {
+  // Every batch begun is finished (the backend must not touch a job after the loop is gone)
+  // and answered; after a fault its results are not trusted.
+  while (!inflight_.empty()) {
+    Result<ExecutionTiming> timing = Internal("unset");
+    std::unique_ptr<Batch> batch = FinishBatch(&timing);
+    if (unhealthy_) {
+      timing = Unavailable("worker slot " + std::to_string(slot_) + " is restarting");
+    }
+    AnswerBatch(std::move(batch), timing);
+  }
+  Error gone = Unavailable("worker slot " + std::to_string(slot_) +
+                           (unhealthy_ ? " is restarting" : " stopped"));
+  if (planned_ != nullptr) {
+    FailBatch(*planned_, gone);
+    planned_.reset();
+  }
+  // Queued requests are answered too, so no hook host waits on a worker that left.
+  while (scheduler_->queued_requests() > 0) {
+    Decision decision = scheduler_->Next(MonotonicNs());
+    AnswerShedAndFailed(decision.dispatch);
+    for (const QueuedRequest& q : decision.dispatch.requests) {
+      Request& r = requests_[q.payload];
+      CompleteError(r.hookhost, r.descriptor, gone);
+      Answered(r.model);
+      FreeRequest(static_cast<uint32_t>(q.payload));
+    }
+  }
+  // Completions wait for ring space a little while (a hook host reading them frees it).
+  for (int i = 0; i < 2000 && HasPendingCompletions(); ++i) {
+    FlushCompletions();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+bool DispatchLoop::HasPendingCompletions() const {
+  return std::any_of(pending_.begin(), pending_.end(), [](const auto& p) { return !p.empty(); });
 }
 
 bool DispatchLoop::Turn() {
@@ -92,20 +142,27 @@ bool DispatchLoop::Turn() {
     std::unique_ptr<Batch> batch = FinishBatch(&timing);
     finished.emplace_back(std::move(batch), std::move(timing));
   }
-  if (!stopping_ && !unhealthy_ && planned_ != nullptr &&
+  CheckHealth();
+  bool clean = std::all_of(finished.begin(), finished.end(),
+                           [](const auto& f) { return f.second.ok(); });
+  if (!stopping_ && !unhealthy_ && clean && planned_ != nullptr &&
       static_cast<int>(inflight_.size()) < max_in_flight_) {
     Launch();
   }
   for (auto& [batch, timing] : finished) {
     AnswerBatch(std::move(batch), timing);
   }
+  FlushCompletions();
   if (unhealthy_) {
-    FlushCompletions();
     return false;
   }
   int64_t now = MonotonicNs();
   for (uint32_t h = 0; h < submissions_.size(); ++h) {
-    DrainSubmissions(h, now);
+    // Backpressure: a hook host that does not read its completions gets no more of its
+    // submissions drained until it does (the worker's backlog for it stays bounded).
+    if (pending_[h].size() < segment_.ring_capacity()) {
+      DrainSubmissions(h, now);
+    }
   }
   // Decide the next batch while fewer than max(2, MaxInFlight) are decided and unfinished
   // (one ahead of the execution, or as deep as the backend queues), then begin it if the
@@ -120,33 +177,23 @@ bool DispatchLoop::Turn() {
   if (!stopping_ && planned_ != nullptr && static_cast<int>(inflight_.size()) < max_in_flight_) {
     Launch();
   }
+  FlushCompletions();
   if (unhealthy_) {
-    FlushCompletions();
     return false;
   }
-  FlushCompletions();
   if (now - last_status_ns_ >= options_.status_interval_ns) {
     Reap();
     PublishStatus(state_);
   }
   bool busy = !inflight_.empty() || planned_ != nullptr;
   bool work_left = busy || scheduler_->queued_requests() > 0;
-  if (stopping_ && inflight_.empty()) {
-    // Stop: the batch in flight is finished and answered; queued requests are left to the
-    // supervisor's ResetSlot, which makes every hook host fail them (UNAVAILABLE).
-    for (int i = 0; i < 1000 && std::any_of(pending_.begin(), pending_.end(),
-                                            [](const auto& p) { return !p.empty(); });
-         ++i) {
-      FlushCompletions();
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-    return false;
+  if (stopping_) {
+    return false;  // Shutdown() finishes what is in flight and answers the rest.
   }
   if (state_ == shm::ProcessState::kDraining && !work_left) {
-    FlushCompletions();
     return false;
   }
-  if (!work_left || !inflight_.empty()) {
+  if (!work_left || !inflight_.empty() || HasPendingCompletions()) {
     Sleep();
   }
   return true;
@@ -266,6 +313,18 @@ void DispatchLoop::Submit(uint32_t h, const shm::DescriptorData& d, int64_t now)
     CompleteError(h, d, inputs.error());
     return;
   }
+  RequestKey key{d.slot, d.generation, d.sequence};
+  if (live_.count(key) != 0 || lent_.count(key) != 0) {
+    // A request id still queued, executing or holding a completion block: answering it
+    // would confuse the two (and lose track of a block).
+    ++invalid_;
+    submissions_[h].CountInvalid();
+    CompleteError(h, d,
+                  InvalidArgument("request id " + std::to_string(d.sequence) + " of slot " +
+                                  std::to_string(d.slot) + " is already in use"),
+                  /*with_message=*/false);
+    return;
+  }
   uint32_t id = NewRequest(h, static_cast<int>(d.model), d);
   QueuedRequest q;
   q.payload = id;
@@ -298,11 +357,13 @@ uint32_t DispatchLoop::NewRequest(uint32_t h, int model, const shm::DescriptorDa
   r.model = model;
   r.descriptor = d;
   r.has_block = false;
+  live_.insert({d.slot, d.generation, d.sequence});
   return id;
 }
 
 void DispatchLoop::FreeRequest(uint32_t id) {
   Request& r = requests_[id];
+  live_.erase({r.descriptor.slot, r.descriptor.generation, r.descriptor.sequence});
   if (r.has_block) {
     (void)arena_.Free(r.block);
     r.has_block = false;
@@ -316,9 +377,7 @@ void DispatchLoop::Answered(int model) {
   }
 }
 
-void DispatchLoop::Plan(int64_t now) {
-  Decision decision = scheduler_->Next(now);
-  Dispatch& d = decision.dispatch;
+void DispatchLoop::AnswerShedAndFailed(const Dispatch& d) {
   for (const QueuedRequest& q : d.shed) {
     Request& r = requests_[q.payload];
     CompleteError(r.hookhost, r.descriptor,
@@ -334,6 +393,12 @@ void DispatchLoop::Plan(int64_t now) {
     Answered(r.model);
     FreeRequest(static_cast<uint32_t>(q.payload));
   }
+}
+
+void DispatchLoop::Plan(int64_t now) {
+  Decision decision = scheduler_->Next(now);
+  Dispatch& d = decision.dispatch;
+  AnswerShedAndFailed(d);
   if (!d.runs()) {
     return;
   }
@@ -384,8 +449,8 @@ void DispatchLoop::Plan(int64_t now) {
   }
   batch->dispatch = std::move(d);
   if (batch->members.empty()) {
-    // Nothing left to run: keep the charge made at dispatch as the cost.
-    scheduler_->Complete(batch->dispatch, batch->dispatch.charged_seconds, now);
+    // Nothing left to run. Complete() is for dispatches that ran: the charge made at dispatch
+    // (its learned cost) stays, and no cost sample is recorded.
     spares_.push_back(std::move(batch));
     return;
   }
@@ -421,8 +486,7 @@ void DispatchLoop::Launch() {
   batch->members.resize(kept);
   batch->job.requests.resize(kept);
   if (kept == 0) {
-    scheduler_->Complete(batch->dispatch, batch->dispatch.charged_seconds, begin_ns);
-    spares_.push_back(std::move(batch));
+    spares_.push_back(std::move(batch));  // Nothing runs: no cost sample (see Plan).
     return;
   }
   Status begun = backend_->Begin(model.handle, batch->job);
@@ -494,8 +558,10 @@ void DispatchLoop::FailBatch(Batch& batch, const Error& error) {
   auto model = static_cast<size_t>(batch.dispatch.model);
   Error failure{error.code == ErrorCode::kInvalidArgument ? ErrorCode::kInternal : error.code,
                 error.message};
-  spdlog::warn("worker slot {}: model '{}': batch failed: {}", slot_, models_[model].name,
-            error.ToString());
+  if (error.code != ErrorCode::kUnavailable) {  // Not the worker stopping.
+    spdlog::warn("worker slot {}: model '{}': batch failed: {}", slot_, models_[model].name,
+                 error.ToString());
+  }
   for (uint32_t id : batch.members) {
     Request& r = requests_[id];
     CompleteError(r.hookhost, r.descriptor, failure);
@@ -503,7 +569,7 @@ void DispatchLoop::FailBatch(Batch& batch, const Error& error) {
     Answered(r.model);
     FreeRequest(id);
   }
-  scheduler_->Complete(batch.dispatch, batch.dispatch.charged_seconds, MonotonicNs());
+  // No Complete(): a failed batch's time is no cost sample; the charge made at dispatch stays.
   Status status = backend_->ModelStatus(models_[model].handle);
   if (!status.ok() && !models_[model].failure) {
     models_[model].failure = status.error();  // Later requests fail at once.
@@ -536,11 +602,17 @@ void DispatchLoop::CompleteOk(const Request& r) {
     c.tensors[o] = shm::MakeTensorRef(slot_, offset, bytes, spec.dtype, shape);
     offset += bytes;
   }
-  lent_[{d.slot, d.generation, d.sequence}] = r.block;
+  if (!lent_.try_emplace({d.slot, d.generation, d.sequence}, r.block).second) {
+    // Cannot happen (Submit refuses a live or lent id); never lose the block if it does.
+    (void)arena_.Free(r.block);
+    CompleteError(r.hookhost, d, Internal("request id lent twice"));
+    return;
+  }
   pending_[r.hookhost].push_back(c);
 }
 
-void DispatchLoop::CompleteError(uint32_t h, const shm::DescriptorData& d, const Error& error) {
+void DispatchLoop::CompleteError(uint32_t h, const shm::DescriptorData& d, const Error& error,
+                                 bool with_message) {
   shm::DescriptorData c{};
   c.kind = static_cast<uint16_t>(shm::DescriptorKind::kCompletion);
   c.slot = segment_.HookhostSlot(h);
@@ -553,7 +625,7 @@ void DispatchLoop::CompleteError(uint32_t h, const shm::DescriptorData& d, const
   c.status = ErrorStatus(error.code);
   std::string_view message(error.message);
   message = message.substr(0, kMaxMessageBytes);
-  if (!message.empty()) {
+  if (with_message && !message.empty()) {
     Result<shm::Block> block = arena_.Allocate(message.size());
     if (block.ok()) {
       std::memcpy(arena_.Bytes(*block).data(), message.data(), message.size());

@@ -38,6 +38,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "shm/arena.h"
@@ -109,6 +110,11 @@ class DispatchLoop {
 
   // One turn (see the file comment). False once the loop is finished.
   bool Turn();
+  // After the last turn: finishes every batch begun, answers it, the planned batch and every
+  // queued request (UNAVAILABLE), and flushes completions for a bounded while.
+  void Shutdown();
+  bool HasPendingCompletions() const;
+  void AnswerShedAndFailed(const Dispatch& d);
   bool DrainControl();
   void DrainSubmissions(uint32_t h, int64_t now);
   void Submit(uint32_t h, const shm::DescriptorData& d, int64_t now);
@@ -133,7 +139,10 @@ class DispatchLoop {
   // Queues a completion for `d`'s request id: OK with the request's outputs, or an error
   // whose message travels as a U8 tensor.
   void CompleteOk(const Request& request);
-  void CompleteError(uint32_t h, const shm::DescriptorData& d, const Error& error);
+  // with_message false: the code alone (the request id is taken by another request, whose
+  // block the message block would be confused with).
+  void CompleteError(uint32_t h, const shm::DescriptorData& d, const Error& error,
+                     bool with_message = true);
   void Answered(int model);  // A request of `model` left the worker.
 
   const shm::Segment& segment_;
@@ -154,6 +163,7 @@ class DispatchLoop {
   std::vector<Request> requests_;  // Indexed by request id (QueuedRequest::payload).
   std::vector<uint32_t> free_ids_;
   std::unordered_map<RequestKey, uint64_t, KeyHash> lent_;  // Completion blocks not released.
+  std::unordered_set<RequestKey, KeyHash> live_;           // Ids queued or executing.
   std::vector<uint64_t> outstanding_;                      // Per model: queued or executing.
   std::vector<uint64_t> errors_;                           // Per model: backend errors.
   std::vector<uint64_t> late_shed_;  // Per model: deadline passed between planning and launch.

@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "tests/testing/node_driver.h"
@@ -41,9 +42,9 @@ class FaultyBackend : public SimBackend {
   }
   bool Healthy() const override { return !lost_context; }
 
-  ModelHandle failing_model = -1;
-  bool sticky = false;
-  bool lost_context = false;
+  ModelHandle failing_model = -1;  // Set before the loop starts.
+  std::atomic<bool> sticky{false};
+  std::atomic<bool> lost_context{false};
 };
 
 struct Fixture {
@@ -158,6 +159,78 @@ TEST_CASE("the heartbeat advances while the loop idles and while a batch execute
   REQUIRE(done.size() == 1);
   CHECK(done[0].status == 0);
   CHECK(done[0].completed_ns - done[0].submitted_ns >= 150'000'000);
+}
+
+TEST_CASE("a request id still live or holding a block is refused, and no block is lost") {
+  Fixture f;
+  f.Start();
+  uint32_t hook = f.segment.HookhostSlot(0);
+  shm::Arena arena(f.segment, hook);
+  shm::RingProducer submit(f.segment, f.segment.SubmissionRing(0, 0));
+  shm::RingConsumer complete(f.segment, f.segment.CompletionRing(0, 0));
+  shm::Block input = arena.Allocate(784 * 4).value();
+  shm::DescriptorData d{};
+  d.kind = static_cast<uint16_t>(shm::DescriptorKind::kSubmit);
+  d.slot = hook;
+  d.generation = f.segment.slot(hook).generation.load();
+  d.sequence = 7;
+  d.model = kMlp;
+  d.rows = 1;
+  d.num_tensors = 1;
+  int64_t shape[] = {1, 784};
+  d.tensors[0] = shm::MakeTensorRef(hook, input.offset, 784 * 4, DType::kF32, shape);
+  auto collect = [&](size_t n) {
+    std::vector<shm::DescriptorData> out;
+    shm::DescriptorData c{};
+    for (int i = 0; i < 5000 && out.size() < n; ++i) {
+      while (complete.TryPop(&c) == shm::RingStatus::kOk) {
+        out.push_back(c);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return out;
+  };
+  auto release = [&](const shm::DescriptorData& c) {
+    shm::DescriptorData r = c;
+    r.kind = static_cast<uint16_t>(shm::DescriptorKind::kRelease);
+    REQUIRE(submit.TryPush(r) == shm::RingStatus::kOk);
+  };
+  REQUIRE(submit.TryPush(d) == shm::RingStatus::kOk);
+  REQUIRE(submit.TryPush(d) == shm::RingStatus::kOk);  // Same id while the first is live.
+  std::vector<shm::DescriptorData> got = collect(2);
+  REQUIRE(got.size() == 2);
+  int ok = 0, refused = 0;
+  shm::DescriptorData served{};
+  for (const auto& c : got) {
+    CHECK(c.sequence == 7);
+    if (c.status == 0) {
+      ++ok;
+      served = c;
+    } else {
+      CHECK(c.status == static_cast<uint32_t>(ErrorCode::kInvalidArgument) + 1);
+      ++refused;
+    }
+  }
+  CHECK(ok == 1);
+  CHECK(refused == 1);
+  // Its completion block is not released yet: the id is still taken.
+  REQUIRE(submit.TryPush(d) == shm::RingStatus::kOk);
+  got = collect(1);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].status == static_cast<uint32_t>(ErrorCode::kInvalidArgument) + 1);
+  // Release everything: the worker's arena is empty again, nothing lost track of.
+  release(served);
+  REQUIRE(submit.TryPush(d) == shm::RingStatus::kOk);  // Free again: served.
+  got = collect(1);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].status == 0);
+  release(got[0]);
+  bool empty = false;
+  for (int i = 0; i < 500 && !empty; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    empty = shm::ReadArenaStats(f.segment, f.segment.WorkerSlot(0)).blocks_in_use == 0;
+  }
+  CHECK(empty);
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ namespace ferry {
 class ExecutionThread {
  public:
   ExecutionThread();
-  ~ExecutionThread();  // Waits for the batch in flight, then joins.
+  ~ExecutionThread();  // Runs every batch queued, then joins.
   ExecutionThread(const ExecutionThread&) = delete;
   ExecutionThread& operator=(const ExecutionThread&) = delete;
 

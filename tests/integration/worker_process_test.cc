@@ -485,5 +485,34 @@ TEST_CASE("drain serves every queued request, refuses new ones, then exits 0") {
   CHECK(WEXITSTATUS(status) == 0);
 }
 
+TEST_CASE("stop answers every request: the batches begun finish, the queued are UNAVAILABLE") {
+  testing::TempDir dir;
+  Node node(NodeFile(dir, "backend = \"sim\"\n[sim]\nfixed_us = 30000\nper_row_us = 0\n"
+                          "[scheduler.models.mlp]\nmax_batch_size = 1\n"));
+  REQUIRE(testing::WaitReady(node.segment, node.worker_slot, node.worker, 60));
+  NodeDriver driver(node.segment, 0);
+  std::vector<uint8_t> input(784 * 4);
+  std::vector<Completion> done;
+  for (int i = 0; i < 10; ++i) {
+    REQUIRE(driver.Submit(kMlp, 0, 1, {{DType::kF32, {1, 784}, input}}).ok());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(testing::SendControl(node.segment, node.worker_slot, {shm::ControlCode::kStop, 0, 0, 0}));
+  PollUntil(driver, &done, [&] { return done.size() == 10; });
+  REQUIRE(done.size() == 10);
+  int ok = 0, unavailable = 0;
+  for (const Completion& c : done) {
+    c.status == 0 ? ++ok : (c.code() == ErrorCode::kUnavailable ? ++unavailable : 0);
+  }
+  CHECK(ok >= 1);  // The batch executing when stop arrived.
+  CHECK(ok + unavailable == 10);
+  CHECK(unavailable >= 7);
+  int status = 0;
+  REQUIRE(waitpid(node.worker, &status, 0) == node.worker);
+  node.worker = -1;
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
 }  // namespace
 }  // namespace ferry

@@ -44,7 +44,7 @@ class CpuBackend : public Backend {
   Result<ModelHandle> Load(const Bundle& bundle) override;
   Result<ExecutionTiming> Execute(ModelHandle model, const BatchJob& job) override;
   Status ModelStatus(ModelHandle model) const override;
-  // Runs batches on a dedicated execution thread (worker/execution_thread.h), two deep.
+  // Runs batches on a dedicated execution thread (worker/execution_thread.h), three deep.
   int MaxInFlight() const override { return ExecutionThread::kDepth; }
   Status Begin(ModelHandle model, const BatchJob& job) override;
   bool Ready() const override { return execution_->Ready(); }
