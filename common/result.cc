@@ -1,5 +1,8 @@
 #include "common/result.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace ferry {
 
 std::string_view ErrorCodeName(ErrorCode code) {
@@ -18,6 +21,11 @@ std::string_view ErrorCodeName(ErrorCode code) {
       return "INTERNAL";
   }
   return "UNKNOWN";
+}
+
+void ResultMisuse(const char* what) {
+  std::fprintf(stderr, "ferry: Result misuse: %s\n", what);
+  std::abort();
 }
 
 std::string Error::ToString() const {

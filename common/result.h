@@ -51,6 +51,11 @@ inline Error Unavailable(std::string message) {
 }
 inline Error Internal(std::string message) { return {ErrorCode::kInternal, std::move(message)}; }
 
+// Reports a Result used against its REQUIRES (value() of an error, error() of a success) and
+// aborts, in every build: a test checking `error().code` of a Result that is wrongly OK must
+// fail, not read an empty error.
+[[noreturn]] void ResultMisuse(const char* what);
+
 template <typename T>
 class [[nodiscard]] Result {
  public:
@@ -59,20 +64,33 @@ class [[nodiscard]] Result {
 
   bool ok() const { return state_.index() == 0; }
 
-  // REQUIRES: ok().
-  const T& value() const& { return std::get<0>(state_); }
-  T& value() & { return std::get<0>(state_); }
-  T&& value() && { return std::get<0>(std::move(state_)); }
+  // REQUIRES: ok() (aborts otherwise).
+  const T& value() const& { return std::get<0>(Checked(0)); }
+  T& value() & { return std::get<0>(Checked(0)); }
+  T&& value() && { return std::get<0>(std::move(Checked(0))); }
   const T& operator*() const& { return value(); }
   T& operator*() & { return value(); }
   const T* operator->() const { return &value(); }
   T* operator->() { return &value(); }
 
-  // REQUIRES: !ok().
-  const Error& error() const& { return std::get<1>(state_); }
-  Error&& error() && { return std::get<1>(std::move(state_)); }
+  // REQUIRES: !ok() (aborts otherwise).
+  const Error& error() const& { return std::get<1>(Checked(1)); }
+  Error&& error() && { return std::get<1>(std::move(Checked(1))); }
 
  private:
+  const std::variant<T, Error>& Checked(size_t index) const {
+    if (state_.index() != index) {
+      ResultMisuse(index == 0 ? "value() of an error Result" : "error() of an OK Result");
+    }
+    return state_;
+  }
+  std::variant<T, Error>& Checked(size_t index) {
+    if (state_.index() != index) {
+      ResultMisuse(index == 0 ? "value() of an error Result" : "error() of an OK Result");
+    }
+    return state_;
+  }
+
   std::variant<T, Error> state_;
 };
 
@@ -83,9 +101,19 @@ class [[nodiscard]] Result<void> {
   Result(Error error) : error_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return !error_.has_value(); }
-  // REQUIRES: !ok().
-  const Error& error() const& { return *error_; }
-  Error&& error() && { return std::move(*error_); }
+  // REQUIRES: !ok() (aborts otherwise).
+  const Error& error() const& {
+    if (!error_) {
+      ResultMisuse("error() of an OK Status");
+    }
+    return *error_;
+  }
+  Error&& error() && {
+    if (!error_) {
+      ResultMisuse("error() of an OK Status");
+    }
+    return std::move(*error_);
+  }
 
  private:
   std::optional<Error> error_;

@@ -1,6 +1,11 @@
 #include "common/result.h"
 
 #include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <functional>
 
 namespace ferry {
 namespace {
@@ -36,4 +41,30 @@ TEST_CASE("a Result carries either a value or an error with its canonical code")
 }
 
 }  // namespace
+// True when `misuse` aborts the process (run in a child, so the test binary survives).
+bool Aborts(const std::function<void()>& misuse) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGABRT, SIG_DFL);  // Not the test framework's crash report.
+    freopen("/dev/null", "w", stderr);
+    freopen("/dev/null", "w", stdout);
+    misuse();
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+TEST_CASE("reading the error of a success or the value of an error aborts in every build") {
+  // So `CHECK(s.error().code == ...)` on a Status that is wrongly OK fails the test instead of
+  // reading an empty error whose code happens to be INVALID_ARGUMENT.
+  CHECK(Aborts([] { (void)OkStatus().error().code; }));
+  CHECK(Aborts([] { (void)Result<int>(3).error(); }));
+  CHECK(Aborts([] { (void)Result<int>(InvalidArgument("x")).value(); }));
+  CHECK(Aborts([] { (void)Result<int>(Internal("x")).value(); }));
+  CHECK_FALSE(Aborts([] { (void)Status(Internal("x")).error(); }));
+  CHECK_FALSE(Aborts([] { (void)Result<int>(3).value(); }));
+}
+
 }  // namespace ferry

@@ -408,7 +408,9 @@ TEST_CASE("set_policy through the control ring changes the shares of a running w
   Node node(NodeFile(dir, "backend = \"sim\"\n[sim]\nfixed_us = 400\nper_row_us = 0\n"));
   REQUIRE(testing::WaitReady(node.segment, node.worker_slot, node.worker, 60));
   NodeDriver driver(node.segment, 0, false);
-  // Eight-row requests: the driver must keep both queues backlogged at ~2,500 dispatches/s.
+  // Eight-row requests, 16 batches deep per model: the driver must keep both queues
+  // backlogged at ~2,500 dispatches/s even on a loaded machine (an emptied queue gives up
+  // its share, as fair queueing should).
   std::vector<uint8_t> mlp_input(8 * 784 * 4), cnn_input(8 * 3072 * 4);
   std::vector<Completion> done;
   int mlp_inflight = 0, cnn_inflight = 0;
@@ -416,11 +418,11 @@ TEST_CASE("set_policy through the control ring changes the shares of a running w
   auto run_for = [&](int ms) {
     auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
     while (std::chrono::steady_clock::now() < until) {
-      while (mlp_inflight < 24) {
+      while (mlp_inflight < 64) {
         model_of[driver.Submit(kMlp, 0, 8, {{DType::kF32, {8, 784}, mlp_input}}).value()] = kMlp;
         ++mlp_inflight;
       }
-      while (cnn_inflight < 24) {
+      while (cnn_inflight < 64) {
         model_of[driver.Submit(kCnn, 0, 8, {{DType::kF32, {8, 3, 32, 32}, cnn_input}}).value()] =
             kCnn;
         ++cnn_inflight;
