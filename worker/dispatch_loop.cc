@@ -110,12 +110,13 @@ void DispatchLoop::Shutdown() {
   // Queued requests are answered too, so no hook host waits on a worker that left.
   while (scheduler_->queued_requests() > 0) {
     Decision decision = scheduler_->Next(MonotonicNs());
+    const Dispatch& d = decision.dispatch;
+    if (d.requests.empty() && d.shed.empty() && d.failed.empty()) {
+      break;  // Nothing decided (cannot happen with work queued): never spin here.
+    }
     AnswerShedAndFailed(decision.dispatch);
     for (const QueuedRequest& q : decision.dispatch.requests) {
-      Request& r = requests_[q.payload];
-      CompleteError(r.hookhost, r.descriptor, gone);
-      Answered(r.model);
-      FreeRequest(static_cast<uint32_t>(q.payload));
+      FailRequest(static_cast<uint32_t>(q.payload), gone);
     }
   }
   // Completions wait for ring space a little while (a hook host reading them frees it).
@@ -336,8 +337,8 @@ void DispatchLoop::Submit(uint32_t h, const shm::DescriptorData& d, int64_t now)
   }
   Status queued = scheduler_->Enqueue(static_cast<int>(d.model), q);
   if (!queued.ok()) {
+    FreeRequest(id);  // First: the id must not be live for the message block to be lent.
     CompleteError(h, d, queued.error());
-    FreeRequest(id);
     return;
   }
   ++outstanding_[d.model];
@@ -361,6 +362,15 @@ uint32_t DispatchLoop::NewRequest(uint32_t h, int model, const shm::DescriptorDa
   return id;
 }
 
+void DispatchLoop::FailRequest(uint32_t id, const Error& error) {
+  Request& r = requests_[id];
+  // The id leaves the live set first, so the error's message block may be lent under it.
+  live_.erase({r.descriptor.slot, r.descriptor.generation, r.descriptor.sequence});
+  CompleteError(r.hookhost, r.descriptor, error);
+  Answered(r.model);
+  FreeRequest(id);
+}
+
 void DispatchLoop::FreeRequest(uint32_t id) {
   Request& r = requests_[id];
   live_.erase({r.descriptor.slot, r.descriptor.generation, r.descriptor.sequence});
@@ -379,19 +389,14 @@ void DispatchLoop::Answered(int model) {
 
 void DispatchLoop::AnswerShedAndFailed(const Dispatch& d) {
   for (const QueuedRequest& q : d.shed) {
-    Request& r = requests_[q.payload];
-    CompleteError(r.hookhost, r.descriptor,
-                  DeadlineExceeded("model '" + models_[static_cast<size_t>(r.model)].name +
-                                   "': the deadline cannot be met; shed before execution"));
-    Answered(r.model);
-    FreeRequest(static_cast<uint32_t>(q.payload));
+    const Request& r = requests_[q.payload];
+    FailRequest(static_cast<uint32_t>(q.payload),
+                DeadlineExceeded("model '" + models_[static_cast<size_t>(r.model)].name +
+                                 "': the deadline cannot be met; shed before execution"));
   }
   for (const QueuedRequest& q : d.failed) {
-    Request& r = requests_[q.payload];
-    CompleteError(r.hookhost, r.descriptor,
-                  d.failure.value_or(Internal("request failed without a reason")));
-    Answered(r.model);
-    FreeRequest(static_cast<uint32_t>(q.payload));
+    FailRequest(static_cast<uint32_t>(q.payload),
+                d.failure.value_or(Internal("request failed without a reason")));
   }
 }
 
@@ -424,9 +429,7 @@ void DispatchLoop::Plan(int64_t now) {
     }
     Result<shm::Block> block = arena_.Allocate(std::max<uint64_t>(total, 1));
     if (!block.ok()) {
-      CompleteError(r.hookhost, r.descriptor, block.error());
-      Answered(r.model);
-      FreeRequest(id);
+      FailRequest(id, block.error());
       continue;
     }
     r.block = block->offset;
@@ -469,12 +472,9 @@ void DispatchLoop::Launch() {
     uint32_t id = batch->members[k];
     Request& r = requests_[id];
     if (r.descriptor.deadline_ns != 0 && r.descriptor.deadline_ns <= begin_ns) {
-      CompleteError(r.hookhost, r.descriptor,
-                    DeadlineExceeded("model '" + model.name +
-                                     "': the deadline passed in the queue; shed before execution"));
       ++late_shed_[index];
-      Answered(r.model);
-      FreeRequest(id);
+      FailRequest(id, DeadlineExceeded("model '" + model.name +
+                                       "': the deadline passed in the queue; shed before execution"));
       continue;
     }
     if (kept != k) {
@@ -563,11 +563,8 @@ void DispatchLoop::FailBatch(Batch& batch, const Error& error) {
                  error.ToString());
   }
   for (uint32_t id : batch.members) {
-    Request& r = requests_[id];
-    CompleteError(r.hookhost, r.descriptor, failure);
     ++errors_[model];
-    Answered(r.model);
-    FreeRequest(id);
+    FailRequest(id, failure);
   }
   // No Complete(): a failed batch's time is no cost sample; the charge made at dispatch stays.
   Status status = backend_->ModelStatus(models_[model].handle);
@@ -625,7 +622,8 @@ void DispatchLoop::CompleteError(uint32_t h, const shm::DescriptorData& d, const
   c.status = ErrorStatus(error.code);
   std::string_view message(error.message);
   message = message.substr(0, kMaxMessageBytes);
-  if (with_message && !message.empty()) {
+  // A message block is lent under the request id, so never under one a live request holds.
+  if (with_message && !message.empty() && live_.count({c.slot, c.generation, c.sequence}) == 0) {
     Result<shm::Block> block = arena_.Allocate(message.size());
     if (block.ok()) {
       std::memcpy(arena_.Bytes(*block).data(), message.data(), message.size());

@@ -135,6 +135,8 @@ class DispatchLoop {
 
   uint32_t NewRequest(uint32_t h, int model, const shm::DescriptorData& d);
   void FreeRequest(uint32_t id);
+  // Answers request `id` with `error` and frees it.
+  void FailRequest(uint32_t id, const Error& error);
   bool HookhostAlive(uint32_t h, uint32_t generation) const;
   // Queues a completion for `d`'s request id: OK with the request's outputs, or an error
   // whose message travels as a U8 tensor.
