@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include "common/mutex.h"
@@ -54,6 +55,29 @@ class ExecutionThread {
   std::atomic<int> finished_{0};  // results_.size(), readable without the lock.
   bool stopping_ GUARDED_BY(mu_) = false;
   std::thread thread_;
+};
+
+// A Backend whose batches run on an ExecutionThread, kDepth deep: Begin queues Execute there.
+// CpuBackend and CudaBackend (whose Execute selects its device on the calling thread) use it.
+class ThreadedBackend : public Backend {
+ public:
+  int MaxInFlight() const override { return ExecutionThread::kDepth; }
+  Status Begin(ModelHandle model, const BatchJob& job) override {
+    if (execution_ == nullptr) {
+      execution_ = std::make_unique<ExecutionThread>();
+    }
+    execution_->Start([this, model, job = &job] { return Execute(model, *job); }, notify_);
+    return OkStatus();
+  }
+  bool Ready() const override { return execution_->Ready(); }
+  Result<ExecutionTiming> Finish() override { return execution_->Wait(); }
+
+ protected:
+  // Derived destructors call this first, so no batch runs on a half-destroyed backend.
+  void StopExecution() { execution_.reset(); }
+
+ private:
+  std::unique_ptr<ExecutionThread> execution_;  // Started by the first Begin.
 };
 
 }  // namespace ferry

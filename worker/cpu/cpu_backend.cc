@@ -224,12 +224,4 @@ Result<ExecutionTiming> CpuBackend::Execute(ModelHandle handle, const BatchJob& 
   return ExecutionTiming{seconds, 0.0};
 }
 
-Status CpuBackend::Begin(ModelHandle model, const BatchJob& job) {
-  if (execution_ == nullptr) {
-    execution_ = std::make_unique<ExecutionThread>();
-  }
-  execution_->Start([this, model, job = &job] { return Execute(model, *job); }, notify_);
-  return OkStatus();
-}
-
 }  // namespace ferry

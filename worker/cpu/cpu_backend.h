@@ -11,7 +11,7 @@
 // worker/cpu/affinity.h). kFast sets the calling thread's OpenMP thread count before each run.
 //
 // Thread safety: requires external synchronization (see backend.h); Execute runs on the
-// caller's thread, Begin's batch on the backend's execution thread.
+// caller's thread, Begin's batches on the backend's execution thread (ThreadedBackend).
 #pragma once
 
 #include <map>
@@ -34,9 +34,10 @@ struct CpuOptions {
   unsigned threads = 0;  // 0: one per CPU in this process's affinity mask.
 };
 
-class CpuBackend : public Backend {
+class CpuBackend : public ThreadedBackend {
  public:
   explicit CpuBackend(CpuOptions options = {});
+  ~CpuBackend() override { StopExecution(); }
 
   std::string_view name() const override {
     return options_.mode == CpuMode::kFast ? "cpu" : "cpu-reference";
@@ -44,11 +45,6 @@ class CpuBackend : public Backend {
   Result<ModelHandle> Load(const Bundle& bundle) override;
   Result<ExecutionTiming> Execute(ModelHandle model, const BatchJob& job) override;
   Status ModelStatus(ModelHandle model) const override;
-  // Runs batches on a dedicated execution thread (worker/execution_thread.h), three deep.
-  int MaxInFlight() const override { return ExecutionThread::kDepth; }
-  Status Begin(ModelHandle model, const BatchJob& job) override;
-  bool Ready() const override { return execution_->Ready(); }
-  Result<ExecutionTiming> Finish() override { return execution_->Wait(); }
   unsigned threads() const { return threads_; }
 
  private:
@@ -68,7 +64,6 @@ class CpuBackend : public Backend {
   unsigned threads_;
   std::vector<Model> models_;
   ThreadPool pool_;  // kReference only.
-  std::unique_ptr<ExecutionThread> execution_;  // Started by the first Begin.
 };
 
 // Threads for `requested` (0: the CPUs in this process's affinity mask, at least 1).

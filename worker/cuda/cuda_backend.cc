@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -120,7 +121,7 @@ struct CudaBackend::Impl {
   std::unique_ptr<DeviceWeightArena> arena;
   uint8_t* staging = nullptr;
   std::vector<Model> models;
-  bool healthy = true;
+  std::atomic<bool> healthy{true};  // Written on the execution thread, read by the loop.
   double upload_seconds = 0;
   uint64_t uploaded_bytes = 0;
   uint64_t host_register_failures = 0;
@@ -620,6 +621,7 @@ bool CudaDeviceAvailable() {
 CudaBackend::CudaBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 CudaBackend::~CudaBackend() {
+  StopExecution();  // Batches queued on the execution thread finish before anything goes.
   Impl& d = *impl_;
   for (Model& m : d.models) {
     for (Executable& e : m.executables) {
@@ -760,7 +762,7 @@ Status CudaBackend::UnregisterHostMemory(std::span<uint8_t> memory) {
   return OkStatus();
 }
 
-bool CudaBackend::healthy() const { return impl_->healthy; }
+bool CudaBackend::healthy() const { return impl_->healthy.load(); }
 uint64_t CudaBackend::host_register_failures() const { return impl_->host_register_failures; }
 uint64_t CudaBackend::graph_fallbacks() const { return impl_->graph_fallbacks; }
 

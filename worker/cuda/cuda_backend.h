@@ -26,7 +26,14 @@
 // (worker/staging.h): a handful of API calls per dispatch whatever the number of requests.
 // A batch larger than the staging buffer falls back to 2-D copies per request.
 //
-// Thread safety: requires external synchronization (see backend.h).
+// Batches begun with Begin run on the backend's execution thread, three deep
+// (ThreadedBackend), so the dispatch loop drains rings and plans while the GPU works. Copies
+// and kernels of one batch still share one stream and the thread waits for each batch:
+// overlapping batch k+1's copies with batch k's kernels on a second stream is left for a
+// session with a GPU to measure.
+//
+// Thread safety: requires external synchronization (see backend.h); healthy() may be read
+// from any thread.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +41,7 @@
 #include <span>
 
 #include "worker/backend.h"
+#include "worker/execution_thread.h"
 #include "worker/weight_cache.h"
 
 namespace ferry {
@@ -53,7 +61,7 @@ Result<int> CudaDeviceCount();
 // True when CudaDeviceCount() finds at least one device.
 bool CudaDeviceAvailable();
 
-class CudaBackend : public Backend {
+class CudaBackend : public ThreadedBackend {
  public:
   // UNAVAILABLE when there is no usable device; INTERNAL naming the failing call otherwise.
   static Result<std::unique_ptr<CudaBackend>> Create(const CudaBackendOptions& options);
