@@ -10,6 +10,9 @@
 //          requests per job) in this process, before and after (their mean).
 //   light: one request in flight at a time on a Sim model costing a fixed 100 us: ring-to-
 //          completion latency above that compute, p50 and p99.
+//   gpu:   with --gpu (a CUDA build on a GPU machine; scripts/gpu-check.sh run): the example
+//          MLP at batch 32 on GPU 0 through the worker, against CudaBackend's graph replay
+//          called directly in a loop on the same jobs (target >= 0.9).
 // --check exits 1 when a ratio misses its target (sim >= 0.95, host p50 <= 5 us, cpu >= 0.95).
 #include <signal.h>
 #include <sys/wait.h>
@@ -28,6 +31,9 @@
 #include "tests/testing/temp_dir.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/repository.h"
+#if defined(FERRY_HAVE_CUDA)
+#include "worker/cuda/cuda_backend.h"
+#endif
 
 namespace ferry {
 namespace {
@@ -149,7 +155,9 @@ nlohmann::json RunSim(const std::string& binary, const testing::TempDir& dir, do
   return j;
 }
 
-double DirectRowsPerSecond(double seconds) {
+// Rows/s of `backend` executing the worker's batches (32 rows from g_rows-row requests) of the
+// example MLP directly in a loop.
+double DirectRowsPerSecond(Backend& backend, double seconds) {
   Result<std::vector<RepositoryModel>> repo = LoadRepository("examples/models");
   const Bundle* mlp = nullptr;
   for (const RepositoryModel& m : *repo) {
@@ -157,7 +165,6 @@ double DirectRowsPerSecond(double seconds) {
       mlp = m.bundle.get();
     }
   }
-  CpuBackend backend(CpuOptions{CpuMode::kFast, 1});
   ModelHandle handle = backend.Load(*mlp).value();
   // The worker's batches: 32 rows from requests of g_rows rows each.
   int64_t per_batch = 32 / g_rows;
@@ -185,7 +192,8 @@ nlohmann::json RunCpu(const std::string& binary, const testing::TempDir& dir, do
   std::string config = dir / "cpu.toml";
   testing::WriteFile(config, "[node]\ndevices = \"cpu:1\"\nmodel_repository = \"" + repo +
                                  "\"\n[cpu]\nthreads = 1\npin = false\n");
-  double before = DirectRowsPerSecond(seconds);
+  CpuBackend direct_backend(CpuOptions{CpuMode::kFast, 1});
+  double before = DirectRowsPerSecond(direct_backend, seconds);
   double served = 0, rows_per_dispatch = 0, busy = 0, gap_p50 = 0;
   {
     Worker worker(binary, config);
@@ -204,7 +212,7 @@ nlohmann::json RunCpu(const std::string& binary, const testing::TempDir& dir, do
     busy = (SumCompute(b) - SumCompute(a)) / (static_cast<double>(b.published_ns - a.published_ns) * 1e-9);
     gap_p50 = static_cast<double>(b.host_gap_p50_ns) / 1e3;
   }
-  double after = DirectRowsPerSecond(seconds);
+  double after = DirectRowsPerSecond(direct_backend, seconds);
   double direct = (before + after) / 2;
   nlohmann::json j;
   j["worker_rows_per_s"] = served;
@@ -216,6 +224,41 @@ nlohmann::json RunCpu(const std::string& binary, const testing::TempDir& dir, do
   j["host_us_per_dispatch_p50"] = gap_p50;
   return j;
 }
+
+#if defined(FERRY_HAVE_CUDA)
+nlohmann::json RunGpu(const std::string& binary, const testing::TempDir& dir, double seconds) {
+  std::string repo = MakeRepository(dir, "gpu-models", 1);
+  std::string config = dir / "gpu.toml";
+  testing::WriteFile(config, "[node]\ndevices = [0]\nmodel_repository = \"" + repo + "\"\n");
+  nlohmann::json j;
+  Result<std::unique_ptr<CudaBackend>> direct_backend = CudaBackend::Create({});
+  if (!direct_backend.ok()) {
+    j["error"] = direct_backend.error().ToString();
+    return j;
+  }
+  double before = DirectRowsPerSecond(**direct_backend, seconds);
+  double served = 0;
+  {
+    Worker worker(binary, config);
+    NodeDriver driver(worker.segment, 0, false);
+    std::vector<size_t> inflight(1, 0);
+    std::map<uint64_t, uint32_t> model_of;
+    size_t window = static_cast<size_t>(256 / g_rows);
+    Saturate(driver, {0}, window, 0.5, &inflight, &model_of);
+    shm::StatusSnapshotData a = worker.Status();
+    Saturate(driver, {0}, window, seconds, &inflight, &model_of);
+    shm::StatusSnapshotData b = worker.Status();
+    served = static_cast<double>(SumRows(b) - SumRows(a)) /
+             (static_cast<double>(b.published_ns - a.published_ns) * 1e-9);
+    j["host_us_per_dispatch_p50"] = static_cast<double>(b.host_gap_p50_ns) / 1e3;
+  }
+  double after = DirectRowsPerSecond(**direct_backend, seconds);
+  j["worker_rows_per_s"] = served;
+  j["direct_rows_per_s"] = (before + after) / 2;
+  j["ratio_to_direct"] = served / ((before + after) / 2);
+  return j;
+}
+#endif
 
 nlohmann::json RunLight(const std::string& binary, const testing::TempDir& dir, int samples) {
   std::string repo = MakeRepository(dir, "light-models", 1);
@@ -253,11 +296,12 @@ nlohmann::json RunLight(const std::string& binary, const testing::TempDir& dir, 
 
 int main(int argc, char** argv) {
   CLI::App app{"ferry-node-bench: a ferry-worker process over the real rings"};
-  bool json = false, check = false;
+  bool json = false, check = false, gpu = false;
   double seconds = 2.0;
   std::string binary = FERRY_WORKER_BINARY;
   app.add_flag("--json", json, "print one JSON object");
   app.add_flag("--check", check, "exit 1 when a ratio misses its target");
+  app.add_flag("--gpu", gpu, "also measure a GPU worker against direct graph replay (CUDA build)");
   app.add_option("--seconds", seconds, "measured seconds per saturated run");
   app.add_option("--worker", binary, "the ferry-worker binary");
   app.add_option("--rows", ferry::g_rows, "rows per request in the saturated runs (1, 2, 4, 8, 16, 32)")
@@ -270,6 +314,13 @@ int main(int argc, char** argv) {
   result["sim"] = ferry::RunSim(binary, dir, seconds);
   result["cpu"] = ferry::RunCpu(binary, dir, seconds);
   result["light"] = ferry::RunLight(binary, dir, 2000);
+  if (gpu) {
+#if defined(FERRY_HAVE_CUDA)
+    result["gpu"] = ferry::RunGpu(binary, dir, seconds);
+#else
+    result["gpu"] = {{"error", "this build has no CUDA backend"}};
+#endif
+  }
   bool pass = result["sim"]["ratio_to_ideal"].get<double>() >= 0.95 &&
               result["sim"]["host_us_per_dispatch_p50"].get<double>() <= 5.0 &&
               result["cpu"]["ratio_to_direct"].get<double>() >= 0.95;
@@ -291,6 +342,9 @@ int main(int argc, char** argv) {
               << "  light overhead above 100 us compute: p50 "
               << l["overhead_us_p50"].get<double>() << " us, p99 "
               << l["overhead_us_p99"].get<double>() << " us\n";
+    if (result.contains("gpu")) {
+      std::cout << "  gpu   " << result["gpu"].dump() << " (target ratio_to_direct >= 0.9)\n";
+    }
   }
   return check && !pass ? 1 : 0;
 }

@@ -3,8 +3,9 @@
 #   scripts/gpu-check.sh build   on the development machine: a CUDA build for sm_90 into
 #                                build-gpu/ (static libstdc++ and cudart; cuBLAS and the few
 #                                Debian libraries copied into build-gpu/lib)
-#   scripts/gpu-check.sh run     on the GPU machine: the CUDA tests, then the benchmark
-#                                against PyTorch on the same GPU; prints the table last.
+#   scripts/gpu-check.sh run     on the GPU machine: the CUDA tests, a GPU worker process
+#                                against direct graph replay, then the benchmark against
+#                                PyTorch on the same GPU; prints the table last.
 # With a lent GPU: run `build` here, then the device tool's run with carry ["build-gpu"] and
 # the command `scripts/gpu-check.sh run`.
 set -euo pipefail
@@ -16,11 +17,12 @@ case "${1:-}" in
     cmake -S . -B build-gpu -G Ninja -DFERRY_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
       -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
-    cmake --build build-gpu -j "$(nproc)" --target cuda_backend_test ferry-gpu-bench
+    cmake --build build-gpu -j "$(nproc)" --target cuda_backend_test ferry-gpu-bench ferry-node-bench ferry-worker
     # Shared libraries from Debian packages that another Linux may lack travel along;
     # glibc, the CUDA driver and cuBLAS are found on the GPU machine.
     mkdir -p build-gpu/lib
-    for binary in build-gpu/worker/cuda_backend_test build-gpu/bench/ferry-gpu-bench; do
+    for binary in build-gpu/worker/cuda_backend_test build-gpu/bench/ferry-gpu-bench \
+                  build-gpu/worker/ferry-worker build-gpu/bench/ferry-node-bench; do
       ldd "$binary" | awk '/=> \// {print $3}' | while read -r lib; do
         case "$(basename "$lib")" in
           libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcublas*|libcuda.so*) ;;
@@ -47,6 +49,12 @@ case "${1:-}" in
       tee "$out/test.log" | tail -n 40 || echo "cuda_backend_test failed (exit ${PIPESTATUS[0]})"
     echo "== benchmark"
     LD_LIBRARY_PATH="$libs" timeout 300 build-gpu/bench/ferry-gpu-bench --json >"$out/gpu.json"
+    echo "== a GPU worker process against direct graph replay (issue 11)"
+    LD_LIBRARY_PATH="$libs" timeout 240 build-gpu/bench/ferry-node-bench --gpu --rows 8 \
+      --worker build-gpu/worker/ferry-worker --json >"$out/node.json" ||
+      echo "ferry-node-bench failed (exit $?)"
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('gpu worker:', d.get('gpu'))" \
+      "$out/node.json" || true
     if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
       python3 bench/torch_bench.py --json >"$out/torch.json"
       python3 bench/gpu_table.py "$out/gpu.json" "$out/torch.json"
