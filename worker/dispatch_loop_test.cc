@@ -158,7 +158,7 @@ TEST_CASE("the heartbeat advances while the loop idles and while a batch execute
   }
   REQUIRE(done.size() == 1);
   CHECK(done[0].status == 0);
-  CHECK(done[0].completed_ns - done[0].submitted_ns >= 150'000'000);
+  CHECK(done[0].completed_ns - done[0].submitted_ns >= 149'000'000);  // The batch ran its time.
 }
 
 TEST_CASE("a request id still live or holding a block is refused, and no block is lost") {

@@ -94,13 +94,14 @@ class NodeDriver {
   // Pushes a descriptor as given (hostile tests); `blocks` are freed when it completes.
   Result<uint64_t> Push(shm::DescriptorData d, std::vector<uint64_t> blocks = {}) {
     d.sequence = next_sequence_;
+    int64_t submitted = MonotonicNs();  // Before the push: the worker may start at once.
     if (submit_.TryPush(d) != shm::RingStatus::kOk) {
       for (uint64_t b : blocks) {
         (void)arena_.Free(b);
       }
       return Unavailable("submission ring full");
     }
-    inflight_[next_sequence_] = {std::move(blocks), MonotonicNs()};
+    inflight_[next_sequence_] = {std::move(blocks), submitted};
     return next_sequence_++;
   }
 
