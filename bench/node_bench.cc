@@ -187,42 +187,46 @@ double DirectRowsPerSecond(Backend& backend, double seconds) {
   return static_cast<double>(rows) / (static_cast<double>(MonotonicNs() - start) * 1e-9);
 }
 
-nlohmann::json RunCpu(const std::string& binary, const testing::TempDir& dir, double seconds) {
-  std::string repo = MakeRepository(dir, "cpu-models", 1);
-  std::string config = dir / "cpu.toml";
-  testing::WriteFile(config, "[node]\ndevices = \"cpu:1\"\nmodel_repository = \"" + repo +
-                                 "\"\n[cpu]\nthreads = 1\npin = false\n");
-  CpuBackend direct_backend(CpuOptions{CpuMode::kFast, 1});
-  double before = DirectRowsPerSecond(direct_backend, seconds);
-  double served = 0, rows_per_dispatch = 0, busy = 0, gap_p50 = 0;
+// One model (mlp-0) on a worker started with `config`, kept `rows_in_flight` rows deep,
+// against `direct` executing the same batches in this process before and after (their mean).
+nlohmann::json AgainstDirect(const std::string& binary, const std::string& config,
+                             Backend& direct, size_t rows_in_flight, double seconds) {
+  double before = DirectRowsPerSecond(direct, seconds);
+  nlohmann::json j;
+  double served = 0;
   {
     Worker worker(binary, config);
     NodeDriver driver(worker.segment, 0, false);
     std::vector<size_t> inflight(1, 0);
     std::map<uint64_t, uint32_t> model_of;
-    size_t window = static_cast<size_t>(128 / g_rows);
+    size_t window = rows_in_flight / static_cast<size_t>(g_rows);
     Saturate(driver, {0}, window, 0.5, &inflight, &model_of);
     shm::StatusSnapshotData a = worker.Status();
     Saturate(driver, {0}, window, seconds, &inflight, &model_of);
     shm::StatusSnapshotData b = worker.Status();
-    served = static_cast<double>(SumRows(b) - SumRows(a)) /
-             (static_cast<double>(b.published_ns - a.published_ns) * 1e-9);
-    rows_per_dispatch = static_cast<double>(SumRows(b) - SumRows(a)) /
-                        static_cast<double>(b.dispatches - a.dispatches);
-    busy = (SumCompute(b) - SumCompute(a)) / (static_cast<double>(b.published_ns - a.published_ns) * 1e-9);
-    gap_p50 = static_cast<double>(b.host_gap_p50_ns) / 1e3;
+    double wall = static_cast<double>(b.published_ns - a.published_ns) * 1e-9;
+    served = static_cast<double>(SumRows(b) - SumRows(a)) / wall;
+    j["rows_per_dispatch"] = static_cast<double>(SumRows(b) - SumRows(a)) /
+                             static_cast<double>(b.dispatches - a.dispatches);
+    j["busy_fraction"] = (SumCompute(b) - SumCompute(a)) / wall;  // Execution s per wall s.
+    j["host_us_per_dispatch_p50"] = static_cast<double>(b.host_gap_p50_ns) / 1e3;
   }
-  double after = DirectRowsPerSecond(direct_backend, seconds);
-  double direct = (before + after) / 2;
-  nlohmann::json j;
+  double after = DirectRowsPerSecond(direct, seconds);
+  double mean = (before + after) / 2;
   j["worker_rows_per_s"] = served;
-  j["direct_rows_per_s"] = direct;
+  j["direct_rows_per_s"] = mean;
   j["direct_before_after"] = {before, after};
-  j["ratio_to_direct"] = served / direct;
-  j["rows_per_dispatch"] = rows_per_dispatch;
-  j["busy_fraction"] = busy;  // Measured execution seconds per wall second.
-  j["host_us_per_dispatch_p50"] = gap_p50;
+  j["ratio_to_direct"] = served / mean;
   return j;
+}
+
+nlohmann::json RunCpu(const std::string& binary, const testing::TempDir& dir, double seconds) {
+  std::string repo = MakeRepository(dir, "cpu-models", 1);
+  std::string config = dir / "cpu.toml";
+  testing::WriteFile(config, "[node]\ndevices = \"cpu:1\"\nmodel_repository = \"" + repo +
+                                 "\"\n[cpu]\nthreads = 1\npin = false\n");
+  CpuBackend direct(CpuOptions{CpuMode::kFast, 1});
+  return AgainstDirect(binary, config, direct, 128, seconds);
 }
 
 #if defined(FERRY_HAVE_CUDA)
@@ -230,33 +234,11 @@ nlohmann::json RunGpu(const std::string& binary, const testing::TempDir& dir, do
   std::string repo = MakeRepository(dir, "gpu-models", 1);
   std::string config = dir / "gpu.toml";
   testing::WriteFile(config, "[node]\ndevices = [0]\nmodel_repository = \"" + repo + "\"\n");
-  nlohmann::json j;
-  Result<std::unique_ptr<CudaBackend>> direct_backend = CudaBackend::Create({});
-  if (!direct_backend.ok()) {
-    j["error"] = direct_backend.error().ToString();
-    return j;
+  Result<std::unique_ptr<CudaBackend>> direct = CudaBackend::Create({});
+  if (!direct.ok()) {
+    return {{"error", direct.error().ToString()}};
   }
-  double before = DirectRowsPerSecond(**direct_backend, seconds);
-  double served = 0;
-  {
-    Worker worker(binary, config);
-    NodeDriver driver(worker.segment, 0, false);
-    std::vector<size_t> inflight(1, 0);
-    std::map<uint64_t, uint32_t> model_of;
-    size_t window = static_cast<size_t>(256 / g_rows);
-    Saturate(driver, {0}, window, 0.5, &inflight, &model_of);
-    shm::StatusSnapshotData a = worker.Status();
-    Saturate(driver, {0}, window, seconds, &inflight, &model_of);
-    shm::StatusSnapshotData b = worker.Status();
-    served = static_cast<double>(SumRows(b) - SumRows(a)) /
-             (static_cast<double>(b.published_ns - a.published_ns) * 1e-9);
-    j["host_us_per_dispatch_p50"] = static_cast<double>(b.host_gap_p50_ns) / 1e3;
-  }
-  double after = DirectRowsPerSecond(**direct_backend, seconds);
-  j["worker_rows_per_s"] = served;
-  j["direct_rows_per_s"] = (before + after) / 2;
-  j["ratio_to_direct"] = served / ((before + after) / 2);
-  return j;
+  return AgainstDirect(binary, config, **direct, 256, seconds);
 }
 #endif
 
