@@ -83,7 +83,8 @@ struct Worker {
 int64_t g_rows = 8;  // Rows per request in the saturated runs (--rows).
 
 void Saturate(NodeDriver& driver, const std::vector<uint32_t>& models, size_t window,
-              double seconds, std::vector<size_t>* inflight, std::map<uint64_t, uint32_t>* model_of) {
+              double seconds, std::vector<size_t>* inflight,
+              std::map<uint64_t, uint32_t>* model_of) {
   std::vector<uint8_t> input(static_cast<size_t>(g_rows) * 784 * 4, 0);
   std::vector<Completion> done;
   int64_t until = MonotonicNs() + static_cast<int64_t>(seconds * 1e9);
@@ -128,12 +129,12 @@ uint64_t SumRows(const shm::StatusSnapshotData& s) {
 nlohmann::json RunSim(const std::string& binary, const testing::TempDir& dir, double seconds) {
   std::string repo = MakeRepository(dir, "sim-models", 4);
   std::string config = dir / "sim.toml";
-  testing::WriteFile(config, "[node]\ndevices = \"cpu:1\"\nbackend = \"sim\"\nmodel_repository = \"" +
-                                 repo +
-                                 "\"\n[sim.models.mlp-0]\nfixed_us = 150\nper_row_us = 4\n"
-                                 "[sim.models.mlp-1]\nfixed_us = 200\nper_row_us = 6\n"
-                                 "[sim.models.mlp-2]\nfixed_us = 300\nper_row_us = 3\n"
-                                 "[sim.models.mlp-3]\nfixed_us = 100\nper_row_us = 8\n");
+  testing::WriteFile(
+      config, "[node]\ndevices = \"cpu:1\"\nbackend = \"sim\"\nmodel_repository = \"" + repo +
+                  "\"\n[sim.models.mlp-0]\nfixed_us = 150\nper_row_us = 4\n"
+                  "[sim.models.mlp-1]\nfixed_us = 200\nper_row_us = 6\n"
+                  "[sim.models.mlp-2]\nfixed_us = 300\nper_row_us = 3\n"
+                  "[sim.models.mlp-3]\nfixed_us = 100\nper_row_us = 8\n");
   Worker worker(binary, config);
   NodeDriver driver(worker.segment, 0, false);
   std::vector<size_t> inflight(4, 0);
@@ -189,8 +190,8 @@ double DirectRowsPerSecond(Backend& backend, double seconds) {
 
 // One model (mlp-0) on a worker started with `config`, kept `rows_in_flight` rows deep,
 // against `direct` executing the same batches in this process before and after (their mean).
-nlohmann::json AgainstDirect(const std::string& binary, const std::string& config,
-                             Backend& direct, size_t rows_in_flight, double seconds) {
+nlohmann::json AgainstDirect(const std::string& binary, const std::string& config, Backend& direct,
+                             size_t rows_in_flight, double seconds) {
   double before = DirectRowsPerSecond(direct, seconds);
   nlohmann::json j;
   double served = 0;
@@ -245,8 +246,9 @@ nlohmann::json RunGpu(const std::string& binary, const testing::TempDir& dir, do
 nlohmann::json RunLight(const std::string& binary, const testing::TempDir& dir, int samples) {
   std::string repo = MakeRepository(dir, "light-models", 1);
   std::string config = dir / "light.toml";
-  testing::WriteFile(config, "[node]\ndevices = \"cpu:1\"\nbackend = \"sim\"\nmodel_repository = \"" +
-                                 repo + "\"\n[sim]\nfixed_us = 100\nper_row_us = 0\n");
+  testing::WriteFile(
+      config, "[node]\ndevices = \"cpu:1\"\nbackend = \"sim\"\nmodel_repository = \"" + repo +
+                  "\"\n[sim]\nfixed_us = 100\nper_row_us = 0\n");
   Worker worker(binary, config);
   NodeDriver driver(worker.segment, 0, false);
   std::vector<uint8_t> input(784 * 4, 0);
@@ -286,7 +288,8 @@ int main(int argc, char** argv) {
   app.add_flag("--gpu", gpu, "also measure a GPU worker against direct graph replay (CUDA build)");
   app.add_option("--seconds", seconds, "measured seconds per saturated run");
   app.add_option("--worker", binary, "the ferry-worker binary");
-  app.add_option("--rows", ferry::g_rows, "rows per request in the saturated runs (1, 2, 4, 8, 16, 32)")
+  app.add_option("--rows", ferry::g_rows,
+                 "rows per request in the saturated runs (1, 2, 4, 8, 16, 32)")
       ->check(CLI::IsMember({1, 2, 4, 8, 16, 32}));
   CLI11_PARSE(app, argc, argv);
   ferry::testing::TempDir dir;
@@ -314,16 +317,15 @@ int main(int argc, char** argv) {
     const auto& c = result["cpu"];
     const auto& l = result["light"];
     std::cout << "ferry-node-bench (one worker process, driven over the rings)\n"
-              << "  sim   ratio to ideal " << s["ratio_to_ideal"].get<double>() << " (target >= 0.95), "
-              << s["rows_per_s"].get<double>() << " rows/s, host per dispatch p50 "
-              << s["host_us_per_dispatch_p50"].get<double>() << " us (target <= 5), p99 "
-              << s["host_us_per_dispatch_p99"].get<double>() << " us\n"
+              << "  sim   ratio to ideal " << s["ratio_to_ideal"].get<double>()
+              << " (target >= 0.95), " << s["rows_per_s"].get<double>()
+              << " rows/s, host per dispatch p50 " << s["host_us_per_dispatch_p50"].get<double>()
+              << " us (target <= 5), p99 " << s["host_us_per_dispatch_p99"].get<double>() << " us\n"
               << "  cpu   worker " << c["worker_rows_per_s"].get<double>() << " rows/s, direct "
               << c["direct_rows_per_s"].get<double>() << " rows/s, ratio "
               << c["ratio_to_direct"].get<double>() << " (target >= 0.95)\n"
-              << "  light overhead above 100 us compute: p50 "
-              << l["overhead_us_p50"].get<double>() << " us, p99 "
-              << l["overhead_us_p99"].get<double>() << " us\n";
+              << "  light overhead above 100 us compute: p50 " << l["overhead_us_p50"].get<double>()
+              << " us, p99 " << l["overhead_us_p99"].get<double>() << " us\n";
     if (result.contains("gpu")) {
       std::cout << "  gpu   " << result["gpu"].dump() << " (target ratio_to_direct >= 0.9)\n";
     }

@@ -96,7 +96,7 @@ struct SimModelCost {
   double per_row_us = 50;  // >= 0. Default 50.
 };
 struct SimSettings {
-  SimModelCost fallback;                      // [sim] fixed_us, per_row_us.
+  SimModelCost fallback;                       // [sim] fixed_us, per_row_us.
   std::map<std::string, SimModelCost> models;  // [sim.models.NAME] overrides.
 };
 

@@ -45,8 +45,8 @@ enum class ModelLoadState : uint32_t { kReady = 0, kFailed = 1 };
 struct ModelStatusData {
   char name[136];
   char wire_batch_input[64];
-  char error[256];  // Why the model failed, when state == kFailed.
-  uint32_t state;   // ModelLoadState.
+  char error[256];     // Why the model failed, when state == kFailed.
+  uint32_t state;      // ModelLoadState.
   uint32_t residency;  // ferry::Residency.
   int32_t wire_batch_axis;
   uint32_t loaded;  // Weights resident on the device now.
@@ -69,7 +69,7 @@ struct ModelStatusData {
 };
 
 struct StatusSnapshotData {
-  uint32_t state;  // ProcessState.
+  uint32_t state;       // ProcessState.
   uint32_t generation;  // The writer's slot generation.
   uint32_t discipline;  // ferry::Discipline.
   uint32_t residency_mode;

@@ -71,9 +71,15 @@ DispatchLoop::DispatchLoop(const shm::Segment& segment, uint32_t worker_slot, Ba
     submissions_.emplace_back(segment, segment.SubmissionRing(h, worker));
     completions_.emplace_back(segment, segment.CompletionRing(worker, h));
     pending_.emplace_back();
-    submit_rules_.push_back({hook_slot, num_models, {hook_slot}, segment.partition_bytes(),
+    submit_rules_.push_back({hook_slot,
+                             num_models,
+                             {hook_slot},
+                             segment.partition_bytes(),
                              shm::KindBit(shm::DescriptorKind::kSubmit)});
-    release_rules_.push_back({hook_slot, num_models, {slot_}, segment.partition_bytes(),
+    release_rules_.push_back({hook_slot,
+                              num_models,
+                              {slot_},
+                              segment.partition_bytes(),
                               shm::KindBit(shm::DescriptorKind::kRelease)});
   }
   backend_->SetNotifier([&segment, worker_slot] { shm::RingDoorbell(segment, worker_slot); });
@@ -144,8 +150,8 @@ bool DispatchLoop::Turn() {
     finished.emplace_back(std::move(batch), std::move(timing));
   }
   CheckHealth();
-  bool clean = std::all_of(finished.begin(), finished.end(),
-                           [](const auto& f) { return f.second.ok(); });
+  bool clean =
+      std::all_of(finished.begin(), finished.end(), [](const auto& f) { return f.second.ok(); });
   if (!stopping_ && !unhealthy_ && clean && planned_ != nullptr &&
       static_cast<int>(inflight_.size()) < max_in_flight_) {
     Launch();
@@ -169,8 +175,8 @@ bool DispatchLoop::Turn() {
   // (one ahead of the execution, or as deep as the backend queues), then begin it if the
   // backend has room.
   size_t decided = inflight_.size() + (planned_ != nullptr ? 1 : 0);
-  bool may_plan = inflight_.empty() ||
-                  (options_.plan_ahead && decided < static_cast<size_t>(std::max(2, max_in_flight_)));
+  bool may_plan = inflight_.empty() || (options_.plan_ahead &&
+                                        decided < static_cast<size_t>(std::max(2, max_in_flight_)));
   if (!stopping_ && planned_ == nullptr && may_plan &&
       (inflight_.empty() || scheduler_->queued_requests() > 0)) {
     Plan(now);
@@ -473,8 +479,9 @@ void DispatchLoop::Launch() {
     Request& r = requests_[id];
     if (r.descriptor.deadline_ns != 0 && r.descriptor.deadline_ns <= begin_ns) {
       ++late_shed_[index];
-      FailRequest(id, DeadlineExceeded("model '" + model.name +
-                                       "': the deadline passed in the queue; shed before execution"));
+      FailRequest(id,
+                  DeadlineExceeded("model '" + model.name +
+                                   "': the deadline passed in the queue; shed before execution"));
       continue;
     }
     if (kept != k) {
@@ -677,8 +684,8 @@ bool DispatchLoop::HasRingWork() const {
 }
 
 void DispatchLoop::Sleep() {
-  bool pending = std::any_of(pending_.begin(), pending_.end(),
-                             [](const auto& p) { return !p.empty(); });
+  bool pending =
+      std::any_of(pending_.begin(), pending_.end(), [](const auto& p) { return !p.empty(); });
   int64_t timeout = options_.idle_sleep_ns;
   if (pending) {
     timeout = 100'000;  // A completion ring was full: retry soon.
@@ -704,9 +711,8 @@ void DispatchLoop::Sleep() {
       int64_t expected = oldest.launched_ns +
                          static_cast<int64_t>(oldest.dispatch.charged_seconds * 1e9) -
                          MonotonicNs();
-      timeout = std::min<int64_t>(timeout, inflight_.size() > 1
-                                               ? std::max<int64_t>(expected, 50'000)
-                                               : 1'000'000);
+      timeout = std::min<int64_t>(
+          timeout, inflight_.size() > 1 ? std::max<int64_t>(expected, 50'000) : 1'000'000);
       spins = std::min(spins, 100);
     }
   }

@@ -165,9 +165,9 @@ class DispatchLoop {
   std::vector<Request> requests_;  // Indexed by request id (QueuedRequest::payload).
   std::vector<uint32_t> free_ids_;
   std::unordered_map<RequestKey, uint64_t, KeyHash> lent_;  // Completion blocks not released.
-  std::unordered_set<RequestKey, KeyHash> live_;           // Ids queued or executing.
-  std::vector<uint64_t> outstanding_;                      // Per model: queued or executing.
-  std::vector<uint64_t> errors_;                           // Per model: backend errors.
+  std::unordered_set<RequestKey, KeyHash> live_;            // Ids queued or executing.
+  std::vector<uint64_t> outstanding_;                       // Per model: queued or executing.
+  std::vector<uint64_t> errors_;                            // Per model: backend errors.
   std::vector<uint64_t> late_shed_;  // Per model: deadline passed between planning and launch.
 
   // Batches begun on the backend and not yet finished, oldest first (at most MaxInFlight),

@@ -99,8 +99,9 @@ std::vector<Completion> RunOne(NodeDriver& driver, uint32_t model) {
   return done;
 }
 
-TEST_CASE("a backend error fails that batch's requests (INTERNAL, message kept) and the model, "
-          "not the worker") {
+TEST_CASE(
+    "a backend error fails that batch's requests (INTERNAL, message kept) and the model, "
+    "not the worker") {
   Fixture f;
   f.backend.failing_model = kCnn;
   f.Start();

@@ -2,11 +2,10 @@
 // rings (worker/dispatch_loop.h). Started by ferryd; runnable by hand and from tests:
 //   ferry-worker --segment ferry-NODE --slot N --config /etc/ferry/node.toml
 // Exit codes: 0 stopped or drained; 1 could not start; 3 backend unhealthy (restart it).
+#include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 
 #include <CLI/CLI.hpp>
-#include <spdlog/spdlog.h>
-
 #include <map>
 #include <memory>
 #include <vector>
@@ -28,16 +27,16 @@
 namespace ferry {
 namespace {
 
-Result<std::unique_ptr<Backend>> MakeBackend(const NodeConfig& config,
-                                             const shm::Segment& segment, uint32_t worker) {
+Result<std::unique_ptr<Backend>> MakeBackend(const NodeConfig& config, const shm::Segment& segment,
+                                             uint32_t worker) {
   const DeviceSelection& devices = config.node.devices;
   if (config.node.backend == BackendKind::kSim) {
     std::map<std::string, SimCost> costs;
     for (const auto& [name, cost] : config.sim.models) {
       costs[name] = SimCost{cost.fixed_us * 1e-6, cost.per_row_us * 1e-6, {}};
     }
-    SimCost fallback{config.sim.fallback.fixed_us * 1e-6, config.sim.fallback.per_row_us * 1e-6,
-                     {}};
+    SimCost fallback{
+        config.sim.fallback.fixed_us * 1e-6, config.sim.fallback.per_row_us * 1e-6, {}};
     return std::unique_ptr<Backend>(std::make_unique<SimBackend>(costs, fallback));
   }
   if (devices.kind == DeviceSelection::Kind::kCpu) {
@@ -61,13 +60,14 @@ Result<std::unique_ptr<Backend>> MakeBackend(const NodeConfig& config,
   // Inputs are copied host-to-device straight from the hook hosts' arenas.
   std::span<uint8_t> first = segment.partition(0);
   std::span<uint8_t> last = segment.partition(segment.num_slots() - 1);
-  (void)cuda->RegisterHostMemory({first.data(), static_cast<size_t>(last.data() + last.size() -
-                                                                    first.data())});
+  (void)cuda->RegisterHostMemory(
+      {first.data(), static_cast<size_t>(last.data() + last.size() - first.data())});
   return std::unique_ptr<Backend>(std::move(cuda));
 #else
   (void)segment;
-  return Unavailable("GPU devices selected but this build has no CUDA backend; use devices = "
-                     "\"cpu:N\" or backend = \"sim\"");
+  return Unavailable(
+      "GPU devices selected but this build has no CUDA backend; use devices = "
+      "\"cpu:N\" or backend = \"sim\"");
 #endif
 }
 
@@ -122,8 +122,8 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
     return 1;
   }
   if (slot >= segment->num_slots() || !segment->IsWorkerSlot(slot)) {
-    spdlog::error("slot {} is not a worker slot of '{}' (workers are {} to {})", slot,
-                  segment_name, segment->hookhosts(), segment->num_slots() - 1);
+    spdlog::error("slot {} is not a worker slot of '{}' (workers are {} to {})", slot, segment_name,
+                  segment->hookhosts(), segment->num_slots() - 1);
     return 1;
   }
   uint32_t generation = segment->slot(slot).generation.load();
@@ -134,8 +134,7 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
   starting->published_ns = MonotonicNs();
   status.Publish(*starting);
 
-  Result<std::vector<RepositoryModel>> repository =
-      LoadRepository(config->node.model_repository);
+  Result<std::vector<RepositoryModel>> repository = LoadRepository(config->node.model_repository);
   if (!repository.ok()) {
     spdlog::error("{}", repository.error().ToString());
     return 1;

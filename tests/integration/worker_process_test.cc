@@ -36,9 +36,8 @@ std::string Repository(const testing::TempDir& dir) {
   std::string repo = dir / "models";
   std::filesystem::create_directories(repo);
   for (const char* model : {"cnn", "mlp"}) {
-    std::filesystem::create_directory_symlink(std::filesystem::current_path() / "examples/models" /
-                                                  model,
-                                              repo + "/" + model);
+    std::filesystem::create_directory_symlink(
+        std::filesystem::current_path() / "examples/models" / model, repo + "/" + model);
   }
   testing::WriteFile(repo + "/broken/manifest.toml", "name = \"broken\"\n[[inputs]]\n");
   return repo;
@@ -109,8 +108,9 @@ void PollUntil(NodeDriver& driver, std::vector<Completion>* out, Done done, int 
   driver.Poll(out);
 }
 
-TEST_CASE("a CPU worker process serves 10,000 mixed requests of two models exactly as "
-          "CpuBackend does directly") {
+TEST_CASE(
+    "a CPU worker process serves 10,000 mixed requests of two models exactly as "
+    "CpuBackend does directly") {
   testing::TempDir dir;
   Node node(NodeFile(dir, "[cpu]\nthreads = 1\npin = false\n"));
   REQUIRE(testing::WaitReady(node.segment, node.worker_slot, node.worker, 120));
@@ -150,8 +150,8 @@ TEST_CASE("a CPU worker process serves 10,000 mixed requests of two models exact
   }
   for (int64_t rows : {1, 2, 3}) {
     for (int k = 0; k < 4; ++k) {
-      Case c{kCnn, rows, {rows, 3, 32, 32}, RandomFloats(static_cast<size_t>(rows) * 3072, rng),
-             {}};
+      Case c{
+          kCnn, rows, {rows, 3, 32, 32}, RandomFloats(static_cast<size_t>(rows) * 3072, rng), {}};
       c.expected.resize(static_cast<size_t>(rows) * 10 * 4);
       BatchJob job{0, rows == 3 ? 4 : rows, {{rows, {c.input}, {c.expected}}}};
       REQUIRE(direct.Execute(cnn, job).ok());
@@ -231,7 +231,8 @@ TEST_CASE("hostile and impossible submissions are answered at once with the caus
 
   // A wrong shape, a variant that does not exist, the broken model, a tensor outside the
   // partition, and a request claiming another slot's id.
-  uint64_t wrong_shape = driver.Submit(kMlp, 0, 1, {{DType::kF32, {1, 783}, {input.data(), 783 * 4}}}).value();
+  uint64_t wrong_shape =
+      driver.Submit(kMlp, 0, 1, {{DType::kF32, {1, 783}, {input.data(), 783 * 4}}}).value();
   uint64_t no_variant = driver.Submit(kMlp, 5, 1, {{DType::kF32, {1, 784}, input}}).value();
   uint64_t broken = driver.Submit(kBroken, 0, 1, {{DType::kF32, {1, 784}, input}}).value();
   shm::DescriptorData outside{};
@@ -272,8 +273,9 @@ TEST_CASE("hostile and impossible submissions are answered at once with the caus
 TEST_CASE("deadlines that pass in the queue are shed before execution") {
   testing::TempDir dir;
   // Every dispatch takes 20 ms; requests allow 5 ms.
-  Node node(NodeFile(dir, "backend = \"sim\"\n[sim]\nfixed_us = 20000\nper_row_us = 0\n"
-                          "[scheduler]\ndiscipline = \"fifo\"\n"));
+  Node node(NodeFile(dir,
+                     "backend = \"sim\"\n[sim]\nfixed_us = 20000\nper_row_us = 0\n"
+                     "[scheduler]\ndiscipline = \"fifo\"\n"));
   REQUIRE(testing::WaitReady(node.segment, node.worker_slot, node.worker, 60));
   NodeDriver driver(node.segment, 0);
   std::vector<uint8_t> input(784 * 4);
@@ -301,16 +303,18 @@ TEST_CASE("deadlines that pass in the queue are shed before execution") {
   }
   CHECK(ok == 1);
   CHECK(shed == 20);
-  CHECK(node.StatusWhen([](const auto& s) { return s.models[kCnn].shed >= 20; })
-            .models[kCnn].shed == 20);
+  CHECK(
+      node.StatusWhen([](const auto& s) { return s.models[kCnn].shed >= 20; }).models[kCnn].shed ==
+      20);
   CHECK(node.Status().dispatches == 1);  // Only the MLP request executed.
   CHECK(node.Stop() == 0);
 }
 
 TEST_CASE("a full queue answers RESOURCE_EXHAUSTED at once") {
   testing::TempDir dir;
-  Node node(NodeFile(dir, "backend = \"sim\"\n[sim]\nfixed_us = 50000\nper_row_us = 0\n"
-                          "[scheduler]\nmax_queue_depth = 4\n"));
+  Node node(NodeFile(dir,
+                     "backend = \"sim\"\n[sim]\nfixed_us = 50000\nper_row_us = 0\n"
+                     "[scheduler]\nmax_queue_depth = 4\n"));
   REQUIRE(testing::WaitReady(node.segment, node.worker_slot, node.worker, 60));
   NodeDriver driver(node.segment, 0);
   std::vector<uint8_t> input(784 * 4);
@@ -335,7 +339,8 @@ TEST_CASE("a full queue answers RESOURCE_EXHAUSTED at once") {
   CHECK(rejected >= 40 - 32 - 32 - 4);
   CHECK(rejected > 0);
   CHECK(node.StatusWhen([&](const auto& s) { return s.models[kMlp].rejected >= 1; })
-            .models[kMlp].rejected == static_cast<uint64_t>(rejected));
+            .models[kMlp]
+            .rejected == static_cast<uint64_t>(rejected));
   CHECK(node.Stop() == 0);
 }
 
@@ -347,7 +352,8 @@ TEST_CASE("a full queue answers RESOURCE_EXHAUSTED at once") {
   std::vector<uint8_t> input(784 * 4);
   std::vector<Completion> done;
   for (;;) {
-    while (driver.inflight() < 64 && driver.Submit(kMlp, 0, 1, {{DType::kF32, {1, 784}, input}}).ok()) {
+    while (driver.inflight() < 64 &&
+           driver.Submit(kMlp, 0, 1, {{DType::kF32, {1, 784}, input}}).ok()) {
     }
     driver.Poll(&done);
     done.clear();
@@ -469,7 +475,8 @@ TEST_CASE("drain serves every queued request, refuses new ones, then exits 0") {
     REQUIRE(driver.Submit(kMlp, 0, 1, {{DType::kF32, {1, 784}, input}}).ok());
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  REQUIRE(testing::SendControl(node.segment, node.worker_slot, {shm::ControlCode::kDrain, 0, 0, 0}));
+  REQUIRE(
+      testing::SendControl(node.segment, node.worker_slot, {shm::ControlCode::kDrain, 0, 0, 0}));
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
   REQUIRE(driver.Submit(kMlp, 0, 1, {{DType::kF32, {1, 784}, input}}).ok());
   PollUntil(driver, &done, [&] { return done.size() == 11; });
@@ -489,8 +496,9 @@ TEST_CASE("drain serves every queued request, refuses new ones, then exits 0") {
 
 TEST_CASE("stop answers every request: the batches begun finish, the queued are UNAVAILABLE") {
   testing::TempDir dir;
-  Node node(NodeFile(dir, "backend = \"sim\"\n[sim]\nfixed_us = 30000\nper_row_us = 0\n"
-                          "[scheduler.models.mlp]\nmax_batch_size = 1\n"));
+  Node node(NodeFile(dir,
+                     "backend = \"sim\"\n[sim]\nfixed_us = 30000\nper_row_us = 0\n"
+                     "[scheduler.models.mlp]\nmax_batch_size = 1\n"));
   REQUIRE(testing::WaitReady(node.segment, node.worker_slot, node.worker, 60));
   NodeDriver driver(node.segment, 0);
   std::vector<uint8_t> input(784 * 4);

@@ -37,8 +37,8 @@ struct TensorInput {
 
 struct Completion {
   uint64_t sequence = 0;
-  uint32_t status = 0;  // 0 ok, else ErrorCode + 1.
-  std::string message;  // For an error.
+  uint32_t status = 0;                        // 0 ok, else ErrorCode + 1.
+  std::string message;                        // For an error.
   std::vector<std::vector<uint8_t>> outputs;  // Copied when the driver copies outputs.
   std::vector<Shape> shapes;
   int64_t submitted_ns = 0;
@@ -107,8 +107,8 @@ class NodeDriver {
 
   // Reads every completion waiting; releases their blocks.
   void Poll(std::vector<Completion>* out) {
-    shm::DescriptorRules rules{slot_, 0, {worker_slot_}, segment_.partition_bytes(),
-                               shm::kCompletionRingKinds};
+    shm::DescriptorRules rules{
+        slot_, 0, {worker_slot_}, segment_.partition_bytes(), shm::kCompletionRingKinds};
     shm::DescriptorData d{};
     while (complete_.TryPop(&d) == shm::RingStatus::kOk) {
       if (!shm::ValidateDescriptor(d, rules).ok() || d.generation != generation_) {
@@ -153,8 +153,8 @@ class NodeDriver {
 
   // Sleeps on this slot's doorbell until a completion waits (or the timeout).
   void Wait(int64_t timeout_ns, int spin_iterations = 2000) {
-    shm::WaitForWork(segment_, slot_, [this] { return complete_.HasWork(); }, timeout_ns,
-                     spin_iterations);
+    shm::WaitForWork(
+        segment_, slot_, [this] { return complete_.HasWork(); }, timeout_ns, spin_iterations);
   }
 
   size_t inflight() const { return inflight_.size(); }
@@ -193,9 +193,8 @@ inline pid_t StartWorker(const std::string& binary, const std::string& segment, 
   pid_t pid = fork();
   if (pid == 0) {
     std::string slot_text = std::to_string(slot);
-    execl(binary.c_str(), binary.c_str(), "--segment", segment.c_str(), "--slot",
-          slot_text.c_str(), "--config", config.c_str(), "--log-level", "warn",
-          static_cast<char*>(nullptr));
+    execl(binary.c_str(), binary.c_str(), "--segment", segment.c_str(), "--slot", slot_text.c_str(),
+          "--config", config.c_str(), "--log-level", "warn", static_cast<char*>(nullptr));
     _exit(127);
   }
   return pid;

@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "worker/backend.h"
-#include "worker/execution_thread.h"
 #include "worker/cpu/fast_program.h"
 #include "worker/cpu/thread_pool.h"
+#include "worker/execution_thread.h"
 
 namespace ferry {
 
