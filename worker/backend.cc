@@ -41,6 +41,16 @@ int64_t RowBytes(const Manifest& manifest, const TensorSpec& spec, const ShapeVa
   return bytes;
 }
 
+int64_t RequestBytes(const Manifest& manifest, const TensorSpec& spec, const ShapeVariant& variant,
+                     bool is_input, int64_t rows) {
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(RowBytes(manifest, spec, variant, is_input),
+                             spec.batch_axis ? rows : 1, &bytes)) {
+    return -1;
+  }
+  return bytes;
+}
+
 Status ValidateJob(const Manifest& manifest, const BatchJob& job) {
   // Messages are built only on failure: the valid path allocates nothing.
   auto where = [&] { return "model '" + manifest.name + "': "; };
@@ -71,10 +81,8 @@ Status ValidateJob(const Manifest& manifest, const BatchJob& job) {
     }
     for (size_t i = 0; i < manifest.inputs.size(); ++i) {
       const TensorSpec& spec = manifest.inputs[i];
-      int64_t want = 0;
-      bool fits = !__builtin_mul_overflow(RowBytes(manifest, spec, variant, true),
-                                          spec.batch_axis ? io.rows : 1, &want);
-      if (!fits || want <= 0 || static_cast<int64_t>(io.inputs[i].size()) != want) {
+      int64_t want = RequestBytes(manifest, spec, variant, true, io.rows);
+      if (want <= 0 || static_cast<int64_t>(io.inputs[i].size()) != want) {
         return InvalidArgument(at() + "input '" + spec.name + "' has " +
                                std::to_string(io.inputs[i].size()) + " bytes, expected " +
                                std::to_string(want));
@@ -82,10 +90,8 @@ Status ValidateJob(const Manifest& manifest, const BatchJob& job) {
     }
     for (size_t o = 0; o < manifest.outputs.size(); ++o) {
       const TensorSpec& spec = manifest.outputs[o];
-      int64_t want = 0;
-      bool fits = !__builtin_mul_overflow(RowBytes(manifest, spec, variant, false),
-                                          spec.batch_axis ? io.rows : 1, &want);
-      if (!fits || want <= 0 || static_cast<int64_t>(io.outputs[o].size()) != want) {
+      int64_t want = RequestBytes(manifest, spec, variant, false, io.rows);
+      if (want <= 0 || static_cast<int64_t>(io.outputs[o].size()) != want) {
         return InvalidArgument(at() + "output '" + spec.name + "' has room for " +
                                std::to_string(io.outputs[o].size()) + " bytes, expected " +
                                std::to_string(want));

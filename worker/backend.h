@@ -107,5 +107,9 @@ Status ValidateJob(const Manifest& manifest, const BatchJob& job);
 // the element size), or of the whole tensor when it has no batch axis.
 int64_t RowBytes(const Manifest& manifest, const TensorSpec& spec, const ShapeVariant& variant,
                  bool is_input);
+// Bytes of `spec` in `variant` for one request of `rows` rows (RowBytes x rows along the batch
+// axis, the whole tensor without one); -1 on overflow.
+int64_t RequestBytes(const Manifest& manifest, const TensorSpec& spec, const ShapeVariant& variant,
+                     bool is_input, int64_t rows);
 
 }  // namespace ferry

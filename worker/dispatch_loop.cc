@@ -18,10 +18,9 @@ constexpr uint32_t ErrorStatus(ErrorCode code) { return static_cast<uint32_t>(co
 constexpr size_t kMaxMessageBytes = 1024;
 
 // Bytes of output `o` for a request of `rows` rows (the whole tensor without a batch axis).
-int64_t OutputBytes(const Manifest& manifest, size_t o, int variant, int64_t rows) {
-  const TensorSpec& spec = manifest.outputs[o];
-  int64_t row = RowBytes(manifest, spec, manifest.variants[static_cast<size_t>(variant)], false);
-  return spec.batch_axis ? row * rows : row;
+uint64_t OutputBytes(const Manifest& manifest, size_t o, int variant, int64_t rows) {
+  return static_cast<uint64_t>(RequestBytes(
+      manifest, manifest.outputs[o], manifest.variants[static_cast<size_t>(variant)], false, rows));
 }
 
 // The concrete shape of a tensor of `variant` for `rows` rows.
@@ -31,6 +30,37 @@ Shape ConcreteShape(const Shape& declared, const TensorSpec& spec, int64_t rows)
     shape[static_cast<size_t>(*spec.batch_axis)] = rows;
   }
   return shape;
+}
+
+// True when `t` has `spec`'s dtype and `declared` shape with `rows` at the batch axis
+// (compared in place: this runs for every submission).
+bool Matches(const shm::TensorRefData& t, const Shape& declared, const TensorSpec& spec,
+             int64_t rows) {
+  if (t.dtype != static_cast<uint16_t>(spec.dtype) || t.rank != declared.size()) {
+    return false;
+  }
+  for (size_t k = 0; k < declared.size(); ++k) {
+    bool batch = spec.batch_axis && k == static_cast<size_t>(*spec.batch_axis);
+    if (t.shape[k] != (batch ? rows : declared[k])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A completion's header for request `d`, sent by this worker incarnation.
+shm::DescriptorData CompletionFor(const shm::DescriptorData& d, uint32_t hook_slot,
+                                  uint32_t worker_generation) {
+  shm::DescriptorData c{};
+  c.kind = static_cast<uint16_t>(shm::DescriptorKind::kCompletion);
+  c.slot = hook_slot;
+  c.generation = d.generation;
+  c.sequence = d.sequence;
+  c.model = d.model;
+  c.sender_generation = worker_generation;
+  c.trace_id_high = d.trace_id_high;
+  c.trace_id_low = d.trace_id_low;
+  return c;
 }
 
 }  // namespace
@@ -290,10 +320,7 @@ Status DispatchLoop::CheckInputs(const LoopModel& model, const shm::DescriptorDa
   for (size_t i = 0; i < manifest.inputs.size(); ++i) {
     const TensorSpec& spec = manifest.inputs[i];
     const shm::TensorRefData& t = d.tensors[i];
-    Shape want = ConcreteShape(variant.inputs.at(spec.name), spec, d.rows);
-    bool same = t.dtype == static_cast<uint16_t>(spec.dtype) && t.rank == want.size() &&
-                std::equal(want.begin(), want.end(), t.shape);
-    if (!same) {
+    if (!Matches(t, variant.inputs.at(spec.name), spec, d.rows)) {
       return InvalidArgument(where() + "input '" + spec.name + "' does not match variant '" +
                              variant.name + "' (dtype " + std::string(SafetensorsName(spec.dtype)) +
                              ", " + std::to_string(d.rows) + " rows)");
@@ -328,8 +355,7 @@ void DispatchLoop::Submit(uint32_t h, const shm::DescriptorData& d, int64_t now)
     submissions_[h].CountInvalid();
     CompleteError(h, d,
                   InvalidArgument("request id " + std::to_string(d.sequence) + " of slot " +
-                                  std::to_string(d.slot) + " is already in use"),
-                  /*with_message=*/false);
+                                  std::to_string(d.slot) + " is already in use"));
     return;
   }
   uint32_t id = NewRequest(h, static_cast<int>(d.model), d);
@@ -430,8 +456,8 @@ void DispatchLoop::Plan(int64_t now) {
     }
     uint64_t total = 0;
     for (size_t o = 0; o < manifest.outputs.size(); ++o) {
-      total = shm::AlignUp(total, shm::kBlockAlignment) +
-              static_cast<uint64_t>(OutputBytes(manifest, o, d.variant, q.rows));
+      total =
+          shm::AlignUp(total, shm::kBlockAlignment) + OutputBytes(manifest, o, d.variant, q.rows);
     }
     Result<shm::Block> block = arena_.Allocate(std::max<uint64_t>(total, 1));
     if (!block.ok()) {
@@ -449,7 +475,7 @@ void DispatchLoop::Plan(int64_t now) {
     uint64_t offset = 0;
     for (size_t o = 0; o < manifest.outputs.size(); ++o) {
       offset = shm::AlignUp(offset, shm::kBlockAlignment);
-      auto n = static_cast<uint64_t>(OutputBytes(manifest, o, d.variant, q.rows));
+      uint64_t n = OutputBytes(manifest, o, d.variant, q.rows);
       io.outputs.push_back(bytes.subspan(offset, n));
       offset += n;
     }
@@ -584,17 +610,9 @@ void DispatchLoop::FailBatch(Batch& batch, const Error& error) {
 void DispatchLoop::CompleteOk(const Request& r) {
   const shm::DescriptorData& d = r.descriptor;
   const Manifest& manifest = models_[static_cast<size_t>(r.model)].bundle->manifest;
-  shm::DescriptorData c{};
-  c.kind = static_cast<uint16_t>(shm::DescriptorKind::kCompletion);
-  c.slot = d.slot;
-  c.generation = d.generation;
-  c.sequence = d.sequence;
-  c.model = d.model;
+  shm::DescriptorData c = CompletionFor(d, d.slot, generation_);
   c.variant = d.variant;
   c.rows = d.rows;
-  c.sender_generation = generation_;
-  c.trace_id_high = d.trace_id_high;
-  c.trace_id_low = d.trace_id_low;
   c.num_tensors = static_cast<uint16_t>(manifest.outputs.size());
   const ShapeVariant& variant = manifest.variants[static_cast<size_t>(d.variant)];
   uint64_t offset = r.block;
@@ -602,7 +620,7 @@ void DispatchLoop::CompleteOk(const Request& r) {
     const TensorSpec& spec = manifest.outputs[o];
     offset = r.block + shm::AlignUp(offset - r.block, shm::kBlockAlignment);
     Shape shape = ConcreteShape(variant.outputs.at(spec.name), spec, d.rows);
-    auto bytes = static_cast<uint64_t>(OutputBytes(manifest, o, d.variant, d.rows));
+    uint64_t bytes = OutputBytes(manifest, o, d.variant, d.rows);
     c.tensors[o] = shm::MakeTensorRef(slot_, offset, bytes, spec.dtype, shape);
     offset += bytes;
   }
@@ -615,22 +633,13 @@ void DispatchLoop::CompleteOk(const Request& r) {
   pending_[r.hookhost].push_back(c);
 }
 
-void DispatchLoop::CompleteError(uint32_t h, const shm::DescriptorData& d, const Error& error,
-                                 bool with_message) {
-  shm::DescriptorData c{};
-  c.kind = static_cast<uint16_t>(shm::DescriptorKind::kCompletion);
-  c.slot = segment_.HookhostSlot(h);
-  c.generation = d.generation;
-  c.sequence = d.sequence;
-  c.model = d.model;
-  c.sender_generation = generation_;
-  c.trace_id_high = d.trace_id_high;
-  c.trace_id_low = d.trace_id_low;
+void DispatchLoop::CompleteError(uint32_t h, const shm::DescriptorData& d, const Error& error) {
+  shm::DescriptorData c = CompletionFor(d, segment_.HookhostSlot(h), generation_);
   c.status = ErrorStatus(error.code);
   std::string_view message(error.message);
   message = message.substr(0, kMaxMessageBytes);
   // A message block is lent under the request id, so never under one a live request holds.
-  if (with_message && !message.empty() && live_.count({c.slot, c.generation, c.sequence}) == 0) {
+  if (!message.empty() && live_.count({c.slot, c.generation, c.sequence}) == 0) {
     Result<shm::Block> block = arena_.Allocate(message.size());
     if (block.ok()) {
       std::memcpy(arena_.Bytes(*block).data(), message.data(), message.size());

@@ -141,10 +141,9 @@ class DispatchLoop {
   // Queues a completion for `d`'s request id: OK with the request's outputs, or an error
   // whose message travels as a U8 tensor.
   void CompleteOk(const Request& request);
-  // with_message false: the code alone (the request id is taken by another request, whose
-  // block the message block would be confused with).
-  void CompleteError(uint32_t h, const shm::DescriptorData& d, const Error& error,
-                     bool with_message = true);
+  // The message block is lent under the request id, so it is left out when that id is live
+  // or lent already (a refused duplicate): the code alone then.
+  void CompleteError(uint32_t h, const shm::DescriptorData& d, const Error& error);
   void Answered(int model);  // A request of `model` left the worker.
 
   const shm::Segment& segment_;

@@ -234,5 +234,47 @@ TEST_CASE("a request id still live or holding a block is refused, and no block i
   CHECK(empty);
 }
 
+TEST_CASE("a hook host that stops reading completions gets no more submissions drained") {
+  Fixture f;  // Rings of 64.
+  f.Start();
+  uint32_t hook = f.segment.HookhostSlot(0);
+  shm::RingProducer submit(f.segment, f.segment.SubmissionRing(0, 0));
+  shm::RingConsumer complete(f.segment, f.segment.CompletionRing(0, 0));
+  // Invalid descriptors (no tensor), each answered with an error the host never reads.
+  shm::DescriptorData bad{};
+  bad.kind = static_cast<uint16_t>(shm::DescriptorKind::kSubmit);
+  bad.slot = hook;
+  bad.generation = f.segment.slot(hook).generation.load();
+  bad.model = kMlp;
+  bad.rows = 1;
+  uint64_t pushed = 0;
+  int full_streak = 0;
+  for (int i = 0; i < 20000 && full_streak < 200; ++i) {
+    bad.sequence = pushed;
+    if (submit.TryPush(bad) == shm::RingStatus::kOk) {
+      ++pushed;
+      full_streak = 0;
+    } else {
+      ++full_streak;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+  // The worker stopped draining: the completion ring (64), its backlog (about one ring) and
+  // the submission ring (64) hold everything; without backpressure it would take all 20000.
+  CHECK(full_streak >= 200);
+  CHECK(pushed < 64 * 4);
+  // Reading the completions lets it drain again.
+  shm::DescriptorData c{};
+  uint64_t answered = 0;
+  for (int i = 0; i < 5000 && answered < pushed; ++i) {
+    while (complete.TryPop(&c) == shm::RingStatus::kOk) {
+      CHECK(c.status == static_cast<uint32_t>(ErrorCode::kInvalidArgument) + 1);
+      ++answered;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  CHECK(answered == pushed);
+}
+
 }  // namespace
 }  // namespace ferry

@@ -30,6 +30,15 @@ namespace {
 Result<std::unique_ptr<Backend>> MakeBackend(const NodeConfig& config, const shm::Segment& segment,
                                              uint32_t worker) {
   const DeviceSelection& devices = config.node.devices;
+  // The segment may have more worker slots than the node file selects devices.
+  size_t selected = devices.kind == DeviceSelection::Kind::kGpuList ? devices.gpu_ids.size()
+                    : devices.kind == DeviceSelection::Kind::kCpu
+                        ? static_cast<size_t>(devices.cpu_workers)
+                        : SIZE_MAX;  // "all": CudaBackend::Create checks the device.
+  if (worker >= selected) {
+    return InvalidArgument("worker " + std::to_string(worker) +
+                           " has no device: the node file selects " + std::to_string(selected));
+  }
   if (config.node.backend == BackendKind::kSim) {
     std::map<std::string, SimCost> costs;
     for (const auto& [name, cost] : config.sim.models) {
@@ -54,7 +63,7 @@ Result<std::unique_ptr<Backend>> MakeBackend(const NodeConfig& config, const shm
 #if defined(FERRY_HAVE_CUDA)
   CudaBackendOptions options;
   options.device = devices.kind == DeviceSelection::Kind::kGpuList
-                       ? static_cast<int>(devices.gpu_ids.at(worker))
+                       ? static_cast<int>(devices.gpu_ids[worker])
                        : static_cast<int>(worker);
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CudaBackend::Create(options));
   // Inputs are copied host-to-device straight from the hook hosts' arenas.
@@ -86,12 +95,12 @@ void WarmUp(Backend& backend, Scheduler& scheduler, const std::vector<LoopModel>
     RequestIo io;
     io.rows = rows;
     for (const TensorSpec& spec : manifest.inputs) {
-      int64_t bytes = RowBytes(manifest, spec, variant, true) * (spec.batch_axis ? rows : 1);
+      int64_t bytes = RequestBytes(manifest, spec, variant, true, rows);
       buffers.emplace_back(static_cast<size_t>(bytes), 0);
       io.inputs.emplace_back(buffers.back());
     }
     for (const TensorSpec& spec : manifest.outputs) {
-      int64_t bytes = RowBytes(manifest, spec, variant, false) * (spec.batch_axis ? rows : 1);
+      int64_t bytes = RequestBytes(manifest, spec, variant, false, rows);
       buffers.emplace_back(static_cast<size_t>(bytes), 0);
       io.outputs.emplace_back(buffers.back());
     }
