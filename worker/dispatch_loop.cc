@@ -195,11 +195,7 @@ bool DispatchLoop::Turn() {
   }
   int64_t now = MonotonicNs();
   for (uint32_t h = 0; h < submissions_.size(); ++h) {
-    // Backpressure: a hook host that does not read its completions gets no more of its
-    // submissions drained until it does (the worker's backlog for it stays bounded).
-    if (pending_[h].size() < segment_.ring_capacity()) {
-      DrainSubmissions(h, now);
-    }
+    DrainSubmissions(h, now);
   }
   // Decide the next batch while fewer than max(2, MaxInFlight) are decided and unfinished
   // (one ahead of the execution, or as deep as the backend queues), then begin it if the
@@ -279,8 +275,15 @@ bool DispatchLoop::HookhostAlive(uint32_t h, uint32_t generation) const {
 }
 
 void DispatchLoop::DrainSubmissions(uint32_t h, int64_t now) {
+  // At most one ring's worth per turn, and only while this hook host's completion backlog is
+  // under one ring: a host that pushes without pause cannot hold the loop here (starving
+  // execution and the other hosts), and one that does not read its completions gets no more
+  // of its submissions drained until it does.
   shm::DescriptorData d{};
-  while (submissions_[h].TryPop(&d) == shm::RingStatus::kOk) {
+  uint32_t limit = segment_.ring_capacity();
+  for (uint32_t n = 0; n < limit && pending_[h].size() < limit &&
+                       submissions_[h].TryPop(&d) == shm::RingStatus::kOk;
+       ++n) {
     bool release = d.kind == static_cast<uint16_t>(shm::DescriptorKind::kRelease);
     Status valid = shm::ValidateDescriptor(d, release ? release_rules_[h] : submit_rules_[h]);
     if (!valid.ok()) {
@@ -688,8 +691,13 @@ bool DispatchLoop::HasRingWork() const {
   if (control_.HasWork()) {
     return true;
   }
-  return std::any_of(submissions_.begin(), submissions_.end(),
-                     [](const shm::RingConsumer& ring) { return ring.HasWork(); });
+  // A hook host held back for its completion backlog is no work: the loop must not spin on it.
+  for (size_t h = 0; h < submissions_.size(); ++h) {
+    if (pending_[h].size() < segment_.ring_capacity() && submissions_[h].HasWork()) {
+      return true;
+    }
+  }
+  return false;
 }
 
 void DispatchLoop::Sleep() {
