@@ -3,7 +3,7 @@
 namespace ferry::shm {
 
 ArenaStats ReadArenaStats(const Segment& segment, uint32_t slot) {
-  const SlotData& d = segment.slot(slot);
+  const AccountingData& d = segment.accounting(slot);
   return {d.bytes_in_use.load(std::memory_order_relaxed),
           d.high_water.load(std::memory_order_relaxed),
           d.failed_allocations.load(std::memory_order_relaxed),
@@ -12,7 +12,7 @@ ArenaStats ReadArenaStats(const Segment& segment, uint32_t slot) {
 
 Arena::Arena(const Segment& segment, uint32_t slot)
     : slot_(slot),
-      data_(&segment.slot(slot)),
+      data_(&segment.accounting(slot)),
       base_(segment.partition(slot).data()),
       extents_(segment.partition_bytes(), kBlockAlignment) {}
 

@@ -8,7 +8,7 @@
 // ResetSlot zeroes; its successor starts with an empty arena.
 //
 // Thread safety: requires external synchronization (one owner thread, or the caller's lock).
-// Process safety: SlotData accounting written by the owner only.
+// Process safety: AccountingData is in the owner's object, written by the owner only.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +34,7 @@ struct ArenaStats {
   uint64_t capacity = 0;
 };
 
-// Anyone may read any slot's accounting.
+// Anyone who maps the slot's object may read its accounting.
 ArenaStats ReadArenaStats(const Segment& segment, uint32_t slot);
 
 class Arena {
@@ -55,7 +55,7 @@ class Arena {
   void Publish();  // Copies the accounting into shared memory.
 
   uint32_t slot_;
-  SlotData* data_;
+  AccountingData* data_;
   uint8_t* base_;
   ExtentAllocator extents_;
 };

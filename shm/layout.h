@@ -1,22 +1,36 @@
-// DESIGN: the shared-memory segment, as plain data (the *Data types). Code that runs on it
+// DESIGN: the node's shared memory, as plain data (the *Data types). Code that runs on it
 // lives in segment.h (mapping), arena.h (owner-only allocation), ring.h (SPSC descriptor
-// rings) and recovery.h (supervisor-side reset).
+// rings and wake-ups) and recovery.h (supervisor-side reset).
 //
-// Layout (offsets from the segment base; nothing in shared memory is a pointer):
-//   SegmentHeaderData                 magic, layout version, sizes, table offsets
-//   SlotData[num_slots]               per process slot: generation, partition, accounting
-//   DoorbellData[num_slots]           per consuming process: the futex word it sleeps on
-//   StatusData[num_slots]             per process: heartbeat and seqlocked status snapshot
-//   RingData + DescriptorData[cap]    per ring, ring_count of them
-//   partitions                        one per slot, 256-byte aligned
+// Split by writer (docs/shared_memory.md has the write map): one shared-memory object per
+// process slot, "<name>.s<slot>", and one for the supervisor, "<name>". A process maps its
+// own object read-write and every other object it needs read-only (opened O_RDONLY, so
+// mprotect(PROT_WRITE) fails): the MMU, not a convention, keeps it from writing anything but
+// what it alone writes. The supervisor maps everything read-write (recovery rewrites a dead
+// process's regions).
+//
+// Supervisor object "<name>":
+//   SegmentHeaderData                 magic, layout version, sizes
+//   generation[num_slots]             per slot, bumped when its process dies
+//   BellData                          the supervisor's wake-up words
+//   reset_tail[2 x hookhosts x workers] per non-control ring: where recovery restarted it
+//   RingTailData + descriptors        the producer side of each control ring (one per slot)
+// Slot object "<name>.s<slot>":
+//   AccountingData                    its arena's counters
+//   BellData                          its sleeping flag and wake-up words
+//   StatusData                        heartbeat and seqlocked status (status.h)
+//   RingHeadData[consumed rings]      the consumer side of each ring it reads
+//   RingTailData + descriptors        the producer side of each ring it writes
+//   partition                         its arena, page aligned
 // Slots [0, hookhosts) are hook hosts, [hookhosts, hookhosts + workers) workers. Rings: a
 // submission ring per (hook host, worker), a completion ring per (worker, hook host), and a
 // control ring per slot fed by the supervisor.
 //
 // Thread safety: plain shared data; every field documents its single writer and ordering.
-// Process safety: each field names its single writer. A process that dies at any point
-// leaves only its own fields half-written; ResetSlot (recovery.h) repairs them and bumps the
-// slot's generation so anything still addressed to the dead incarnation is recognised.
+// Process safety: each field has a single writer process, enforced by the mappings. A process
+// that dies at any point leaves only its own object half-written (or scribbled); ResetSlot
+// (recovery.h) re-initialises all of it and bumps the slot's generation so anything still
+// addressed to the dead incarnation is recognised.
 #pragma once
 
 #include <atomic>
@@ -26,49 +40,51 @@
 namespace ferry::shm {
 
 inline constexpr uint64_t kMagic = 0x3179727265664653ULL;  // "SFferry1" little-endian.
-inline constexpr uint32_t kLayoutVersion = 2;
+inline constexpr uint32_t kLayoutVersion = 3;  // 3: one object per writer.
 inline constexpr uint64_t kBlockAlignment = 256;  // DMA and cudaHostRegister friendly.
 inline constexpr uint32_t kMaxTensors = 8;
 inline constexpr uint32_t kMaxRank = 8;
 inline constexpr uint32_t kMaxSlots = 256;
+// Hook hosts and workers each: a sleeper waits on one word per peer of the other kind, its
+// own and the supervisor's, and futex_waitv takes at most 128 words.
+inline constexpr uint32_t kMaxPerKind = 126;
+// The supervisor's role and producer slot: it owns no partition.
+inline constexpr uint32_t kSupervisor = 0xffffffffu;
+inline constexpr uint32_t kSupervisorProducer = kSupervisor;
+// Wake-up words per bell: one per slot, and one (the last) for the supervisor.
+inline constexpr uint32_t kBellTargets = kMaxSlots + 1;
 
 struct SegmentHeaderData {
   // Written once by the creator before any other process attaches; constant afterwards.
+  // Every offset is recomputed from these by whoever attaches (segment.cc), never read.
   uint64_t magic;
   uint32_t layout_version;
   uint32_t hookhosts;
   uint32_t workers;
   uint32_t ring_capacity;  // Descriptors per ring, a power of two.
-  uint64_t total_bytes;
+  uint64_t total_bytes;    // All objects together.
   uint64_t partition_bytes;
-  uint64_t slots_offset;
-  uint64_t doorbells_offset;
-  uint64_t status_offset;  // StatusData[num_slots] (shm/status.h).
-  uint64_t rings_offset;
-  uint64_t ring_stride;  // Bytes per RingData including its descriptors.
-  uint64_t partitions_offset;
 };
 
-struct SlotData {
-  // Written by the supervisor (ResetSlot); read by everyone. Bumped when the slot's process
-  // dies, so requests and completions of the old incarnation are recognised and dropped.
-  std::atomic<uint32_t> generation;
-  uint32_t padding0;
-  // Accounting: written only by the slot's owner (the arena); read by anyone (metrics,
-  // tests). ResetSlot zeroes bytes_in_use and blocks_in_use; high_water and
-  // failed_allocations are cumulative. Plain counters, relaxed ordering.
-  std::atomic<uint64_t> bytes_in_use;
+struct AccountingData {
+  // Written only by the slot's owner (the arena); read by anyone (metrics, tests). ResetSlot
+  // zeroes bytes_in_use and blocks_in_use; high_water and failed_allocations are cumulative.
+  // Plain counters, relaxed ordering.
+  alignas(64) std::atomic<uint64_t> bytes_in_use;
   std::atomic<uint64_t> high_water;
   std::atomic<uint64_t> failed_allocations;
   std::atomic<uint64_t> blocks_in_use;
 };
 
-struct DoorbellData {
-  // The futex word its consumer sleeps on. Incremented by any producer that finds
-  // `sleeping` set after publishing; read by the consumer before it sleeps.
-  alignas(64) std::atomic<uint32_t> word;
-  // Set by the consumer before it sleeps, cleared when it wakes (consumer-written).
-  std::atomic<uint32_t> sleeping;
+// A process's wake-up state. Producers never write a consumer's memory to wake it: each
+// process bumps a word of its own, `wake[target]`, and the target sleeps on all the words that
+// may wake it at once (futex_waitv; ring.h has the protocol).
+struct BellData {
+  // Set by the owner while it waits (WaitForWork), cleared when it wakes.
+  alignas(64) std::atomic<uint32_t> sleeping;
+  // wake[t]: bumped by the owner to wake slot t (index kMaxSlots: the supervisor), after
+  // publishing something t waits for and seeing t's `sleeping` set. Only t waits on it.
+  alignas(64) std::atomic<uint32_t> wake[kBellTargets];
 };
 
 struct TensorRefData {
@@ -98,30 +114,29 @@ struct DescriptorData {
   TensorRefData tensors[kMaxTensors];
 };
 
-struct RingData {
-  // Constant after creation; informational only: processes take the capacity and the slots
-  // from their private copy of the header (Segment::layout), never from here.
-  uint32_t capacity;       // Power of two.
-  uint32_t producer_slot;  // kSupervisorProducer for control rings.
-  uint32_t consumer_slot;
-  uint32_t padding0;
-  // Written only by the consumer: next index to read (monotonic, never wraps in practice).
+// A ring's consumer side, in the consumer's object.
+struct RingHeadData {
+  // Next index to read (monotonic, never wraps in practice). Published with release after the
+  // descriptor is copied out, handing its slot back to the producer.
   alignas(64) std::atomic<uint64_t> head;
-  // Consumer-written: descriptors it rejected as invalid.
+  // Descriptors it rejected as invalid (and impossible tails it saw).
   std::atomic<uint64_t> invalid_descriptors;
-  // Written only by the producer: next index to write. Published with release ordering
-  // after the descriptor is written, so an acquire load of tail makes it visible.
-  alignas(64) std::atomic<uint64_t> tail;
-  // Descriptors follow at the next 64-byte boundary: DescriptorData[capacity].
 };
 
-inline constexpr uint32_t kSupervisorProducer = 0xffffffffu;
+// A ring's producer side, in the producer's object; its descriptors follow at the next
+// 64-byte boundary: DescriptorData[capacity].
+struct RingTailData {
+  // Next index to write. Published with release after the descriptor is written, so an
+  // acquire load of tail makes it visible.
+  alignas(64) std::atomic<uint64_t> tail;
+};
 
 static_assert(std::is_standard_layout_v<SegmentHeaderData>);
 static_assert(std::is_trivially_copyable_v<DescriptorData>);
 static_assert(sizeof(DescriptorData) == 768, "descriptors are 12 cache lines");
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared atomics must be lock-free");
+static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex words are 32-bit");
 
 inline constexpr uint64_t AlignUp(uint64_t value, uint64_t alignment) {
   return (value + alignment - 1) / alignment * alignment;

@@ -1,5 +1,8 @@
 #include "shm/recovery.h"
 
+#include <climits>
+
+#include "shm/futex.h"
 #include "shm/status.h"
 
 namespace ferry::shm {
@@ -11,20 +14,37 @@ uint32_t ResetSlot(const Segment& segment, uint32_t slot) {
   // and its peers resolve them by generation (failed, then released), so none is lost.
   for (uint32_t r = 0; r < segment.num_rings(); ++r) {
     if (segment.RingConsumerSlot(r) == slot) {
-      RingData& ring = segment.ring(r);
-      ring.head.store(ring.tail.load(std::memory_order_acquire), std::memory_order_release);
+      segment.ring_head(r).head.store(segment.ring_tail(r).tail.load(std::memory_order_acquire),
+                                      std::memory_order_release);
+    }
+    if (segment.RingProducerSlot(r) == slot) {
+      // The live consumer rewinds to this point when it sees the new generation.
+      uint64_t head = segment.ring_head(r).head.load(std::memory_order_acquire);
+      segment.ring_reset_tail(r).store(head, std::memory_order_relaxed);
+      segment.ring_tail(r).tail.store(head, std::memory_order_release);
     }
   }
-  segment.doorbell(slot).sleeping.store(0, std::memory_order_relaxed);
-  // The dead process may have died mid-write of its status (sequence left odd): the
-  // supervisor writes a settled "stopped" snapshot in its place.
+  AccountingData& accounting = segment.accounting(slot);
+  accounting.bytes_in_use.store(0, std::memory_order_relaxed);
+  accounting.blocks_in_use.store(0, std::memory_order_relaxed);
+  if (accounting.high_water.load(std::memory_order_relaxed) > segment.partition_bytes()) {
+    accounting.high_water.store(segment.partition_bytes(), std::memory_order_relaxed);
+  }
+  // The dead process may have died mid-write of its status (sequence left odd) or written
+  // garbage: the supervisor writes a settled "stopped" snapshot in its place.
   StatusSnapshotData stopped{};
   stopped.state = static_cast<uint32_t>(ProcessState::kStopped);
   StatusWriter(segment, slot).Publish(stopped);
-  SlotData& data = segment.slot(slot);
-  data.bytes_in_use.store(0, std::memory_order_relaxed);
-  data.blocks_in_use.store(0, std::memory_order_relaxed);
-  return data.generation.fetch_add(1, std::memory_order_acq_rel) + 1;
+  BellData& bell = segment.bell(slot);
+  bell.sleeping.store(0, std::memory_order_relaxed);
+  uint32_t generation = segment.generation(slot).fetch_add(1, std::memory_order_acq_rel) + 1;
+  for (uint32_t target = 0; target <= segment.num_slots(); ++target) {
+    // Targets are the slots, then the supervisor (the bell's last word).
+    std::atomic<uint32_t>& word = bell.wake[target == segment.num_slots() ? kMaxSlots : target];
+    word.fetch_add(1, std::memory_order_release);
+    FutexWake(&word, INT_MAX);
+  }
+  return generation;
 }
 
 }  // namespace ferry::shm

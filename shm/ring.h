@@ -1,21 +1,27 @@
 // Bounded lock-free single-producer single-consumer rings of fixed-size descriptors, and the
-// doorbell a consumer sleeps on.
+// wake-ups that let either side sleep.
 //
-// Ordering (layout.h RingData): the producer writes the descriptor, then publishes
-// tail + 1 with release; the consumer loads tail once with acquire, copies the descriptor
-// out, then publishes head + 1 with release, handing the slot back. Each index is read once
-// per operation and checked: a peer that writes nonsense into its index makes the ring report
-// kCorrupt, never an out-of-bounds access.
+// Ordering (layout.h RingHeadData / RingTailData): the producer writes the descriptor, then
+// publishes tail + 1 with release; the consumer loads tail once with acquire, copies the
+// descriptor out, then publishes head + 1 with release, handing the slot back. Each index is
+// read once per operation and checked: a peer that writes nonsense into its index makes the
+// ring report kCorrupt, never an out-of-bounds access. tail lives in the producer's object and
+// head in the consumer's, so each side can write only its own.
 //
-// Wake-up: a consumer spins briefly, then announces `sleeping` and futex-waits on its
-// doorbell word; a producer that sees `sleeping` after publishing bumps the word and wakes it.
-// A seq_cst fence on each side (Dekker) guarantees one of them sees the other: no lost wake-up.
-// No pthread mutex or condition variable is shared between processes.
+// Wake-ups, both directions: a process about to sleep reads the words that may wake it (its
+// own wake[self], the supervisor's and every peer's of the other kind), sets its `sleeping`
+// flag, re-checks its condition and futex_waitv's on all those words at once. A process that
+// published something (a push: a consumer's work; a pop: a full ring's space) issues a
+// seq_cst fence, reads the other side's `sleeping` and, if set, bumps its own wake[other] and
+// futex-wakes it. The fences (Dekker) guarantee that the sleeper's re-check sees the
+// publication or the publisher sees the flag, and a bump after the sleeper read the word
+// makes futex_waitv return at once: no lost wake-up in either direction. Nobody writes
+// another process's memory to wake it.
 //
 // Thread safety: one producer object and one consumer object per ring, each used by one
 // thread at a time.
-// Process safety: head is consumer-written, tail producer-written; a dead peer's index stays
-// at its last published value.
+// Process safety: head is consumer-written, tail producer-written, each in its writer's own
+// object; a dead peer's index stays at its last published value until ResetSlot repairs it.
 #pragma once
 
 #include <cstdint>
@@ -27,28 +33,50 @@ namespace ferry::shm {
 
 enum class RingStatus { kOk, kFull, kEmpty, kCorrupt };
 
+// Wakes one process on behalf of another. REQUIRES: the waker's bell is writable in this view.
+class Waker {
+ public:
+  Waker(const Segment& segment, uint32_t from, uint32_t to);
+  // After publishing: wakes `to` if it announced that it sleeps (fence, then one load).
+  void Notify() const;
+
+ private:
+  const BellData* target_;
+  std::atomic<uint32_t>* word_;  // from's wake[to].
+};
+
 class RingProducer {
  public:
+  // REQUIRES: the producer's object is writable in this view. Starts from the published tail.
   RingProducer(const Segment& segment, uint32_t ring);
-  // kOk, kFull (nothing written), or kCorrupt (the consumer's head is impossible).
+  // kOk, kFull (nothing written), or kCorrupt (the consumer's head is impossible: ahead of
+  // tail or more than a ring behind; nothing written).
   RingStatus TryPush(const DescriptorData& descriptor);
+  // True when TryPush would not report kFull or kCorrupt (one acquire load).
+  bool HasSpace() const;
   uint32_t ring_index() const { return index_; }
 
  private:
-  RingData* ring_;
+  const RingHeadData* head_;
+  RingTailData* tail_data_;
   DescriptorData* slots_;
-  DoorbellData* doorbell_;
+  Waker consumer_;
   uint32_t index_;
   uint64_t mask_;
-  uint64_t tail_;  // Private copy: the producer is tail's only writer.
+  uint64_t tail_;         // Private copy: the producer is tail's only writer.
+  uint64_t cached_head_;  // The consumer's head when last read (never ahead of the real one).
 };
 
 class RingConsumer {
  public:
+  // REQUIRES: the consumer's object is writable in this view.
   RingConsumer(const Segment& segment, uint32_t ring);
   // kOk with *out filled (a private copy of the header and of the min(num_tensors, 8)
   // tensors it declares; validate it before use), kEmpty, or kCorrupt (the producer's tail
-  // is impossible; counted in invalid_descriptors).
+  // is impossible; counted in invalid_descriptors). A pop wakes a producer sleeping for space.
+  // When the producer's slot was reset (its generation moved), the ring is first rewound to
+  // where ResetSlot restarted it: nothing cached from the dead incarnation is popped, and a
+  // copy the successor may have been writing is dropped.
   RingStatus TryPop(DescriptorData* out);
   // True when a descriptor is waiting (one acquire load); false for an impossible tail.
   bool HasWork() const;
@@ -57,22 +85,34 @@ class RingConsumer {
   uint32_t ring_index() const { return index_; }
 
  private:
-  RingData* ring_;
-  DescriptorData* slots_;
+  RingHeadData* head_data_;
+  const RingTailData* tail_;
+  const DescriptorData* slots_;
+  Waker producer_;
   uint32_t index_;
   uint64_t capacity_;
   uint64_t mask_;
-  uint64_t head_;  // Private copy: the consumer is head's only writer.
+  bool ProducerReset();  // Rewinds after a reset of the producer's slot; true if it did.
+
+  uint64_t head_;         // Private copy: the consumer is head's only writer.
+  uint64_t cached_tail_;  // The producer's tail when last read and checked.
+  // The producer's slot generation (null for the supervisor's control rings), the one last
+  // seen, and where recovery restarts the ring.
+  const std::atomic<uint32_t>* producer_generation_ = nullptr;
+  const std::atomic<uint64_t>* reset_tail_ = nullptr;
+  uint32_t seen_generation_ = 0;
 };
 
-// Wakes `consumer_slot` if it sleeps on its doorbell (any thread of any process may ring it:
-// e.g. the worker's execution thread when a batch finishes). Same fences as TryPush.
-void RingDoorbell(const Segment& segment, uint32_t consumer_slot);
+// Wakes `slot` from inside its own process (e.g. the worker's execution thread when a batch
+// finishes). REQUIRES: this view owns `slot` (or is the supervisor's).
+void RingDoorbell(const Segment& segment, uint32_t slot);
 
-// One thread per slot may wait at a time (the doorbell has one sleeping flag).
-// Blocks the calling consumer until `ready()` or timeout: spins `spin_iterations` checks,
-// then sleeps on the slot's doorbell futex. Returns ready()'s last value.
-bool WaitForWork(const Segment& segment, uint32_t consumer_slot, const std::function<bool()>& ready,
+// One thread per slot may wait at a time (the bell has one sleeping flag).
+// Blocks the calling thread of `slot`'s process until `ready()` or timeout: spins
+// `spin_iterations` checks, then sleeps on every word that may wake the slot (see above).
+// Returns ready()'s last value. Without futex_waitv (Linux < 5.16) it sleeps in steps of at
+// most 50 us instead. REQUIRES: this view owns `slot` (or is the supervisor's).
+bool WaitForWork(const Segment& segment, uint32_t slot, const std::function<bool()>& ready,
                  int64_t timeout_ns, int spin_iterations = 2000);
 
 }  // namespace ferry::shm

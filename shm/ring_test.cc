@@ -4,9 +4,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
+#include "shm/recovery.h"
 #include "tests/testing/shm_name.h"
 
 namespace ferry::shm {
@@ -53,21 +55,31 @@ TEST_CASE("indices wrap around the ring many times") {
     REQUIRE(consumer.TryPop(&out) == RingStatus::kOk);
     CHECK(out.sequence == i);
   }
-  CHECK(f.segment.ring(f.ring).head.load() == 1000);
+  CHECK(f.segment.ring_head(f.ring).head.load() == 1000);
 }
 
 TEST_CASE("an impossible index from a hostile peer is reported, never followed") {
   Fixture f;
   RingConsumer consumer(f.segment, f.ring);
   DescriptorData out{};
-  f.segment.ring(f.ring).tail.store(1000);  // A producer claiming 1000 unread descriptors.
-  CHECK_FALSE(consumer.HasWork());          // Not work: a consumer must not spin on it.
+  f.segment.ring_tail(f.ring).tail.store(1000);  // A producer claiming 1000 unread descriptors.
+  CHECK_FALSE(consumer.HasWork());               // Not work: a consumer must not spin on it.
   CHECK(consumer.TryPop(&out) == RingStatus::kCorrupt);
-  CHECK(f.segment.ring(f.ring).invalid_descriptors.load() == 1);
-  f.segment.ring(f.ring).tail.store(0);
+  CHECK(f.segment.ring_head(f.ring).invalid_descriptors.load() == 1);
+  f.segment.ring_tail(f.ring).tail.store(0);
   RingProducer producer(f.segment, f.ring);
-  f.segment.ring(f.ring).head.store(5);  // A consumer claiming to have read ahead of tail.
-  CHECK(producer.TryPush(Numbered(1)) == RingStatus::kCorrupt);
+  f.segment.ring_head(f.ring).head.store(5);  // A consumer claiming to have read ahead of tail.
+  CHECK_FALSE(producer.HasSpace());
+  RingProducer fresh(f.segment, f.ring);  // One that reads the head (a cached one is stale).
+  CHECK(fresh.TryPush(Numbered(1)) == RingStatus::kCorrupt);
+  CHECK(f.segment.ring_tail(f.ring).tail.load() == 0);  // Nothing written.
+  // A head impossibly far behind the tail is refused too.
+  f.segment.ring_tail(f.ring).tail.store(100);
+  f.segment.ring_head(f.ring).head.store(0);
+  RingProducer restarted(f.segment, f.ring);
+  CHECK_FALSE(restarted.HasSpace());
+  CHECK(restarted.TryPush(Numbered(2)) == RingStatus::kCorrupt);
+  CHECK(f.segment.ring_tail(f.ring).tail.load() == 100);
 }
 
 TEST_CASE("a popped copy keeps nothing of an earlier descriptor beyond its own tensors") {
@@ -92,7 +104,11 @@ TEST_CASE("a popped copy keeps nothing of an earlier descriptor beyond its own t
 
 TEST_CASE("ring geometry comes from the private header copy, not from shared memory") {
   Fixture f;
-  f.segment.ring(f.ring).capacity = 1u << 30;  // A peer scribbles on the shared copy.
+  for (const Mapping& m : f.segment.mappings()) {
+    if (m.slot == kSupervisor) {  // A peer scribbles on the shared header.
+      reinterpret_cast<SegmentHeaderData*>(m.bytes.data())->ring_capacity = 1u << 30;
+    }
+  }
   RingProducer producer(f.segment, f.ring);
   for (uint64_t i = 0; i < 8; ++i) {
     REQUIRE(producer.TryPush(Numbered(i)) == RingStatus::kOk);
@@ -108,7 +124,7 @@ TEST_CASE("a consumer in another process sleeps on the doorbell and misses no wa
   constexpr int kCount = 300;
   pid_t child = fork();
   if (child == 0) {
-    Segment segment = Segment::Attach(f.name).value();
+    Segment segment = Segment::Attach(f.name, 1).value();  // The worker's view.
     RingConsumer consumer(segment, f.ring);
     uint32_t slot = segment.WorkerSlot(0);
     DescriptorData out{};
@@ -142,6 +158,76 @@ TEST_CASE("a consumer in another process sleeps on the doorbell and misses no wa
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+}
+
+}  // namespace
+}  // namespace ferry::shm
+
+namespace ferry::shm {
+namespace {
+
+TEST_CASE("a producer asleep on a full ring is woken by the pop that frees space") {
+  Fixture f;
+  pid_t child = fork();
+  if (child == 0) {
+    // The hook host's view: it fills the ring, then sleeps until there is space, with a
+    // 20 s timeout a lost wake-up would run into.
+    Segment segment = Segment::Attach(f.name, 0).value();
+    RingProducer producer(segment, f.ring);
+    for (uint64_t i = 0; i < 8; ++i) {
+      if (producer.TryPush(Numbered(i)) != RingStatus::kOk) {
+        _exit(2);
+      }
+    }
+    for (uint64_t i = 8; i < 200; ++i) {
+      while (producer.TryPush(Numbered(i)) == RingStatus::kFull) {
+        auto start = std::chrono::steady_clock::now();
+        WaitForWork(
+            segment, 0, [&] { return producer.HasSpace(); }, 20'000'000'000, 0);
+        if (std::chrono::steady_clock::now() - start > std::chrono::seconds(10)) {
+          _exit(3);  // Woken by the timeout, not by the pop.
+        }
+      }
+    }
+    _exit(0);
+  }
+  RingConsumer consumer(f.segment, f.ring);
+  DescriptorData out{};
+  auto start = std::chrono::steady_clock::now();
+  for (uint64_t expected = 0; expected < 200;) {
+    if (consumer.TryPop(&out) == RingStatus::kOk) {
+      REQUIRE(out.sequence == expected);
+      ++expected;
+      if (expected % 8 == 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));  // Let it fall asleep.
+      }
+    }
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+}
+
+TEST_CASE("recovery wakes a producer asleep on a ring whose consumer died") {
+  Fixture f;
+  RingProducer producer(f.segment, f.ring);
+  for (uint64_t i = 0; i < 8; ++i) {
+    REQUIRE(producer.TryPush(Numbered(i)) == RingStatus::kOk);
+  }
+  std::atomic<bool> woke{false};
+  std::thread sleeper([&] {
+    WaitForWork(
+        f.segment, 0, [&] { return producer.HasSpace(); }, 20'000'000'000, 0);
+    woke = producer.HasSpace();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto start = std::chrono::steady_clock::now();
+  ResetSlot(f.segment, f.segment.WorkerSlot(0));  // The consumer died with a full ring.
+  sleeper.join();
+  CHECK(woke);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
 }
 
 }  // namespace

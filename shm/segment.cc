@@ -1,6 +1,8 @@
 #include "shm/segment.h"
 
 #include <boost/interprocess/shared_memory_object.hpp>
+#include <cstdio>
+#include <cstdlib>
 #include <new>
 
 #include "shm/status.h"
@@ -14,53 +16,74 @@ constexpr uint64_t kPage = 4096;
 constexpr uint64_t kMinPartition = 64 << 10;
 
 uint64_t RingStride(uint32_t capacity) {
-  return AlignUp(sizeof(RingData), 64) + uint64_t{capacity} * sizeof(DescriptorData);
+  return AlignUp(sizeof(RingTailData), 64) + uint64_t{capacity} * sizeof(DescriptorData);
 }
 
-// Fills every offset of `h` for the layout; false when the partitions would be too small.
-bool ComputeLayout(const SegmentLayout& layout, SegmentHeaderData* h) {
-  uint32_t slots = layout.hookhosts + layout.workers;
-  uint64_t rings = 2ull * layout.hookhosts * layout.workers + slots;
-  h->magic = kMagic;
-  h->layout_version = kLayoutVersion;
-  h->hookhosts = layout.hookhosts;
-  h->workers = layout.workers;
-  h->ring_capacity = layout.ring_capacity;
-  h->total_bytes = layout.total_bytes;
-  uint64_t offset = AlignUp(sizeof(SegmentHeaderData), 64);
-  h->slots_offset = offset;
-  offset = AlignUp(offset + slots * sizeof(SlotData), 64);
-  h->doorbells_offset = offset;
-  offset = AlignUp(offset + slots * sizeof(DoorbellData), 64);
-  h->status_offset = offset;
-  offset = AlignUp(offset + slots * sizeof(StatusData), 64);
-  h->rings_offset = offset;
-  h->ring_stride = RingStride(layout.ring_capacity);
-  offset += rings * h->ring_stride;
-  h->partitions_offset = AlignUp(offset, kPage);
-  if (h->partitions_offset >= layout.total_bytes) {
-    return false;
-  }
-  uint64_t per_slot = (layout.total_bytes - h->partitions_offset) / slots;
-  h->partition_bytes = per_slot / kBlockAlignment * kBlockAlignment;
-  return h->partition_bytes >= kMinPartition;
+SlotObjectLayout SlotObject(uint32_t rings_in, uint32_t rings_out, uint32_t capacity) {
+  SlotObjectLayout l;
+  l.rings_in = rings_in;
+  l.rings_out = rings_out;
+  uint64_t offset = 0;
+  l.accounting_offset = offset;
+  offset = AlignUp(offset + sizeof(AccountingData), 64);
+  l.bell_offset = offset;
+  offset = AlignUp(offset + sizeof(BellData), 64);
+  l.status_offset = offset;
+  offset = AlignUp(offset + sizeof(StatusData), 64);
+  l.heads_offset = offset;
+  offset += uint64_t{rings_in} * AlignUp(sizeof(RingHeadData), 64);
+  l.tails_offset = AlignUp(offset, 64);
+  offset = l.tails_offset + uint64_t{rings_out} * RingStride(capacity);
+  l.partition_offset = AlignUp(offset, kPage);
+  return l;
 }
-
-}  // namespace
-
-Segment::Segment(std::string name, bip::mapped_region region)
-    : name_(std::move(name)), region_(std::move(region)) {
-  header_ = static_cast<SegmentHeaderData*>(region_.get_address());
-}
-
-namespace {
 
 bool ValidRingCapacity(uint32_t capacity) {
   return capacity >= 2 && (capacity & (capacity - 1)) == 0 && capacity <= (1u << 20);
 }
 
 bool ValidSlotCounts(uint64_t hookhosts, uint64_t workers) {
-  return hookhosts > 0 && workers > 0 && hookhosts + workers <= kMaxSlots;
+  return hookhosts > 0 && workers > 0 && hookhosts <= kMaxPerKind && workers <= kMaxPerKind;
+}
+
+// Everything an attached view computes from the header.
+struct ComputedLayout {
+  SlotObjectLayout hookhost;
+  SlotObjectLayout worker;
+  uint64_t generations_offset = 0;
+  uint64_t supervisor_bell_offset = 0;
+  uint64_t reset_tails_offset = 0;
+  uint64_t control_tails_offset = 0;
+  uint64_t supervisor_bytes = 0;
+  uint64_t partition_bytes = 0;
+};
+
+// False when the partitions would be too small.
+bool ComputeLayout(const SegmentLayout& in, ComputedLayout* out) {
+  uint32_t slots = in.hookhosts + in.workers;
+  ComputedLayout c;
+  c.hookhost = SlotObject(in.workers + 1, in.workers, in.ring_capacity);
+  c.worker = SlotObject(in.hookhosts + 1, in.hookhosts, in.ring_capacity);
+  uint64_t offset = AlignUp(sizeof(SegmentHeaderData), 64);
+  c.generations_offset = offset;
+  offset = AlignUp(offset + slots * sizeof(std::atomic<uint32_t>), 64);
+  c.supervisor_bell_offset = offset;
+  offset = AlignUp(offset + sizeof(BellData), 64);
+  c.reset_tails_offset = offset;
+  offset = AlignUp(offset + 2ull * in.hookhosts * in.workers * sizeof(std::atomic<uint64_t>), 64);
+  c.control_tails_offset = offset;
+  offset += slots * RingStride(in.ring_capacity);
+  c.supervisor_bytes = AlignUp(offset, kPage);
+  uint64_t overhead = c.supervisor_bytes + in.hookhosts * c.hookhost.partition_offset +
+                      in.workers * c.worker.partition_offset;
+  if (overhead >= in.total_bytes) {
+    return false;
+  }
+  c.partition_bytes = (in.total_bytes - overhead) / slots / kBlockAlignment * kBlockAlignment;
+  c.hookhost.bytes = c.hookhost.partition_offset + c.partition_bytes;
+  c.worker.bytes = c.worker.partition_offset + c.partition_bytes;
+  *out = c;
+  return c.partition_bytes >= kMinPartition;
 }
 
 }  // namespace
@@ -69,104 +92,219 @@ std::string Segment::NameForNode(std::string_view node_name) {
   return "ferry-" + std::string(node_name);
 }
 
+std::string Segment::ObjectName(const std::string& name, uint32_t slot) {
+  return slot == kSupervisor ? name : name + ".s" + std::to_string(slot);
+}
+
 bool Segment::Remove(const std::string& name) {
+  // The slot count of a stale segment may be unreadable (a scribbled header): every name a
+  // segment could have is removed.
+  for (uint32_t s = 0; s < kMaxSlots; ++s) {
+    bip::shared_memory_object::remove(ObjectName(name, s).c_str());
+  }
   return bip::shared_memory_object::remove(name.c_str());
 }
 
 Result<Segment> Segment::Create(const std::string& name, const SegmentLayout& layout) {
   if (!ValidSlotCounts(layout.hookhosts, layout.workers)) {
-    return InvalidArgument("shared memory: need 1 to " + std::to_string(kMaxSlots) +
-                           " slots (hook hosts + workers), got " +
-                           std::to_string(layout.hookhosts) + " + " +
+    return InvalidArgument("shared memory: need 1 to " + std::to_string(kMaxPerKind) +
+                           " hook hosts and 1 to " + std::to_string(kMaxPerKind) +
+                           " workers, got " + std::to_string(layout.hookhosts) + " + " +
                            std::to_string(layout.workers));
   }
   if (!ValidRingCapacity(layout.ring_capacity)) {
     return InvalidArgument("shared memory: ring capacity must be a power of two in [2, 2^20]");
   }
-  SegmentHeaderData header{};
-  if (!ComputeLayout(layout, &header)) {
+  ComputedLayout c;
+  if (!ComputeLayout(layout, &c)) {
     return InvalidArgument("shared memory: " + std::to_string(layout.total_bytes) +
                            " bytes leave less than 64 KiB per process partition for " +
                            std::to_string(layout.hookhosts + layout.workers) +
                            " processes; raise node.shm_size");
   }
-  // A stale segment from a crashed run never blocks a new start.
-  bip::shared_memory_object::remove(name.c_str());
+  // Stale objects from a crashed run never block a new start.
+  Remove(name);
+  Segment segment;
+  segment.name_ = name;
+  segment.owner_ = kSupervisor;
+  segment.layout_ = {kMagic,
+                     kLayoutVersion,
+                     layout.hookhosts,
+                     layout.workers,
+                     layout.ring_capacity,
+                     layout.total_bytes,
+                     c.partition_bytes};
+  segment.hookhost_layout_ = c.hookhost;
+  segment.worker_layout_ = c.worker;
+  segment.generations_offset_ = c.generations_offset;
+  segment.supervisor_bell_offset_ = c.supervisor_bell_offset;
+  segment.reset_tails_offset_ = c.reset_tails_offset;
+  segment.control_tails_offset_ = c.control_tails_offset;
+  segment.supervisor_bytes_ = c.supervisor_bytes;
+  uint32_t slots = segment.num_slots();
   try {
     bip::permissions mode(0600);
-    bip::shared_memory_object object(bip::create_only, name.c_str(), bip::read_write, mode);
-    object.truncate(static_cast<bip::offset_t>(layout.total_bytes));
-    bip::mapped_region region(object, bip::read_write);
-    Segment segment(name, std::move(region));
-    segment.layout_ = header;
-    uint8_t* base = segment.base();
-    uint32_t slots = layout.hookhosts + layout.workers;
-    for (uint32_t s = 0; s < slots; ++s) {
-      SlotData* slot = new (base + header.slots_offset + s * sizeof(SlotData)) SlotData{};
-      slot->generation.store(1, std::memory_order_relaxed);
-      new (base + header.doorbells_offset + s * sizeof(DoorbellData)) DoorbellData{};
-      new (base + header.status_offset + s * sizeof(StatusData)) StatusData{};
+    for (uint32_t i = 0; i <= slots; ++i) {
+      uint32_t slot = i == slots ? kSupervisor : i;
+      uint64_t bytes = slot == kSupervisor ? c.supervisor_bytes : segment.SlotLayout(slot).bytes;
+      std::string object_name = ObjectName(name, slot);
+      bip::shared_memory_object object(bip::create_only, object_name.c_str(), bip::read_write,
+                                       mode);
+      object.truncate(static_cast<bip::offset_t>(bytes));
+      segment.regions_.emplace_back(object, bip::read_write);
+      segment.bases_.push_back(static_cast<uint8_t*>(segment.regions_.back().get_address()));
+      segment.writable_.push_back(true);
     }
-    // The header goes in before the rings so the ring helpers can find their offsets.
-    new (base) SegmentHeaderData(header);
-    for (uint32_t r = 0; r < segment.num_rings(); ++r) {
-      RingData* ring = new (base + header.rings_offset + r * header.ring_stride) RingData{};
-      ring->capacity = layout.ring_capacity;
-    }
-    for (uint32_t s = 0; s < slots; ++s) {
-      segment.ring(segment.ControlRing(s)).producer_slot = kSupervisorProducer;
-      segment.ring(segment.ControlRing(s)).consumer_slot = s;
-    }
-    for (uint32_t h = 0; h < layout.hookhosts; ++h) {
-      for (uint32_t w = 0; w < layout.workers; ++w) {
-        segment.ring(segment.SubmissionRing(h, w)).producer_slot = segment.HookhostSlot(h);
-        segment.ring(segment.SubmissionRing(h, w)).consumer_slot = segment.WorkerSlot(w);
-        segment.ring(segment.CompletionRing(w, h)).producer_slot = segment.WorkerSlot(w);
-        segment.ring(segment.CompletionRing(w, h)).consumer_slot = segment.HookhostSlot(h);
-      }
-    }
-    std::atomic_thread_fence(std::memory_order_release);
-    return segment;
   } catch (const bip::interprocess_exception& e) {
-    bip::shared_memory_object::remove(name.c_str());
+    Remove(name);
     return Internal("shared memory: cannot create '" + name + "': " + e.what());
   }
+  // Fresh objects read as zeros; every shared type is still constructed in place.
+  for (uint32_t s = 0; s < slots; ++s) {
+    const SlotObjectLayout& l = segment.SlotLayout(s);
+    uint8_t* base = segment.bases_[s];
+    new (base + l.accounting_offset) AccountingData{};
+    new (base + l.bell_offset) BellData{};
+    new (base + l.status_offset) StatusData{};
+    for (uint32_t r = 0; r < l.rings_in; ++r) {
+      new (base + l.heads_offset + r * AlignUp(sizeof(RingHeadData), 64)) RingHeadData{};
+    }
+    for (uint32_t r = 0; r < l.rings_out; ++r) {
+      new (base + l.tails_offset + r * RingStride(layout.ring_capacity)) RingTailData{};
+    }
+    new (&segment.generation(s)) std::atomic<uint32_t>(1);
+  }
+  uint8_t* supervisor = segment.bases_[slots];
+  new (supervisor + c.supervisor_bell_offset) BellData{};
+  for (uint32_t r = 0; r < 2 * layout.hookhosts * layout.workers; ++r) {
+    new (&segment.ring_reset_tail(r)) std::atomic<uint64_t>(0);
+  }
+  for (uint32_t s = 0; s < slots; ++s) {
+    new (supervisor + c.control_tails_offset + s * RingStride(layout.ring_capacity))
+        RingTailData{};
+  }
+  new (supervisor) SegmentHeaderData(segment.layout_);
+  std::atomic_thread_fence(std::memory_order_release);
+  return segment;
 }
 
-Result<Segment> Segment::Attach(const std::string& name) {
+Result<Segment> Segment::Attach(const std::string& name, uint32_t owner) {
+  bool supervisor = owner == kSupervisor;
+  bip::mode_t own_mode = bip::read_write;
+  bip::mode_t peer_mode = supervisor ? bip::read_write : bip::read_only;
+  Segment segment;
+  segment.name_ = name;
+  segment.owner_ = owner;
+  SegmentHeaderData h{};
   try {
-    bip::shared_memory_object object(bip::open_only, name.c_str(), bip::read_write);
-    bip::mapped_region region(object, bip::read_write);
+    bip::shared_memory_object object(bip::open_only, name.c_str(), peer_mode);
+    bip::mapped_region region(object, peer_mode);
     if (region.get_size() < sizeof(SegmentHeaderData)) {
       return InvalidArgument("shared memory '" + name + "': too small for a header");
     }
-    Segment segment(name, std::move(region));
-    const SegmentHeaderData h = *segment.header_;  // One read; checked, then trusted.
-    if (h.magic != kMagic) {
-      return InvalidArgument("shared memory '" + name + "': not a ferry segment (bad magic)");
-    }
-    if (h.layout_version != kLayoutVersion) {
-      return InvalidArgument("shared memory '" + name + "': layout version " +
-                             std::to_string(h.layout_version) + ", this build speaks " +
-                             std::to_string(kLayoutVersion) + "; restart the node");
-    }
-    SegmentHeaderData expected{};
-    SegmentLayout layout{h.hookhosts, h.workers, h.ring_capacity, h.total_bytes};
-    bool sane = ValidSlotCounts(h.hookhosts, h.workers) && ValidRingCapacity(h.ring_capacity) &&
-                h.total_bytes == segment.region_.get_size() && ComputeLayout(layout, &expected) &&
-                expected.partitions_offset == h.partitions_offset &&
-                expected.partition_bytes == h.partition_bytes &&
-                expected.rings_offset == h.rings_offset &&
-                expected.status_offset == h.status_offset && expected.ring_stride == h.ring_stride;
-    if (!sane) {
-      return InvalidArgument("shared memory '" + name +
-                             "': header does not match its own layout or the mapping size");
-    }
-    segment.layout_ = expected;
-    return segment;
+    h = *static_cast<const SegmentHeaderData*>(region.get_address());  // One read; checked.
+    segment.regions_.resize(1);
+    segment.regions_[0] = std::move(region);
   } catch (const bip::interprocess_exception& e) {
     return NotFound("shared memory: cannot attach '" + name + "': " + e.what());
   }
+  if (h.magic != kMagic) {
+    return InvalidArgument("shared memory '" + name + "': not a ferry segment (bad magic)");
+  }
+  if (h.layout_version != kLayoutVersion) {
+    return InvalidArgument("shared memory '" + name + "': layout version " +
+                           std::to_string(h.layout_version) + ", this build speaks " +
+                           std::to_string(kLayoutVersion) + "; restart the node");
+  }
+  ComputedLayout c;
+  SegmentLayout layout{h.hookhosts, h.workers, h.ring_capacity, h.total_bytes};
+  bool sane = ValidSlotCounts(h.hookhosts, h.workers) && ValidRingCapacity(h.ring_capacity) &&
+              ComputeLayout(layout, &c) && c.partition_bytes == h.partition_bytes &&
+              c.supervisor_bytes == segment.regions_[0].get_size();
+  if (!sane) {
+    return InvalidArgument("shared memory '" + name +
+                           "': header does not match its own layout or the mapping size");
+  }
+  segment.layout_ = h;
+  segment.hookhost_layout_ = c.hookhost;
+  segment.worker_layout_ = c.worker;
+  segment.generations_offset_ = c.generations_offset;
+  segment.supervisor_bell_offset_ = c.supervisor_bell_offset;
+  segment.reset_tails_offset_ = c.reset_tails_offset;
+  segment.control_tails_offset_ = c.control_tails_offset;
+  segment.supervisor_bytes_ = c.supervisor_bytes;
+  uint32_t slots = segment.num_slots();
+  if (!supervisor && owner >= slots) {
+    return InvalidArgument("shared memory '" + name + "': slot " + std::to_string(owner) +
+                           " does not exist (the segment has " + std::to_string(slots) + ")");
+  }
+  bip::mapped_region supervisor_region = std::move(segment.regions_[0]);
+  segment.regions_.clear();
+  segment.regions_.resize(slots + 1);
+  segment.bases_.assign(slots + 1, nullptr);
+  segment.writable_.assign(slots + 1, false);
+  segment.regions_[slots] = std::move(supervisor_region);
+  segment.bases_[slots] = static_cast<uint8_t*>(segment.regions_[slots].get_address());
+  segment.writable_[slots] = supervisor;
+  for (uint32_t s = 0; s < slots; ++s) {
+    bool own = s == owner;
+    bool peer = supervisor || segment.IsWorkerSlot(s) != segment.IsWorkerSlot(owner);
+    if (!own && !peer) {
+      continue;  // Same-kind objects: not needed, so not mapped.
+    }
+    bip::mode_t mode = own ? own_mode : peer_mode;
+    std::string object_name = ObjectName(name, s);
+    try {
+      bip::shared_memory_object object(bip::open_only, object_name.c_str(), mode);
+      bip::mapped_region region(object, mode);
+      if (region.get_size() != segment.SlotLayout(s).bytes) {
+        return InvalidArgument("shared memory '" + object_name + "': " +
+                               std::to_string(region.get_size()) + " bytes, the header implies " +
+                               std::to_string(segment.SlotLayout(s).bytes) +
+                               "; header does not match");
+      }
+      segment.regions_[s] = std::move(region);
+    } catch (const bip::interprocess_exception& e) {
+      return NotFound("shared memory: cannot attach '" + object_name + "': " + e.what());
+    }
+    segment.bases_[s] = static_cast<uint8_t*>(segment.regions_[s].get_address());
+    segment.writable_[s] = mode == bip::read_write;
+  }
+  // Pairs with the release fence at the end of Create (and orders this process's first
+  // writes after its reading of its generation: recovery.h, StillCurrent).
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return segment;
+}
+
+bool Segment::IsMapped(uint32_t slot) const {
+  uint32_t i = ObjectIndex(slot);
+  return i < bases_.size() && bases_[i] != nullptr;
+}
+
+bool Segment::IsWritable(uint32_t slot) const {
+  return IsMapped(slot) && writable_[ObjectIndex(slot)];
+}
+
+std::vector<Mapping> Segment::mappings() const {
+  std::vector<Mapping> out;
+  for (uint32_t i = 0; i < bases_.size(); ++i) {
+    if (bases_[i] != nullptr) {
+      out.push_back({i == num_slots() ? kSupervisor : i, {bases_[i], regions_[i].get_size()},
+                     static_cast<bool>(writable_[i])});
+    }
+  }
+  return out;
+}
+
+uint8_t* Segment::Base(uint32_t slot) const {
+  uint32_t i = ObjectIndex(slot);
+  if (i >= bases_.size() || bases_[i] == nullptr) {
+    std::fprintf(stderr,
+                 "ferry: shared-memory object of slot %u is not mapped in this view (owner %u)\n",
+                 slot, owner_);
+    std::abort();
+  }
+  return bases_[i];
 }
 
 uint32_t Segment::num_rings() const {
@@ -193,27 +331,79 @@ uint32_t Segment::RingConsumerSlot(uint32_t ring) const {
   return ring - 2 * pairs;  // Control ring.
 }
 
-SlotData& Segment::slot(uint32_t slot) const {
-  return *reinterpret_cast<SlotData*>(base() + layout_.slots_offset + slot * sizeof(SlotData));
-}
-StatusData& Segment::status(uint32_t slot) const {
-  return *reinterpret_cast<StatusData*>(base() + layout_.status_offset + slot * sizeof(StatusData));
+uint32_t Segment::RingProducerSlot(uint32_t ring) const {
+  uint32_t pairs = layout_.hookhosts * layout_.workers;
+  if (ring < pairs) {
+    return HookhostSlot(ring / layout_.workers);
+  }
+  if (ring < 2 * pairs) {
+    return WorkerSlot((ring - pairs) / layout_.hookhosts);
+  }
+  return kSupervisor;
 }
 
-DoorbellData& Segment::doorbell(uint32_t slot) const {
-  return *reinterpret_cast<DoorbellData*>(base() + layout_.doorbells_offset +
-                                          slot * sizeof(DoorbellData));
+uint32_t Segment::HeadIndex(uint32_t ring) const {
+  uint32_t pairs = layout_.hookhosts * layout_.workers;
+  if (ring < pairs) {
+    return ring / layout_.workers;  // A worker's heads: one per hook host.
+  }
+  if (ring < 2 * pairs) {
+    return (ring - pairs) / layout_.hookhosts;  // A hook host's heads: one per worker.
+  }
+  // The control ring comes after the peers' rings.
+  return IsWorkerSlot(ring - 2 * pairs) ? layout_.hookhosts : layout_.workers;
 }
-RingData& Segment::ring(uint32_t ring) const {
-  return *reinterpret_cast<RingData*>(base() + layout_.rings_offset + ring * layout_.ring_stride);
+
+uint32_t Segment::TailIndex(uint32_t ring) const {
+  uint32_t pairs = layout_.hookhosts * layout_.workers;
+  if (ring < pairs) {
+    return ring % layout_.workers;
+  }
+  if (ring < 2 * pairs) {
+    return (ring - pairs) % layout_.hookhosts;
+  }
+  return ring - 2 * pairs;
+}
+
+uint64_t Segment::ring_stride() const { return RingStride(layout_.ring_capacity); }
+
+std::atomic<uint32_t>& Segment::generation(uint32_t slot) const {
+  return *reinterpret_cast<std::atomic<uint32_t>*>(Base(kSupervisor) + generations_offset_ +
+                                                   slot * sizeof(std::atomic<uint32_t>));
+}
+std::atomic<uint64_t>& Segment::ring_reset_tail(uint32_t ring) const {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(Base(kSupervisor) + reset_tails_offset_ +
+                                                   ring * sizeof(std::atomic<uint64_t>));
+}
+AccountingData& Segment::accounting(uint32_t slot) const {
+  return *reinterpret_cast<AccountingData*>(Base(slot) + SlotLayout(slot).accounting_offset);
+}
+BellData& Segment::bell(uint32_t slot) const {
+  if (slot == kSupervisor) {
+    return *reinterpret_cast<BellData*>(Base(kSupervisor) + supervisor_bell_offset_);
+  }
+  return *reinterpret_cast<BellData*>(Base(slot) + SlotLayout(slot).bell_offset);
+}
+StatusData& Segment::status(uint32_t slot) const {
+  return *reinterpret_cast<StatusData*>(Base(slot) + SlotLayout(slot).status_offset);
+}
+RingHeadData& Segment::ring_head(uint32_t ring) const {
+  uint32_t consumer = RingConsumerSlot(ring);
+  return *reinterpret_cast<RingHeadData*>(Base(consumer) + SlotLayout(consumer).heads_offset +
+                                          HeadIndex(ring) * AlignUp(sizeof(RingHeadData), 64));
+}
+RingTailData& Segment::ring_tail(uint32_t ring) const {
+  uint32_t producer = RingProducerSlot(ring);
+  uint64_t tails =
+      producer == kSupervisor ? control_tails_offset_ : SlotLayout(producer).tails_offset;
+  return *reinterpret_cast<RingTailData*>(Base(producer) + tails + TailIndex(ring) * ring_stride());
 }
 DescriptorData* Segment::descriptors(uint32_t ring) const {
-  return reinterpret_cast<DescriptorData*>(
-      base() + layout_.rings_offset + ring * layout_.ring_stride + AlignUp(sizeof(RingData), 64));
+  return reinterpret_cast<DescriptorData*>(reinterpret_cast<uint8_t*>(&ring_tail(ring)) +
+                                           AlignUp(sizeof(RingTailData), 64));
 }
 std::span<uint8_t> Segment::partition(uint32_t slot) const {
-  return {base() + layout_.partitions_offset + slot * layout_.partition_bytes,
-          layout_.partition_bytes};
+  return {Base(slot) + SlotLayout(slot).partition_offset, layout_.partition_bytes};
 }
 
 }  // namespace ferry::shm

@@ -1,11 +1,22 @@
-// The node's shared-memory segment: created by the supervisor side (Boost.Interprocess named
-// shared memory, mode 0600), attached by every child. Gives typed access to the plain data
-// of layout.h.
+// The node's shared memory: one POSIX shared-memory object per writer (layout.h), created by
+// the supervisor side (Boost.Interprocess named shared memory, mode 0600) and attached by
+// every child as the owner of one slot. Gives typed access to the plain data of layout.h.
+//
+// Who maps what (docs/shared_memory.md, "Write map"):
+//   - the supervisor (Create, or Attach with kSupervisor): every object, read-write;
+//   - a slot's process (Attach with its slot): its own object read-write; the supervisor's
+//     object and every object of the other kind (a hook host: the workers'; a worker: the hook
+//     hosts') read-only, opened O_RDONLY so the mapping cannot be made writable; objects of
+//     its own kind (other hook hosts' tensors, other workers') not at all.
+// A write through a read-only mapping faults (SIGSEGV); an accessor for an object that is not
+// mapped aborts with a message (a bug in the caller, never input).
 //
 // Thread safety: the Segment object is immutable after Create/Attach and safe for concurrent
 // use; the shared data it points at follows layout.h's per-field writer rules.
-// Process safety: a stale segment of the same name (a crashed run) is removed by Create;
-// Attach refuses a segment of another layout version.
+// Process safety: stale objects of the same name (a crashed run) are removed by Create;
+// Attach refuses a segment of another layout version or objects of the wrong size. A process
+// that must not reopen objects read-write (a sandboxed hook host) attaches before its sandbox
+// forbids open().
 #pragma once
 
 #include <boost/interprocess/mapped_region.hpp>
@@ -13,6 +24,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/result.h"
 #include "shm/layout.h"
@@ -25,31 +37,57 @@ struct SegmentLayout {
   uint32_t hookhosts = 1;
   uint32_t workers = 1;
   uint32_t ring_capacity = 1024;  // Descriptors per ring: a power of two.
-  uint64_t total_bytes = 64 << 20;
+  uint64_t total_bytes = 64 << 20;  // All objects together.
+};
+
+// Offsets inside one slot object (hook hosts and workers differ in their ring counts).
+struct SlotObjectLayout {
+  uint32_t rings_in = 0;   // Rings this slot consumes (heads it writes).
+  uint32_t rings_out = 0;  // Rings this slot produces (tails and descriptors it writes).
+  uint64_t accounting_offset = 0;
+  uint64_t bell_offset = 0;
+  uint64_t status_offset = 0;
+  uint64_t heads_offset = 0;
+  uint64_t tails_offset = 0;
+  uint64_t partition_offset = 0;
+  uint64_t bytes = 0;
+};
+
+// One mapped object, for registering memory with a device and for tests.
+struct Mapping {
+  uint32_t slot = kSupervisor;  // Whose object: a slot, or kSupervisor.
+  std::span<uint8_t> bytes;
+  bool writable = false;
 };
 
 class Segment {
  public:
-  // Creates the segment `name` (removing a stale one first), mode 0600, and initialises every
-  // slot (generation 1), doorbell and ring. INVALID_ARGUMENT when the layout does not fit:
-  // each partition must hold at least 64 KiB.
+  // Creates every object of the segment `name` (removing stale ones first), mode 0600, and
+  // initialises every slot (generation 1), bell, status and ring. Returns the supervisor's
+  // view (everything read-write). INVALID_ARGUMENT when the layout does not fit: each
+  // partition must hold at least 64 KiB; at most kMaxPerKind hook hosts and workers.
   static Result<Segment> Create(const std::string& name, const SegmentLayout& layout);
-  // Maps an existing segment. NOT_FOUND when absent; INVALID_ARGUMENT naming the mismatch
-  // for a foreign magic, another layout version or a header that does not fit the mapping.
-  static Result<Segment> Attach(const std::string& name);
-  // Removes the name (existing mappings stay valid until unmapped). True if it existed.
+  // Maps an existing segment as `owner`: a slot (see the file comment) or kSupervisor.
+  // NOT_FOUND when absent; INVALID_ARGUMENT naming the mismatch for a foreign magic, another
+  // layout version, an owner that is not a slot, or objects whose sizes disagree with the
+  // header.
+  static Result<Segment> Attach(const std::string& name, uint32_t owner);
+  // Removes every object's name (existing mappings stay valid until unmapped). True if the
+  // supervisor's object existed.
   static bool Remove(const std::string& name);
   // "ferry-<node name>": the segment a node uses.
   static std::string NameForNode(std::string_view node_name);
+  // The object holding `slot`'s writable state: "<name>.s<slot>"; kSupervisor: "<name>".
+  static std::string ObjectName(const std::string& name, uint32_t slot);
 
   Segment(Segment&&) = default;
   Segment& operator=(Segment&&) = default;
 
   const std::string& name() const { return name_; }
-  // The header as it is in shared memory now (any process could scribble on it). Every
-  // offset this class computes comes instead from `layout()`, the private copy taken and
-  // checked at Create/Attach.
-  const SegmentHeaderData& header() const { return *header_; }
+  // Whose view this is: a slot, or kSupervisor.
+  uint32_t owner() const { return owner_; }
+  // Private, validated copy of the header; every offset comes from it, never from shared
+  // memory (any process could scribble on that).
   const SegmentHeaderData& layout() const { return layout_; }
   uint32_t hookhosts() const { return layout_.hookhosts; }
   uint32_t workers() const { return layout_.workers; }
@@ -57,34 +95,61 @@ class Segment {
   uint32_t HookhostSlot(uint32_t hookhost) const { return hookhost; }
   uint32_t WorkerSlot(uint32_t worker) const { return layout_.hookhosts + worker; }
   bool IsWorkerSlot(uint32_t slot) const { return slot >= layout_.hookhosts; }
+  // Whether this view maps `slot`'s object (kSupervisor: the supervisor's), and read-write.
+  bool IsMapped(uint32_t slot) const;
+  bool IsWritable(uint32_t slot) const;
+  std::vector<Mapping> mappings() const;
 
   // Ring indices.
   uint32_t num_rings() const;
   uint32_t SubmissionRing(uint32_t hookhost, uint32_t worker) const;
   uint32_t CompletionRing(uint32_t worker, uint32_t hookhost) const;
   uint32_t ControlRing(uint32_t slot) const;
-  // Who consumes a ring and how many descriptors it holds, from the private layout (the
-  // copies in RingData are informational and never trusted).
+  // Who produces (kSupervisor for control rings) and consumes a ring, from the private layout.
+  uint32_t RingProducerSlot(uint32_t ring) const;
   uint32_t RingConsumerSlot(uint32_t ring) const;
   uint32_t ring_capacity() const { return layout_.ring_capacity; }
 
-  // REQUIRES: indices in range.
-  SlotData& slot(uint32_t slot) const;
-  DoorbellData& doorbell(uint32_t slot) const;
+  // REQUIRES: indices in range and the object mapped (IsMapped); writing REQUIRES IsWritable.
+  std::atomic<uint32_t>& generation(uint32_t slot) const;  // Supervisor-written.
+  // Where ResetSlot restarted `ring` when its producer last died (supervisor-written; the
+  // consumer rewinds there). REQUIRES: not a control ring.
+  std::atomic<uint64_t>& ring_reset_tail(uint32_t ring) const;
+  AccountingData& accounting(uint32_t slot) const;
+  BellData& bell(uint32_t slot) const;  // A slot, or kSupervisor.
   StatusData& status(uint32_t slot) const;
-  RingData& ring(uint32_t ring) const;
+  RingHeadData& ring_head(uint32_t ring) const;  // In the consumer's object.
+  RingTailData& ring_tail(uint32_t ring) const;  // In the producer's object.
   DescriptorData* descriptors(uint32_t ring) const;
   std::span<uint8_t> partition(uint32_t slot) const;
   uint64_t partition_bytes() const { return layout_.partition_bytes; }
 
  private:
-  Segment(std::string name, boost::interprocess::mapped_region region);
-  uint8_t* base() const { return static_cast<uint8_t*>(region_.get_address()); }
+  Segment() = default;
+  // Object index: slots 0..num_slots-1, the supervisor last.
+  uint32_t ObjectIndex(uint32_t slot) const { return slot == kSupervisor ? num_slots() : slot; }
+  uint8_t* Base(uint32_t slot) const;  // Aborts when not mapped.
+  const SlotObjectLayout& SlotLayout(uint32_t slot) const {
+    return IsWorkerSlot(slot) ? worker_layout_ : hookhost_layout_;
+  }
+  // Where `ring` sits among its consumer's heads and its producer's tails.
+  uint32_t HeadIndex(uint32_t ring) const;
+  uint32_t TailIndex(uint32_t ring) const;
+  uint64_t ring_stride() const;
 
   std::string name_;
-  boost::interprocess::mapped_region region_;
-  SegmentHeaderData* header_ = nullptr;  // In shared memory.
-  SegmentHeaderData layout_{};           // Private, validated copy.
+  uint32_t owner_ = kSupervisor;
+  std::vector<boost::interprocess::mapped_region> regions_;  // By object index; unmapped empty.
+  std::vector<uint8_t*> bases_;                              // nullptr when unmapped.
+  std::vector<bool> writable_;
+  SegmentHeaderData layout_{};  // Private, validated copy.
+  SlotObjectLayout hookhost_layout_;
+  SlotObjectLayout worker_layout_;
+  uint64_t generations_offset_ = 0;  // In the supervisor's object.
+  uint64_t supervisor_bell_offset_ = 0;
+  uint64_t reset_tails_offset_ = 0;
+  uint64_t control_tails_offset_ = 0;
+  uint64_t supervisor_bytes_ = 0;
 };
 
 }  // namespace ferry::shm

@@ -70,7 +70,7 @@ DispatchLoop::DispatchLoop(const shm::Segment& segment, uint32_t worker_slot, Ba
                            DispatchLoopOptions options)
     : segment_(segment),
       slot_(worker_slot),
-      generation_(segment.slot(worker_slot).generation.load(std::memory_order_acquire)),
+      generation_(segment.generation(worker_slot).load(std::memory_order_acquire)),
       backend_(backend),
       scheduler_(scheduler),
       models_(std::move(models)),
@@ -700,13 +700,19 @@ bool DispatchLoop::HasRingWork() const {
   return false;
 }
 
-void DispatchLoop::Sleep() {
-  bool pending =
-      std::any_of(pending_.begin(), pending_.end(), [](const auto& p) { return !p.empty(); });
-  int64_t timeout = options_.idle_sleep_ns;
-  if (pending) {
-    timeout = 100'000;  // A completion ring was full: retry soon.
+bool DispatchLoop::HasCompletionSpace() const {
+  for (size_t h = 0; h < completions_.size(); ++h) {
+    if (!pending_[h].empty() && completions_[h].HasSpace()) {
+      return true;
+    }
   }
+  return false;
+}
+
+void DispatchLoop::Sleep() {
+  // A full completion ring is waited on like work: the hook host's pop wakes this loop
+  // (ring.h), so no short retry timeout is needed.
+  int64_t timeout = options_.idle_sleep_ns;
   int spins = options_.spin_iterations;
   if (!inflight_.empty()) {
     int64_t remaining = backend_->ExpectedRemainingNs();
@@ -735,7 +741,10 @@ void DispatchLoop::Sleep() {
   }
   shm::WaitForWork(
       segment_, slot_,
-      [this] { return HasRingWork() || (!inflight_.empty() && backend_->Ready()); }, timeout,
+      [this] {
+        return HasRingWork() || HasCompletionSpace() || (!inflight_.empty() && backend_->Ready());
+      },
+      timeout,
       spins);
 }
 

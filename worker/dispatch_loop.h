@@ -132,6 +132,8 @@ class DispatchLoop {
   void Reap();
   void Sleep();
   bool HasRingWork() const;
+  // A hook host has completions waiting locally and its completion ring has room again.
+  bool HasCompletionSpace() const;
 
   uint32_t NewRequest(uint32_t h, int model, const shm::DescriptorData& d);
   void FreeRequest(uint32_t id);

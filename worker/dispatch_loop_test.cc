@@ -173,7 +173,7 @@ TEST_CASE("a request id still live or holding a block is refused, and no block i
   shm::DescriptorData d{};
   d.kind = static_cast<uint16_t>(shm::DescriptorKind::kSubmit);
   d.slot = hook;
-  d.generation = f.segment.slot(hook).generation.load();
+  d.generation = f.segment.generation(hook).load();
   d.sequence = 7;
   d.model = kMlp;
   d.rows = 1;
@@ -244,7 +244,7 @@ TEST_CASE("a hook host that stops reading completions gets no more submissions d
   shm::DescriptorData bad{};
   bad.kind = static_cast<uint16_t>(shm::DescriptorKind::kSubmit);
   bad.slot = hook;
-  bad.generation = f.segment.slot(hook).generation.load();
+  bad.generation = f.segment.generation(hook).load();
   bad.model = kMlp;
   bad.rows = 1;
   uint64_t pushed = 0;

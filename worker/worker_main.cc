@@ -66,11 +66,12 @@ Result<std::unique_ptr<Backend>> MakeBackend(const NodeConfig& config, const shm
                        ? static_cast<int>(devices.gpu_ids[worker])
                        : static_cast<int>(worker);
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CudaBackend::Create(options));
-  // Inputs are copied host-to-device straight from the hook hosts' arenas.
-  std::span<uint8_t> first = segment.partition(0);
-  std::span<uint8_t> last = segment.partition(segment.num_slots() - 1);
-  (void)cuda->RegisterHostMemory(
-      {first.data(), static_cast<size_t>(last.data() + last.size() - first.data())});
+  // Inputs are copied host-to-device straight from the hook hosts' arenas (mapped read-only
+  // here, so registered read-only), outputs device-to-host into this worker's own arena.
+  for (uint32_t h = 0; h < segment.hookhosts(); ++h) {
+    (void)cuda->RegisterHostMemory(segment.partition(segment.HookhostSlot(h)), true);
+  }
+  (void)cuda->RegisterHostMemory(segment.partition(segment.WorkerSlot(worker)), false);
   return std::unique_ptr<Backend>(std::move(cuda));
 #else
   (void)segment;
@@ -125,17 +126,22 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
     spdlog::error("invalid node file:\n{}", config.error().message);
     return 1;
   }
-  Result<shm::Segment> segment = shm::Segment::Attach(segment_name);
+  if (slot == shm::kSupervisor) {
+    spdlog::error("slot {} is not a worker slot of '{}'", slot, segment_name);
+    return 1;
+  }
+  // Its own object read-write, the hook hosts' and the supervisor's read-only.
+  Result<shm::Segment> segment = shm::Segment::Attach(segment_name, slot);
   if (!segment.ok()) {
     spdlog::error("{}", segment.error().ToString());
     return 1;
   }
-  if (slot >= segment->num_slots() || !segment->IsWorkerSlot(slot)) {
+  if (!segment->IsWorkerSlot(slot)) {
     spdlog::error("slot {} is not a worker slot of '{}' (workers are {} to {})", slot, segment_name,
                   segment->hookhosts(), segment->num_slots() - 1);
     return 1;
   }
-  uint32_t generation = segment->slot(slot).generation.load();
+  uint32_t generation = segment->generation(slot).load(std::memory_order_acquire);
   shm::StatusWriter status(*segment, slot);
   auto starting = std::make_unique<shm::StatusSnapshotData>();
   starting->state = static_cast<uint32_t>(shm::ProcessState::kStarting);

@@ -30,8 +30,11 @@ struct Node {
 };
 
 // Children attach by name, like real ones, and leave with _exit so no test state unwinds.
+constexpr uint32_t kWorkerSlot = 2;  // After the two hook hosts.
+
+// Children attach as their slot: their own object read-write, their peers' read-only.
 [[noreturn]] void RunWorker(const std::string& name) {
-  shm::Segment segment = shm::Segment::Attach(name).value();
+  shm::Segment segment = shm::Segment::Attach(name, kWorkerSlot).value();
   TestWorker worker(segment);
   while (worker.Step()) {
     worker.Sleep(1'000'000);
@@ -40,7 +43,7 @@ struct Node {
 }
 
 [[noreturn]] void RunHookHostForever(const std::string& name, uint32_t hookhost) {
-  shm::Segment segment = shm::Segment::Attach(name).value();
+  shm::Segment segment = shm::Segment::Attach(name, hookhost).value();
   TestHookHost host(segment, hookhost);
   for (;;) {
     host.Submit(16);
@@ -52,7 +55,7 @@ struct Node {
 // every request to resolve, flushes its releases, and reports through its exit code.
 [[noreturn]] void RunSurvivor(const std::string& name, uint32_t hookhost,
                               bool expect_all_completed) {
-  shm::Segment segment = shm::Segment::Attach(name).value();
+  shm::Segment segment = shm::Segment::Attach(name, hookhost).value();
   TestHookHost host(segment, hookhost);
   shm::RingConsumer control(segment, segment.ControlRing(host.slot()));
   bool stopping = false;
@@ -100,7 +103,7 @@ int WaitExit(pid_t pid) {
 // test is demonstrably mid-traffic when it is killed, however loaded the machine is.
 bool WaitForProgress(const shm::Segment& segment, uint32_t ring, uint64_t from, uint64_t steps) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (segment.ring(ring).tail.load() < from + steps) {
+  while (segment.ring_tail(ring).tail.load() < from + steps) {
     if (std::chrono::steady_clock::now() > deadline) {
       return false;
     }
@@ -131,14 +134,14 @@ TEST_CASE("a hook host killed at random points is reset; its peer's traffic all 
   uint64_t victim_generations = 1;
   for (int i = 0; i < kKills; ++i) {
     uint32_t ring = node.segment.SubmissionRing(0, 0);
-    uint64_t before = node.segment.ring(ring).tail.load();
+    uint64_t before = node.segment.ring_tail(ring).tail.load();
     pid_t victim = Spawn([&] { RunHookHostForever(node.name, 0); });
     CHECK(WaitForProgress(node.segment, ring, before, 1 + rng() % 32));  // Mid-traffic.
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % 500));
     KillAndReset(node.segment, victim, 0);
     ++victim_generations;
   }
-  CHECK(node.segment.slot(0).generation.load() == victim_generations);
+  CHECK(node.segment.generation(0).load() == victim_generations);
   Stop(node.segment, 1);
   CHECK(WaitExit(survivor) == 0);  // Every one of its requests completed, checksums right.
   Stop(node.segment, node.segment.WorkerSlot(0));
@@ -154,7 +157,7 @@ TEST_CASE("a worker killed at random points is reset; the hook host fails and re
   pid_t survivor = Spawn([&] { RunSurvivor(node.name, 1, false); });
   for (int i = 0; i < kKills; ++i) {
     uint32_t ring = node.segment.CompletionRing(0, 1);
-    uint64_t before = node.segment.ring(ring).tail.load();
+    uint64_t before = node.segment.ring_tail(ring).tail.load();
     pid_t worker = Spawn([&] { RunWorker(node.name); });
     CHECK(WaitForProgress(node.segment, ring, before, 1 + rng() % 32));  // Mid-traffic.
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % 500));
@@ -162,7 +165,7 @@ TEST_CASE("a worker killed at random points is reset; the hook host fails and re
   }
   pid_t worker = Spawn([&] { RunWorker(node.name); });
   uint32_t ring = node.segment.CompletionRing(0, 1);
-  CHECK(WaitForProgress(node.segment, ring, node.segment.ring(ring).tail.load(), 1));
+  CHECK(WaitForProgress(node.segment, ring, node.segment.ring_tail(ring).tail.load(), 1));
   Stop(node.segment, 1);
   CHECK(WaitExit(survivor) == 0);  // Everything resolved: completed or UNAVAILABLE, no leak.
   Stop(node.segment, worker_slot);

@@ -39,7 +39,7 @@ class TestHookHost {
       : segment_(segment),
         slot_(segment.HookhostSlot(hookhost)),
         worker_slot_(segment.WorkerSlot(0)),
-        generation_(segment.slot(slot_).generation.load()),
+        generation_(segment.generation(slot_).load()),
         arena_(segment, slot_),
         submit_(segment, segment.SubmissionRing(hookhost, 0)),
         complete_(segment, segment.CompletionRing(0, hookhost)),
@@ -70,7 +70,7 @@ class TestHookHost {
     d.num_tensors = 1;
     int64_t shape[] = {static_cast<int64_t>(bytes)};
     d.tensors[0] = shm::MakeTensorRef(slot_, block->offset, bytes, DType::kU8, shape);
-    uint32_t worker_generation = segment_.slot(worker_slot_).generation.load();
+    uint32_t worker_generation = segment_.generation(worker_slot_).load();
     if (submit_.TryPush(d) != shm::RingStatus::kOk) {
       (void)arena_.Free(block->offset);
       return false;
@@ -100,7 +100,8 @@ class TestHookHost {
         uint64_t sum = 0;
         std::memcpy(&sum, out.data(), std::min<size_t>(8, out.size()));
         // Re-check: a worker reset while reading means the bytes cannot be trusted.
-        if (it != inflight_.end() && shm::IsCurrent(segment_, worker_slot_, d.sender_generation)) {
+        if (it != inflight_.end() &&
+            shm::StillCurrent(segment_, worker_slot_, d.sender_generation)) {
           sum == it->second.checksum ? ++completed_ : ++wrong_;
           Resolve(it);
         }
@@ -115,7 +116,7 @@ class TestHookHost {
         Resolve(it);
       }
     }
-    uint32_t worker_generation = segment_.slot(worker_slot_).generation.load();
+    uint32_t worker_generation = segment_.generation(worker_slot_).load();
     for (auto it = inflight_.begin(); it != inflight_.end();) {
       if (it->second.worker_generation != worker_generation) {
         ++unavailable_;  // Its worker died: fail it (UNAVAILABLE) and reclaim the input.
@@ -168,7 +169,7 @@ class TestWorker {
   explicit TestWorker(const shm::Segment& segment)
       : segment_(segment),
         slot_(segment.WorkerSlot(0)),
-        generation_(segment.slot(slot_).generation.load()),
+        generation_(segment.generation(slot_).load()),
         arena_(segment, slot_),
         control_(segment, segment.ControlRing(slot_)) {
     for (uint32_t h = 0; h < segment.hookhosts(); ++h) {

@@ -13,9 +13,7 @@
 #include <map>
 #include <random>
 
-#include "tests/testing/node_driver.h"
-#include "tests/testing/shm_name.h"
-#include "tests/testing/temp_dir.h"
+#include "tests/testing/worker_node.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/repository.h"
 
@@ -23,90 +21,15 @@ namespace ferry {
 namespace {
 
 using testing::Completion;
+using testing::kBroken;
+using testing::kCnn;
+using testing::kMlp;
+using testing::Node;
 using testing::NodeDriver;
+using testing::NodeFile;
+using testing::PollUntil;
+using testing::RandomFloats;
 using testing::TensorInput;
-
-// Model indices: the repository's models in name order.
-constexpr uint32_t kBroken = 0;  // "broken": a bundle that fails to load (test repositories).
-constexpr uint32_t kCnn = 1;
-constexpr uint32_t kMlp = 2;
-
-std::string Repository(const testing::TempDir& dir) {
-  // The two example models, and a broken bundle that must not stop the others.
-  std::string repo = dir / "models";
-  std::filesystem::create_directories(repo);
-  for (const char* model : {"cnn", "mlp"}) {
-    std::filesystem::create_directory_symlink(
-        std::filesystem::current_path() / "examples/models" / model, repo + "/" + model);
-  }
-  testing::WriteFile(repo + "/broken/manifest.toml", "name = \"broken\"\n[[inputs]]\n");
-  return repo;
-}
-
-std::string NodeFile(const testing::TempDir& dir, const std::string& extra) {
-  std::string path = dir / "node.toml";
-  testing::WriteFile(path, "[node]\nname = \"t\"\ndevices = \"cpu:1\"\nmodel_repository = \"" +
-                               Repository(dir) + "\"\n" + extra);
-  return path;
-}
-
-struct Node {
-  std::string name = testing::UniqueShmName("worker");
-  shm::Segment segment;
-  pid_t worker = -1;
-  uint32_t worker_slot;
-
-  Node(const std::string& config, uint32_t hookhosts = 2)
-      : segment(shm::Segment::Create(name, {hookhosts, 1, 256, 96 << 20}).value()),
-        worker_slot(segment.WorkerSlot(0)) {
-    worker = testing::StartWorker(FERRY_WORKER_BINARY, name, worker_slot, config);
-  }
-  ~Node() {
-    if (worker > 0) {
-      kill(worker, SIGKILL);
-      waitpid(worker, nullptr, 0);
-    }
-    shm::Segment::Remove(name);
-  }
-  int Stop() {
-    int code = testing::StopWorker(segment, worker_slot, worker);
-    worker = -1;
-    return code;
-  }
-  shm::StatusSnapshotData Status() const { return shm::ReadStatus(segment, worker_slot).value(); }
-  // The status once `pred` holds for it (snapshots are published every few milliseconds), or
-  // the last one read after a second.
-  template <typename Pred>
-  shm::StatusSnapshotData StatusWhen(Pred pred) const {
-    shm::StatusSnapshotData s = Status();
-    for (int i = 0; i < 200 && !pred(s); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      s = Status();
-    }
-    return s;
-  }
-};
-
-std::vector<uint8_t> RandomFloats(size_t count, std::mt19937& rng) {
-  std::uniform_real_distribution<float> value(-1, 1);
-  std::vector<uint8_t> bytes(count * 4);
-  for (size_t i = 0; i < count; ++i) {
-    float f = value(rng);
-    std::memcpy(bytes.data() + 4 * i, &f, 4);
-  }
-  return bytes;
-}
-
-// Runs until `done()` or the timeout, collecting completions.
-template <typename Done>
-void PollUntil(NodeDriver& driver, std::vector<Completion>* out, Done done, int timeout_s = 60) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-  while (!done() && std::chrono::steady_clock::now() < deadline) {
-    driver.Poll(out);
-    driver.Wait(1'000'000);
-  }
-  driver.Poll(out);
-}
 
 TEST_CASE(
     "a CPU worker process serves 10,000 mixed requests of two models exactly as "
@@ -243,7 +166,7 @@ TEST_CASE("hostile and impossible submissions are answered at once with the caus
   shm::DescriptorData outside{};
   outside.kind = static_cast<uint16_t>(shm::DescriptorKind::kSubmit);
   outside.slot = driver.slot();
-  outside.generation = node.segment.slot(driver.slot()).generation.load();
+  outside.generation = node.segment.generation(driver.slot()).load();
   outside.model = kMlp;
   outside.rows = 1;
   outside.num_tensors = 1;
@@ -354,7 +277,7 @@ TEST_CASE("a full queue answers RESOURCE_EXHAUSTED at once") {
 // A second hook host that submits until it is killed.
 [[noreturn]] void RunDoomedDriver(const std::string& name) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);  // Never outlive a failed test.
-  shm::Segment segment = shm::Segment::Attach(name).value();
+  shm::Segment segment = shm::Segment::Attach(name, 1).value();
   NodeDriver driver(segment, 1, false);
   std::vector<uint8_t> input(784 * 4);
   std::vector<Completion> done;

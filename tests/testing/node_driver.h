@@ -53,7 +53,7 @@ class NodeDriver {
       : segment_(segment),
         slot_(segment.HookhostSlot(hookhost)),
         worker_slot_(segment.WorkerSlot(0)),
-        generation_(segment.slot(slot_).generation.load()),
+        generation_(segment.generation(slot_).load()),
         copy_outputs_(copy_outputs),
         arena_(segment, slot_),
         submit_(segment, segment.SubmissionRing(hookhost, 0)),
@@ -126,7 +126,10 @@ class NodeDriver {
       c.submitted_ns = it->second.submitted_ns;
       c.completed_ns = MonotonicNs();
       c.worker_generation = d.sender_generation;
-      for (uint32_t t = 0; t < d.num_tensors; ++t) {
+      // Seqlock-style read of the worker's arena (recovery.h): bytes read while a successor
+      // could have written them are not trusted.
+      bool current = shm::IsCurrent(segment_, worker_slot_, d.sender_generation);
+      for (uint32_t t = 0; current && t < d.num_tensors; ++t) {
         std::span<uint8_t> bytes = shm::TensorBytes(segment_, d.tensors[t]);
         if (d.status != 0) {
           c.message.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
@@ -137,6 +140,12 @@ class NodeDriver {
           volatile uint8_t touch = bytes.empty() ? 0 : bytes[0];  // The payload is read.
           (void)touch;
         }
+      }
+      if (!current || !shm::StillCurrent(segment_, worker_slot_, d.sender_generation)) {
+        c.status = static_cast<uint32_t>(ErrorCode::kUnavailable) + 1;
+        c.message = "the worker restarted while its outputs were read";
+        c.outputs.clear();
+        c.shapes.clear();
       }
       for (uint64_t b : it->second.blocks) {
         (void)arena_.Free(b);

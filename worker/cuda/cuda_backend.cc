@@ -736,17 +736,20 @@ Result<ExecutionTiming> CudaBackend::Execute(ModelHandle handle, const BatchJob&
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.0};
 }
 
-Status CudaBackend::RegisterHostMemory(std::span<uint8_t> memory) {
+Status CudaBackend::RegisterHostMemory(std::span<uint8_t> memory, bool read_only) {
   FERRY_RETURN_IF_ERROR(impl_->Select());
   // Never a reason to mark the backend unhealthy: report the error and carry on pageable.
-  cudaError_t e = cudaHostRegister(memory.data(), memory.size(), cudaHostRegisterDefault);
+  // A read-only mapping can only be registered read-only (the driver would otherwise try to
+  // pin it writable and fail).
+  cudaError_t e = cudaHostRegister(memory.data(), memory.size(),
+                                   read_only ? cudaHostRegisterReadOnly : cudaHostRegisterDefault);
   if (e != cudaSuccess) {
     cudaGetLastError();
     ++impl_->host_register_failures;
     spdlog::warn(
-        "CUDA: registering {} bytes of host memory failed ({}); copies from it run "
+        "CUDA: registering {} bytes of {} host memory failed ({}); copies from it run "
         "from pageable memory",
-        memory.size(), cudaGetErrorString(e));
+        memory.size(), read_only ? "read-only" : "writable", cudaGetErrorString(e));
     return Internal(std::string("CUDA: register host memory: ") + cudaGetErrorString(e));
   }
   return OkStatus();

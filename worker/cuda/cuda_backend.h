@@ -75,7 +75,9 @@ class CudaBackend : public ThreadedBackend {
 
   // Page-locks host memory (the shared-memory segment) for fast, async copies; undo with
   // UnregisterHostMemory before the memory goes away. Failures never affect health.
-  Status RegisterHostMemory(std::span<uint8_t> memory);
+  // `read_only`: the memory is mapped read-only (a hook host's arena as a worker maps it),
+  // registered with cudaHostRegisterReadOnly (CUDA 11.1+; the device may only read it).
+  Status RegisterHostMemory(std::span<uint8_t> memory, bool read_only = false);
   Status UnregisterHostMemory(std::span<uint8_t> memory);
   // False after a sticky CUDA error: the context is lost and the worker must restart.
   bool healthy() const;
