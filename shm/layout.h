@@ -121,6 +121,10 @@ struct RingHeadData {
   alignas(64) std::atomic<uint64_t> head;
   // Descriptors it rejected as invalid (and impossible tails it saw).
   std::atomic<uint64_t> invalid_descriptors;
+  // The producer's slot generation this consumer has caught up with (rewound to the reset
+  // point for). A restarted producer pushes nothing until it equals its own generation, so
+  // it never writes a slot the consumer could still pop as the dead incarnation's.
+  std::atomic<uint32_t> synced_generation;
 };
 
 // A ring's producer side, in the producer's object; its descriptors follow at the next

@@ -14,8 +14,15 @@ uint32_t ResetSlot(const Segment& segment, uint32_t slot) {
   // and its peers resolve them by generation (failed, then released), so none is lost.
   for (uint32_t r = 0; r < segment.num_rings(); ++r) {
     if (segment.RingConsumerSlot(r) == slot) {
-      segment.ring_head(r).head.store(segment.ring_tail(r).tail.load(std::memory_order_acquire),
-                                      std::memory_order_release);
+      RingHeadData& head = segment.ring_head(r);
+      head.head.store(segment.ring_tail(r).tail.load(std::memory_order_acquire),
+                      std::memory_order_release);
+      head.invalid_descriptors.store(0, std::memory_order_relaxed);
+      uint32_t producer = segment.RingProducerSlot(r);
+      if (producer != kSupervisor) {  // Its successor consumer starts caught up.
+        head.synced_generation.store(segment.generation(producer).load(std::memory_order_acquire),
+                                     std::memory_order_release);
+      }
     }
     if (segment.RingProducerSlot(r) == slot) {
       // The live consumer rewinds to this point when it sees the new generation.

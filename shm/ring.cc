@@ -57,7 +57,17 @@ RingProducer::RingProducer(const Segment& segment, uint32_t ring)
       index_(ring),
       mask_(segment.ring_capacity() - 1),
       tail_(tail_data_->tail.load(std::memory_order_relaxed)),
-      cached_head_(head_->head.load(std::memory_order_acquire)) {}
+      cached_head_(head_->head.load(std::memory_order_acquire)) {
+  uint32_t producer = segment.RingProducerSlot(ring);
+  if (producer != kSupervisor) {
+    own_generation_ = segment.generation(producer).load(std::memory_order_acquire);
+    synced_ = Synced();
+  }
+}
+
+bool RingProducer::Synced() const {
+  return head_->synced_generation.load(std::memory_order_acquire) == own_generation_;
+}
 
 namespace {
 
@@ -73,10 +83,22 @@ RingStatus SpaceFor(uint64_t tail, uint64_t head, uint64_t mask) {
 }  // namespace
 
 bool RingProducer::HasSpace() const {
+  if (!synced_ && !Synced()) {
+    return false;
+  }
   return SpaceFor(tail_, head_->head.load(std::memory_order_acquire), mask_) == RingStatus::kOk;
 }
 
 RingStatus RingProducer::TryPush(const DescriptorData& descriptor) {
+  if (!synced_) {
+    // Restarted after a reset: wait until the consumer has rewound to the reset point (it
+    // wakes this producer when it has), then start from its head.
+    if (!Synced()) {
+      return RingStatus::kFull;
+    }
+    synced_ = true;
+    cached_head_ = head_->head.load(std::memory_order_acquire);
+  }
   // The consumer's head is read only when the cached one says there is no room: one cache
   // line less to pull across cores per push (a stale copy can only understate the space).
   if (SpaceFor(tail_, cached_head_, mask_) != RingStatus::kOk) {
@@ -109,15 +131,18 @@ RingConsumer::RingConsumer(const Segment& segment, uint32_t ring)
     producer_generation_ = &segment.generation(producer);
     reset_tail_ = &segment.ring_reset_tail(ring);
     seen_generation_ = producer_generation_->load(std::memory_order_acquire);
+    if (head_data_->synced_generation.load(std::memory_order_relaxed) != seen_generation_) {
+      ProducerReset(true);  // Constructed after a reset it has not caught up with.
+    }
   }
 }
 
-bool RingConsumer::ProducerReset() {
+bool RingConsumer::ProducerReset(bool force) {
   if (producer_generation_ == nullptr) {
     return false;  // The supervisor's control rings: it never restarts under its children.
   }
   uint32_t generation = producer_generation_->load(std::memory_order_acquire);
-  if (generation == seen_generation_) {
+  if (generation == seen_generation_ && !force) {
     return false;
   }
   // ResetSlot restarted this ring at `reset` (the head published then; tail := reset) before
@@ -131,7 +156,9 @@ bool RingConsumer::ProducerReset() {
   }
   cached_tail_ = head_;
   head_data_->head.store(head_, std::memory_order_release);
-  producer_.Notify();  // The successor may sleep on the head a late pop left ahead of it.
+  // Caught up: the successor may push from here (release: after the head it will read).
+  head_data_->synced_generation.store(generation, std::memory_order_release);
+  producer_.Notify();  // The successor may sleep waiting for this.
   return true;
 }
 
@@ -151,7 +178,7 @@ void RingConsumer::CountInvalid() {
 }
 
 RingStatus RingConsumer::TryPop(DescriptorData* out) {
-  ProducerReset();
+  ProducerReset(false);
   // The producer's tail is read only when every descriptor known to be published is
   // consumed; each load is checked once, when it is made.
   if (cached_tail_ == head_) {
@@ -178,7 +205,7 @@ RingStatus RingConsumer::TryPop(DescriptorData* out) {
   if (producer_generation_ != nullptr) {
     std::atomic_thread_fence(std::memory_order_acquire);
     if (producer_generation_->load(std::memory_order_relaxed) != seen_generation_) {
-      ProducerReset();
+      ProducerReset(false);
       return TryPop(out);
     }
   }

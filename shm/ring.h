@@ -50,7 +50,8 @@ class RingProducer {
   // REQUIRES: the producer's object is writable in this view. Starts from the published tail.
   RingProducer(const Segment& segment, uint32_t ring);
   // kOk, kFull (nothing written), or kCorrupt (the consumer's head is impossible: ahead of
-  // tail or more than a ring behind; nothing written).
+  // tail or more than a ring behind; nothing written). A producer restarted after a reset of
+  // its slot reports kFull until the consumer has caught up with the reset (RingConsumer).
   RingStatus TryPush(const DescriptorData& descriptor);
   // True when TryPush would not report kFull or kCorrupt (one acquire load).
   bool HasSpace() const;
@@ -63,8 +64,12 @@ class RingProducer {
   Waker consumer_;
   uint32_t index_;
   uint64_t mask_;
+  bool Synced() const;  // The consumer has caught up with this producer's generation.
+
   uint64_t tail_;         // Private copy: the producer is tail's only writer.
   uint64_t cached_head_;  // The consumer's head when last read (never ahead of the real one).
+  uint32_t own_generation_ = 0;
+  bool synced_ = true;  // Control rings (the supervisor's) always are.
 };
 
 class RingConsumer {
@@ -92,7 +97,9 @@ class RingConsumer {
   uint32_t index_;
   uint64_t capacity_;
   uint64_t mask_;
-  bool ProducerReset();  // Rewinds after a reset of the producer's slot; true if it did.
+  // Rewinds after a reset of the producer's slot (or when `force`d) and publishes that it has
+  // caught up; true if it did.
+  bool ProducerReset(bool force);
 
   uint64_t head_;         // Private copy: the consumer is head's only writer.
   uint64_t cached_tail_;  // The producer's tail when last read and checked.

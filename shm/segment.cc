@@ -167,7 +167,9 @@ Result<Segment> Segment::Create(const std::string& name, const SegmentLayout& la
     new (base + l.bell_offset) BellData{};
     new (base + l.status_offset) StatusData{};
     for (uint32_t r = 0; r < l.rings_in; ++r) {
-      new (base + l.heads_offset + r * AlignUp(sizeof(RingHeadData), 64)) RingHeadData{};
+      auto* head = new (base + l.heads_offset + r * AlignUp(sizeof(RingHeadData), 64))
+          RingHeadData{};
+      head->synced_generation.store(1, std::memory_order_relaxed);  // Every slot starts at 1.
     }
     for (uint32_t r = 0; r < l.rings_out; ++r) {
       new (base + l.tails_offset + r * RingStride(layout.ring_capacity)) RingTailData{};

@@ -12,7 +12,9 @@
 #include <filesystem>
 #include <random>
 #include <thread>
+#include <unistd.h>
 
+#include "shm/segment.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/cuda/kernels.h"
 
@@ -179,6 +181,51 @@ TEST_CASE("a dispatch from another thread than Create's runs on the backend's de
   std::thread runner([&] { Compare(**gpu, g, cpu, c, bundle.manifest, 0, 8, rng, 1e-4); });
   runner.join();
   CHECK((*gpu)->graph_fallbacks() == 0);
+}
+
+TEST_CASE("a hook host's arena, mapped read-only, registers read-only and feeds the copies") {
+  // The worker's view of a hook host's partition is a read-only mapping (shm/segment.h):
+  // cudaHostRegister accepts it only with cudaHostRegisterReadOnly.
+  std::string name = "ferry-test-cuda-" + std::to_string(getpid());
+  shm::Segment supervisor = shm::Segment::Create(name, {1, 1, 16, 32 << 20}).value();
+  shm::Segment worker = shm::Segment::Attach(name, 1).value();
+  REQUIRE_FALSE(worker.IsWritable(0));
+  Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create({});
+  REQUIRE(gpu.ok());
+  std::span<uint8_t> inputs = worker.partition(0);
+  std::span<uint8_t> outputs = worker.partition(1);
+  cudaError_t plain = cudaHostRegister(inputs.data(), inputs.size(), cudaHostRegisterDefault);
+  WARN_MESSAGE(plain != cudaSuccess, "a read-only mapping registered without the flag");
+  if (plain == cudaSuccess) {
+    cudaHostUnregister(inputs.data());
+  }
+  cudaGetLastError();
+  REQUIRE((*gpu)->RegisterHostMemory(inputs, true).ok());
+  REQUIRE((*gpu)->RegisterHostMemory(outputs, false).ok());
+  CHECK((*gpu)->host_register_failures() == 0);
+
+  Bundle bundle = LoadBundle("examples/models/mlp").value();
+  ModelHandle g = (*gpu)->Load(bundle).value();
+  CpuBackend cpu(CpuOptions{CpuMode::kReference, 0});
+  ModelHandle c = cpu.Load(bundle).value();
+  constexpr int64_t kRows = 5;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> values(kRows * 784);
+  for (float& x : values) {
+    x = normal(rng);
+  }
+  // The hook host writes its tensor (through the supervisor's writable view here).
+  std::memcpy(supervisor.partition(0).data(), values.data(), values.size() * 4);
+  std::vector<uint8_t> want(kRows * 10 * 4);
+  std::span<const uint8_t> in = inputs.subspan(0, values.size() * 4);
+  std::span<uint8_t> out = outputs.subspan(0, want.size());
+  REQUIRE((*gpu)->Execute(g, BatchJob{0, 8, {{kRows, {in}, {out}}}}).ok());
+  REQUIRE(cpu.Execute(c, BatchJob{0, 8, {{kRows, {in}, {want}}}}).ok());
+  CHECK(RelativeError(out, want) <= 1e-4);
+  CHECK((*gpu)->UnregisterHostMemory(inputs).ok());
+  CHECK((*gpu)->UnregisterHostMemory(outputs).ok());
+  shm::Segment::Remove(name);
 }
 
 TEST_CASE("a failed load frees its device memory, on every retry") {
