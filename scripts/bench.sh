@@ -24,7 +24,8 @@ done
 "$root/build/bench/ferry-decision-bench" --json >"$out/decision.json"
 echo
 "$root/build/bench/ferry-shm-bench"
-"$root/build/bench/ferry-shm-bench" --json >"$out/shm.json"
+"$root/build/bench/ferry-shm-bench" --json --check >"$out/shm.json" ||
+  echo "ferry-shm-bench: a target was missed (see $out/shm.json)"
 echo
 "$root/build/bench/ferry-host-dispatch-bench"
 "$root/build/bench/ferry-host-dispatch-bench" --json >"$out/host_dispatch.json"
