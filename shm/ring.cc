@@ -16,6 +16,8 @@ size_t UsedBytes(uint16_t num_tensors) {
          std::min<uint32_t>(num_tensors, kMaxTensors) * sizeof(TensorRefData);
 }
 
+thread_local WaitHooks* wait_hooks = nullptr;
+
 uint32_t BellIndex(uint32_t slot) { return slot == kSupervisor ? kMaxSlots : slot; }
 
 // The words that may wake `slot`: its own (its other threads), the supervisor's (control
@@ -215,6 +217,8 @@ RingStatus RingConsumer::TryPop(DescriptorData* out) {
   return RingStatus::kOk;
 }
 
+void SetWaitHooksForTesting(WaitHooks* hooks) { wait_hooks = hooks; }
+
 bool WaitForWork(const Segment& segment, uint32_t slot, const std::function<bool()>& ready,
                  int64_t timeout_ns, int spin_iterations) {
   for (int i = 0; i < spin_iterations; ++i) {
@@ -233,6 +237,9 @@ bool WaitForWork(const Segment& segment, uint32_t slot, const std::function<bool
     const std::atomic<uint32_t>* word = &segment.bell(source).wake[BellIndex(slot)];
     words.push_back({word, word->load(std::memory_order_acquire)});
   }
+  if (wait_hooks != nullptr && wait_hooks->before_announce) {
+    wait_hooks->before_announce();
+  }
   BellData& bell = segment.bell(slot);
   bell.sleeping.store(1, std::memory_order_relaxed);
   // Pairs with the publisher's fence between publishing and reading `sleeping` (Waker).
@@ -240,6 +247,9 @@ bool WaitForWork(const Segment& segment, uint32_t slot, const std::function<bool
   if (ready()) {
     bell.sleeping.store(0, std::memory_order_relaxed);
     return true;
+  }
+  if (wait_hooks != nullptr && wait_hooks->before_sleep) {
+    wait_hooks->before_sleep();
   }
   FutexWaitAny(words, timeout_ns);
   bell.sleeping.store(0, std::memory_order_relaxed);

@@ -122,4 +122,14 @@ void RingDoorbell(const Segment& segment, uint32_t slot);
 bool WaitForWork(const Segment& segment, uint32_t slot, const std::function<bool()>& ready,
                  int64_t timeout_ns, int spin_iterations = 2000);
 
+// Tests only: code run by WaitForWork on this thread at the two points where a publication
+// by a peer is the dangerous race: after the wake-up words are read but before `sleeping` is
+// announced (only the re-check can see it), and after the re-check but before the futex wait
+// (only the word's bump can). Null hooks cost one thread-local load.
+struct WaitHooks {
+  std::function<void()> before_announce;
+  std::function<void()> before_sleep;
+};
+void SetWaitHooksForTesting(WaitHooks* hooks);  // nullptr: none. Not owned.
+
 }  // namespace ferry::shm

@@ -232,3 +232,63 @@ TEST_CASE("recovery wakes a producer asleep on a ring whose consumer died") {
 
 }  // namespace
 }  // namespace ferry::shm
+
+namespace ferry::shm {
+namespace {
+
+// The two races of the sleep protocol, made to happen every time: the producer publishes at
+// exactly the dangerous point, from inside the consumer's WaitForWork (a hook). A protocol
+// missing the re-check or the word's bump would sleep to the 5 s timeout.
+TEST_CASE("a publication at either dangerous point of the sleep protocol is never lost") {
+  for (int point = 0; point < 2; ++point) {
+    CAPTURE(point);
+    Fixture f;
+    RingProducer producer(f.segment, f.ring);
+    RingConsumer consumer(f.segment, f.ring);
+    uint32_t slot = f.segment.WorkerSlot(0);
+    bool announced_when_published = false;
+    auto publish = [&] {
+      announced_when_published = f.segment.bell(slot).sleeping.load() != 0;
+      REQUIRE(producer.TryPush(Numbered(1)) == RingStatus::kOk);
+    };
+    WaitHooks hooks;
+    (point == 0 ? hooks.before_announce : hooks.before_sleep) = publish;
+    SetWaitHooksForTesting(&hooks);
+    auto start = std::chrono::steady_clock::now();
+    bool ready = WaitForWork(
+        f.segment, slot, [&] { return consumer.HasWork(); }, 5'000'000'000, 0);
+    SetWaitHooksForTesting(nullptr);
+    CHECK(ready);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
+    // Point 0: the producer saw no sleeper (no bump): only the re-check finds the work.
+    // Point 1: the re-check is past: only the bump of the word wakes the futex wait.
+    CHECK(announced_when_published == (point == 1));
+    CHECK(f.segment.bell(slot).sleeping.load() == 0);
+  }
+}
+
+TEST_CASE("the same at the two points for a producer waiting for space") {
+  for (int point = 0; point < 2; ++point) {
+    CAPTURE(point);
+    Fixture f;
+    RingProducer producer(f.segment, f.ring);
+    RingConsumer consumer(f.segment, f.ring);
+    for (uint64_t i = 0; i < 8; ++i) {
+      REQUIRE(producer.TryPush(Numbered(i)) == RingStatus::kOk);
+    }
+    DescriptorData out{};
+    auto pop = [&] { REQUIRE(consumer.TryPop(&out) == RingStatus::kOk); };
+    WaitHooks hooks;
+    (point == 0 ? hooks.before_announce : hooks.before_sleep) = pop;
+    SetWaitHooksForTesting(&hooks);
+    auto start = std::chrono::steady_clock::now();
+    bool ready = WaitForWork(
+        f.segment, 0, [&] { return producer.HasSpace(); }, 5'000'000'000, 0);
+    SetWaitHooksForTesting(nullptr);
+    CHECK(ready);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
+  }
+}
+
+}  // namespace
+}  // namespace ferry::shm
