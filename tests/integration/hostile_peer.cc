@@ -97,6 +97,8 @@ int main(int argc, char** argv) {
                  regions.size(), writable);
     return 13;
   }
+  // A fault must kill this process (a sanitizer's handler would turn it into an abort).
+  signal(SIGSEGV, SIG_DFL);
   std::mt19937_64 rng(static_cast<uint64_t>(getpid()));
   if (mode == "exit") {
     Scribble(regions, rng);
