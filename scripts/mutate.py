@@ -16,6 +16,7 @@ import difflib
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -58,13 +59,18 @@ def mutants_of(source, work, mutate):
 
 
 def changed_line(original, mutant):
-    for line in difflib.unified_diff(original.splitlines(), mutant.splitlines(), n=0,
-                                     lineterm=""):
+    """'line N: new text' for a replaced line, 'after line N: new text' for an insertion,
+    and whether the original line was only a comment (such mutants are not counted)."""
+    lines = original.splitlines()
+    for line in difflib.unified_diff(lines, mutant.splitlines(), n=0, lineterm=""):
         if line.startswith("@@"):
-            where = line.split()[1]
+            start, _, count = line.split()[1].lstrip("-").partition(",")
+            number, inserted = int(start), count == "0"
         elif line.startswith("+") and not line.startswith("+++"):
-            return f"line {where.lstrip('-').split(',')[0]}: {line[1:].strip()}"
-    return "?"
+            old = "" if inserted else lines[number - 1].strip()
+            where = f"after line {number}" if inserted else f"line {number}"
+            return f"{where}: {line[1:].strip()}", old.startswith("//") or old.startswith("/*")
+    return "?", False
 
 
 def main():
@@ -73,8 +79,11 @@ def main():
     parser.add_argument("--per-file", type=int, default=40)
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--build", default=os.path.join(ROOT, "build-mutate"))
-    parser.add_argument("--timeout", type=int, default=300)
+    parser.add_argument("--timeout", type=int, default=20,
+                        help="seconds per test (the unmutated tests take a few)")
     args = parser.parse_args()
+    # A stop (SIGTERM, SIGINT) still restores the source being mutated (the finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("mutate.py: stopped"))
 
     sources, targets, tests = MODULES[args.module]
     mutate = shutil.which("mutate")
@@ -84,7 +93,7 @@ def main():
     os.makedirs(work, exist_ok=True)
     if run(["ninja", "-C", args.build] + targets) != 0:
         sys.exit("mutate.py: the unmutated module does not build")
-    if run(["ctest", "--test-dir", args.build, "-R", tests], timeout=args.timeout) != 0:
+    if run(["ctest", "--test-dir", args.build, "-R", tests], timeout=600) != 0:
         sys.exit("mutate.py: the unmutated module's tests fail")
 
     results = {"killed": [], "survived": [], "invalid": []}
@@ -97,14 +106,18 @@ def main():
         try:
             for i, mutant in enumerate(sample):
                 text = open(mutant).read()
-                what = f"{source} {changed_line(original, text)}"
+                where, in_comment = changed_line(original, text)
+                what = f"{source} {where}"
+                if in_comment:
+                    print(f"[{i + 1}/{len(sample)}] comment  {what}", flush=True)
+                    continue
                 shutil.copyfile(mutant, path)
                 start = time.time()
                 if run(["ninja", "-C", args.build] + targets) != 0:
                     verdict = "invalid"
                 else:
-                    rc = run(["ctest", "--test-dir", args.build, "-R", tests, "--timeout", "60"],
-                             timeout=args.timeout)
+                    rc = run(["ctest", "--test-dir", args.build, "-R", tests, "--timeout",
+                              str(args.timeout)], timeout=600)
                     verdict = "survived" if rc == 0 else "killed"
                 results[verdict].append(what)
                 print(f"[{i + 1}/{len(sample)}] {verdict:8} {time.time() - start:5.1f}s {what}",

@@ -45,11 +45,12 @@ uint32_t ResetSlot(const Segment& segment, uint32_t slot) {
   BellData& bell = segment.bell(slot);
   bell.sleeping.store(0, std::memory_order_relaxed);
   uint32_t generation = segment.generation(slot).fetch_add(1, std::memory_order_acq_rel) + 1;
-  for (uint32_t target = 0; target <= segment.num_slots(); ++target) {
-    // Targets are the slots, then the supervisor (the bell's last word).
-    std::atomic<uint32_t>& word = bell.wake[target == segment.num_slots() ? kMaxSlots : target];
-    word.fetch_add(1, std::memory_order_release);
-    FutexWake(&word, INT_MAX);
+  // The bump wakes a sleeper that read the word before it and is about to wait on it; the
+  // futex wake one already waiting. (The supervisor never sleeps in WaitForWork: its word,
+  // the bell's last, is left alone.)
+  for (uint32_t target = 0; target < segment.num_slots(); ++target) {
+    bell.wake[target].fetch_add(1, std::memory_order_release);
+    FutexWake(&bell.wake[target], INT_MAX);
   }
   return generation;
 }

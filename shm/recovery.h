@@ -18,8 +18,8 @@
 //   5. its bell: sleeping cleared;
 //   6. its generation is bumped, so requests the dead incarnation submitted and completions
 //      addressed to it are recognised (by their request id) and dropped;
-//   7. every wake-up word it owned is bumped and woken: a peer asleep waiting for it (for
-//      space in a ring it consumed, say) re-checks now, not at its timeout.
+//   7. every wake-up word it owned for a slot is bumped and woken: a peer asleep waiting for
+//      it (for space in a ring it consumed, say) re-checks now, not at its timeout.
 //
 // Thread safety: call from the supervisor's one thread. Process safety: see above; live peers
 // carry on throughout.

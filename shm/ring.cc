@@ -26,9 +26,6 @@ void WakeSources(const Segment& segment, uint32_t slot, std::vector<uint32_t>* o
   out->clear();
   out->push_back(slot);
   out->push_back(kSupervisor);
-  if (slot == kSupervisor) {
-    return;
-  }
   bool worker = segment.IsWorkerSlot(slot);
   for (uint32_t s = 0; s < segment.num_slots(); ++s) {
     if (segment.IsWorkerSlot(s) != worker) {
@@ -202,15 +199,9 @@ RingStatus RingConsumer::TryPop(DescriptorData* out) {
   std::memcpy(out->tensors, slot.tensors, used * sizeof(TensorRefData));
   // Nothing of an earlier descriptor may survive in the caller's copy.
   std::memset(out->tensors + used, 0, (kMaxTensors - used) * sizeof(TensorRefData));
-  // Seqlock-style: if the producer was reset while this slot was copied, its successor may
-  // have been writing it; the copy is dropped and the ring rewound (recovery.h, StillCurrent).
-  if (producer_generation_ != nullptr) {
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (producer_generation_->load(std::memory_order_relaxed) != seen_generation_) {
-      ProducerReset(false);
-      return TryPop(out);
-    }
-  }
+  // If the producer was reset while this slot was copied, the copy is the dead incarnation's
+  // (its successor writes nothing until this consumer has caught up: synced_generation), so
+  // it is dropped by its generation like any other; the next pop rewinds.
   ++head_;
   head_data_->head.store(head_, std::memory_order_release);
   producer_.Notify();  // A producer may sleep waiting for this slot.

@@ -80,8 +80,8 @@ class RingConsumer {
   // tensors it declares; validate it before use), kEmpty, or kCorrupt (the producer's tail
   // is impossible; counted in invalid_descriptors). A pop wakes a producer sleeping for space.
   // When the producer's slot was reset (its generation moved), the ring is first rewound to
-  // where ResetSlot restarted it: nothing cached from the dead incarnation is popped, and a
-  // copy the successor may have been writing is dropped.
+  // where ResetSlot restarted it: nothing cached from the dead incarnation is popped after
+  // that, and the successor writes nothing before it (synced_generation).
   RingStatus TryPop(DescriptorData* out);
   // True when a descriptor is waiting (one acquire load); false for an impossible tail.
   bool HasWork() const;
@@ -118,7 +118,8 @@ void RingDoorbell(const Segment& segment, uint32_t slot);
 // Blocks the calling thread of `slot`'s process until `ready()` or timeout: spins
 // `spin_iterations` checks, then sleeps on every word that may wake the slot (see above).
 // Returns ready()'s last value. Without futex_waitv (Linux < 5.16) it sleeps in steps of at
-// most 50 us instead. REQUIRES: this view owns `slot` (or is the supervisor's).
+// most 50 us instead. REQUIRES: `slot` is a slot (the supervisor waits on its own event loop,
+// never here) and this view owns it (or is the supervisor's).
 bool WaitForWork(const Segment& segment, uint32_t slot, const std::function<bool()>& ready,
                  int64_t timeout_ns, int spin_iterations = 2000);
 

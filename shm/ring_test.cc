@@ -290,5 +290,24 @@ TEST_CASE("the same at the two points for a producer waiting for space") {
   }
 }
 
+TEST_CASE("recovery wakes a producer that read its words just before the reset") {
+  // The sleeper has re-checked (still full) and is about to wait when the consumer's slot is
+  // reset: only the bump of the dead slot's word (the wait compares it) can wake it.
+  Fixture f;
+  RingProducer producer(f.segment, f.ring);
+  for (uint64_t i = 0; i < 8; ++i) {
+    REQUIRE(producer.TryPush(Numbered(i)) == RingStatus::kOk);
+  }
+  WaitHooks hooks;
+  hooks.before_sleep = [&] { ResetSlot(f.segment, f.segment.WorkerSlot(0)); };
+  SetWaitHooksForTesting(&hooks);
+  auto start = std::chrono::steady_clock::now();
+  bool ready = WaitForWork(
+      f.segment, 0, [&] { return producer.HasSpace(); }, 5'000'000'000, 0);
+  SetWaitHooksForTesting(nullptr);
+  CHECK(ready);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
+}
+
 }  // namespace
 }  // namespace ferry::shm

@@ -307,6 +307,7 @@ TEST_CASE("ResetSlot repairs every index a scribbling process could write; its s
     CHECK(generation == 2);
     CHECK(segment.generation(survivor).load() == 1);  // Not the dead process's to write.
     CHECK(ReadArenaStats(segment, victim).bytes_in_use == 0);
+    CHECK(ReadArenaStats(segment, victim).blocks_in_use == 0);
     CHECK(ReadArenaStats(segment, victim).high_water <= segment.partition_bytes());
     CHECK(segment.bell(victim).sleeping.load() == 0);
     CHECK(ReadStatus(segment, victim).ok());
