@@ -153,7 +153,8 @@ Stats RingHandoff(int count, bool sleepy, int64_t gap_ns) {
     for (int i = 0; i < total; ++i) {
       while (in.TryPop(&d) != RingStatus::kOk) {
         if (sleepy) {  // The production setting: spin 2000 checks, then sleep.
-          ferry::shm::WaitForWork(view, kWorker, [&] { return in.HasWork(); }, 1'000'000'000);
+          ferry::shm::WaitForWork(
+              view, kWorker, [&] { return in.HasWork(); }, 1'000'000'000);
         }
       }
       int64_t now = NowNs();
@@ -504,9 +505,8 @@ int main(int argc, char** argv) {
     size_t bytes;
     Stats ring, socket;
   };
-  std::vector<PayloadRow> payloads = {{"4KiB", 4 << 10, {}, {}},
-                                      {"64KiB", 64 << 10, {}, {}},
-                                      {"1MiB", 1 << 20, {}, {}}};
+  std::vector<PayloadRow> payloads = {
+      {"4KiB", 4 << 10, {}, {}}, {"64KiB", 64 << 10, {}, {}}, {"1MiB", 1 << 20, {}, {}}};
   for (PayloadRow& row : payloads) {
     int n = row.bytes >= (1 << 20) ? std::max(100, count / 20) : std::max(100, count / 4);
     row.ring = RingPayload(row.bytes, n);
@@ -519,11 +519,8 @@ int main(int argc, char** argv) {
   auto target = [&](const std::string& what, double ratio, double bound, bool at_most) {
     bool ok = at_most ? ratio <= bound : ratio >= bound;
     pass = pass && ok;
-    targets.push_back({{"what", what},
-                       {"ratio", ratio},
-                       {"bound", bound},
-                       {"at_most", at_most},
-                       {"met", ok}});
+    targets.push_back(
+        {{"what", what}, {"ratio", ratio}, {"bound", bound}, {"at_most", at_most}, {"met", ok}});
   };
   target("spinning hand-off p50, ring / polling socket", ring_spin.p50 / socket_poll.p50, 0.5,
          true);

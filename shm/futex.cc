@@ -63,7 +63,9 @@ void FutexWaitAny(std::span<const FutexWaiter> words, int64_t timeout_ns) {
     waitv_missing.store(true, std::memory_order_relaxed);
   }
   int64_t ns = timeout_ns >= 0 && timeout_ns < kFallbackSleepNs ? timeout_ns : kFallbackSleepNs;
-  struct timespec pause {0, static_cast<long>(ns)};
+  struct timespec pause {
+    0, static_cast<long>(ns)
+  };
   nanosleep(&pause, nullptr);
 }
 

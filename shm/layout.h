@@ -40,8 +40,8 @@
 namespace ferry::shm {
 
 inline constexpr uint64_t kMagic = 0x3179727265664653ULL;  // "SFferry1" little-endian.
-inline constexpr uint32_t kLayoutVersion = 3;  // 3: one object per writer.
-inline constexpr uint64_t kBlockAlignment = 256;  // DMA and cudaHostRegister friendly.
+inline constexpr uint32_t kLayoutVersion = 3;              // 3: one object per writer.
+inline constexpr uint64_t kBlockAlignment = 256;           // DMA and cudaHostRegister friendly.
 inline constexpr uint32_t kMaxTensors = 8;
 inline constexpr uint32_t kMaxRank = 8;
 inline constexpr uint32_t kMaxSlots = 256;

@@ -127,12 +127,8 @@ Result<Segment> Segment::Create(const std::string& name, const SegmentLayout& la
   Segment segment;
   segment.name_ = name;
   segment.owner_ = kSupervisor;
-  segment.layout_ = {kMagic,
-                     kLayoutVersion,
-                     layout.hookhosts,
-                     layout.workers,
-                     layout.ring_capacity,
-                     layout.total_bytes,
+  segment.layout_ = {kMagic,           kLayoutVersion,       layout.hookhosts,
+                     layout.workers,   layout.ring_capacity, layout.total_bytes,
                      c.partition_bytes};
   segment.hookhost_layout_ = c.hookhost;
   segment.worker_layout_ = c.worker;
@@ -167,8 +163,8 @@ Result<Segment> Segment::Create(const std::string& name, const SegmentLayout& la
     new (base + l.bell_offset) BellData{};
     new (base + l.status_offset) StatusData{};
     for (uint32_t r = 0; r < l.rings_in; ++r) {
-      auto* head = new (base + l.heads_offset + r * AlignUp(sizeof(RingHeadData), 64))
-          RingHeadData{};
+      auto* head =
+          new (base + l.heads_offset + r * AlignUp(sizeof(RingHeadData), 64)) RingHeadData{};
       head->synced_generation.store(1, std::memory_order_relaxed);  // Every slot starts at 1.
     }
     for (uint32_t r = 0; r < l.rings_out; ++r) {
@@ -182,8 +178,7 @@ Result<Segment> Segment::Create(const std::string& name, const SegmentLayout& la
     new (&segment.ring_reset_tail(r)) std::atomic<uint64_t>(0);
   }
   for (uint32_t s = 0; s < slots; ++s) {
-    new (supervisor + c.control_tails_offset + s * RingStride(layout.ring_capacity))
-        RingTailData{};
+    new (supervisor + c.control_tails_offset + s * RingStride(layout.ring_capacity)) RingTailData{};
   }
   new (supervisor) SegmentHeaderData(segment.layout_);
   std::atomic_thread_fence(std::memory_order_release);
@@ -260,10 +255,10 @@ Result<Segment> Segment::Attach(const std::string& name, uint32_t owner) {
       bip::shared_memory_object object(bip::open_only, object_name.c_str(), mode);
       bip::mapped_region region(object, mode);
       if (region.get_size() != segment.SlotLayout(s).bytes) {
-        return InvalidArgument("shared memory '" + object_name + "': " +
-                               std::to_string(region.get_size()) + " bytes, the header implies " +
-                               std::to_string(segment.SlotLayout(s).bytes) +
-                               "; header does not match");
+        return InvalidArgument(
+            "shared memory '" + object_name + "': " + std::to_string(region.get_size()) +
+            " bytes, the header implies " + std::to_string(segment.SlotLayout(s).bytes) +
+            "; header does not match");
       }
       segment.regions_[s] = std::move(region);
     } catch (const bip::interprocess_exception& e) {
@@ -291,7 +286,8 @@ std::vector<Mapping> Segment::mappings() const {
   std::vector<Mapping> out;
   for (uint32_t i = 0; i < bases_.size(); ++i) {
     if (bases_[i] != nullptr) {
-      out.push_back({i == num_slots() ? kSupervisor : i, {bases_[i], regions_[i].get_size()},
+      out.push_back({i == num_slots() ? kSupervisor : i,
+                     {bases_[i], regions_[i].get_size()},
                      static_cast<bool>(writable_[i])});
     }
   }

@@ -36,7 +36,7 @@ struct StatusData;  // shm/status.h
 struct SegmentLayout {
   uint32_t hookhosts = 1;
   uint32_t workers = 1;
-  uint32_t ring_capacity = 1024;  // Descriptors per ring: a power of two.
+  uint32_t ring_capacity = 1024;    // Descriptors per ring: a power of two.
   uint64_t total_bytes = 64 << 20;  // All objects together.
 };
 

@@ -120,7 +120,7 @@ TEST_CASE("writes through a read-only mapping fault and the mapping cannot be ma
     CHECK(errno == EACCES);
     pid_t child = fork();
     if (child == 0) {
-      signal(SIGSEGV, SIG_DFL);  // Not doctest's or a sanitizer's handler: die of the fault.
+      signal(SIGSEGV, SIG_DFL);         // Not doctest's or a sanitizer's handler: die of the fault.
       m.bytes[m.bytes.size() / 2] = 1;  // Faults.
       _exit(0);
     }
@@ -378,7 +378,7 @@ TEST_CASE("a consumer rewinds to where recovery restarted a ring, past what it h
   RingProducer third(segment, ring);
   d.sequence = 90;
   CHECK_FALSE(third.HasSpace());
-  CHECK(third.TryPush(d) == RingStatus::kFull);  // Head ahead of tail: wait for the rewind.
+  CHECK(third.TryPush(d) == RingStatus::kFull);      // Head ahead of tail: wait for the rewind.
   CHECK(consumer.TryPop(&d) == RingStatus::kEmpty);  // Sees the bump: rewinds to 3.
   CHECK(segment.ring_head(ring).head.load() == 3);
   CHECK(third.HasSpace());

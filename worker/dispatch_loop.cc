@@ -744,8 +744,7 @@ void DispatchLoop::Sleep() {
       [this] {
         return HasRingWork() || HasCompletionSpace() || (!inflight_.empty() && backend_->Ready());
       },
-      timeout,
-      spins);
+      timeout, spins);
 }
 
 void DispatchLoop::PublishStatus(shm::ProcessState state) {

@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
       return 11;
     }
   }
-  std::fprintf(stderr, "hostile peer: %llu passes over %zu writable bytes; every read-only "
+  std::fprintf(stderr,
+               "hostile peer: %llu passes over %zu writable bytes; every read-only "
                "mapping refused writes\n",
                static_cast<unsigned long long>(passes), writable_bytes);
   for (const Region& r : regions) {

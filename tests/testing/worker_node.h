@@ -22,7 +22,8 @@
 namespace ferry::testing {
 
 // Model indices: the repository's models in name order.
-inline constexpr uint32_t kBroken = 0;  // "broken": a bundle that fails to load (test repositories).
+inline constexpr uint32_t kBroken =
+    0;  // "broken": a bundle that fails to load (test repositories).
 inline constexpr uint32_t kCnn = 1;
 inline constexpr uint32_t kMlp = 2;
 
@@ -41,7 +42,7 @@ inline std::string Repository(const TempDir& dir) {
 inline std::string NodeFile(const TempDir& dir, const std::string& extra) {
   std::string path = dir / "node.toml";
   WriteFile(path, "[node]\nname = \"t\"\ndevices = \"cpu:1\"\nmodel_repository = \"" +
-                               Repository(dir) + "\"\n" + extra);
+                      Repository(dir) + "\"\n" + extra);
   return path;
 }
 
@@ -102,6 +103,5 @@ void PollUntil(NodeDriver& driver, std::vector<Completion>* out, Done done, int 
   }
   driver.Poll(out);
 }
-
 
 }  // namespace ferry::testing

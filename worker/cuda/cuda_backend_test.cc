@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -12,7 +13,6 @@
 #include <filesystem>
 #include <random>
 #include <thread>
-#include <unistd.h>
 
 #include "shm/segment.h"
 #include "worker/cpu/cpu_backend.h"
