@@ -138,12 +138,14 @@ void ReadDevices(TableReader& r, DeviceSelection* d) {
       std::string_view count = std::string_view(text).substr(4);
       int64_t n = 0;
       auto [end, ec] = std::from_chars(count.data(), count.data() + count.size(), n);
-      if (ec == std::errc() && end == count.data() + count.size() && n >= 1 && n <= 1024) {
+      if (ec == std::errc() && end == count.data() + count.size() && n >= 1 &&
+          n <= kMaxWorkers) {
         d->kind = DeviceSelection::Kind::kCpu;
         d->cpu_workers = n;
         return;
       }
-      r.ErrorAt("devices", "'" + text + "': N in cpu:N must be an integer in [1, 1024]");
+      r.ErrorAt("devices", "'" + text + "': N in cpu:N must be an integer in [1, " +
+                               std::to_string(kMaxWorkers) + "]");
       return;
     }
     r.ErrorAt("devices", "'" + text + "': " + kExpected);
@@ -156,6 +158,11 @@ void ReadDevices(TableReader& r, DeviceSelection* d) {
     }
     if (ids.empty()) {
       r.ErrorAt("devices", "the list of GPU ids is empty");
+      return;
+    }
+    if (static_cast<int64_t>(ids.size()) > kMaxWorkers) {
+      r.ErrorAt("devices", std::to_string(ids.size()) + " GPU ids, more than the " +
+                               std::to_string(kMaxWorkers) + " workers a node holds");
       return;
     }
     std::vector<int64_t> sorted = ids;
@@ -184,7 +191,7 @@ void ReadNode(TableReader& r, const std::string& base_dir, NodeSettings* n) {
   ReadDevices(r, &n->devices);
   r.Enum<BackendKind>("backend", &n->backend,
                       {{"auto", BackendKind::kAuto}, {"sim", BackendKind::kSim}});
-  r.Int("hookhosts", &n->hookhosts, 1, 256);
+  r.Int("hookhosts", &n->hookhosts, 1, kMaxHookhosts);
   if (auto listen = r.Table("listen")) {
     for (auto [key, address] : {std::pair<const char*, ListenAddress*>{"http", &n->http},
                                 {"grpc", &n->grpc},

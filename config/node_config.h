@@ -17,11 +17,16 @@
 namespace ferry {
 
 // Which devices get a worker: [node] devices = "all" | [0, 2] | "cpu:N".
+// The shared-memory segment holds at most this many workers and hook hosts (shm/layout.h
+// kMaxPerKind: a sleeper waits on one futex word per peer, and futex_waitv takes 128).
+inline constexpr int64_t kMaxWorkers = 126;
+inline constexpr int64_t kMaxHookhosts = 126;
+
 struct DeviceSelection {
   enum class Kind { kAllGpus, kGpuList, kCpu };
   Kind kind = Kind::kAllGpus;
-  std::vector<int64_t> gpu_ids;  // kGpuList: distinct ids >= 0.
-  int64_t cpu_workers = 0;       // kCpu: N >= 1 CPU workers (no GPU needed).
+  std::vector<int64_t> gpu_ids;  // kGpuList: 1 to kMaxWorkers distinct ids in [0, 1023].
+  int64_t cpu_workers = 0;       // kCpu: N in [1, kMaxWorkers] CPU workers (no GPU needed).
 };
 
 // What executes models: the devices' own backend (CUDA for GPU ids, the CPU executor for
@@ -42,7 +47,8 @@ struct NodeSettings {
   // "auto" (default): CUDA on GPU ids, the CPU executor for cpu:N. "sim": every worker runs
   // SimBackend with the [sim] costs (one worker per selected device).
   BackendKind backend = BackendKind::kAuto;
-  // Number of sandboxed hook-host processes serving the front end. >= 1. Default 2.
+  // Number of sandboxed hook-host processes serving the front end. [1, kMaxHookhosts].
+  // Default 2.
   int64_t hookhosts = 2;
   // KServe v2 over HTTP, gRPC, and Prometheus /metrics. Defaults 0.0.0.0:8000/8001/8002.
   ListenAddress http{"0.0.0.0", 8000};

@@ -113,6 +113,16 @@ TEST_CASE("devices accepts cpu:N and rejects malformed forms") {
   CHECK(cpu->node.devices.kind == DeviceSelection::Kind::kCpu);
   CHECK(cpu->node.devices.cpu_workers == 2);
   CHECK(Contains(ErrorOf("[node]\ndevices = \"cpu:0\"\n"), "node.devices"));
+  CHECK(Parse("[node]\ndevices = \"cpu:126\"\n").ok());  // As many as a segment holds.
+  CHECK(Contains(ErrorOf("[node]\ndevices = \"cpu:127\"\n"), "integer in [1, 126]"));
+  std::string ids = "[node]\ndevices = [";
+  for (int i = 0; i < 127; ++i) {
+    ids += std::to_string(i) + (i < 126 ? ", " : "]\n");
+  }
+  CHECK(Contains(ErrorOf(ids), "127 GPU ids, more than the 126"));
+  CHECK(Parse("[node]\ndevices = [1023]\n").ok());
+  CHECK(Contains(ErrorOf("[node]\ndevices = [1024]\n"), "node.devices"));
+  CHECK(Contains(ErrorOf("[node]\ndevices = [-1]\n"), "node.devices"));
   CHECK(Contains(ErrorOf("[node]\ndevices = \"gpus\"\n"), "expected \"all\""));
   CHECK(Contains(ErrorOf("[node]\ndevices = [0, 0]\n"), "appears twice"));
   CHECK(Contains(ErrorOf("[node]\ndevices = []\n"), "empty"));
@@ -144,7 +154,9 @@ TEST_CASE("out-of-range values are errors that state the allowed range") {
   CHECK(Contains(ErrorOf("[scheduler]\nmax_queue_depth = 0\n"), "must be >= 1"));
   CHECK(Contains(ErrorOf("[scheduler]\nrecency_penalty_cap = nan\n"), "must be in (0, 1]"));
   CHECK(Contains(ErrorOf("[node]\nshm_size = 4096\n"), "at least 1MiB"));
-  CHECK(Contains(ErrorOf("[node]\nhookhosts = 0\n"), "node.hookhosts: must be in [1, 256]"));
+  CHECK(Contains(ErrorOf("[node]\nhookhosts = 0\n"), "node.hookhosts: must be in [1, 126]"));
+  CHECK(Contains(ErrorOf("[node]\nhookhosts = 127\n"), "node.hookhosts: must be in [1, 126]"));
+  CHECK(Parse("[node]\nhookhosts = 126\n").ok());
 }
 
 TEST_CASE("an unknown key is an error suggesting the nearest valid key") {

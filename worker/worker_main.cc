@@ -27,6 +27,9 @@
 namespace ferry {
 namespace {
 
+static_assert(kMaxWorkers == shm::kMaxPerKind && kMaxHookhosts == shm::kMaxPerKind,
+              "the node file's limits are the segment's");
+
 Result<std::unique_ptr<Backend>> MakeBackend(const NodeConfig& config, const shm::Segment& segment,
                                              uint32_t worker) {
   const DeviceSelection& devices = config.node.devices;
