@@ -290,6 +290,40 @@ TEST_CASE("the same at the two points for a producer waiting for space") {
   }
 }
 
+TEST_CASE("recovery wakes a worker asleep on a full completion ring whose hook host died") {
+  // The sleeper is slot 1 here (slot 0 above): every slot's word of the dead one is bumped.
+  Segment segment = Segment::Create(testing::UniqueShmName("ring"), {1, 1, 8, 4 << 20}).value();
+  uint32_t ring = segment.CompletionRing(0, 0);
+  RingProducer producer(segment, ring);
+  for (uint64_t i = 0; i < 8; ++i) {
+    REQUIRE(producer.TryPush(Numbered(i)) == RingStatus::kOk);
+  }
+  std::thread sleeper([&] {
+    WaitForWork(
+        segment, 1, [&] { return producer.HasSpace(); }, 20'000'000'000, 0);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto start = std::chrono::steady_clock::now();
+  ResetSlot(segment, 0);
+  sleeper.join();
+  CHECK(producer.HasSpace());
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+  Segment::Remove(segment.name());
+}
+
+TEST_CASE("a control ring's consumer has work only when the supervisor pushed") {
+  Fixture f;
+  RingConsumer control(f.segment, f.segment.ControlRing(0));
+  CHECK_FALSE(control.HasWork());
+  RingProducer supervisor(f.segment, f.segment.ControlRing(0));
+  REQUIRE(supervisor.TryPush(Numbered(5)) == RingStatus::kOk);
+  CHECK(control.HasWork());
+  DescriptorData out{};
+  REQUIRE(control.TryPop(&out) == RingStatus::kOk);
+  CHECK(out.sequence == 5);
+  CHECK_FALSE(control.HasWork());
+}
+
 TEST_CASE("recovery wakes a producer that read its words just before the reset") {
   // The sleeper has re-checked (still full) and is about to wait when the consumer's slot is
   // reset: only the bump of the dead slot's word (the wait compares it) can wake it.

@@ -259,6 +259,7 @@ TEST_CASE("ResetSlot bumps the generation, zeroes accounting and drains rings it
   CHECK(ResetSlot(segment, 0) == 2);
   CHECK(segment.generation(0).load() == 2);
   CHECK(ReadArenaStats(segment, 0).bytes_in_use == 0);
+  CHECK(ReadArenaStats(segment, 0).high_water == 1024);  // Cumulative: kept when sane.
   CHECK(segment.ring_head(completions).head.load() == 5);
   CHECK(IsCurrent(segment, 0, 2));
   CHECK_FALSE(IsCurrent(segment, 0, 1));
@@ -310,6 +311,11 @@ TEST_CASE("ResetSlot repairs every index a scribbling process could write; its s
     CHECK(ReadArenaStats(segment, victim).blocks_in_use == 0);
     CHECK(ReadArenaStats(segment, victim).high_water <= segment.partition_bytes());
     CHECK(segment.bell(victim).sleeping.load() == 0);
+    for (uint32_t r = 0; r < segment.num_rings(); ++r) {
+      if (segment.RingConsumerSlot(r) == victim) {
+        CHECK(segment.ring_head(r).invalid_descriptors.load() == 0);
+      }
+    }
     CHECK(ReadStatus(segment, victim).ok());
     // Both rings are consistent again: the successor pushes and pops, many times around.
     RingProducer next_out(segment, victim == 0 ? submissions : completions);
@@ -337,18 +343,23 @@ TEST_CASE("a consumer rewinds to where recovery restarted a ring, past what it h
   uint32_t ring = segment.SubmissionRing(0, 0);
   RingConsumer consumer(segment, ring);
   DescriptorData d{};
+  constexpr uint64_t kBefore = 20;  // Around the 8-slot ring a few times first.
   {
     RingProducer dead(segment, ring);
+    for (uint64_t i = 0; i < kBefore; ++i) {
+      REQUIRE(dead.TryPush(d) == RingStatus::kOk);
+      REQUIRE(consumer.TryPop(&d) == RingStatus::kOk);
+    }
     for (uint64_t i = 1; i <= 4; ++i) {
       d.sequence = i;
       REQUIRE(dead.TryPush(d) == RingStatus::kOk);
     }
   }
-  REQUIRE(consumer.TryPop(&d) == RingStatus::kOk);  // It has seen tail = 4 and read one.
+  REQUIRE(consumer.TryPop(&d) == RingStatus::kOk);  // It has seen tail = 24 and read one.
   CHECK(d.sequence == 1);
-  ResetSlot(segment, 0);  // The producer died; tail := head = 1.
-  CHECK(segment.ring_tail(ring).tail.load() == 1);
-  CHECK(segment.ring_reset_tail(ring).load() == 1);
+  ResetSlot(segment, 0);  // The producer died; tail := head = 21.
+  CHECK(segment.ring_tail(ring).tail.load() == kBefore + 1);
+  CHECK(segment.ring_reset_tail(ring).load() == kBefore + 1);
   RingProducer successor(segment, ring);
   // It writes nothing until the consumer has caught up with the reset.
   CHECK_FALSE(successor.HasSpace());
@@ -371,16 +382,16 @@ TEST_CASE("a consumer rewinds to where recovery restarted a ring, past what it h
   // undone by the same rewind: the successor's first descriptor is not skipped.
   d.sequence = 72;
   REQUIRE(successor.TryPush(d) == RingStatus::kOk);
-  REQUIRE(consumer.TryPop(&d) == RingStatus::kOk);  // Index 3: private head 4.
-  segment.ring_head(ring).head.store(3);  // What the supervisor reads before it publishes 4.
-  ResetSlot(segment, 0);                  // Reset point 3, tail := 3.
-  segment.ring_head(ring).head.store(4);  // The late publish.
+  REQUIRE(consumer.TryPop(&d) == RingStatus::kOk);  // Index 23: private head 24.
+  segment.ring_head(ring).head.store(kBefore + 3);  // Read by the supervisor before 24 lands.
+  ResetSlot(segment, 0);                            // Reset point 23, tail := 23.
+  segment.ring_head(ring).head.store(kBefore + 4);  // The late publish.
   RingProducer third(segment, ring);
   d.sequence = 90;
   CHECK_FALSE(third.HasSpace());
   CHECK(third.TryPush(d) == RingStatus::kFull);      // Head ahead of tail: wait for the rewind.
-  CHECK(consumer.TryPop(&d) == RingStatus::kEmpty);  // Sees the bump: rewinds to 3.
-  CHECK(segment.ring_head(ring).head.load() == 3);
+  CHECK(consumer.TryPop(&d) == RingStatus::kEmpty);  // Sees the bump: rewinds to 23.
+  CHECK(segment.ring_head(ring).head.load() == kBefore + 3);
   CHECK(third.HasSpace());
   d.sequence = 90;
   REQUIRE(third.TryPush(d) == RingStatus::kOk);
