@@ -93,5 +93,100 @@ TEST_CASE("ValidateJob boundaries: rows, sizes, counts and byte sizes") {
   CHECK(ValidateJob(m, second).error().message.find("request 1") != std::string::npos);
 }
 
+TEST_CASE("ValidateJob: every count and size is checked both ways") {
+  Manifest m = Mlp();
+  std::vector<uint8_t> in(64), out(64);
+  auto one = [&] {
+    return BatchJob{0,
+                    1,
+                    {{1,
+                      {std::span<const uint8_t>(in).first(16)},
+                      {std::span<uint8_t>(out).first(8)}}}};
+  };
+  REQUIRE(ValidateJob(m, one()).ok());
+  BatchJob fewer = one();
+  fewer.requests[0].inputs.clear();  // Fewer inputs than the manifest: never indexed past.
+  CHECK(ValidateJob(m, fewer).error().message.find("expected 1 inputs and 1 outputs") !=
+        std::string::npos);
+  BatchJob no_output = one();
+  no_output.requests[0].outputs.clear();
+  CHECK_FALSE(ValidateJob(m, no_output).ok());
+  BatchJob big_in = one();
+  big_in.requests[0].inputs[0] = std::span<const uint8_t>(in).first(17);
+  CHECK(ValidateJob(m, big_in).error().message ==
+        "model 'm': request 0: input 'x' has 17 bytes, expected 16");
+  BatchJob big_out = one();
+  big_out.requests[0].outputs[0] = std::span<uint8_t>(out).first(9);
+  CHECK(ValidateJob(m, big_out).error().message ==
+        "model 'm': request 0: output 'y' has room for 9 bytes, expected 8");
+  BatchJob negative = one();
+  negative.variant = -1;
+  CHECK(ValidateJob(m, negative).error().message == "model 'm': no shape variant -1");
+}
+
+TEST_CASE("ValidateJob: one-byte tensors pass, zero-byte and overflowing ones never match") {
+  Manifest m;
+  m.name = "bytes";
+  m.inputs = {{"x", DType::kU8, {kBatchDim, 1}, 0}};
+  m.outputs = {{"y", DType::kU8, {kBatchDim, 1}, 0}};
+  m.batch_sizes = {1};
+  m.variants = {{"default", {{"x", {kBatchDim, 1}}}, {{"y", {kBatchDim, 1}}}}};
+  std::vector<uint8_t> in(1), out(1);
+  BatchJob job{0, 1, {{1, {std::span<const uint8_t>(in)}, {std::span<uint8_t>(out)}}}};
+  CHECK(ValidateJob(m, job).ok());  // The smallest tensors there are.
+
+  Manifest empty = m;  // A zero-width input: no span can be right.
+  empty.variants[0].inputs["x"] = {kBatchDim, 0};
+  BatchJob no_bytes{0, 1, {{1, {std::span<const uint8_t>()}, {std::span<uint8_t>(out)}}}};
+  CHECK_FALSE(ValidateJob(empty, no_bytes).ok());
+  Manifest empty_out = m;
+  empty_out.variants[0].outputs["y"] = {kBatchDim, 0};
+  BatchJob no_room{0, 1, {{1, {std::span<const uint8_t>(in)}, {std::span<uint8_t>()}}}};
+  CHECK_FALSE(ValidateJob(empty_out, no_room).ok());
+
+  Manifest huge = m;  // Row bytes overflow int64: reported as -1, matched by nothing.
+  huge.variants[0].inputs["x"] = {kBatchDim, int64_t{1} << 62, 4};
+  CHECK(RowBytes(huge, huge.inputs[0], huge.variants[0], true) == -1);
+  CHECK(RequestBytes(huge, huge.inputs[0], huge.variants[0], true, 1) == -1);
+  CHECK_FALSE(ValidateJob(huge, job).ok());
+  CHECK(RowBytes(m, m.inputs[0], m.variants[0], true) == 1);
+}
+
+// A backend that only implements the synchronous Execute: Begin / Finish come from Backend.
+class SyncOnly : public Backend {
+ public:
+  std::string_view name() const override { return "sync"; }
+  Result<ModelHandle> Load(const Bundle&) override { return 0; }
+  Result<ExecutionTiming> Execute(ModelHandle, const BatchJob&) override {
+    ExecutionTiming t;
+    t.compute_seconds = 0.5;
+    t.started_ns = reported_start;
+    t.finished_ns = reported_end;
+    return t;
+  }
+  Status ModelStatus(ModelHandle) const override { return OkStatus(); }
+  int64_t reported_start = 0;
+  int64_t reported_end = 0;
+};
+
+TEST_CASE("the default Begin/Finish stamp the times a synchronous backend did not report") {
+  SyncOnly backend;
+  BatchJob job{0, 1, {}};
+  REQUIRE(backend.Begin(0, job).ok());
+  Result<ExecutionTiming> t = backend.Finish();
+  REQUIRE(t.ok());
+  CHECK(t->compute_seconds == 0.5);
+  CHECK(t->started_ns > 0);
+  CHECK(t->finished_ns >= t->started_ns);
+  // Times the backend reported itself are kept as they are.
+  backend.reported_start = 5;
+  backend.reported_end = 7;
+  REQUIRE(backend.Begin(0, job).ok());
+  t = backend.Finish();
+  REQUIRE(t.ok());
+  CHECK(t->started_ns == 5);
+  CHECK(t->finished_ns == 7);
+}
+
 }  // namespace
 }  // namespace ferry
