@@ -134,6 +134,59 @@ TEST_CASE("load time is reported apart and a failed upload leaves nothing reside
   REQUIRE(seconds.ok());
   CHECK(*seconds > 0);
   CHECK(cache.stats().load_seconds == doctest::Approx(*seconds));
+  // A second load reports its own time, not the total so far.
+  cache.Register(2, "slow2", 8 * kKiB, Residency::kOnDemand, [](uint64_t) {
+    volatile double x = 0;
+    for (int i = 0; i < 200000; ++i) {
+      x = x + i;
+    }
+    return OkStatus();
+  });
+  Result<double> second = cache.Acquire(2);
+  REQUIRE(second.ok());
+  CHECK(*second > 0);
+  CHECK(cache.stats().load_seconds == doctest::Approx(*seconds + *second));
+}
+
+TEST_CASE("every pinned and warm model loads at start, wherever it is registered") {
+  Fixture f(100 * kKiB);
+  f.Add(0, 10 * kKiB, Residency::kOnDemand);
+  f.Add(1, 10 * kKiB, Residency::kPinned);
+  f.Add(2, 10 * kKiB, Residency::kPinned);
+  f.Add(3, 10 * kKiB, Residency::kWarm);
+  f.Add(4, 10 * kKiB, Residency::kWarm);
+  REQUIRE(f.cache.LoadAtStart().ok());
+  CHECK_FALSE(f.cache.resident(0));
+  for (int i = 1; i <= 4; ++i) {
+    CAPTURE(i);
+    CHECK(f.cache.resident(i));
+  }
+}
+
+TEST_CASE("a load counts as a use: the model loaded longest ago is evicted first") {
+  Fixture f(40 * kKiB);
+  for (int i = 0; i < 3; ++i) {
+    f.Add(i, 20 * kKiB, Residency::kOnDemand);
+  }
+  REQUIRE(f.cache.Acquire(1).ok());  // Loaded first (the higher index).
+  REQUIRE(f.cache.Acquire(0).ok());
+  REQUIRE(f.cache.Acquire(2).ok());  // Needs one of them out: 1, the older load.
+  CHECK_FALSE(f.cache.resident(1));
+  CHECK(f.cache.resident(0));
+  CHECK(f.cache.resident(2));
+}
+
+TEST_CASE("a victim may sit after the model being loaded") {
+  Fixture f(40 * kKiB);
+  for (int i = 0; i < 3; ++i) {
+    f.Add(i, 20 * kKiB, Residency::kOnDemand);
+  }
+  REQUIRE(f.cache.Acquire(1).ok());
+  REQUIRE(f.cache.Acquire(2).ok());
+  REQUIRE(f.cache.Acquire(0).ok());  // Index 0 evicts index 1 (the least recent).
+  CHECK(f.cache.resident(0));
+  CHECK_FALSE(f.cache.resident(1));
+  CHECK(f.cache.resident(2));
 }
 
 TEST_CASE("fragmented free space is compacted instead of evicting more") {
