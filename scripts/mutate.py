@@ -13,6 +13,7 @@ Results: DIR/mutants/MODULE/{killed,survived,invalid}.txt.
 """
 import argparse
 import difflib
+import hashlib
 import os
 import random
 import shutil
@@ -50,12 +51,18 @@ def run(cmd, timeout=None, cwd=ROOT):
 
 
 def mutants_of(source, work, mutate):
+    """Every mutant of `source`, generated again whenever the source changed."""
     out = os.path.join(work, "generated", os.path.basename(source))
-    if not os.path.isdir(out) or not os.listdir(out):
-        os.makedirs(out, exist_ok=True)
+    digest = hashlib.sha256(open(os.path.join(ROOT, source), "rb").read()).hexdigest()
+    stamp = os.path.join(work, "generated", os.path.basename(source) + ".sha256")
+    if not os.path.exists(stamp) or open(stamp).read() != digest:
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
         subprocess.run([mutate, os.path.join(ROOT, source), "--noCheck", "--mutantDir", out],
                        capture_output=True, text=True, check=True)
-    return sorted(os.path.join(out, f) for f in os.listdir(out))
+        with open(stamp, "w") as f:
+            f.write(digest)
+    return sorted(os.path.join(out, f) for f in os.listdir(out) if f.endswith(".cc"))
 
 
 def changed_line(original, mutant):

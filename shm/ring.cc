@@ -208,7 +208,7 @@ RingStatus RingConsumer::TryPop(DescriptorData* out) {
   return RingStatus::kOk;
 }
 
-void SetWaitHooksForTesting(WaitHooks* hooks) { wait_hooks = hooks; }
+void SetWaitHooksForTest(WaitHooks* hooks) { wait_hooks = hooks; }
 
 bool WaitForWork(const Segment& segment, uint32_t slot, const std::function<bool()>& ready,
                  int64_t timeout_ns, int spin_iterations) {

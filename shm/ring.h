@@ -131,6 +131,6 @@ struct WaitHooks {
   std::function<void()> before_announce;
   std::function<void()> before_sleep;
 };
-void SetWaitHooksForTesting(WaitHooks* hooks);  // nullptr: none. Not owned.
+void SetWaitHooksForTest(WaitHooks* hooks);  // nullptr: none. Not owned.
 
 }  // namespace ferry::shm

@@ -253,11 +253,11 @@ TEST_CASE("a publication at either dangerous point of the sleep protocol is neve
     };
     WaitHooks hooks;
     (point == 0 ? hooks.before_announce : hooks.before_sleep) = publish;
-    SetWaitHooksForTesting(&hooks);
+    SetWaitHooksForTest(&hooks);
     auto start = std::chrono::steady_clock::now();
     bool ready = WaitForWork(
         f.segment, slot, [&] { return consumer.HasWork(); }, 5'000'000'000, 0);
-    SetWaitHooksForTesting(nullptr);
+    SetWaitHooksForTest(nullptr);
     CHECK(ready);
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
     // Point 0: the producer saw no sleeper (no bump): only the re-check finds the work.
@@ -280,11 +280,11 @@ TEST_CASE("the same at the two points for a producer waiting for space") {
     auto pop = [&] { REQUIRE(consumer.TryPop(&out) == RingStatus::kOk); };
     WaitHooks hooks;
     (point == 0 ? hooks.before_announce : hooks.before_sleep) = pop;
-    SetWaitHooksForTesting(&hooks);
+    SetWaitHooksForTest(&hooks);
     auto start = std::chrono::steady_clock::now();
     bool ready = WaitForWork(
         f.segment, 0, [&] { return producer.HasSpace(); }, 5'000'000'000, 0);
-    SetWaitHooksForTesting(nullptr);
+    SetWaitHooksForTest(nullptr);
     CHECK(ready);
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
   }
@@ -334,11 +334,11 @@ TEST_CASE("recovery wakes a producer that read its words just before the reset")
   }
   WaitHooks hooks;
   hooks.before_sleep = [&] { ResetSlot(f.segment, f.segment.WorkerSlot(0)); };
-  SetWaitHooksForTesting(&hooks);
+  SetWaitHooksForTest(&hooks);
   auto start = std::chrono::steady_clock::now();
   bool ready = WaitForWork(
       f.segment, 0, [&] { return producer.HasSpace(); }, 5'000'000'000, 0);
-  SetWaitHooksForTesting(nullptr);
+  SetWaitHooksForTest(nullptr);
   CHECK(ready);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
 }
