@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <string>
 
@@ -237,7 +239,71 @@ TEST_CASE("listen addresses must be HOST:PORT and distinct") {
   CHECK(Contains(ErrorOf("[node.listen]\nhttp = \"0.0.0.0:8001\"\n"), "two listeners share"));
 }
 
+TEST_CASE("listen addresses: a port is required, brackets only around an IPv6 literal") {
+  CHECK(Contains(ErrorOf("[node.listen]\nhttp = \"8000\"\n"), "expected HOST:PORT"));
+  CHECK(Contains(ErrorOf("[node.listen]\nhttp = \":8000\"\n"), "expected HOST:PORT"));
+  CHECK(Contains(ErrorOf("[node.listen]\nhttp = \"X::1]:8000\"\n"), "expected HOST:PORT"));
+  CHECK(Contains(ErrorOf("[node.listen]\nhttp = \"[::1:8000\"\n"), "expected HOST:PORT"));
+  Result<NodeConfig> v6 = Parse("[node.listen]\nhttp = \"[::1]:0\"\n");
+  REQUIRE(v6.ok());
+  CHECK(v6->node.http.host == "::1");
+  CHECK(v6->node.http.port == 0);
+  Result<NodeConfig> edge = Parse("[node.listen]\nhttp = \"h-1.example:65535\"\n");
+  REQUIRE(edge.ok());
+  CHECK(edge->node.http.port == 65535);
+}
+
+TEST_CASE("environment overrides: only exact-prefix variables, one non-empty line each") {
+  // The prefix must open the name; a variable that merely contains it twice is still ours.
+  CHECK(Contains(ErrorOf("", {{"FERRY_SCHEDULER_FERRY_SCHEDULER_X", "1"}}),
+                 "scheduler.ferry_scheduler_x: no such scheduler key"));
+  CHECK(Parse("", {{"XFERRY_SCHEDULER_DISCIPLINE", "lottery"}}).ok());  // Not ours.
+  CHECK(Contains(ErrorOf("", {{"FERRY_SCHEDULER_MAX_QUEUE_DEPTH", ""}}),
+                 "value must be one line, non-empty, without '#'"));
+  CHECK(Contains(ErrorOf("", {{"FERRY_SCHEDULER_MAX_QUEUE_DEPTH", "5 # five"}}), "without '#'"));
+  // SchedulerEnvironment reads the process environment.
+  setenv("FERRY_SCHEDULER_MAX_QUEUE_DEPTH", "7", 1);
+  setenv("FERRY_OTHER", "1", 1);
+  Environment env = SchedulerEnvironment();
+  unsetenv("FERRY_SCHEDULER_MAX_QUEUE_DEPTH");
+  unsetenv("FERRY_OTHER");
+  REQUIRE(env.count("FERRY_SCHEDULER_MAX_QUEUE_DEPTH") == 1);
+  CHECK(env.at("FERRY_SCHEDULER_MAX_QUEUE_DEPTH") == "7");
+  CHECK(env.count("FERRY_OTHER") == 0);
+}
+
+TEST_CASE("shm_size: 1MiB to 1TiB, both edges") {
+  CHECK(Parse("[node]\nshm_size = \"1TiB\"\n").value().node.shm_size == uint64_t{1} << 40);
+  CHECK(Contains(ErrorOf("[node]\nshm_size = \"1025GiB\"\n"), "must be at most 1TiB"));
+  CHECK(Parse("[node]\nshm_size = 1048576\n").value().node.shm_size == 1048576);
+  CHECK(Contains(ErrorOf("[node]\nshm_size = 1048575\n"), "must be at least 1MiB"));
+}
+
+TEST_CASE("cpu threads 0 to 1024 and [sim.models] costs are read") {
+  CHECK(Parse("[cpu]\nthreads = 1024\n").value().cpu.threads == 1024);
+  CHECK(Contains(ErrorOf("[cpu]\nthreads = 1025\n"), "cpu.threads"));
+  Result<NodeConfig> sim = Parse(
+      "[sim]\nfixed_us = 10\n[sim.models.a]\nper_row_us = 3\n[sim.models.b]\nfixed_us = 7\n");
+  REQUIRE(sim.ok());
+  REQUIRE(sim->sim.models.size() == 2);
+  CHECK(sim->sim.models.at("a").fixed_us == 10);  // Inherited from [sim].
+  CHECK(sim->sim.models.at("a").per_row_us == 3);
+  CHECK(sim->sim.models.at("b").fixed_us == 7);
+  CHECK(Contains(ErrorOf("[sim.models.\"a b\"]\nfixed_us = 1\n"), "not a model name"));
+}
+
 TEST_CASE("byte sizes take binary units and reject garbage") {
+  CHECK(ParseByteSize("1TiB").value() == uint64_t{1} << 40);
+  CHECK(ParseByteSize("3T").value() == uint64_t{3} << 40);
+  CHECK(ParseByteSize("5G").value() == uint64_t{5} << 30);
+  CHECK(ParseByteSize("7M").value() == uint64_t{7} << 20);
+  CHECK(ParseByteSize("9MiB").value() == uint64_t{9} << 20);
+  CHECK(ParseByteSize("2KiB").value() == 2048);
+  CHECK(ParseByteSize("11B").value() == 11);
+  CHECK(ParseByteSize("16777215TiB").value() == uint64_t{16777215} << 40);  // The largest.
+  CHECK(ParseByteSize("16777216TiB").error().message.find("too large") != std::string::npos);
+  CHECK(ParseByteSize("1PiB").error().message.find("unknown unit 'PiB'") != std::string::npos);
+  CHECK(ParseByteSize("1Mi").error().message.find("unknown unit") != std::string::npos);
   CHECK(ParseByteSize("2GiB").value() == (uint64_t{2} << 30));
   CHECK(ParseByteSize("64K").value() == 65536);
   CHECK(ParseByteSize("123").value() == 123);
