@@ -100,6 +100,13 @@ TEST_CASE("a header that lies about sizes is rejected") {
       ErrorOf(SafetensorsBytes(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})",
                                std::string(4, 'x'))),
       "not a non-negative integer"));
+  // A negative offset is refused as such (not read as a huge unsigned value).
+  CHECK(Contains(
+      ErrorOf(SafetensorsBytes(R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[-1,0]}})", "")),
+      "data_offsets must be [BEGIN, END] of non-negative integers"));
+  CHECK(Contains(
+      ErrorOf(SafetensorsBytes(R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[0,-1]}})", "")),
+      "data_offsets must be [BEGIN, END] of non-negative integers"));
   CHECK(
       Contains(ErrorOf(SafetensorsBytes(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})",
                                         std::string(8, 'x'))),
@@ -151,6 +158,28 @@ TEST_CASE("a file on disk is mapped and its tensors read in place") {
   CHECK(first == 3.25f);
   CHECK(SafetensorsFile::Open(dir / "missing").error().code == ErrorCode::kNotFound);
   CHECK(SafetensorsFile::Open(dir.path()).error().code == ErrorCode::kInvalidArgument);
+}
+
+TEST_CASE("an array of more than 16 elements is refused while parsing, whatever they are") {
+  // The SAX parser counts every element kind; a shape of 17 would also fail later, with
+  // another message, so the message proves the early refusal.
+  for (std::string element : {"1", "-1", "1.5", "\"a\"", "true", "null", "[]", "{}"}) {
+    CAPTURE(element);
+    std::string shape;
+    for (int i = 0; i < 17; ++i) {
+      shape += (i ? "," : "") + element;
+    }
+    std::string header = R"({"a":{"dtype":"U8","shape":[)" + shape + R"(],"data_offsets":[0,0]}})";
+    CHECK(Contains(ErrorOf(SafetensorsBytes(header, "")), "an array with more than 16 elements"));
+  }
+  std::string sixteen;
+  for (int i = 0; i < 16; ++i) {
+    sixteen += i ? ",1" : "1";
+  }
+  CHECK(Parse(SafetensorsBytes(R"({"a":{"dtype":"U8","shape":[)" + sixteen +
+                                   R"(],"data_offsets":[0,1]}})",
+                               "x"))
+            .ok());
 }
 
 }  // namespace
