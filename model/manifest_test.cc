@@ -150,5 +150,66 @@ precision = "fp8"
   CHECK(Contains(message, "program: missing"));
 }
 
+std::string MaxPool(const std::string& kernel, const std::string& padding) {
+  return "\n[[program]]\nop = \"maxpool2d\"\ninput = \"x\"\noutput = \"y\"\nkernel = " + kernel +
+         "\npadding = " + padding + "\n";
+}
+
+TEST_CASE("maxpool padding may be half the kernel in each dimension, not more") {
+  CHECK(ParseManifest(kHead + MaxPool("[2, 2]", "[1, 1]"), "m.toml").ok());  // Exactly half.
+  CHECK(Contains(ErrorOf(kHead + MaxPool("[3, 3]", "[2, 0]")), "must be at most half the kernel"));
+  CHECK(Contains(ErrorOf(kHead + MaxPool("[3, 3]", "[0, 2]")), "must be at most half the kernel"));
+}
+
+TEST_CASE("a batching table whose sizes are malformed is not also reported missing") {
+  std::string head = kHead.substr(0, kHead.find("[batching]"));
+  std::string message = ErrorOf(head + "[batching]\nsizes = \"eight\"\n" + kRelu);
+  CHECK(Contains(message, "batching.sizes"));
+  CHECK_FALSE(Contains(message, "missing compiled batch sizes"));
+  CHECK(Contains(ErrorOf(head + "[batching]\n" + kRelu), "missing compiled batch sizes"));
+}
+
+TEST_CASE("an undefined operand is reported at the key that names it") {
+  std::string add = "\n[[program]]\nop = \"add\"\ninputs = [\"x\", \"nope\"]\noutput = \"y\"\n";
+  CHECK(Contains(ErrorOf(kHead + add), "program[0].inputs: op 0 (add) reads 'nope'"));
+  std::string relu = "\n[[program]]\nop = \"relu\"\ninput = \"nope\"\noutput = \"y\"\n";
+  CHECK(Contains(ErrorOf(kHead + relu), "program[0].input: op 0 (relu) reads 'nope'"));
+}
+
+std::string Inputs(int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    out += "[[inputs]]\nname = \"in" + std::to_string(i) + "\"\ndtype = \"FP32\"\nshape = [-1, 4]\n";
+  }
+  return out;
+}
+
+TEST_CASE("at most 64 inputs: the 65th is refused before any is read") {
+  std::string tail = "[[outputs]]\nname = \"y\"\ndtype = \"FP32\"\nshape = [-1, 4]\n"
+                     "[batching]\nsizes = [1]\n[[program]]\nop = \"relu\"\ninput = \"in0\"\n"
+                     "output = \"y\"\n";
+  std::string message = ErrorOf("name = \"m\"\n" + Inputs(65) + tail);
+  CHECK(Contains(message, "inputs: 65 entries, more than the limit of 64"));
+  CHECK_FALSE(Contains(message, "in64"));  // None was read.
+  CHECK(ParseManifest("name = \"m\"\n" + Inputs(64) + tail, "m.toml").ok());
+}
+
+TEST_CASE("a malformed shape is reported once, not also as missing; top-level keys are checked") {
+  std::string bad = kHead;
+  bad.replace(bad.find("shape = [-1, 4]"), 15, "shape = \"wide\"");
+  std::string message = ErrorOf(bad + kRelu);
+  CHECK(Contains(message, "inputs[0].shape"));
+  CHECK_FALSE(Contains(message, "missing (a list of dimensions"));
+  CHECK(Contains(ErrorOf(kHead + kRelu + "bogus = 1\n"), "bogus: unknown key"));
+}
+
+TEST_CASE("a tensor without a dtype is FP32") {
+  std::string head = kHead;
+  head.erase(head.find("dtype = \"FP32\"\n"), 15);  // The input's.
+  Result<Manifest> m = ParseManifest(head + kRelu, "m.toml");
+  REQUIRE_MESSAGE(m.ok(), (m.ok() ? "" : m.error().message));
+  CHECK(m->inputs[0].dtype == DType::kF32);
+}
+
 }  // namespace
 }  // namespace ferry
