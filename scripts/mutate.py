@@ -35,8 +35,9 @@ MODULES = {
                     "^(safetensors_test|hostile_input_test)$"),
     "manifest": (["model/manifest.cc"], ["manifest_test", "bundle_test", "hostile_input_test"],
                  "^(manifest_test|bundle_test|hostile_input_test)$"),
-    "shape_inference": (["model/shape_inference.cc"], ["manifest_test", "bundle_test"],
-                        "^(manifest_test|bundle_test)$"),
+    "shape_inference": (["model/shape_inference.cc"],
+                        ["shape_inference_test", "manifest_test", "bundle_test"],
+                        "^(shape_inference_test|manifest_test|bundle_test)$"),
     "backend": (["worker/backend.cc"], ["validate_job_test"], "^validate_job_test$"),
     "weight_cache": (["worker/weight_cache.cc"], ["weight_cache_test"], "^weight_cache_test$"),
 }

@@ -1,0 +1,130 @@
+// Shape inference op by op, on manifests built in code: window arithmetic (padding, stride,
+// non-square kernels, a kernel exactly the padded input), reshape, and the messages.
+#include "model/shape_inference.h"
+
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+
+namespace ferry {
+namespace {
+
+// One input x of `x_shape` (batch first), one op producing y.
+Result<std::map<std::string, Shape>> Infer(Shape x_shape, Op op, Shape y_shape,
+                                           std::map<std::string, Shape> weights = {},
+                                           DType weight_dtype = DType::kF32) {
+  Manifest m;
+  m.name = "m";
+  m.inputs = {{"x", DType::kF32, x_shape, 0}};
+  m.outputs = {{"y", DType::kF32, y_shape, 0}};
+  m.batch_sizes = {2};
+  m.variants = {{"default", {{"x", x_shape}}, {{"y", y_shape}}}};
+  op.inputs = {"x"};
+  op.output = "y";
+  m.program = {op};
+  WeightLookup lookup = [weights,
+                         weight_dtype](const std::string& name) -> std::optional<WeightSpec> {
+    auto it = weights.find(name);
+    if (it == weights.end()) {
+      return std::nullopt;
+    }
+    return WeightSpec{weight_dtype, it->second};
+  };
+  return InferShapes(m, m.variants[0], 2, lookup);
+}
+
+Op Conv(std::array<int64_t, 2> stride, std::array<int64_t, 2> padding) {
+  Op op;
+  op.kind = OpKind::kConv2d;
+  op.weight = "w";
+  op.stride = stride;
+  op.padding = padding;
+  return op;
+}
+
+TEST_CASE("conv2d: output = (in + 2 x padding - kernel) / stride + 1, per dimension") {
+  // H: (10 + 2 - 3) / 2 + 1 = 5; W: (8 + 4 - 5) / 1 + 1 = 8: a non-square kernel, padded and
+  // strided differently in each dimension.
+  Result<std::map<std::string, Shape>> s = Infer({kBatchDim, 3, 10, 8}, Conv({2, 1}, {1, 2}),
+                                                 {kBatchDim, 4, 5, 8}, {{"w", {4, 3, 3, 5}}});
+  REQUIRE_MESSAGE(s.ok(), (s.ok() ? "" : s.error().message));
+  CHECK(s->at("y") == Shape{2, 4, 5, 8});
+  Result<std::map<std::string, Shape>> flat =
+      Infer({kBatchDim, 3, 10}, Conv({1, 1}, {0, 0}), {kBatchDim, 4, 8, 6}, {{"w", {4, 3, 3, 3}}});
+  CHECK(flat.error().message.find("conv2d needs [N, C, H, W], got [2, 3, 10]") !=
+        std::string::npos);
+}
+
+TEST_CASE("maxpool2d: a kernel exactly the padded input gives 1; one larger is refused") {
+  Op pool;
+  pool.kind = OpKind::kMaxPool2d;
+  pool.kernel = {4, 4};
+  pool.stride = {4, 4};
+  Result<std::map<std::string, Shape>> s = Infer({kBatchDim, 2, 4, 4}, pool, {kBatchDim, 2, 1, 1});
+  REQUIRE_MESSAGE(s.ok(), (s.ok() ? "" : s.error().message));
+  CHECK(s->at("y") == Shape{2, 2, 1, 1});
+  pool.kernel = {5, 4};
+  CHECK(Infer({kBatchDim, 2, 4, 4}, pool, {kBatchDim, 2, 1, 1}).error().message.find(
+            "kernel 5 is larger than the padded input [2, 2, 4, 4]") != std::string::npos);
+  pool.kernel = {5, 4};
+  pool.padding = {1, 0};  // Padded to 6: fits again.
+  CHECK(Infer({kBatchDim, 2, 4, 4}, pool, {kBatchDim, 2, 1, 1}).ok());
+}
+
+TEST_CASE("reshape keeps the batch axis and needs the same element count") {
+  Op reshape;
+  reshape.kind = OpKind::kReshape;
+  reshape.shape = {6};
+  Result<std::map<std::string, Shape>> s = Infer({kBatchDim, 2, 3}, reshape, {kBatchDim, 6});
+  REQUIRE_MESSAGE(s.ok(), (s.ok() ? "" : s.error().message));
+  CHECK(s->at("y") == Shape{2, 6});
+  reshape.shape = {7};
+  CHECK(Infer({kBatchDim, 2, 3}, reshape, {kBatchDim, 7}).error().message.find(
+            "cannot reshape [2, 2, 3] to [2] + [7]") != std::string::npos);
+}
+
+TEST_CASE("weights are F32, F16 or BF16; an integer weight is refused") {
+  auto conv = [](DType dtype) {
+    return Infer({kBatchDim, 3, 4, 4}, Conv({1, 1}, {0, 0}), {kBatchDim, 2, 2, 2},
+                 {{"w", {2, 3, 3, 3}}}, dtype);
+  };
+  CHECK(conv(DType::kF32).ok());
+  CHECK(conv(DType::kF16).ok());
+  CHECK(conv(DType::kBF16).ok());
+  for (DType bad : {DType::kI32, DType::kU8, DType::kBool, DType::kF64}) {
+    CAPTURE(static_cast<int>(bad));
+    CHECK(conv(bad).error().message.find("is not F32, F16 or BF16") != std::string::npos);
+  }
+}
+
+TEST_CASE("add needs both operands of one shape; outputs must be FP32") {
+  Manifest m;
+  m.name = "m";
+  m.inputs = {{"x", DType::kF32, {kBatchDim, 2, 3}, 0}};
+  m.outputs = {{"y", DType::kF32, {kBatchDim, 2, 3}, 0}};
+  m.batch_sizes = {2};
+  m.variants = {{"default", {{"x", {kBatchDim, 2, 3}}}, {{"y", {kBatchDim, 2, 3}}}}};
+  Op flat;
+  flat.kind = OpKind::kReshape;
+  flat.inputs = {"x"};
+  flat.output = "f";
+  flat.shape = {6};
+  Op add;
+  add.kind = OpKind::kAdd;
+  add.inputs = {"x", "x"};
+  add.output = "y";
+  m.program = {flat, add};
+  WeightLookup none = [](const std::string&) { return std::nullopt; };
+  CHECK(InferShapes(m, m.variants[0], 2, none).ok());
+  m.program[1].inputs = {"x", "f"};  // [2, 2, 3] + [2, 6].
+  CHECK(InferShapes(m, m.variants[0], 2, none).error().message.find(
+            "tensor 'f': shape [2, 6] differs from 'x' [2, 2, 3]") != std::string::npos);
+  m.program[1].inputs = {"x", "x"};
+  m.outputs[0].dtype = DType::kF16;
+  CHECK(InferShapes(m, m.variants[0], 2, none).error().message.find("output 'y' must be FP32") !=
+        std::string::npos);
+}
+
+}  // namespace
+}  // namespace ferry
