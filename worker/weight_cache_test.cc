@@ -263,5 +263,21 @@ TEST_CASE("set_residency moves floors only when externally managed") {
   CHECK_FALSE(external.cache.resident(0));
 }
 
+TEST_CASE("a model without weights takes no extent and evicts nothing") {
+  Fixture f(40 * kKiB);
+  f.Add(0, 40 * kKiB, Residency::kOnDemand);  // Fills the arena.
+  std::vector<uint64_t> offsets;
+  f.cache.Register(1, "reshape-only", 0, Residency::kOnDemand, [&](uint64_t offset) {
+    offsets.push_back(offset);
+    return OkStatus();
+  });
+  REQUIRE(f.cache.Acquire(0).ok());
+  REQUIRE(f.cache.Acquire(1).ok());
+  CHECK(f.cache.resident(0));  // Not evicted for a model that needs no room.
+  CHECK(f.cache.resident(1));
+  CHECK(offsets == std::vector<uint64_t>{0});
+  CHECK(f.arena.in_use() == 40 * kKiB);
+}
+
 }  // namespace
 }  // namespace ferry
