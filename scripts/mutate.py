@@ -31,6 +31,8 @@ MODULES = {
              "^(ring_test|segment_test)$"),
     "config": (["config/node_config.cc"], ["node_config_test", "ferryctl"],
                "^(node_config_test|ferryctl_.*)$"),
+    "toml_reader": (["config/toml_reader.cc"], ["node_config_test", "manifest_test", "ferryctl"],
+                    "^(node_config_test|manifest_test|ferryctl_.*)$"),
     "safetensors": (["model/safetensors.cc"], ["safetensors_test", "hostile_input_test"],
                     "^(safetensors_test|hostile_input_test)$"),
     "manifest": (["model/manifest.cc"], ["manifest_test", "bundle_test", "hostile_input_test"],

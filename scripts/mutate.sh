@@ -2,7 +2,8 @@
 # Mutation testing of one module against its tests (docs/testing.md records the scores).
 # Not run by CI: each mutant rebuilds the module's tests.
 #   scripts/mutate.sh MODULE [--per-file N] [--seed S]
-# MODULE: descriptor ring config safetensors manifest shape_inference backend weight_cache.
+# MODULE: descriptor ring config toml_reader safetensors manifest shape_inference backend
+#         weight_cache.
 # Installs universalmutator from PyPI into build-mutate/venv; builds build-mutate/ (CUDA off).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
