@@ -63,6 +63,9 @@ TEST_CASE("brackets in strings and comments do not count; scanning resumes after
     CHECK(TooDeep(opener + "\n" + Nested(32)));
     CHECK(TooDeep(opener + " \n" + Nested(32)));
   }
+  // Empty strings are not the start of a multi-line one.
+  CHECK(TooDeep("s = \"\"\n" + Nested(32)));
+  CHECK(TooDeep("s = ''\n" + Nested(32)));
   // An unterminated string ends at its line; the next line is scanned.
   CHECK(TooDeep("s = \"" + brackets + "\n" + Nested(32)));
 }
