@@ -138,8 +138,7 @@ void ReadDevices(TableReader& r, DeviceSelection* d) {
       std::string_view count = std::string_view(text).substr(4);
       int64_t n = 0;
       auto [end, ec] = std::from_chars(count.data(), count.data() + count.size(), n);
-      if (ec == std::errc() && end == count.data() + count.size() && n >= 1 &&
-          n <= kMaxWorkers) {
+      if (ec == std::errc() && end == count.data() + count.size() && n >= 1 && n <= kMaxWorkers) {
         d->kind = DeviceSelection::Kind::kCpu;
         d->cpu_workers = n;
         return;

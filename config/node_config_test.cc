@@ -1,7 +1,6 @@
 #include "config/node_config.h"
 
 #include <doctest/doctest.h>
-
 #include <stdlib.h>
 
 #include <algorithm>
@@ -282,8 +281,8 @@ TEST_CASE("shm_size: 1MiB to 1TiB, both edges") {
 TEST_CASE("cpu threads 0 to 1024 and [sim.models] costs are read") {
   CHECK(Parse("[cpu]\nthreads = 1024\n").value().cpu.threads == 1024);
   CHECK(Contains(ErrorOf("[cpu]\nthreads = 1025\n"), "cpu.threads"));
-  Result<NodeConfig> sim = Parse(
-      "[sim]\nfixed_us = 10\n[sim.models.a]\nper_row_us = 3\n[sim.models.b]\nfixed_us = 7\n");
+  Result<NodeConfig> sim =
+      Parse("[sim]\nfixed_us = 10\n[sim.models.a]\nper_row_us = 3\n[sim.models.b]\nfixed_us = 7\n");
   REQUIRE(sim.ok());
   REQUIRE(sim->sim.models.size() == 2);
   CHECK(sim->sim.models.at("a").fixed_us == 10);  // Inherited from [sim].

@@ -38,7 +38,7 @@ TEST_CASE("nesting: 31 brackets under a key pass, 32 are refused where they go t
     dotted += (i ? "." : "") + std::string(1, static_cast<char>('a' + i % 26)) + std::to_string(i);
   }
   CHECK(Refusal(dotted + " = 1\n") == "");  // 32 key parts.
-  CHECK(TooDeep(dotted + ".x = 1\n"));     // 33.
+  CHECK(TooDeep(dotted + ".x = 1\n"));      // 33.
   // An inline table nests inside the key parts that lead to it.
   std::string parts;
   for (int i = 0; i < 30; ++i) {

@@ -179,15 +179,17 @@ TEST_CASE("an undefined operand is reported at the key that names it") {
 std::string Inputs(int n) {
   std::string out;
   for (int i = 0; i < n; ++i) {
-    out += "[[inputs]]\nname = \"in" + std::to_string(i) + "\"\ndtype = \"FP32\"\nshape = [-1, 4]\n";
+    out +=
+        "[[inputs]]\nname = \"in" + std::to_string(i) + "\"\ndtype = \"FP32\"\nshape = [-1, 4]\n";
   }
   return out;
 }
 
 TEST_CASE("at most 64 inputs: the 65th is refused before any is read") {
-  std::string tail = "[[outputs]]\nname = \"y\"\ndtype = \"FP32\"\nshape = [-1, 4]\n"
-                     "[batching]\nsizes = [1]\n[[program]]\nop = \"relu\"\ninput = \"in0\"\n"
-                     "output = \"y\"\n";
+  std::string tail =
+      "[[outputs]]\nname = \"y\"\ndtype = \"FP32\"\nshape = [-1, 4]\n"
+      "[batching]\nsizes = [1]\n[[program]]\nop = \"relu\"\ninput = \"in0\"\n"
+      "output = \"y\"\n";
   std::string message = ErrorOf("name = \"m\"\n" + Inputs(65) + tail);
   CHECK(Contains(message, "inputs: 65 entries, more than the limit of 64"));
   CHECK_FALSE(Contains(message, "in64"));  // None was read.

@@ -176,9 +176,8 @@ TEST_CASE("an array of more than 16 elements is refused while parsing, whatever 
   for (int i = 0; i < 16; ++i) {
     sixteen += i ? ",1" : "1";
   }
-  CHECK(Parse(SafetensorsBytes(R"({"a":{"dtype":"U8","shape":[)" + sixteen +
-                                   R"(],"data_offsets":[0,1]}})",
-                               "x"))
+  CHECK(Parse(SafetensorsBytes(
+                  R"({"a":{"dtype":"U8","shape":[)" + sixteen + R"(],"data_offsets":[0,1]}})", "x"))
             .ok());
 }
 

@@ -65,8 +65,10 @@ TEST_CASE("maxpool2d: a kernel exactly the padded input gives 1; one larger is r
   REQUIRE_MESSAGE(s.ok(), (s.ok() ? "" : s.error().message));
   CHECK(s->at("y") == Shape{2, 2, 1, 1});
   pool.kernel = {5, 4};
-  CHECK(Infer({kBatchDim, 2, 4, 4}, pool, {kBatchDim, 2, 1, 1}).error().message.find(
-            "kernel 5 is larger than the padded input [2, 2, 4, 4]") != std::string::npos);
+  CHECK(Infer({kBatchDim, 2, 4, 4}, pool, {kBatchDim, 2, 1, 1})
+            .error()
+            .message.find("kernel 5 is larger than the padded input [2, 2, 4, 4]") !=
+        std::string::npos);
   pool.kernel = {5, 4};
   pool.padding = {1, 0};  // Padded to 6: fits again.
   CHECK(Infer({kBatchDim, 2, 4, 4}, pool, {kBatchDim, 2, 1, 1}).ok());
@@ -80,8 +82,9 @@ TEST_CASE("reshape keeps the batch axis and needs the same element count") {
   REQUIRE_MESSAGE(s.ok(), (s.ok() ? "" : s.error().message));
   CHECK(s->at("y") == Shape{2, 6});
   reshape.shape = {7};
-  CHECK(Infer({kBatchDim, 2, 3}, reshape, {kBatchDim, 7}).error().message.find(
-            "cannot reshape [2, 2, 3] to [2] + [7]") != std::string::npos);
+  CHECK(Infer({kBatchDim, 2, 3}, reshape, {kBatchDim, 7})
+            .error()
+            .message.find("cannot reshape [2, 2, 3] to [2] + [7]") != std::string::npos);
 }
 
 TEST_CASE("weights are F32, F16 or BF16; an integer weight is refused") {
@@ -118,8 +121,10 @@ TEST_CASE("add needs both operands of one shape; outputs must be FP32") {
   WeightLookup none = [](const std::string&) { return std::nullopt; };
   CHECK(InferShapes(m, m.variants[0], 2, none).ok());
   m.program[1].inputs = {"x", "f"};  // [2, 2, 3] + [2, 6].
-  CHECK(InferShapes(m, m.variants[0], 2, none).error().message.find(
-            "tensor 'f': shape [2, 6] differs from 'x' [2, 2, 3]") != std::string::npos);
+  CHECK(InferShapes(m, m.variants[0], 2, none)
+            .error()
+            .message.find("tensor 'f': shape [2, 6] differs from 'x' [2, 2, 3]") !=
+        std::string::npos);
   m.program[1].inputs = {"x", "x"};
   m.outputs[0].dtype = DType::kF16;
   CHECK(InferShapes(m, m.variants[0], 2, none).error().message.find("output 'y' must be FP32") !=

@@ -75,7 +75,8 @@ TEST_CASE("each hostile field is named") {
   CHECK(ErrorOf(d).find("need 6272 bytes but the descriptor says 6276") != std::string::npos);
   d = Good();
   d.tensors[0].offset = 4097;
-  CHECK(ErrorOf(d) == "descriptor from slot 1 seq 9: tensor 0: offset 4097 is not 256-byte aligned");
+  CHECK(ErrorOf(d) ==
+        "descriptor from slot 1 seq 9: tensor 0: offset 4097 is not 256-byte aligned");
   d = Good();
   d.tensors[0].offset = (1 << 20) - 256;
   CHECK(ErrorOf(d) ==

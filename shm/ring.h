@@ -58,14 +58,14 @@ class RingProducer {
   uint32_t ring_index() const { return index_; }
 
  private:
+  bool Synced() const;  // The consumer has caught up with this producer's generation.
+
   const RingHeadData* head_;
   RingTailData* tail_data_;
   DescriptorData* slots_;
   Waker consumer_;
   uint32_t index_;
   uint64_t mask_;
-  bool Synced() const;  // The consumer has caught up with this producer's generation.
-
   uint64_t tail_;         // Private copy: the producer is tail's only writer.
   uint64_t cached_head_;  // The consumer's head when last read (never ahead of the real one).
   uint32_t own_generation_ = 0;
@@ -83,7 +83,8 @@ class RingConsumer {
   // where ResetSlot restarted it: nothing cached from the dead incarnation is popped after
   // that, and the successor writes nothing before it (synced_generation).
   RingStatus TryPop(DescriptorData* out);
-  // True when a descriptor is waiting (one acquire load); false for an impossible tail.
+  // True when a descriptor is waiting (one acquire load; false for an impossible tail), or
+  // when the producer was reset and this consumer has not caught up (its next TryPop does).
   bool HasWork() const;
   // Counts a descriptor that failed validation (visible to anyone reading the ring).
   void CountInvalid();

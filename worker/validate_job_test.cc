@@ -97,11 +97,8 @@ TEST_CASE("ValidateJob: every count and size is checked both ways") {
   Manifest m = Mlp();
   std::vector<uint8_t> in(64), out(64);
   auto one = [&] {
-    return BatchJob{0,
-                    1,
-                    {{1,
-                      {std::span<const uint8_t>(in).first(16)},
-                      {std::span<uint8_t>(out).first(8)}}}};
+    return BatchJob{
+        0, 1, {{1, {std::span<const uint8_t>(in).first(16)}, {std::span<uint8_t>(out).first(8)}}}};
   };
   REQUIRE(ValidateJob(m, one()).ok());
   BatchJob fewer = one();
