@@ -46,22 +46,10 @@ bool ValidSlotCounts(uint64_t hookhosts, uint64_t workers) {
   return hookhosts > 0 && workers > 0 && hookhosts <= kMaxPerKind && workers <= kMaxPerKind;
 }
 
-// Everything an attached view computes from the header.
-struct ComputedLayout {
-  SlotObjectLayout hookhost;
-  SlotObjectLayout worker;
-  uint64_t generations_offset = 0;
-  uint64_t supervisor_bell_offset = 0;
-  uint64_t reset_tails_offset = 0;
-  uint64_t control_tails_offset = 0;
-  uint64_t supervisor_bytes = 0;
-  uint64_t partition_bytes = 0;
-};
-
 // False when the partitions would be too small.
-bool ComputeLayout(const SegmentLayout& in, ComputedLayout* out) {
+bool ComputeLayout(const SegmentLayout& in, SegmentOffsets* out) {
   uint32_t slots = in.hookhosts + in.workers;
-  ComputedLayout c;
+  SegmentOffsets c;
   c.hookhost = SlotObject(in.workers + 1, in.workers, in.ring_capacity);
   c.worker = SlotObject(in.hookhosts + 1, in.hookhosts, in.ring_capacity);
   uint64_t offset = AlignUp(sizeof(SegmentHeaderData), 64);
@@ -115,7 +103,7 @@ Result<Segment> Segment::Create(const std::string& name, const SegmentLayout& la
   if (!ValidRingCapacity(layout.ring_capacity)) {
     return InvalidArgument("shared memory: ring capacity must be a power of two in [2, 2^20]");
   }
-  ComputedLayout c;
+  SegmentOffsets c;
   if (!ComputeLayout(layout, &c)) {
     return InvalidArgument("shared memory: " + std::to_string(layout.total_bytes) +
                            " bytes leave less than 64 KiB per process partition for " +
@@ -130,13 +118,7 @@ Result<Segment> Segment::Create(const std::string& name, const SegmentLayout& la
   segment.layout_ = {kMagic,           kLayoutVersion,       layout.hookhosts,
                      layout.workers,   layout.ring_capacity, layout.total_bytes,
                      c.partition_bytes};
-  segment.hookhost_layout_ = c.hookhost;
-  segment.worker_layout_ = c.worker;
-  segment.generations_offset_ = c.generations_offset;
-  segment.supervisor_bell_offset_ = c.supervisor_bell_offset;
-  segment.reset_tails_offset_ = c.reset_tails_offset;
-  segment.control_tails_offset_ = c.control_tails_offset;
-  segment.supervisor_bytes_ = c.supervisor_bytes;
+  segment.offsets_ = c;
   uint32_t slots = segment.num_slots();
   try {
     bip::permissions mode(0600);
@@ -213,7 +195,7 @@ Result<Segment> Segment::Attach(const std::string& name, uint32_t owner) {
                            std::to_string(h.layout_version) + ", this build speaks " +
                            std::to_string(kLayoutVersion) + "; restart the node");
   }
-  ComputedLayout c;
+  SegmentOffsets c;
   SegmentLayout layout{h.hookhosts, h.workers, h.ring_capacity, h.total_bytes};
   bool sane = ValidSlotCounts(h.hookhosts, h.workers) && ValidRingCapacity(h.ring_capacity) &&
               ComputeLayout(layout, &c) && c.partition_bytes == h.partition_bytes &&
@@ -223,13 +205,7 @@ Result<Segment> Segment::Attach(const std::string& name, uint32_t owner) {
                            "': header does not match its own layout or the mapping size");
   }
   segment.layout_ = h;
-  segment.hookhost_layout_ = c.hookhost;
-  segment.worker_layout_ = c.worker;
-  segment.generations_offset_ = c.generations_offset;
-  segment.supervisor_bell_offset_ = c.supervisor_bell_offset;
-  segment.reset_tails_offset_ = c.reset_tails_offset;
-  segment.control_tails_offset_ = c.control_tails_offset;
-  segment.supervisor_bytes_ = c.supervisor_bytes;
+  segment.offsets_ = c;
   uint32_t slots = segment.num_slots();
   if (!supervisor && owner >= slots) {
     return InvalidArgument("shared memory '" + name + "': slot " + std::to_string(owner) +
@@ -366,11 +342,11 @@ uint32_t Segment::TailIndex(uint32_t ring) const {
 uint64_t Segment::ring_stride() const { return RingStride(layout_.ring_capacity); }
 
 std::atomic<uint32_t>& Segment::generation(uint32_t slot) const {
-  return *reinterpret_cast<std::atomic<uint32_t>*>(Base(kSupervisor) + generations_offset_ +
+  return *reinterpret_cast<std::atomic<uint32_t>*>(Base(kSupervisor) + offsets_.generations_offset +
                                                    slot * sizeof(std::atomic<uint32_t>));
 }
 std::atomic<uint64_t>& Segment::ring_reset_tail(uint32_t ring) const {
-  return *reinterpret_cast<std::atomic<uint64_t>*>(Base(kSupervisor) + reset_tails_offset_ +
+  return *reinterpret_cast<std::atomic<uint64_t>*>(Base(kSupervisor) + offsets_.reset_tails_offset +
                                                    ring * sizeof(std::atomic<uint64_t>));
 }
 AccountingData& Segment::accounting(uint32_t slot) const {
@@ -378,7 +354,7 @@ AccountingData& Segment::accounting(uint32_t slot) const {
 }
 BellData& Segment::bell(uint32_t slot) const {
   if (slot == kSupervisor) {
-    return *reinterpret_cast<BellData*>(Base(kSupervisor) + supervisor_bell_offset_);
+    return *reinterpret_cast<BellData*>(Base(kSupervisor) + offsets_.supervisor_bell_offset);
   }
   return *reinterpret_cast<BellData*>(Base(slot) + SlotLayout(slot).bell_offset);
 }
@@ -393,7 +369,7 @@ RingHeadData& Segment::ring_head(uint32_t ring) const {
 RingTailData& Segment::ring_tail(uint32_t ring) const {
   uint32_t producer = RingProducerSlot(ring);
   uint64_t tails =
-      producer == kSupervisor ? control_tails_offset_ : SlotLayout(producer).tails_offset;
+      producer == kSupervisor ? offsets_.control_tails_offset : SlotLayout(producer).tails_offset;
   return *reinterpret_cast<RingTailData*>(Base(producer) + tails + TailIndex(ring) * ring_stride());
 }
 DescriptorData* Segment::descriptors(uint32_t ring) const {

@@ -53,6 +53,18 @@ struct SlotObjectLayout {
   uint64_t bytes = 0;
 };
 
+// Every offset of every object, computed from the header's counts and sizes alone.
+struct SegmentOffsets {
+  SlotObjectLayout hookhost;
+  SlotObjectLayout worker;
+  uint64_t generations_offset = 0;  // In the supervisor's object, as are the three below.
+  uint64_t supervisor_bell_offset = 0;
+  uint64_t reset_tails_offset = 0;
+  uint64_t control_tails_offset = 0;
+  uint64_t supervisor_bytes = 0;
+  uint64_t partition_bytes = 0;
+};
+
 // One mapped object, for registering memory with a device and for tests.
 struct Mapping {
   uint32_t slot = kSupervisor;  // Whose object: a slot, or kSupervisor.
@@ -130,7 +142,7 @@ class Segment {
   uint32_t ObjectIndex(uint32_t slot) const { return slot == kSupervisor ? num_slots() : slot; }
   uint8_t* Base(uint32_t slot) const;  // Aborts when not mapped.
   const SlotObjectLayout& SlotLayout(uint32_t slot) const {
-    return IsWorkerSlot(slot) ? worker_layout_ : hookhost_layout_;
+    return IsWorkerSlot(slot) ? offsets_.worker : offsets_.hookhost;
   }
   // Where `ring` sits among its consumer's heads and its producer's tails.
   uint32_t HeadIndex(uint32_t ring) const;
@@ -143,13 +155,7 @@ class Segment {
   std::vector<uint8_t*> bases_;                              // nullptr when unmapped.
   std::vector<bool> writable_;
   SegmentHeaderData layout_{};  // Private, validated copy.
-  SlotObjectLayout hookhost_layout_;
-  SlotObjectLayout worker_layout_;
-  uint64_t generations_offset_ = 0;  // In the supervisor's object.
-  uint64_t supervisor_bell_offset_ = 0;
-  uint64_t reset_tails_offset_ = 0;
-  uint64_t control_tails_offset_ = 0;
-  uint64_t supervisor_bytes_ = 0;
+  SegmentOffsets offsets_;      // Computed from layout_ (ComputeLayout in segment.cc).
 };
 
 }  // namespace ferry::shm

@@ -95,14 +95,7 @@ struct Cases {
           MESSAGE("request failed: " << got.message);
           continue;
         }
-        bool same = got.outputs[0].size() == c.expected.size();
-        for (size_t i = 0; same && i < c.expected.size(); i += 4) {
-          float a, b;
-          std::memcpy(&a, got.outputs[0].data() + i, 4);
-          std::memcpy(&b, c.expected.data() + i, 4);
-          same = std::fabs(a - b) <= 1e-5f * std::max(1.0f, std::fabs(b));
-        }
-        right += same ? 1 : 0;
+        right += testing::SameFloats(got.outputs[0], c.expected) ? 1 : 0;
       }
     }
     return right;

@@ -8,9 +8,12 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -82,6 +85,18 @@ struct Node {
     return s;
   }
 };
+
+// Two F32 tensors equal to float rounding (batches of other sizes run other GEMM blockings).
+inline bool SameFloats(std::span<const uint8_t> got, std::span<const uint8_t> want) {
+  bool same = got.size() == want.size();
+  for (size_t i = 0; same && i + 4 <= want.size(); i += 4) {
+    float a, b;
+    std::memcpy(&a, got.data() + i, 4);
+    std::memcpy(&b, want.data() + i, 4);
+    same = std::fabs(a - b) <= 1e-5f * std::max(1.0f, std::fabs(b));
+  }
+  return same;
+}
 
 inline std::vector<uint8_t> RandomFloats(size_t count, std::mt19937& rng) {
   std::uniform_real_distribution<float> value(-1, 1);
