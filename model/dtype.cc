@@ -70,4 +70,17 @@ std::optional<DType> DTypeFromKServe(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<uint64_t> TensorByteSize(DType dtype, std::span<const int64_t> shape) {
+  uint64_t bits = static_cast<uint64_t>(DTypeBits(dtype));
+  for (int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(bits, static_cast<uint64_t>(d), &bits)) {
+      return std::nullopt;
+    }
+  }
+  if (bits % 8 != 0) {
+    return std::nullopt;
+  }
+  return bits / 8;
+}
+
 }  // namespace ferry

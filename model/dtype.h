@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
 
 namespace ferry {
@@ -37,6 +38,10 @@ enum class DType {
 
 // Bits per element (4 and 6 for the packed float types).
 int DTypeBits(DType dtype);
+
+// Bytes of a dense tensor of `dtype` and `shape`; nullopt when a dimension is negative, the
+// size overflows 64 bits or is not a whole number of bytes.
+std::optional<uint64_t> TensorByteSize(DType dtype, std::span<const int64_t> shape);
 
 // "F32", "BF16", ... <-> DType.
 std::optional<DType> DTypeFromSafetensors(std::string_view name);

@@ -1,0 +1,45 @@
+// The hook host's sandbox: entered once, after the segment is mapped, the plugins opened and
+// the listening sockets inherited, before the first request (Chromium's "load, then seal").
+//
+// Layers, in order (docs/hookhost.md gives the why of each):
+//  1. rlimits: no core dumps, a bounded number of descriptors;
+//  2. PR_SET_NO_NEW_PRIVS (required by the next two) and PR_SET_DUMPABLE 0 (no ptrace attach,
+//     no /proc/PID/mem by processes of the same user);
+//  3. Landlock, where the kernel has it: every filesystem right of its ABI handled with no
+//     rule (nothing can be opened, created or removed by path), TCP bind and connect (ABI 4),
+//     abstract Unix sockets and signals to other processes (ABI 6);
+//  4. a seccomp allow-list (libseccomp), arch-checked. What a hook host needs is allowed:
+//     reading and writing its descriptors, accepting on inherited listening sockets, futexes,
+//     memory without PROT_EXEC, threads (clone with CLONE_THREAD), clocks, signals to itself.
+//     The escapes a plugin would try fail with EPERM: open*, socket, connect, bind, listen,
+//     execve*, fork (clone without CLONE_THREAD), ptrace, process_vm_*, io_uring_*, bpf,
+//     memfd_create, userfaultfd, perf_event_open, mount, unshare, setns, keyctl, kill of
+//     another process, mmap/mprotect with PROT_EXEC. Anything else kills the process.
+//
+// Thread safety: call from the main thread before any other thread exists (seccomp and
+// Landlock then apply to every thread started later; threads started before would escape).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/result.h"
+
+namespace ferry::hookhost {
+
+struct SandboxOptions {
+  uint64_t max_open_files = 4096;  // RLIMIT_NOFILE: connections the front end may accept.
+};
+
+// What was engaged, for the start-up log and the tests.
+struct SandboxReport {
+  int landlock_abi = 0;  // 0 when the kernel has no Landlock (or it is disabled).
+  bool seccomp = false;
+  std::string Describe() const;
+};
+
+// Enters every layer. INTERNAL naming the layer when one that must engage cannot (rlimits,
+// no_new_privs, seccomp); Landlock's absence is reported, not an error.
+Result<SandboxReport> EnterSandbox(const SandboxOptions& options);
+
+}  // namespace ferry::hookhost

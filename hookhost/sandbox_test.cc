@@ -1,0 +1,203 @@
+// The hook host's sandbox, proven with real processes: a child loads the escape plugin, enters
+// the sandbox and lets the plugin try one escape; the parent checks it was refused (EPERM) or
+// that only the child died. A control run without the sandbox shows the same probe escapes,
+// so the test can tell the difference. A second child checks what a hook host needs still
+// works inside: threads, locks, memory, pipes, accepting on an inherited listening socket.
+#include "hookhost/sandbox.h"
+
+#include <arpa/inet.h>
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hookhost/plugin.h"
+
+namespace ferry::hookhost {
+namespace {
+
+struct Outcome {
+  std::string message;  // What the child wrote before exiting ("" if it died first).
+  int exit_code = -1;   // -1 when killed.
+  int signal = 0;
+};
+
+// Runs `body` in a forked child whose stdout-like pipe is handed to it; the child _exits
+// (no atexit handlers or leak checks run inside the sandbox).
+// `parent` runs in the parent while the child lives.
+template <typename Body, typename Parent>
+Outcome InChild(Body body, Parent parent) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    std::string message = body();
+    (void)!write(fds[1], message.data(), message.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  parent();
+  Outcome outcome;
+  char buffer[512];
+  ssize_t n;
+  while ((n = read(fds[0], buffer, sizeof(buffer))) > 0) {
+    outcome.message.append(buffer, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  if (WIFEXITED(status)) {
+    outcome.exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    outcome.signal = WTERMSIG(status);
+  }
+  return outcome;
+}
+
+template <typename Body>
+Outcome InChild(Body body) {
+  return InChild(body, [] {});
+}
+
+// In the child: load the escape plugin for `action`, optionally sandbox, run its preprocess.
+std::string TryEscape(const std::string& action, bool sandbox) {
+  Result<std::shared_ptr<Plugin>> plugin =
+      Plugin::Open(std::string(FERRY_TEST_PLUGIN_DIR) + "/escape.so");
+  if (!plugin.ok()) {
+    return "setup: " + plugin.error().message;
+  }
+  Result<std::unique_ptr<PluginInstance>> instance = PluginInstance::Create(*plugin, action);
+  if (!instance.ok()) {
+    return "setup: " + instance.error().message;
+  }
+  if (sandbox) {
+    Result<SandboxReport> report = EnterSandbox({});
+    if (!report.ok()) {
+      return "setup: " + report.error().message;
+    }
+  }
+  std::vector<uint8_t> bytes(4096, 0);
+  TensorView input{"x", DType::kU8, {1, 4096}, bytes};
+  std::vector<std::string> names{"y"};
+  std::vector<AllocatedTensor> out;
+  Status s = (*instance)->Preprocess(
+      std::span(&input, 1), names,
+      [](uint32_t, DType, const Shape&) { return std::optional<AllocatedTensor>(); }, &out);
+  return s.ok() ? "returned OK" : s.error().message;
+}
+
+TEST_CASE("without the sandbox the probe escapes (the test can tell)") {
+  Outcome o = InChild([] { return TryEscape("open", false); });
+  CHECK(o.exit_code == 0);
+  CHECK(o.message.find("ESCAPED: open /etc/passwd") != std::string::npos);
+}
+
+TEST_CASE("each escape a plugin tries is refused with EPERM, and the host lives") {
+  for (std::string action :
+       {"open", "connect", "execve", "fork", "ptrace", "io_uring", "exec_memory", "kill_parent"}) {
+    CAPTURE(action);
+    Outcome o = InChild([&] { return TryEscape(action, true); });
+    CHECK(o.exit_code == 0);
+    CHECK(o.message.find("refused: ") != std::string::npos);
+    CHECK(o.message.find("Operation not permitted") != std::string::npos);
+    CHECK(o.message.find("ESCAPED") == std::string::npos);
+  }
+}
+
+TEST_CASE("what cannot be refused kills only the hook host") {
+  Outcome wild = InChild([] { return TryEscape("wild_write", true); });
+  CHECK(wild.exit_code == -1);
+  CHECK((wild.signal == SIGSEGV || wild.signal == SIGBUS));
+  Outcome crash = InChild([] { return TryEscape("crash", true); });
+  CHECK(crash.signal == SIGABRT);  // abort() signals itself: allowed, and fatal.
+}
+
+TEST_CASE("a call outside the allow-list kills the process") {
+  Outcome o = InChild([] {
+    if (!EnterSandbox({}).ok()) {
+      return std::string("setup failed");
+    }
+    (void)!chdir("/");  // Not on the list: SIGSYS.
+    return std::string("survived chdir");
+  });
+  CHECK(o.signal == SIGSYS);
+  CHECK(o.message.empty());
+}
+
+TEST_CASE("inside the sandbox a hook host still has threads, locks, memory and its sockets") {
+  // A listening socket made before the sandbox, as ferryd hands them down.
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(listener >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  REQUIRE(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(listen(listener, 4) == 0);
+  socklen_t length = sizeof(addr);
+  REQUIRE(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &length) == 0);
+
+  Outcome o = InChild(
+      [listener] {
+        Result<SandboxReport> report = EnterSandbox({});
+        if (!report.ok()) {
+          return "setup: " + report.error().message;
+        }
+        std::mutex mutex;
+        std::condition_variable cv;
+        int done = 0;
+        std::vector<std::thread> threads;
+        for (int i = 0; i < 4; ++i) {
+          threads.emplace_back([&] {
+            std::vector<char> memory(16 << 20, 1);  // mmap'd by malloc.
+            std::lock_guard lock(mutex);
+            done += memory[12345];
+            cv.notify_all();
+          });
+        }
+        {
+          std::unique_lock lock(mutex);
+          cv.wait(lock, [&] { return done == 4; });
+        }
+        for (std::thread& t : threads) {
+          t.join();
+        }
+        int connection = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+        if (connection < 0) {
+          return std::string("accept failed: ") + std::strerror(errno);
+        }
+        char byte = 0;
+        if (read(connection, &byte, 1) != 1 || write(connection, "k", 1) != 1) {
+          return std::string("socket i/o failed");
+        }
+        close(connection);
+        return "ok " + report->Describe();
+      },
+      [&addr] {  // The parent connects while the child waits in accept.
+        int client = socket(AF_INET, SOCK_STREAM, 0);
+        REQUIRE(connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+        char byte = 'p';
+        CHECK(write(client, &byte, 1) == 1);
+        CHECK(read(client, &byte, 1) == 1);
+        CHECK(byte == 'k');
+        close(client);
+      });
+  close(listener);
+  CHECK(o.exit_code == 0);
+  CHECK(o.message.rfind("ok rlimits, no_new_privs", 0) == 0);
+  MESSAGE(o.message);
+}
+
+}  // namespace
+}  // namespace ferry::hookhost
