@@ -366,6 +366,8 @@ Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& sou
       hooks->Enum<SandboxMode>("sandbox", &config.hooks.sandbox,
                                {{"strict", SandboxMode::kStrict}, {"off", SandboxMode::kOff}});
       hooks->Int("threads", &config.hooks.threads, 1, 1024);
+      hooks->Int("call_timeout_ms", &config.hooks.call_timeout_ms, 1, 600'000);
+      hooks->Int("max_pending", &config.hooks.max_pending, 1, 1 << 20);
       hooks->Finish();
     }
     reader.Finish();

@@ -81,8 +81,13 @@ struct HookSettings {
   // strict (default): hook hosts run plugins under seccomp, no new privileges, no network
   // but their inherited sockets. off: for debugging plugins only.
   SandboxMode sandbox = SandboxMode::kStrict;
-  // Threads per hook host running pre/postprocess. >= 1. Default 4.
+  // Threads per hook host running pre/postprocess. 1..1024. Default 4.
   int64_t threads = 4;
+  // A plugin call running longer fails its request (DEADLINE_EXCEEDED). 1..600000. Default 1000.
+  int64_t call_timeout_ms = 1000;
+  // Requests a hook host holds at once (validating, waiting for ring space, at a worker,
+  // post-processing); beyond it new ones get RESOURCE_EXHAUSTED. 1..2^20. Default 4096.
+  int64_t max_pending = 4096;
 };
 
 // CPU workers (devices = "cpu:N").

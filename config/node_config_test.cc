@@ -278,6 +278,23 @@ TEST_CASE("shm_size: 1MiB to 1TiB, both edges") {
   CHECK(Contains(ErrorOf("[node]\nshm_size = 1048575\n"), "must be at least 1MiB"));
 }
 
+TEST_CASE("hooks: threads, call_timeout_ms and max_pending at both edges") {
+  NodeConfig defaults = Parse("").value();
+  CHECK(defaults.hooks.call_timeout_ms == 1000);
+  CHECK(defaults.hooks.max_pending == 4096);
+  NodeConfig edges =
+      Parse("[hooks]\nthreads = 1024\ncall_timeout_ms = 600000\nmax_pending = 1048576\n").value();
+  CHECK(edges.hooks.threads == 1024);
+  CHECK(edges.hooks.call_timeout_ms == 600000);
+  CHECK(edges.hooks.max_pending == 1048576);
+  CHECK(Parse("[hooks]\ncall_timeout_ms = 1\nmax_pending = 1\n").value().hooks.max_pending == 1);
+  CHECK(Contains(ErrorOf("[hooks]\nthreads = 0\n"), "hooks.threads: must be in [1, 1024]"));
+  CHECK(Contains(ErrorOf("[hooks]\ncall_timeout_ms = 0\n"), "hooks.call_timeout_ms"));
+  CHECK(Contains(ErrorOf("[hooks]\ncall_timeout_ms = 600001\n"), "hooks.call_timeout_ms"));
+  CHECK(Contains(ErrorOf("[hooks]\nmax_pending = 0\n"), "hooks.max_pending"));
+  CHECK(Contains(ErrorOf("[hooks]\nmax_pending = 1048577\n"), "hooks.max_pending"));
+}
+
 TEST_CASE("cpu threads 0 to 1024 and [sim.models] costs are read") {
   CHECK(Parse("[cpu]\nthreads = 1024\n").value().cpu.threads == 1024);
   CHECK(Contains(ErrorOf("[cpu]\nthreads = 1025\n"), "cpu.threads"));

@@ -438,6 +438,19 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
       }
     }
     hooks->Bool("preserves_rows", &m.hooks.preserves_rows);
+    if (hooks->String("config", &m.hooks.config) && m.hooks.config.size() > kMaxHookConfigBytes) {
+      hooks->ErrorAt("config", "longer than " + std::to_string(kMaxHookConfigBytes) + " bytes");
+    }
+    for (auto [key, specs] : {std::pair{"inputs", &m.hooks.inputs}, {"outputs", &m.hooks.outputs}}) {
+      if (hooks->table().get(key) != nullptr) {  // Optional, unlike the model's own.
+        *specs = ReadTensors(*hooks, key);
+      }
+    }
+    if (m.hooks.plugin.empty() && (!m.hooks.inputs.empty() || !m.hooks.outputs.empty())) {
+      hooks->ErrorAt(m.hooks.inputs.empty() ? "outputs" : "inputs",
+                     "client tensors differ from the model's only through a plugin; set "
+                     "hooks.plugin");
+    }
     hooks->Finish();
   }
   r.Finish();

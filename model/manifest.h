@@ -29,6 +29,7 @@ inline constexpr size_t kMaxTensorsPerSide = 64;         // [[inputs]], and [[ou
 inline constexpr size_t kMaxBatchSizes = 64;             // Compiled batch sizes.
 inline constexpr size_t kMaxOps = 4096;                  // Program length.
 inline constexpr uint64_t kMaxInferenceSteps = 1 << 16;  // variants x sizes x ops.
+inline constexpr size_t kMaxHookConfigBytes = 64 << 10;   // [hooks] config.
 
 // In a manifest shape, this marks the batch dimension ("shape = [-1, 784]").
 inline constexpr int64_t kBatchDim = -1;
@@ -88,6 +89,11 @@ enum class Precision { kFp32, kTf32, kBf16 };
 struct ManifestHooks {
   std::string plugin;          // Path relative to the bundle; empty when there is none.
   bool preserves_rows = true;  // Preprocess keeps one client row per executable row.
+  std::string config;          // Handed to the plugin's create() (at most 64 KiB).
+  // What clients send and receive when the plugin transforms them ([[hooks.inputs]],
+  // [[hooks.outputs]], declared like [[inputs]]); empty: the model's own inputs / outputs.
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
 };
 
 struct Manifest {
@@ -103,6 +109,13 @@ struct Manifest {
   ManifestHooks hooks;
 
   bool unbatched() const { return batch_sizes.size() == 1 && batch_sizes[0] == 0; }
+  // The tensors clients send and receive: the hook's when declared, else the model's.
+  const std::vector<TensorSpec>& client_inputs() const {
+    return hooks.inputs.empty() ? inputs : hooks.inputs;
+  }
+  const std::vector<TensorSpec>& client_outputs() const {
+    return hooks.outputs.empty() ? outputs : hooks.outputs;
+  }
   // Every input and output has a batch axis (a precondition for coalescing).
   bool all_batched() const;
 };

@@ -137,6 +137,52 @@ TEST_CASE("shapes, sizes, dtypes and hooks are checked") {
   CHECK(Contains(ErrorOf("name = [\n"), "TOML syntax error"));
 }
 
+TEST_CASE("hooks: the plugin's config and the tensors clients send and receive") {
+  const std::string hooks = R"(
+[hooks]
+plugin = "image.so"
+config = "mean = 0.5"
+[[hooks.inputs]]
+name = "image"
+dtype = "UINT8"
+shape = [-1, 2, 2, 4]
+[[hooks.outputs]]
+name = "labels"
+dtype = "INT64"
+shape = [-1, 3]
+)";
+  Result<Manifest> m = ParseManifest(kHead + kRelu + hooks, "manifest.toml");
+  REQUIRE_MESSAGE(m.ok(), (m.ok() ? "" : m.error().message));
+  CHECK(m->hooks.config == "mean = 0.5");
+  REQUIRE(m->client_inputs().size() == 1);
+  CHECK(m->client_inputs()[0].name == "image");
+  CHECK(m->client_inputs()[0].dtype == DType::kU8);
+  CHECK(m->client_inputs()[0].batch_axis == 0);
+  CHECK(m->client_outputs()[0].name == "labels");
+  CHECK(m->inputs[0].name == "x");  // The model's own stay as declared.
+  // Without hook tensors, clients see the model's.
+  Result<Manifest> plain = ParseManifest(kHead + kRelu, "manifest.toml");
+  REQUIRE(plain.ok());
+  CHECK(&plain->client_inputs() == &plain->inputs);
+  CHECK(&plain->client_outputs() == &plain->outputs);
+  // Client tensors without a plugin to produce them are refused.
+  std::string no_plugin = hooks;
+  no_plugin.erase(no_plugin.find("plugin = \"image.so\"\n"), 19);
+  CHECK(Contains(ErrorOf(kHead + kRelu + no_plugin), "hooks.inputs: client tensors differ"));
+  // Config at the limit is accepted, one byte more refused.
+  std::string at_limit(kMaxHookConfigBytes, 'c');
+  CHECK(ParseManifest(kHead + kRelu + "[hooks]\nplugin = \"p.so\"\nconfig = \"" + at_limit + "\"\n",
+                      "manifest.toml")
+            .ok());
+  CHECK(Contains(ErrorOf(kHead + kRelu + "[hooks]\nplugin = \"p.so\"\nconfig = \"" + at_limit +
+                         "c\"\n"),
+                 "hooks.config: longer than 65536 bytes"));
+  // Hook tensors are checked like the model's.
+  std::string bad = hooks;
+  bad.replace(bad.find("UINT8"), 5, "TEXT");
+  CHECK(Contains(ErrorOf(kHead + kRelu + bad), "hooks.inputs[0].dtype: unknown dtype 'TEXT'"));
+}
+
 TEST_CASE("all structural errors are reported at once") {
   std::string message = ErrorOf(R"(
 name = ""

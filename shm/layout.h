@@ -96,6 +96,12 @@ struct TensorRefData {
   int64_t shape[kMaxRank];
 };
 
+// What a worker measured for one request, carried by its completion (saturating).
+struct CompletionTimingData {
+  uint32_t queue_us;    // From its submission being drained to its batch beginning.
+  uint32_t compute_us;  // Its batch's execution (the whole batch's, shared by its members).
+};
+
 // One fixed-size message on a ring. Untrusted when read: see descriptor.h.
 struct DescriptorData {
   uint16_t kind;         // DescriptorKind.
@@ -105,10 +111,16 @@ struct DescriptorData {
   uint32_t generation;   //   its generation,
   uint64_t sequence;     //   and its sequence number.
   uint32_t model;
-  int32_t variant;
+  union {
+    int32_t variant;     // Submissions.
+    int32_t batch_size;  // Completions: the compiled size the request ran in (0: none).
+  };
   int32_t rows;
   uint32_t sender_generation;  // The producing process's slot generation when it sent this.
-  int64_t deadline_ns;         // Monotonic; 0 = none.
+  union {
+    int64_t deadline_ns;          // Submissions: monotonic; 0 = none.
+    CompletionTimingData timing;  // Completions.
+  };
   uint64_t trace_id_high;
   uint64_t trace_id_low;
   TensorRefData tensors[kMaxTensors];

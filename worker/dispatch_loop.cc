@@ -63,6 +63,13 @@ shm::DescriptorData CompletionFor(const shm::DescriptorData& d, uint32_t hook_sl
   return c;
 }
 
+uint32_t SaturatingMicros(double us) {
+  if (!(us > 0)) {
+    return 0;
+  }
+  return us >= 4294967295.0 ? UINT32_MAX : static_cast<uint32_t>(us);
+}
+
 }  // namespace
 
 DispatchLoop::DispatchLoop(const shm::Segment& segment, uint32_t worker_slot, Backend* backend,
@@ -367,6 +374,7 @@ void DispatchLoop::Submit(uint32_t h, const shm::DescriptorData& d, int64_t now)
   q.variant = d.variant;
   q.rows = d.rows;
   q.arrival = now;
+  requests_[id].arrival_ns = now;
   if (d.deadline_ns != 0) {
     q.deadline = d.deadline_ns;
   }
@@ -571,7 +579,7 @@ void DispatchLoop::AnswerBatch(std::unique_ptr<Batch> batch,
     for (uint32_t id : batch->members) {
       Request& r = requests_[id];
       if (HookhostAlive(r.hookhost, r.descriptor.generation)) {
-        CompleteOk(r);
+        CompleteOk(r, *batch, *timing);
         r.has_block = false;  // Lent to the hook host until it releases it.
       }
       Answered(r.model);
@@ -610,12 +618,16 @@ void DispatchLoop::FailBatch(Batch& batch, const Error& error) {
   CheckHealth();
 }
 
-void DispatchLoop::CompleteOk(const Request& r) {
+void DispatchLoop::CompleteOk(const Request& r, const Batch& batch,
+                              const ExecutionTiming& timing) {
   const shm::DescriptorData& d = r.descriptor;
   const Manifest& manifest = models_[static_cast<size_t>(r.model)].bundle->manifest;
   shm::DescriptorData c = CompletionFor(d, d.slot, generation_);
-  c.variant = d.variant;
+  c.batch_size = static_cast<int32_t>(batch.dispatch.batch_size);
   c.rows = d.rows;
+  int64_t started = timing.started_ns != 0 ? timing.started_ns : batch.launched_ns;
+  c.timing.queue_us = SaturatingMicros(static_cast<double>(started - r.arrival_ns) * 1e-3);
+  c.timing.compute_us = SaturatingMicros(timing.compute_seconds * 1e6);
   c.num_tensors = static_cast<uint16_t>(manifest.outputs.size());
   const ShapeVariant& variant = manifest.variants[static_cast<size_t>(d.variant)];
   uint64_t offset = r.block;

@@ -89,6 +89,7 @@ class DispatchLoop {
     shm::DescriptorData descriptor{};  // The validated private copy.
     uint64_t block = 0;                // Output block offset, once allocated.
     bool has_block = false;
+    int64_t arrival_ns = 0;  // When it was drained from its ring (queue time starts).
   };
   struct Batch {
     Dispatch dispatch;
@@ -142,7 +143,8 @@ class DispatchLoop {
   bool HookhostAlive(uint32_t h, uint32_t generation) const;
   // Queues a completion for `d`'s request id: OK with the request's outputs, or an error
   // whose message travels as a U8 tensor.
-  void CompleteOk(const Request& request);
+  // `batch` ran it; `timing` is its measured execution (both go into the completion).
+  void CompleteOk(const Request& request, const Batch& batch, const ExecutionTiming& timing);
   // The message block is lent under the request id, so it is left out when that id is live
   // or lent already (a refused duplicate): the code alone then.
   void CompleteError(uint32_t h, const shm::DescriptorData& d, const Error& error);

@@ -89,6 +89,7 @@ TEST_CASE(
   std::uniform_int_distribution<size_t> pick(0, cases.size() - 1);
   int submitted = 0;
   size_t checked = 0, wrong = 0, failed = 0;
+  uint32_t max_queue_us = 0;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
   while ((submitted < kRequests || driver.inflight() > 0) &&
          std::chrono::steady_clock::now() < deadline) {
@@ -119,9 +120,14 @@ TEST_CASE(
       const std::vector<uint8_t>& out = got.outputs[0];
       CHECK(got.shapes[0] == Shape{c.rows, 10});
       wrong += testing::SameFloats(out, c.expected) ? 0 : 1;
+      // The worker's report: a compiled size holding the request, and a measured execution.
+      CHECK(got.batch_size >= c.rows);
+      CHECK(got.compute_us > 0);
+      max_queue_us = std::max(max_queue_us, got.queue_us);
     }
   }
   CHECK(submitted == kRequests);
+  CHECK(max_queue_us > 0);  // 48 in flight: some waited behind a batch.
   CHECK(done.size() == static_cast<size_t>(kRequests));
   CHECK(failed == 0);
   CHECK(wrong == 0);

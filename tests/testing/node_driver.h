@@ -44,6 +44,9 @@ struct Completion {
   int64_t submitted_ns = 0;
   int64_t completed_ns = 0;  // When this driver read it.
   uint32_t worker_generation = 0;
+  int32_t batch_size = 0;  // What the worker reported: the compiled size it ran in,
+  uint32_t queue_us = 0;   //   its time queued,
+  uint32_t compute_us = 0;  //   and its batch's execution.
   ErrorCode code() const { return static_cast<ErrorCode>(status - 1); }
 };
 
@@ -126,6 +129,9 @@ class NodeDriver {
       c.submitted_ns = it->second.submitted_ns;
       c.completed_ns = MonotonicNs();
       c.worker_generation = d.sender_generation;
+      c.batch_size = d.batch_size;
+      c.queue_us = d.timing.queue_us;
+      c.compute_us = d.timing.compute_us;
       // Seqlock-style read of the worker's arena (recovery.h): bytes read while a successor
       // could have written them are not trusted.
       bool current = shm::IsCurrent(segment_, worker_slot_, d.sender_generation);
