@@ -88,6 +88,17 @@ bool RingProducer::HasSpace() const {
   return SpaceFor(tail_, head_->head.load(std::memory_order_acquire), mask_) == RingStatus::kOk;
 }
 
+uint64_t RingProducer::Space() const {
+  if (!synced_ && !Synced()) {
+    return 0;
+  }
+  uint64_t head = head_->head.load(std::memory_order_acquire);
+  if (SpaceFor(tail_, head, mask_) != RingStatus::kOk) {
+    return 0;
+  }
+  return mask_ + 1 - (tail_ - head);
+}
+
 RingStatus RingProducer::TryPush(const DescriptorData& descriptor) {
   if (!synced_) {
     // Restarted after a reset: wait until the consumer has rewound to the reset point (it

@@ -55,6 +55,8 @@ class RingProducer {
   RingStatus TryPush(const DescriptorData& descriptor);
   // True when TryPush would not report kFull or kCorrupt (one acquire load).
   bool HasSpace() const;
+  // How many descriptors TryPush would take now: 0 when it would report kFull or kCorrupt.
+  uint64_t Space() const;
   uint32_t ring_index() const { return index_; }
 
  private:

@@ -1,0 +1,35 @@
+// The models a hook host serves: the repository's bundles (numbered as the workers number
+// them, model/repository.h) with each bundle's hook plugin opened and created.
+//
+// A model whose bundle or plugin fails keeps its number and its error; requests for it are
+// answered with that error, and the others serve.
+//
+// Thread safety: LoadHookModels runs before the sandbox (it opens files and dlopens plugins);
+// the result is immutable afterwards and safe for concurrent use.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "hookhost/plugin.h"
+#include "model/repository.h"
+
+namespace ferry::hookhost {
+
+struct HookModel {
+  std::string name;
+  uint32_t index = 0;              // On the wire.
+  std::unique_ptr<Bundle> bundle;  // Null when it failed.
+  std::optional<Error> failure;
+  std::unique_ptr<PluginInstance> plugin;  // Null when the bundle has no hooks.
+
+  const Manifest& manifest() const { return bundle->manifest; }  // REQUIRES: !failure.
+};
+
+// Lists and loads the repository at `dir`, opening each bundle's plugin.
+Result<std::vector<HookModel>> LoadHookModels(const std::string& dir);
+
+}  // namespace ferry::hookhost

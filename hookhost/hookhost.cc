@@ -1,0 +1,968 @@
+#include "hookhost/hookhost.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <unordered_map>
+
+#include "common/clock.h"
+#include "hookhost/gateway.h"
+#include "hookhost/request_checks.h"
+#include "shm/arena.h"
+#include "shm/descriptor.h"
+#include "shm/recovery.h"
+#include "shm/ring.h"
+#include "shm/status.h"
+
+namespace ferry::hookhost {
+namespace {
+
+constexpr int64_t kViewRefreshNs = 5'000'000;  // Workers publish their status every 5 ms.
+constexpr int64_t kRepackNs = 1'000'000'000;   // lpt_packing re-placed every second.
+constexpr int64_t kIdleWaitNs = 1'000'000;     // The transport's longest sleep.
+constexpr size_t kMaxModelsPerSnapshot = shm::kMaxStatusModels;
+
+// One descriptor's worth of a request.
+struct Piece {
+  uint64_t sequence = 0;
+  int64_t rows = 0;
+  std::vector<uint64_t> input_blocks;  // Freed when the worker has answered.
+  std::vector<shm::TensorRefData> tensors;
+  bool done = false;
+  shm::DescriptorData completion{};  // Valid when done and !error.
+  std::optional<Error> error;
+};
+
+}  // namespace
+
+struct Pending {
+  const HookModel* model = nullptr;
+  int variant = 0;
+  int64_t client_rows = 0;
+  int64_t model_rows = 0;  // After preprocess (the rows the worker runs).
+  int64_t deadline_ns = 0;
+  uint64_t trace_high = 0, trace_low = 0;
+  std::vector<Piece> pieces;
+  uint64_t output_bytes = 0;  // Of the largest piece, in the worker's arena.
+  size_t worker = 0;
+  uint32_t worker_generation = 0;
+  size_t pieces_left = 0;
+  InferCallback done;
+  std::atomic<bool> answered{false};
+  RequestTimings timings;
+  int64_t start_ns = 0;
+};
+
+namespace {
+
+using PendingPtr = std::shared_ptr<Pending>;
+
+// A hook thread's plugin call, watched by the transport for its time limit.
+struct CallSlot {
+  std::atomic<int64_t> started_ns{0};  // 0: no call running.
+  std::atomic<bool> written_off{false};
+  PendingPtr pending;  // Guarded by Impl::calls_mutex.
+  std::string what;    // Guarded by Impl::calls_mutex.
+  std::thread thread;  // Detached once written off.
+};
+
+}  // namespace
+
+struct HookHost::Impl {
+  Impl(const shm::Segment& segment, uint32_t hookhost, const std::vector<HookModel>& models,
+       HookHostOptions options)
+      : segment(segment),
+        slot(segment.HookhostSlot(hookhost)),
+        generation(segment.generation(slot).load(std::memory_order_acquire)),
+        models(models),
+        options(std::move(options)),
+        arena(segment, slot),
+        gateway(this->options.gateway, models.size()),
+        self_waker(segment, slot, slot) {
+    for (uint32_t w = 0; w < segment.workers(); ++w) {
+      submit.emplace_back(segment, segment.SubmissionRing(hookhost, w));
+      complete.emplace_back(segment, segment.CompletionRing(w, hookhost));
+      WorkerState state;
+      state.slot = segment.WorkerSlot(w);
+      state.generation = segment.generation(state.slot).load(std::memory_order_acquire);
+      workers.push_back(state);
+    }
+    releases.resize(workers.size());
+    views.assign(models.size(), std::vector<WorkerView>(workers.size()));
+  }
+
+  // --- Shared by every thread ---
+  const shm::Segment& segment;
+  const uint32_t slot;
+  const uint32_t generation;
+  const std::vector<HookModel>& models;
+  const HookHostOptions options;
+  std::atomic<size_t> pending_count{0};
+  std::atomic<int> stuck{0};
+  std::atomic<uint64_t> timed_out{0};
+  std::atomic<bool> stopping{false};
+
+  Mutex arena_mutex;
+  shm::Arena arena GUARDED_BY(arena_mutex);
+
+  // Hook threads -> transport.
+  Mutex handoff_mutex;
+  std::deque<PendingPtr> outbox GUARDED_BY(handoff_mutex);
+  std::deque<std::pair<size_t, shm::DescriptorData>> releases_in GUARDED_BY(handoff_mutex);
+  std::atomic<bool> handoff_waiting{false};
+
+  // The hook thread pool.
+  Mutex pool_mutex;
+  std::condition_variable_any pool_cv;
+  std::deque<std::function<void()>> tasks GUARDED_BY(pool_mutex);
+  Mutex calls_mutex;
+  std::deque<CallSlot> calls GUARDED_BY(calls_mutex);  // Stable addresses; one per thread.
+
+  // --- Transport thread only ---
+  struct WorkerState {
+    uint32_t slot = 0;
+    uint32_t generation = 0;
+    uint64_t sent_since_view = 0;
+    double last_compute[kMaxModelsPerSnapshot] = {};
+  };
+  Gateway gateway;
+  shm::Waker self_waker;
+  std::vector<shm::RingProducer> submit;
+  std::vector<shm::RingConsumer> complete;
+  std::vector<WorkerState> workers;
+  std::vector<std::vector<WorkerView>> views;             // [model][worker], refreshed every 1 ms.
+  std::vector<std::deque<shm::DescriptorData>> releases;  // Per worker, waiting for space.
+  std::deque<PendingPtr> waiting;                         // Prepared, not yet sent.
+  std::unordered_map<uint64_t, std::pair<PendingPtr, size_t>> inflight;  // sequence -> piece.
+  uint64_t next_sequence = 1;
+  int64_t views_at = 0;
+  int64_t repacked_at = 0;
+  std::thread transport;
+
+  // Answers `p` once: the callback runs on the calling thread.
+  void Answer(const PendingPtr& p, Result<InferResponse> result) {
+    if (p->answered.exchange(true)) {
+      return;
+    }
+    pending_count.fetch_sub(1, std::memory_order_relaxed);
+    p->done(std::move(result));
+  }
+
+  void Post(std::function<void()> task) {
+    {
+      MutexLock lock(&pool_mutex);
+      tasks.push_back(std::move(task));
+    }
+    pool_cv.notify_one();
+  }
+
+  void WakeTransport() {
+    handoff_waiting.store(true, std::memory_order_release);
+    self_waker.Notify();
+  }
+
+  void Handoff(PendingPtr p) {
+    {
+      MutexLock lock(&handoff_mutex);
+      outbox.push_back(std::move(p));
+    }
+    WakeTransport();
+  }
+
+  void FreeBlocks(const std::vector<uint64_t>& blocks) {
+    MutexLock lock(&arena_mutex);
+    for (uint64_t b : blocks) {
+      (void)arena.Free(b);
+    }
+  }
+
+  // --- Hook threads ---
+  void StartThread() {
+    MutexLock lock(&calls_mutex);
+    CallSlot* call = &calls.emplace_back();
+    call->thread = std::thread([this, call] { PoolLoop(call); });
+  }
+
+  void PoolLoop(CallSlot* call) {
+    t_call = call;
+    while (true) {
+      std::function<void()> task;
+      {
+        MutexLock lock(&pool_mutex);
+        // Stopping drains the queue first: every task answers its request.
+        pool_cv.wait(pool_mutex,
+                     [&]() REQUIRES(pool_mutex) { return stopping.load() || !tasks.empty(); });
+        if (tasks.empty()) {
+          return;
+        }
+        task = std::move(tasks.front());
+        tasks.pop_front();
+      }
+      task();
+      if (call->written_off.load()) {
+        stuck.fetch_sub(1, std::memory_order_relaxed);  // It came back; its stand-in runs on.
+        return;
+      }
+    }
+  }
+
+  // Runs a plugin call under the time limit. False when it overran (the request was answered
+  // DEADLINE_EXCEEDED meanwhile and this thread is written off).
+  template <typename Call>
+  Status WatchedCall(const PendingPtr& p, std::string what, Call call_plugin) {
+    CallSlot* call = t_call;
+    {
+      MutexLock lock(&calls_mutex);
+      call->pending = p;
+      call->what = std::move(what);
+    }
+    call->started_ns.store(MonotonicNs(), std::memory_order_release);
+    Status s = call_plugin();
+    call->started_ns.store(0, std::memory_order_release);
+    {
+      MutexLock lock(&calls_mutex);
+      call->pending.reset();
+    }
+    return s;
+  }
+
+  std::optional<AllocatedTensor> AllocateTensor(DType dtype, const Shape& shape) {
+    std::optional<uint64_t> bytes = TensorByteSize(dtype, shape);
+    if (!bytes) {
+      return std::nullopt;
+    }
+    MutexLock lock(&arena_mutex);
+    Result<shm::Block> block = arena.Allocate(std::max<uint64_t>(*bytes, 1));
+    if (!block.ok()) {
+      return std::nullopt;
+    }
+    return AllocatedTensor{dtype, shape, arena.Bytes(*block).first(*bytes), block->offset};
+  }
+
+  std::span<uint8_t> BlockBytes(uint64_t offset, uint64_t bytes) {
+    return segment.partition(slot).subspan(offset, bytes);
+  }
+
+  // Copies the model-input tensors (ordered as manifest.inputs, each a whole block) into one
+  // block per piece and input; fills p->pieces. The source blocks are not freed.
+  Status MakePieces(Pending& p, std::span<const TensorMeta> inputs,
+                    std::span<const std::span<const uint8_t>> bytes,
+                    const std::vector<int64_t>& piece_rows) {
+    const Manifest& m = p.model->manifest();
+    int64_t first_row = 0;
+    for (int64_t rows : piece_rows) {
+      Piece piece;
+      piece.rows = rows;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        Shape shape(inputs[i].shape.begin(), inputs[i].shape.end());
+        uint64_t row_bytes = 0, offset = 0;
+        if (m.inputs[i].batch_axis) {  // Axis 0 whenever there is more than one piece.
+          row_bytes = inputs[i].bytes / static_cast<uint64_t>(p.model_rows);
+          shape[static_cast<size_t>(*m.inputs[i].batch_axis)] = rows;
+          offset = static_cast<uint64_t>(first_row) * row_bytes;
+        }
+        uint64_t n =
+            m.inputs[i].batch_axis ? row_bytes * static_cast<uint64_t>(rows) : inputs[i].bytes;
+        std::optional<AllocatedTensor> block = AllocateTensor(inputs[i].dtype, shape);
+        if (!block) {
+          for (Piece& made : p.pieces) {
+            FreeBlocks(made.input_blocks);
+          }
+          FreeBlocks(piece.input_blocks);
+          p.pieces.clear();
+          return ResourceExhausted("model '" + p.model->name +
+                                   "': this hook host's arena is full (retry in " +
+                                   std::to_string(kRetryAfterMs) + " ms)");
+        }
+        std::memcpy(block->bytes.data(), bytes[i].data() + offset, n);
+        piece.input_blocks.push_back(block->block);
+        piece.tensors.push_back(shm::MakeTensorRef(slot, block->block, n, inputs[i].dtype, shape));
+      }
+      p.pieces.push_back(std::move(piece));
+      first_row += rows;
+    }
+    p.output_bytes = 0;
+    for (size_t o = 0; o < m.outputs.size(); ++o) {
+      Shape shape = m.variants[static_cast<size_t>(p.variant)].outputs.at(m.outputs[o].name);
+      if (m.outputs[o].batch_axis) {
+        shape[static_cast<size_t>(*m.outputs[o].batch_axis)] = piece_rows.front();
+      }
+      p.output_bytes +=
+          shm::AlignUp(TensorByteSize(m.outputs[o].dtype, shape).value_or(0), shm::kBlockAlignment);
+    }
+    p.pieces_left = p.pieces.size();
+    p.timings.pieces = static_cast<int>(p.pieces.size());
+    return OkStatus();
+  }
+
+  // Model inputs ready (in `inputs`, ordered as manifest.inputs): variant, split, hand off.
+  Status Route(const PendingPtr& p, std::span<const TensorMeta> inputs,
+               std::span<const std::span<const uint8_t>> bytes) {
+    const HookModel& model = *p->model;
+    int64_t rows = 0;
+    FERRY_ASSIGN_OR_RETURN(p->variant, MatchVariant(model.name, model.manifest(), inputs, &rows));
+    p->model_rows = rows;
+    bool preserved = model.plugin == nullptr || !model.plugin->has_preprocess() ||
+                     (model.plugin->preserves_rows() && model.manifest().hooks.preserves_rows);
+    FERRY_ASSIGN_OR_RETURN(std::vector<int64_t> piece_rows,
+                           PieceRows(model.name, model.manifest(), rows, preserved));
+    FERRY_RETURN_IF_ERROR(MakePieces(*p, inputs, bytes, piece_rows));
+    Handoff(p);
+    return OkStatus();
+  }
+
+  // On a hook thread: preprocess the client tensors (in `client` blocks), then route.
+  void Preprocess(const PendingPtr& p, std::vector<AllocatedTensor> client,
+                  std::vector<std::string> names) {
+    const HookModel& model = *p->model;
+    const Manifest& m = model.manifest();
+    int64_t start = MonotonicNs();
+    std::vector<TensorView> views;
+    for (size_t i = 0; i < client.size(); ++i) {
+      views.push_back({names[i], client[i].dtype, client[i].shape, client[i].bytes});
+    }
+    std::vector<std::string> wanted;
+    for (const TensorSpec& t : m.inputs) {
+      wanted.push_back(t.name);
+    }
+    std::vector<AllocatedTensor> produced;
+    Status s = WatchedCall(p, "preprocess", [&] {
+      return model.plugin->Preprocess(
+          views, wanted,
+          [this](uint32_t, DType dtype, const Shape& shape) {
+            return AllocateTensor(dtype, shape);
+          },
+          &produced);
+    });
+    p->timings.preprocess_ns = MonotonicNs() - start;
+    std::vector<uint64_t> client_blocks;
+    for (const AllocatedTensor& t : client) {
+      client_blocks.push_back(t.block);
+    }
+    FreeBlocks(client_blocks);
+    std::vector<uint64_t> produced_blocks;
+    for (const AllocatedTensor& t : produced) {
+      produced_blocks.push_back(t.block);
+    }
+    if (s.ok() && !p->answered.load()) {
+      std::vector<TensorMeta> metas;
+      std::vector<std::span<const uint8_t>> bytes;
+      for (size_t i = 0; i < produced.size(); ++i) {
+        metas.push_back(
+            {wanted[i], produced[i].dtype, produced[i].shape, produced[i].bytes.size()});
+        bytes.push_back(produced[i].bytes);
+      }
+      s = Route(p, metas, bytes);
+      if (!s.ok() && s.error().code == ErrorCode::kInvalidArgument) {
+        // The plugin's output does not fit the model: the plugin's fault, not the client's.
+        s = Internal("plugin " + model.plugin->path() + " preprocess: " + s.error().message);
+      }
+    }
+    FreeBlocks(produced_blocks);  // Route copied them into the pieces' blocks.
+    if (!s.ok()) {
+      Answer(p, s.error());
+    }
+  }
+
+  // On a hook thread, once every piece is answered: join, postprocess, respond, release.
+  void Finish(const PendingPtr& p) {
+    int64_t start = MonotonicNs();
+    const HookModel& model = *p->model;
+    const Manifest& m = model.manifest();
+    Result<InferResponse> result = Collect(*p);
+    std::vector<shm::DescriptorData> to_release;
+    for (const Piece& piece : p->pieces) {
+      if (piece.completion.kind != 0) {  // Answered by the worker (ok or with a message).
+        shm::DescriptorData release = piece.completion;
+        release.kind = static_cast<uint16_t>(shm::DescriptorKind::kRelease);
+        release.num_tensors = 0;
+        release.sender_generation = generation;
+        to_release.push_back(release);
+      }
+    }
+    if (result.ok() && model.plugin != nullptr && model.plugin->has_postprocess()) {
+      result = Postprocess(p, std::move(*result));
+    }
+    {
+      MutexLock lock(&handoff_mutex);
+      for (const shm::DescriptorData& r : to_release) {
+        releases_in.emplace_back(p->worker, r);
+      }
+    }
+    WakeTransport();
+    if (result.ok()) {
+      result->timings.postprocess_ns = MonotonicNs() - start;
+      result->timings.total_ns = MonotonicNs() - p->start_ns;
+    }
+    (void)m;
+    Answer(p, std::move(result));
+  }
+
+  // The joined model outputs, copied out of the worker's arena (checked against the manifest,
+  // and against the worker restarting while they were read).
+  Result<InferResponse> Collect(Pending& p) {
+    const Manifest& m = p.model->manifest();
+    for (const Piece& piece : p.pieces) {
+      if (piece.error) {
+        return *piece.error;
+      }
+    }
+    InferResponse response;
+    response.timings = p.timings;
+    const ShapeVariant& variant = m.variants[static_cast<size_t>(p.variant)];
+    int64_t total_rows = 0;
+    for (const Piece& piece : p.pieces) {
+      total_rows += piece.rows;
+    }
+    uint32_t worker_slot = workers_slot(p.worker);
+    for (size_t o = 0; o < m.outputs.size(); ++o) {
+      const TensorSpec& spec = m.outputs[o];
+      ResponseTensor out;
+      out.name = spec.name;
+      out.dtype = spec.dtype;
+      out.shape = variant.outputs.at(spec.name);
+      if (spec.batch_axis) {
+        out.shape[static_cast<size_t>(*spec.batch_axis)] = total_rows;
+      }
+      for (const Piece& piece : p.pieces) {
+        const shm::DescriptorData& c = piece.completion;
+        Shape want = variant.outputs.at(spec.name);
+        if (spec.batch_axis) {
+          want[static_cast<size_t>(*spec.batch_axis)] = piece.rows;
+        }
+        const shm::TensorRefData& t = c.tensors[o];
+        if (c.num_tensors != m.outputs.size() || t.dtype != static_cast<uint16_t>(spec.dtype) ||
+            t.rank != want.size() || !std::equal(want.begin(), want.end(), t.shape)) {
+          return Internal("model '" + p.model->name + "': the worker's output '" + spec.name +
+                          "' is not " + DescribeTensor(spec.dtype, want));
+        }
+        std::span<uint8_t> bytes = shm::TensorBytes(segment, t);
+        out.bytes.insert(out.bytes.end(), bytes.begin(), bytes.end());
+      }
+      response.outputs.push_back(std::move(out));
+    }
+    for (const Piece& piece : p.pieces) {
+      if (!shm::StillCurrent(segment, worker_slot, piece.completion.sender_generation)) {
+        return Unavailable("model '" + p.model->name +
+                           "': the worker restarted while its outputs were read");
+      }
+    }
+    return response;
+  }
+
+  uint32_t workers_slot(size_t worker) const {
+    return segment.WorkerSlot(static_cast<uint32_t>(worker));
+  }
+
+  Result<InferResponse> Postprocess(const PendingPtr& p, InferResponse joined) {
+    const HookModel& model = *p->model;
+    const std::vector<TensorSpec>& specs = model.manifest().client_outputs();
+    std::vector<TensorView> views;
+    for (const ResponseTensor& t : joined.outputs) {
+      views.push_back({t.name, t.dtype, t.shape, t.bytes});
+    }
+    std::vector<std::string> names;
+    for (const TensorSpec& t : specs) {
+      names.push_back(t.name);
+    }
+    std::vector<AllocatedTensor> produced;
+    Status s = WatchedCall(p, "postprocess", [&] {
+      return model.plugin->Postprocess(
+          views, names,
+          [this](uint32_t, DType dtype, const Shape& shape) {
+            return AllocateTensor(dtype, shape);
+          },
+          &produced);
+    });
+    InferResponse response;
+    response.timings = joined.timings;
+    if (s.ok()) {
+      for (size_t i = 0; i < produced.size(); ++i) {
+        const TensorSpec& spec = specs[i];
+        bool fits =
+            produced[i].dtype == spec.dtype && produced[i].shape.size() == spec.shape.size();
+        for (size_t k = 0; fits && k < spec.shape.size(); ++k) {
+          fits = spec.shape[k] == kBatchDim || spec.shape[k] == produced[i].shape[k];
+        }
+        if (!fits) {
+          s = Internal("plugin " + model.plugin->path() + " postprocess: output '" + spec.name +
+                       "' is " + DescribeTensor(produced[i].dtype, produced[i].shape) +
+                       ", the manifest declares " + DescribeTensor(spec.dtype, spec.shape));
+          break;
+        }
+        response.outputs.push_back({spec.name,
+                                    produced[i].dtype,
+                                    produced[i].shape,
+                                    {produced[i].bytes.begin(), produced[i].bytes.end()}});
+      }
+    }
+    std::vector<uint64_t> blocks;
+    for (const AllocatedTensor& t : produced) {
+      blocks.push_back(t.block);
+    }
+    FreeBlocks(blocks);
+    if (!s.ok()) {
+      return s.error();
+    }
+    return response;
+  }
+
+  // --- Transport thread ---
+  void TransportLoop() {
+    while (!stopping.load(std::memory_order_acquire)) {
+      int64_t now = MonotonicNs();
+      bool busy = TakeHandoff();
+      if (now - views_at >= kViewRefreshNs) {
+        RefreshViews(now);
+      }
+      busy |= SendWaiting(now);
+      busy |= PollCompletions();
+      busy |= PushReleases();
+      CheckWorkerRestarts();
+      CheckCallTimeouts(now);
+      if (!busy) {
+        shm::WaitForWork(
+            segment, slot, [this] { return HasWork(); }, kIdleWaitNs, 200);
+      }
+    }
+  }
+
+  bool HasWork() {
+    if (handoff_waiting.load(std::memory_order_acquire)) {
+      return true;
+    }
+    for (const shm::RingConsumer& c : complete) {
+      if (c.HasWork()) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  bool TakeHandoff() {
+    handoff_waiting.store(false, std::memory_order_relaxed);
+    MutexLock lock(&handoff_mutex);
+    bool any = !outbox.empty() || !releases_in.empty();
+    while (!outbox.empty()) {
+      waiting.push_back(std::move(outbox.front()));
+      outbox.pop_front();
+    }
+    while (!releases_in.empty()) {
+      auto& [worker, release] = releases_in.front();
+      releases[worker].push_back(release);
+      releases_in.pop_front();
+    }
+    return any;
+  }
+
+  void RefreshViews(int64_t now);
+  bool SendWaiting(int64_t now);
+  bool PollCompletions();
+  void CompletePiece(const PendingPtr& p, Piece& piece);
+  bool PushReleases();
+  void CheckWorkerRestarts();
+  void CheckCallTimeouts(int64_t now);
+
+  static thread_local CallSlot* t_call;
+};
+
+thread_local CallSlot* HookHost::Impl::t_call = nullptr;
+
+void HookHost::Impl::RefreshViews(int64_t now) {
+  double elapsed = static_cast<double>(now - repacked_at) * 1e-9;
+  bool repack = options.gateway == GatewayMode::kLptPacking && now - repacked_at >= kRepackNs;
+  std::vector<double> load(models.size(), 0.0);
+  views_at = now;
+  uint64_t partition = segment.partition_bytes();
+  for (size_t w = 0; w < workers.size(); ++w) {
+    WorkerState& ws = workers[w];
+    Result<shm::StatusSnapshotData> st = shm::ReadStatus(segment, ws.slot, 4);
+    uint32_t current = segment.generation(ws.slot).load(std::memory_order_acquire);
+    bool ready = st.ok() && st->state == static_cast<uint32_t>(shm::ProcessState::kReady) &&
+                 st->generation == current;
+    uint64_t outstanding = 0;
+    uint32_t listed = ready ? std::min<uint32_t>(st->num_models, shm::kMaxStatusModels) : 0;
+    for (uint32_t m = 0; m < listed; ++m) {
+      outstanding += st->models[m].outstanding;
+    }
+    uint64_t used = segment.accounting(ws.slot).bytes_in_use.load(std::memory_order_relaxed);
+    uint64_t arena_free = partition - std::min(partition, used);
+    for (size_t m = 0; m < models.size(); ++m) {
+      WorkerView& v = views[m][w];
+      v = WorkerView{};
+      v.ready = ready;
+      v.max_queue_depth = m < options.max_queue_depth.size() ? options.max_queue_depth[m] : 1024;
+      v.outstanding = outstanding;
+      v.arena_free = arena_free;
+      if (m < listed) {
+        const shm::ModelStatusData& ms = st->models[m];
+        std::string_view name(ms.name, strnlen(ms.name, sizeof(ms.name)));
+        if (name == models[m].name &&
+            ms.state == static_cast<uint32_t>(shm::ModelLoadState::kReady)) {
+          v.has_model = true;
+          v.resident = ms.loaded != 0;
+          v.queue_depth = ms.queue_depth;
+          if (repack && elapsed > 0 && m < kMaxModelsPerSnapshot) {
+            load[m] += std::max(0.0, ms.total_compute_seconds - ws.last_compute[m]) / elapsed;
+            ws.last_compute[m] = ms.total_compute_seconds;
+          }
+        }
+      }
+    }
+  }
+  if (repack) {
+    gateway.Repack(load, workers.size());
+    repacked_at = now;
+  }
+}
+
+bool HookHost::Impl::SendWaiting(int64_t now) {
+  bool sent = false;
+  for (auto it = waiting.begin(); it != waiting.end();) {
+    PendingPtr p = *it;
+    auto drop = [&](std::optional<Error> error) {
+      for (Piece& piece : p->pieces) {
+        FreeBlocks(piece.input_blocks);
+        piece.input_blocks.clear();
+      }
+      if (error) {
+        Post([this, p, e = *error] { Answer(p, e); });
+      }
+      it = waiting.erase(it);
+    };
+    if (p->answered.load()) {
+      drop(std::nullopt);
+      continue;
+    }
+    if (p->deadline_ns != 0 && now >= p->deadline_ns) {
+      drop(DeadlineExceeded("model '" + p->model->name +
+                            "': the deadline passed before a worker could take it"));
+      continue;
+    }
+    size_t model = p->model->index;
+    std::vector<WorkerView> candidates = views[model];
+    bool ring_full = false;
+    for (size_t w = 0; w < candidates.size(); ++w) {
+      if (candidates[w].has_model && submit[w].Space() < p->pieces.size()) {
+        candidates[w].has_model = false;  // Its ring is full: not now.
+        ring_full = true;
+      }
+    }
+    Result<size_t> chosen =
+        gateway.Choose(static_cast<int>(model), p->model->name, p->output_bytes, candidates);
+    if (!chosen.ok()) {
+      if (ring_full) {
+        ++it;  // Waits for ring space (or its deadline).
+      } else {
+        drop(chosen.error());
+      }
+      continue;
+    }
+    size_t w = *chosen;
+    p->worker = w;
+    p->worker_generation = workers[w].generation;
+    for (size_t i = 0; i < p->pieces.size(); ++i) {
+      Piece& piece = p->pieces[i];
+      shm::DescriptorData d{};
+      d.kind = static_cast<uint16_t>(shm::DescriptorKind::kSubmit);
+      d.slot = slot;
+      d.generation = generation;
+      d.sender_generation = generation;
+      d.sequence = piece.sequence = next_sequence++;
+      d.model = static_cast<uint32_t>(model);
+      d.variant = p->variant;
+      d.rows = static_cast<int32_t>(piece.rows);
+      d.deadline_ns = p->deadline_ns;
+      d.trace_id_high = p->trace_high;
+      d.trace_id_low = p->trace_low;
+      d.num_tensors = static_cast<uint16_t>(piece.tensors.size());
+      std::copy(piece.tensors.begin(), piece.tensors.end(), d.tensors);
+      inflight[piece.sequence] = {p, i};
+      // Space was checked and this thread is the ring's only producer.
+      (void)submit[w].TryPush(d);
+    }
+    for (size_t m = 0; m < views.size(); ++m) {
+      views[m][w].outstanding += p->pieces.size();
+    }
+    views[model][w].queue_depth += p->pieces.size();
+    sent = true;
+    it = waiting.erase(it);
+  }
+  return sent;
+}
+
+bool HookHost::Impl::PollCompletions() {
+  bool any = false;
+  for (size_t w = 0; w < workers.size(); ++w) {
+    shm::DescriptorRules rules{
+        slot, 0, {workers[w].slot}, segment.partition_bytes(), shm::kCompletionRingKinds};
+    shm::DescriptorData d{};
+    for (uint32_t n = 0;
+         n < segment.ring_capacity() && complete[w].TryPop(&d) == shm::RingStatus::kOk; ++n) {
+      any = true;
+      auto it = inflight.find(d.sequence);
+      if (!shm::ValidateDescriptor(d, rules).ok() || d.generation != generation ||
+          it == inflight.end() || it->second.first->worker != w) {
+        complete[w].CountInvalid();
+        continue;
+      }
+      auto [p, i] = it->second;
+      inflight.erase(it);
+      Piece& piece = p->pieces[i];
+      piece.completion = d;
+      if (d.status != 0) {
+        auto code = static_cast<ErrorCode>(
+            std::min<uint32_t>(d.status - 1, static_cast<uint32_t>(ErrorCode::kInternal)));
+        std::string message = "the worker gave no reason";
+        if (d.num_tensors == 1 && d.tensors[0].dtype == static_cast<uint16_t>(DType::kU8)) {
+          std::span<uint8_t> bytes = shm::TensorBytes(segment, d.tensors[0]);
+          message.assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+          if (!shm::StillCurrent(segment, workers[w].slot, d.sender_generation)) {
+            message = "the worker restarted";
+          }
+        }
+        piece.error = Error{code, message};
+      } else {
+        p->timings.queue_ns = std::max<int64_t>(p->timings.queue_ns, d.timing.queue_us * 1000LL);
+        p->timings.compute_ns += d.timing.compute_us * 1000LL;
+        p->timings.batch_size = std::max<int64_t>(p->timings.batch_size, d.batch_size);
+      }
+      CompletePiece(p, piece);
+    }
+  }
+  return any;
+}
+
+void HookHost::Impl::CompletePiece(const PendingPtr& p, Piece& piece) {
+  piece.done = true;
+  FreeBlocks(piece.input_blocks);  // The worker has finished reading them.
+  piece.input_blocks.clear();
+  if (--p->pieces_left == 0) {
+    Post([this, p] { Finish(p); });
+  }
+}
+
+bool HookHost::Impl::PushReleases() {
+  bool any = false;
+  for (size_t w = 0; w < workers.size(); ++w) {
+    while (!releases[w].empty() && submit[w].TryPush(releases[w].front()) == shm::RingStatus::kOk) {
+      releases[w].pop_front();
+      any = true;
+    }
+  }
+  return any;
+}
+
+void HookHost::Impl::CheckWorkerRestarts() {
+  for (size_t w = 0; w < workers.size(); ++w) {
+    uint32_t current = segment.generation(workers[w].slot).load(std::memory_order_acquire);
+    if (current == workers[w].generation) {
+      continue;
+    }
+    workers[w].generation = current;
+    releases[w].clear();  // The successor lent this hook host nothing.
+    for (auto it = inflight.begin(); it != inflight.end();) {
+      auto [p, i] = it->second;
+      if (p->worker != w) {
+        ++it;
+        continue;
+      }
+      Piece& piece = p->pieces[i];
+      piece.error = Unavailable("model '" + p->model->name + "': worker slot " +
+                                std::to_string(workers[w].slot) +
+                                " was lost while the request was in flight");
+      piece.completion = {};  // Nothing to release.
+      it = inflight.erase(it);
+      CompletePiece(p, piece);
+    }
+  }
+}
+
+void HookHost::Impl::CheckCallTimeouts(int64_t now) {
+  int64_t limit = options.call_timeout_ms * 1'000'000;
+  std::vector<std::pair<PendingPtr, std::string>> overran;
+  {
+    MutexLock lock(&calls_mutex);
+    for (CallSlot& call : calls) {
+      int64_t started = call.started_ns.load(std::memory_order_acquire);
+      if (started == 0 || now - started <= limit || call.written_off.load()) {
+        continue;
+      }
+      call.written_off.store(true);
+      call.thread.detach();  // A running call cannot be stopped; it returns, or the host exits.
+      stuck.fetch_add(1, std::memory_order_relaxed);
+      timed_out.fetch_add(1, std::memory_order_relaxed);
+      overran.emplace_back(call.pending, call.what);
+    }
+  }
+  for (auto& [p, what] : overran) {
+    StartThread();  // A stand-in, so the pool keeps its size.
+    spdlog::error("hook host slot {}: model '{}': plugin {} ran past call_timeout_ms ({} ms)", slot,
+                  p->model->name, what, options.call_timeout_ms);
+    Post([this, p = p, what = what] {
+      Answer(p, DeadlineExceeded("model '" + p->model->name + "': plugin " + what +
+                                 " ran past call_timeout_ms (" +
+                                 std::to_string(options.call_timeout_ms) + " ms)"));
+    });
+  }
+}
+
+HookHost::HookHost(const shm::Segment& segment, uint32_t hookhost,
+                   const std::vector<HookModel>& models, HookHostOptions options)
+    : impl_(std::make_unique<Impl>(segment, hookhost, models, std::move(options))) {}
+
+void HookHost::Start() {
+  for (int i = 0; i < impl_->options.threads; ++i) {
+    impl_->StartThread();
+  }
+  impl_->transport = std::thread([this] { impl_->TransportLoop(); });
+}
+
+HookHost::~HookHost() {
+  Impl& impl = *impl_;
+  impl.stopping.store(true, std::memory_order_release);
+  impl.WakeTransport();
+  if (impl.transport.joinable()) {
+    impl.transport.join();
+  }
+  impl.pool_cv.notify_all();
+  {
+    MutexLock lock(&impl.calls_mutex);
+    for (CallSlot& call : impl.calls) {
+      if (call.thread.joinable()) {
+        lock.Unlock();
+        call.thread.join();
+        lock.Lock();
+      }
+    }
+  }
+  // What never reached a worker, or never came back, is answered now.
+  Error stopping = Unavailable("the hook host is stopping");
+  {
+    MutexLock lock(&impl.handoff_mutex);
+    for (PendingPtr& p : impl.outbox) {
+      impl.waiting.push_back(std::move(p));
+    }
+    impl.outbox.clear();
+  }
+  for (PendingPtr& p : impl.waiting) {
+    impl.Answer(p, stopping);
+  }
+  for (auto& [sequence, entry] : impl.inflight) {
+    impl.Answer(entry.first, stopping);
+  }
+}
+
+size_t HookHost::pending() const { return impl_->pending_count.load(std::memory_order_relaxed); }
+bool HookHost::healthy() const {
+  return impl_->stuck.load(std::memory_order_relaxed) < impl_->options.threads;
+}
+uint64_t HookHost::timed_out_calls() const {
+  return impl_->timed_out.load(std::memory_order_relaxed);
+}
+
+std::future<Result<InferResponse>> HookHost::Submit(InferRequest request) {
+  auto promise = std::make_shared<std::promise<Result<InferResponse>>>();
+  std::future<Result<InferResponse>> future = promise->get_future();
+  Submit(std::move(request),
+         [promise](Result<InferResponse> result) { promise->set_value(std::move(result)); });
+  return future;
+}
+
+void HookHost::Submit(InferRequest request, InferCallback done) {
+  Impl& impl = *impl_;
+  int64_t start = MonotonicNs();
+  auto p = std::make_shared<Pending>();
+  p->done = std::move(done);
+  p->start_ns = start;
+  p->deadline_ns = request.deadline_ns;
+  p->trace_high = request.trace_id_high;
+  p->trace_low = request.trace_id_low;
+  if (impl.pending_count.fetch_add(1, std::memory_order_relaxed) >= impl.options.max_pending) {
+    impl.Answer(p, ResourceExhausted("hook host: " + std::to_string(impl.options.max_pending) +
+                                     " requests pending, its limit (retry in " +
+                                     std::to_string(kRetryAfterMs) + " ms)"));
+    return;
+  }
+  if (impl.stopping.load()) {
+    impl.Answer(p, Unavailable("the hook host is stopping"));
+    return;
+  }
+  auto model = std::find_if(impl.models.begin(), impl.models.end(),
+                            [&](const HookModel& m) { return m.name == request.model; });
+  if (model == impl.models.end()) {
+    impl.Answer(p, NotFound("model '" + request.model + "' is not in the repository"));
+    return;
+  }
+  if (model->failure) {
+    impl.Answer(
+        p, Unavailable("model '" + model->name + "' failed to load: " + model->failure->message));
+    return;
+  }
+  p->model = &*model;
+  bool preprocess = model->plugin != nullptr && model->plugin->has_preprocess();
+  const std::vector<TensorSpec>& specs =
+      preprocess ? model->manifest().client_inputs() : model->manifest().inputs;
+  std::vector<TensorMeta> given;
+  for (const ClientTensor& t : request.inputs) {
+    given.push_back({t.name, t.dtype, t.shape, t.bytes.size()});
+  }
+  Result<std::vector<size_t>> order = OrderByName(model->name, specs, given);
+  if (!order.ok()) {
+    impl.Answer(p, order.error());
+    return;
+  }
+  std::vector<TensorMeta> ordered;
+  std::vector<std::span<const uint8_t>> bytes;
+  for (size_t g : *order) {
+    ordered.push_back(given[g]);
+    bytes.push_back(request.inputs[g].bytes);
+  }
+  if (!preprocess) {
+    Status routed = impl.Route(p, ordered, bytes);
+    p->timings.validate_ns = MonotonicNs() - start;
+    p->client_rows = p->model_rows;
+    if (!routed.ok()) {
+      impl.Answer(p, routed.error());
+    }
+    return;
+  }
+  std::vector<Shape> declared;
+  for (const TensorSpec& spec : specs) {
+    declared.push_back(spec.shape);
+  }
+  Status checked = CheckTensors(model->name, specs, declared, ordered, &p->client_rows);
+  if (!checked.ok()) {
+    impl.Answer(p, checked.error());
+    return;
+  }
+  std::vector<AllocatedTensor> client;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < ordered.size(); ++i) {
+    std::optional<AllocatedTensor> block = impl.AllocateTensor(
+        ordered[i].dtype, Shape(ordered[i].shape.begin(), ordered[i].shape.end()));
+    if (!block) {
+      std::vector<uint64_t> blocks;
+      for (const AllocatedTensor& t : client) {
+        blocks.push_back(t.block);
+      }
+      impl.FreeBlocks(blocks);
+      impl.Answer(p, ResourceExhausted("model '" + model->name +
+                                       "': this hook host's arena is full (retry in " +
+                                       std::to_string(kRetryAfterMs) + " ms)"));
+      return;
+    }
+    std::memcpy(block->bytes.data(), bytes[i].data(), bytes[i].size());
+    client.push_back(*block);
+    names.push_back(specs[i].name);
+  }
+  p->timings.validate_ns = MonotonicNs() - start;
+  impl.Post([&impl, p, client = std::move(client), names = std::move(names)]() mutable {
+    impl.Preprocess(p, std::move(client), std::move(names));
+  });
+}
+
+}  // namespace ferry::hookhost

@@ -1,0 +1,118 @@
+// A hook host's request flow, as the front end calls it (in process): Submit a request, get
+// its response or error once, on a hook thread.
+//
+//   validate against the manifest (model, dtype, shape, rows) -> input tensors written into
+//   this hook host's arena -> preprocess on the hook thread pool -> split when larger than the
+//   largest compiled size (all pieces or none) -> worker chosen (gateway.h) -> descriptors
+//   pushed -> completions -> pieces joined -> postprocess -> response -> blocks released.
+//
+// Threads: `threads` hook threads run validation, plugins, joining and the callbacks; one
+// transport thread owns every ring (it alone pushes submissions and releases and pops
+// completions), reads the workers' status snapshots for the gateway, notices workers that
+// restarted (their pieces fail UNAVAILABLE) and plugin calls past their time limit (their
+// request fails DEADLINE_EXCEEDED; the stuck thread is replaced).
+//
+// Memory: every block this hook host allocates is freed exactly once: input blocks when the
+// worker has answered the piece that reads them, plugin output blocks once copied into the
+// response, a worker's output blocks released back to it after they were read.
+//
+// Thread safety: Submit, pending() and healthy() are safe from any thread. Start once.
+// Lifetimes: the segment and the models outlive the HookHost; the destructor stops the
+// threads and answers every pending request UNAVAILABLE.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/mutex.h"
+#include "common/result.h"
+#include "config/node_config.h"
+#include "hookhost/hook_models.h"
+#include "shm/segment.h"
+
+namespace ferry::hookhost {
+
+struct ClientTensor {
+  std::string name;
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::span<const uint8_t> bytes;  // Read only during Submit (copied into the arena).
+};
+
+struct InferRequest {
+  std::string model;
+  std::vector<ClientTensor> inputs;
+  int64_t deadline_ns = 0;  // CLOCK_MONOTONIC (common/clock.h); 0 = none.
+  uint64_t trace_id_high = 0;
+  uint64_t trace_id_low = 0;
+};
+
+struct ResponseTensor {
+  std::string name;
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::vector<uint8_t> bytes;
+};
+
+// Where a request's time went. The worker's figures are what it reported.
+struct RequestTimings {
+  int64_t validate_ns = 0;     // Manifest checks and the copy into the arena.
+  int64_t preprocess_ns = 0;   // The plugin's preprocess (0 without one).
+  int64_t queue_ns = 0;        // At the worker, before its batch began (the longest piece).
+  int64_t compute_ns = 0;      // Its batches' execution (summed over pieces).
+  int64_t postprocess_ns = 0;  // Joining and the plugin's postprocess.
+  int64_t total_ns = 0;        // Submit to the response.
+  int64_t batch_size = 0;      // The compiled size it ran in (the largest piece's).
+  int pieces = 0;
+};
+
+struct InferResponse {
+  std::vector<ResponseTensor> outputs;  // In the order of the model's client outputs.
+  RequestTimings timings;
+};
+
+using InferCallback = std::function<void(Result<InferResponse>)>;
+
+struct HookHostOptions {
+  GatewayMode gateway = GatewayMode::kLeastOutstanding;
+  int threads = 4;
+  int64_t call_timeout_ms = 1000;
+  size_t max_pending = 4096;
+  std::vector<uint64_t> max_queue_depth;  // Per model (the scheduler's limit at the workers).
+};
+
+class HookHost {
+ public:
+  // REQUIRES: `segment` attached as hook host `hookhost`'s slot; `models` in wire order.
+  HookHost(const shm::Segment& segment, uint32_t hookhost, const std::vector<HookModel>& models,
+           HookHostOptions options);
+  ~HookHost();
+  HookHost(const HookHost&) = delete;
+  HookHost& operator=(const HookHost&) = delete;
+
+  // Starts the threads (after the sandbox: it applies only to threads started later).
+  void Start();
+  // `done` runs exactly once, on a hook thread (or here, for a request refused at once).
+  void Submit(InferRequest request, InferCallback done);
+  std::future<Result<InferResponse>> Submit(InferRequest request);
+
+  // Requests submitted and not yet answered.
+  size_t pending() const;
+  // False once `threads` plugin calls are stuck past their limit: restart this process.
+  bool healthy() const;
+  // Plugin calls that ran past call_timeout_ms.
+  uint64_t timed_out_calls() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry::hookhost

@@ -1,0 +1,141 @@
+#include "hookhost/request_checks.h"
+
+#include <algorithm>
+
+#include "shm/descriptor.h"
+
+namespace ferry::hookhost {
+
+std::string DescribeTensor(DType dtype, std::span<const int64_t> shape) {
+  std::string text =
+      std::string(KServeName(dtype).empty() ? SafetensorsName(dtype) : KServeName(dtype)) + " [";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    text += (i ? ", " : "") + std::to_string(shape[i]);
+  }
+  return text + "]";
+}
+
+Result<std::vector<size_t>> OrderByName(std::string_view model,
+                                        const std::vector<TensorSpec>& specs,
+                                        std::span<const TensorMeta> given) {
+  std::string where = "model '" + std::string(model) + "': ";
+  std::vector<size_t> order(specs.size(), given.size());
+  for (size_t g = 0; g < given.size(); ++g) {
+    auto it = std::find_if(specs.begin(), specs.end(),
+                           [&](const TensorSpec& s) { return s.name == given[g].name; });
+    if (it == specs.end()) {
+      return InvalidArgument(where + "unknown input '" + std::string(given[g].name) + "'");
+    }
+    size_t s = static_cast<size_t>(it - specs.begin());
+    if (order[s] != given.size()) {
+      return InvalidArgument(where + "input '" + it->name + "' is given twice");
+    }
+    order[s] = g;
+  }
+  for (size_t s = 0; s < specs.size(); ++s) {
+    if (order[s] == given.size()) {
+      return InvalidArgument(where + "missing input '" + specs[s].name + "'");
+    }
+  }
+  return order;
+}
+
+Status CheckTensors(std::string_view model, const std::vector<TensorSpec>& specs,
+                    std::span<const Shape> declared, std::span<const TensorMeta> tensors,
+                    int64_t* rows) {
+  std::string where = "model '" + std::string(model) + "': ";
+  int64_t found_rows = -1;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& spec = specs[i];
+    const TensorMeta& t = tensors[i];
+    const Shape& want = declared[i];
+    auto mismatch = [&] {
+      return InvalidArgument(where + "input '" + spec.name + "': expected " +
+                             DescribeTensor(spec.dtype, want) + ", got " +
+                             DescribeTensor(t.dtype, t.shape));
+    };
+    if (t.dtype != spec.dtype || t.shape.size() != want.size()) {
+      return mismatch();
+    }
+    for (size_t k = 0; k < want.size(); ++k) {
+      if (want[k] == kBatchDim) {
+        if (t.shape[k] < 1 || t.shape[k] > shm::kMaxRowsPerRequest) {
+          return InvalidArgument(where + "input '" + spec.name +
+                                 "': " + std::to_string(t.shape[k]) + " rows; 1 to " +
+                                 std::to_string(shm::kMaxRowsPerRequest) + " are accepted");
+        }
+        if (found_rows >= 0 && t.shape[k] != found_rows) {
+          return InvalidArgument(where + "input '" + spec.name + "' has " +
+                                 std::to_string(t.shape[k]) + " rows, another input " +
+                                 std::to_string(found_rows));
+        }
+        found_rows = t.shape[k];
+      } else if (t.shape[k] != want[k]) {
+        return mismatch();
+      }
+    }
+    std::optional<uint64_t> bytes = TensorByteSize(t.dtype, t.shape);
+    if (!bytes || *bytes != t.bytes) {
+      return InvalidArgument(where + "input '" + spec.name + "': " + std::to_string(t.bytes) +
+                             " bytes given, " + DescribeTensor(t.dtype, t.shape) + " has " +
+                             (bytes ? std::to_string(*bytes) : std::string("too many")));
+    }
+  }
+  *rows = found_rows >= 0 ? found_rows : 1;
+  return OkStatus();
+}
+
+Result<int> MatchVariant(std::string_view model, const Manifest& manifest,
+                         std::span<const TensorMeta> tensors, int64_t* rows) {
+  std::optional<Error> first;
+  for (size_t v = 0; v < manifest.variants.size(); ++v) {
+    std::vector<Shape> declared;
+    for (const TensorSpec& spec : manifest.inputs) {
+      declared.push_back(manifest.variants[v].inputs.at(spec.name));
+    }
+    Status s = CheckTensors(model, manifest.inputs, declared, tensors, rows);
+    if (s.ok()) {
+      return static_cast<int>(v);
+    }
+    if (!first) {
+      first = s.error();
+    }
+  }
+  if (manifest.variants.size() > 1) {
+    std::string names;
+    for (const ShapeVariant& v : manifest.variants) {
+      names += (names.empty() ? "" : ", ") + v.name;
+    }
+    first->message += " (no shape variant matches: " + names + ")";
+  }
+  return *first;
+}
+
+Result<std::vector<int64_t>> PieceRows(std::string_view model, const Manifest& manifest,
+                                       int64_t rows, bool rows_preserved) {
+  int64_t largest = manifest.batch_sizes.back();
+  if (manifest.unbatched() || rows <= largest) {
+    return std::vector<int64_t>{rows};
+  }
+  std::string where = "model '" + std::string(model) + "': " + std::to_string(rows) +
+                      " rows exceed the largest compiled batch size " + std::to_string(largest);
+  if (!rows_preserved) {
+    return InvalidArgument(where +
+                           ", and its preprocess does not keep rows, so it cannot be split");
+  }
+  for (const std::vector<TensorSpec>* side : {&manifest.inputs, &manifest.outputs}) {
+    for (const TensorSpec& t : *side) {
+      if (t.batch_axis != 0) {
+        return InvalidArgument(where + ", and tensor '" + t.name +
+                               "' does not batch on axis 0, so it cannot be split");
+      }
+    }
+  }
+  std::vector<int64_t> pieces(static_cast<size_t>(rows / largest), largest);
+  if (rows % largest != 0) {
+    pieces.push_back(rows % largest);
+  }
+  return pieces;
+}
+
+}  // namespace ferry::hookhost

@@ -1,0 +1,56 @@
+// What a hook host checks of a request before anything of it reaches a worker, and how it
+// cuts an oversize request into pieces. Pure functions over the manifest.
+//
+// Thread safety: pure functions; safe for concurrent use.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "model/manifest.h"
+
+namespace ferry::hookhost {
+
+// A tensor as a request declares it (its bytes are wherever they are).
+struct TensorMeta {
+  std::string_view name;
+  DType dtype = DType::kF32;
+  std::span<const int64_t> shape;
+  uint64_t bytes = 0;
+};
+
+// For each of `specs`, the index in `given` of the tensor of that name. INVALID_ARGUMENT
+// naming the model and the input missing, unknown or given twice.
+Result<std::vector<size_t>> OrderByName(std::string_view model,
+                                        const std::vector<TensorSpec>& specs,
+                                        std::span<const TensorMeta> given);
+
+// Checks `tensors` (ordered as `specs`) against `declared` shapes (kBatchDim where the batch
+// goes), dtype and byte count, and that every batched one carries the same rows (1 to
+// shm::kMaxRowsPerRequest). Sets *rows (1 when no tensor has a batch axis). INVALID_ARGUMENT
+// naming the model, the tensor, what was expected and what came.
+Status CheckTensors(std::string_view model, const std::vector<TensorSpec>& specs,
+                    std::span<const Shape> declared, std::span<const TensorMeta> tensors,
+                    int64_t* rows);
+
+// The first shape variant whose input shapes `tensors` (ordered as manifest.inputs) have; sets
+// *rows. An unbatched model takes exactly 1 row. INVALID_ARGUMENT as above, naming the
+// variants when none matches.
+Result<int> MatchVariant(std::string_view model, const Manifest& manifest,
+                         std::span<const TensorMeta> tensors, int64_t* rows);
+
+// The rows of each piece of a request of `rows`: one piece up to the largest compiled size,
+// else pieces of that size and a last one with the rest. INVALID_ARGUMENT when it would have
+// to be split but cannot: a tensor whose batch axis is not axis 0 (its rows are not
+// contiguous), or a plugin that does not keep rows (`rows_preserved` false).
+Result<std::vector<int64_t>> PieceRows(std::string_view model, const Manifest& manifest,
+                                       int64_t rows, bool rows_preserved);
+
+// "FP32 [-1, 784]".
+std::string DescribeTensor(DType dtype, std::span<const int64_t> shape);
+
+}  // namespace ferry::hookhost

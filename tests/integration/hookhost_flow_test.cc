@@ -1,0 +1,324 @@
+// The hook host's request flow through real ferry-worker processes: this test is the
+// supervisor (segment, fork + exec of the workers, ResetSlot of the dead) and runs a HookHost
+// in process on hook host slot 0, as the front end will. Outputs are compared with CpuBackend
+// run directly.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <future>
+#include <random>
+
+#include "hookhost/hookhost.h"
+#include "shm/recovery.h"
+#include "tests/testing/worker_node.h"
+#include "worker/cpu/cpu_backend.h"
+#include "worker/repository.h"
+
+namespace ferry::hookhost {
+namespace {
+
+using testing::kBroken;
+using testing::kCnn;
+using testing::kMlp;
+using testing::RandomFloats;
+using testing::SameFloats;
+
+// A node of `workers` CPU workers (each pinned to nothing, one thread) and 2 hook host slots.
+struct FlowNode {
+  testing::TempDir dir;
+  std::string name = testing::UniqueShmName("flow");
+  std::string config;
+  shm::Segment segment;
+  std::vector<pid_t> pids;
+
+  explicit FlowNode(uint32_t workers, const std::string& extra = "")
+      : config(testing::NodeFile(dir, "[cpu]\nthreads = 1\npin = false\n" + extra)),
+        segment(shm::Segment::Create(name, {2, workers, 256, 64 << 20}).value()) {
+    // NodeFile wrote the repository and devices = "cpu:1"; this node has `workers`.
+    std::string text = "[node]\nname = \"t\"\ndevices = \"cpu:" + std::to_string(workers) +
+                       "\"\nmodel_repository = \"" + dir / "models" +
+                       "\"\n[cpu]\nthreads = 1\npin = false\n" + extra;
+    testing::WriteFile(config, text);
+    for (uint32_t w = 0; w < workers; ++w) {
+      pids.push_back(
+          testing::StartWorker(FERRY_WORKER_BINARY, name, segment.WorkerSlot(w), config));
+    }
+    for (uint32_t w = 0; w < workers; ++w) {
+      REQUIRE(testing::WaitReady(segment, segment.WorkerSlot(w), pids[w], 120));
+    }
+  }
+  ~FlowNode() {
+    for (pid_t pid : pids) {
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+    shm::Segment::Remove(name);
+  }
+  std::string repository() const { return dir / "models"; }
+  uint64_t Served(uint32_t worker, uint32_t model) const {
+    return shm::ReadStatus(segment, segment.WorkerSlot(worker))
+        .value()
+        .models[model]
+        .requests_served;
+  }
+};
+
+// A hook host on slot 0 of `node`, as ferry-hookhost runs it (its own view of the segment).
+struct Host {
+  shm::Segment view;
+  std::vector<HookModel> models;
+  std::unique_ptr<HookHost> host;
+  Host(const FlowNode& node, GatewayMode mode, int threads = 2)
+      : view(shm::Segment::Attach(node.name, 0).value()),
+        models(LoadHookModels(node.repository()).value()) {
+    HookHostOptions options;
+    options.gateway = mode;
+    options.threads = threads;
+    host = std::make_unique<HookHost>(view, 0, models, options);
+    host->Start();
+  }
+};
+
+InferRequest Request(const std::string& model, const Shape& shape,
+                     const std::vector<uint8_t>& bytes, const std::string& input) {
+  InferRequest r;
+  r.model = model;
+  r.inputs.push_back({input, DType::kF32, shape, bytes});
+  return r;
+}
+
+// CpuBackend run directly on `rows` rows of `model`.
+struct Direct {
+  std::vector<RepositoryModel> repo;
+  CpuBackend backend{CpuOptions{CpuMode::kFast, 1}};
+  std::vector<ModelHandle> handles;
+  explicit Direct(const std::string& dir) : repo(LoadRepository(dir).value()) {
+    for (const RepositoryModel& m : repo) {
+      handles.push_back(m.bundle ? backend.Load(*m.bundle).value() : ModelHandle{});
+    }
+  }
+  // In chunks of at most the largest compiled size, each run at the smallest size holding it.
+  std::vector<uint8_t> Run(uint32_t model, int64_t rows, const std::vector<uint8_t>& input,
+                           size_t out_floats_per_row) {
+    const std::vector<int64_t>& sizes = repo[model].bundle->manifest.batch_sizes;
+    size_t in_row = input.size() / static_cast<size_t>(rows);
+    size_t out_row = out_floats_per_row * 4;
+    std::vector<uint8_t> out;
+    for (int64_t first = 0; first < rows; first += sizes.back()) {
+      int64_t n = std::min(rows - first, sizes.back());
+      int64_t size = *std::lower_bound(sizes.begin(), sizes.end(), n);
+      std::vector<uint8_t> chunk(static_cast<size_t>(n) * out_row);
+      std::span<const uint8_t> in(input.data() + static_cast<size_t>(first) * in_row,
+                                  static_cast<size_t>(n) * in_row);
+      BatchJob job{0, size, {{n, {in}, {chunk}}}};
+      REQUIRE(backend.Execute(handles[model], job).ok());
+      out.insert(out.end(), chunk.begin(), chunk.end());
+    }
+    return out;
+  }
+};
+
+TEST_CASE("requests flow through a hook host to worker processes and come back exact") {
+  FlowNode node(1);
+  Host host(node, GatewayMode::kLeastOutstanding);
+  Direct direct(node.repository());
+  std::mt19937 rng(5);
+  struct Sent {
+    uint32_t model;
+    int64_t rows;
+    std::vector<uint8_t> input;
+    std::future<Result<InferResponse>> response;
+  };
+  std::vector<Sent> sent;
+  for (int i = 0; i < 300; ++i) {
+    bool cnn = i % 4 == 0;
+    int64_t rows = 1 + static_cast<int64_t>(rng() % 6);
+    Sent s{cnn ? kCnn : kMlp,
+           rows,
+           RandomFloats(static_cast<size_t>(rows) * (cnn ? 3 * 32 * 32 : 784), rng),
+           {}};
+    Shape shape = cnn ? Shape{rows, 3, 32, 32} : Shape{rows, 784};
+    s.response =
+        host.host->Submit(Request(cnn ? "cnn" : "mlp", shape, s.input, cnn ? "image" : "input"));
+    sent.push_back(std::move(s));
+  }
+  int wrong = 0;
+  for (Sent& s : sent) {
+    Result<InferResponse> r = s.response.get();
+    REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
+    REQUIRE(r->outputs.size() == 1);
+    CHECK(r->outputs[0].shape == Shape{s.rows, 10});
+    CHECK(r->outputs[0].name == (s.model == kCnn ? "probs" : "logits"));
+    wrong += SameFloats(r->outputs[0].bytes, direct.Run(s.model, s.rows, s.input, 10)) ? 0 : 1;
+    CHECK(r->timings.pieces == 1);
+    CHECK(r->timings.batch_size >= s.rows);
+    CHECK(r->timings.compute_ns > 0);
+    CHECK(r->timings.total_ns >= r->timings.compute_ns);
+  }
+  CHECK(wrong == 0);
+  CHECK(host.host->pending() == 0);
+  // Every block came back: this hook host's arena is empty once the releases drained.
+  for (int i = 0; i < 200 && host.view.accounting(0).bytes_in_use.load() != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(host.view.accounting(0).bytes_in_use.load() == 0);
+  // And the worker's: every output block was released.
+  uint32_t worker = node.segment.WorkerSlot(0);
+  for (int i = 0; i < 200 && node.segment.accounting(worker).bytes_in_use.load() != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(node.segment.accounting(worker).bytes_in_use.load() == 0);
+}
+
+TEST_CASE("a request of three times the largest compiled size is split and joined exactly") {
+  FlowNode node(1);
+  Host host(node, GatewayMode::kRoundRobin);
+  Direct direct(node.repository());
+  std::mt19937 rng(7);
+  const int64_t largest = 32;  // mlp's sizes end at 32.
+  std::vector<uint8_t> input = RandomFloats(3 * largest * 784, rng);
+  Result<InferResponse> whole =
+      host.host->Submit(Request("mlp", {3 * largest, 784}, input, "input")).get();
+  REQUIRE_MESSAGE(whole.ok(), (whole.ok() ? "" : whole.error().message));
+  CHECK(whole->timings.pieces == 3);
+  CHECK(whole->outputs[0].shape == Shape{3 * largest, 10});
+  // The same rows as three separate requests.
+  std::vector<uint8_t> joined;
+  for (int k = 0; k < 3; ++k) {
+    std::vector<uint8_t> part(input.begin() + k * largest * 784 * 4,
+                              input.begin() + (k + 1) * largest * 784 * 4);
+    Result<InferResponse> piece =
+        host.host->Submit(Request("mlp", {largest, 784}, part, "input")).get();
+    REQUIRE(piece.ok());
+    CHECK(piece->timings.pieces == 1);
+    joined.insert(joined.end(), piece->outputs[0].bytes.begin(), piece->outputs[0].bytes.end());
+  }
+  CHECK(whole->outputs[0].bytes == joined);
+  CHECK(SameFloats(whole->outputs[0].bytes, direct.Run(kMlp, 3 * largest, input, 10)));
+  // An uneven split: 70 rows = 32 + 32 + 6.
+  std::vector<uint8_t> uneven = RandomFloats(70 * 784, rng);
+  Result<InferResponse> r = host.host->Submit(Request("mlp", {70, 784}, uneven, "input")).get();
+  REQUIRE(r.ok());
+  CHECK(r->timings.pieces == 3);
+  CHECK(SameFloats(r->outputs[0].bytes, direct.Run(kMlp, 70, uneven, 10)));
+}
+
+TEST_CASE("what the manifest refuses is answered at once, naming the input and what it expects") {
+  FlowNode node(1);
+  Host host(node, GatewayMode::kLeastOutstanding);
+  std::vector<uint8_t> bytes(2 * 784 * 4);
+  auto error_of = [&](InferRequest r) {
+    Result<InferResponse> got = host.host->Submit(std::move(r)).get();
+    REQUIRE_FALSE(got.ok());
+    return got.error();
+  };
+  Error unknown = error_of(Request("nope", {2, 784}, bytes, "input"));
+  CHECK(unknown.code == ErrorCode::kNotFound);
+  CHECK(unknown.message == "model 'nope' is not in the repository");
+  Error broken = error_of(Request("broken", {2, 784}, bytes, "input"));
+  CHECK(broken.code == ErrorCode::kUnavailable);
+  CHECK(broken.message.find("model 'broken' failed to load") != std::string::npos);
+  Error shape = error_of(Request("mlp", {2, 783}, std::vector<uint8_t>(2 * 783 * 4), "input"));
+  CHECK(shape.code == ErrorCode::kInvalidArgument);
+  CHECK(shape.message == "model 'mlp': input 'input': expected FP32 [-1, 784], got FP32 [2, 783]");
+  InferRequest dtype = Request("mlp", {2, 784}, bytes, "input");
+  dtype.inputs[0].dtype = DType::kF64;
+  CHECK(error_of(dtype).message.find("expected FP32 [-1, 784], got FP64 [2, 784]") !=
+        std::string::npos);
+  Error short_bytes = error_of(Request("mlp", {2, 784}, std::vector<uint8_t>(100), "input"));
+  CHECK(short_bytes.message ==
+        "model 'mlp': input 'input': 100 bytes given, FP32 [2, 784] has 6272");
+  Error name = error_of(Request("mlp", {2, 784}, bytes, "x"));
+  CHECK(name.message == "model 'mlp': unknown input 'x'");
+  InferRequest none;
+  none.model = "mlp";
+  CHECK(error_of(none).message == "model 'mlp': missing input 'input'");
+  InferRequest twice = Request("mlp", {2, 784}, bytes, "input");
+  twice.inputs.push_back(twice.inputs[0]);
+  CHECK(error_of(twice).message == "model 'mlp': input 'input' is given twice");
+  Error zero_rows = error_of(Request("mlp", {0, 784}, {}, "input"));
+  CHECK(zero_rows.message.find("0 rows; 1 to 1048576 are accepted") != std::string::npos);
+  // The cnn's variants are named when no variant matches.
+  Error variant =
+      error_of(Request("cnn", {1, 3, 16, 16}, std::vector<uint8_t>(3 * 16 * 16 * 4), "image"));
+  CHECK(variant.message.find("no shape variant matches: default, large") != std::string::npos);
+  // And the "large" variant is served.
+  Result<InferResponse> large =
+      host.host
+          ->Submit(Request("cnn", {1, 3, 64, 64}, std::vector<uint8_t>(3 * 64 * 64 * 4), "image"))
+          .get();
+  REQUIRE_MESSAGE(large.ok(), (large.ok() ? "" : large.error().message));
+  CHECK(large->outputs[0].shape == Shape{1, 10});
+  // A deadline already past.
+  InferRequest late = Request("mlp", {2, 784}, bytes, "input");
+  late.deadline_ns = MonotonicNs() - 1;
+  CHECK(error_of(late).code == ErrorCode::kDeadlineExceeded);
+}
+
+TEST_CASE("with two workers, round_robin and least_outstanding both use both") {
+  for (GatewayMode mode : {GatewayMode::kRoundRobin, GatewayMode::kLeastOutstanding}) {
+    CAPTURE(GatewayModeName(mode));
+    FlowNode node(2);
+    Host host(node, mode);
+    std::mt19937 rng(3);
+    std::vector<uint8_t> input = RandomFloats(4 * 784, rng);
+    std::vector<std::future<Result<InferResponse>>> futures;
+    for (int i = 0; i < 400; ++i) {
+      futures.push_back(host.host->Submit(Request("mlp", {4, 784}, input, "input")));
+    }
+    for (auto& f : futures) {
+      REQUIRE(f.get().ok());
+    }
+    uint64_t a = 0, b = 0;
+    for (int i = 0; i < 200 && a + b < 400; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      a = node.Served(0, kMlp);
+      b = node.Served(1, kMlp);
+    }
+    CHECK(a + b == 400);
+    CHECK(a >= 100);  // Both take a fair part (round_robin: 200 each).
+    CHECK(b >= 100);
+  }
+}
+
+TEST_CASE("a worker killed mid-traffic fails only its requests; the other worker serves on") {
+  FlowNode node(2);
+  Host host(node, GatewayMode::kRoundRobin);
+  std::mt19937 rng(11);
+  std::vector<uint8_t> input = RandomFloats(8 * 784, rng);
+  std::vector<std::future<Result<InferResponse>>> futures;
+  for (int i = 0; i < 600; ++i) {
+    futures.push_back(host.host->Submit(Request("mlp", {8, 784}, input, "input")));
+    if (i == 300) {
+      kill(node.pids[1], SIGKILL);
+      waitpid(node.pids[1], nullptr, 0);
+      node.pids[1] = -1;
+      shm::ResetSlot(node.segment, node.segment.WorkerSlot(1));  // As ferryd does.
+    }
+  }
+  int ok = 0, unavailable = 0, other = 0;
+  for (auto& f : futures) {
+    Result<InferResponse> r = f.get();
+    if (r.ok()) {
+      ++ok;
+    } else if (r.error().code == ErrorCode::kUnavailable) {
+      ++unavailable;
+    } else {
+      ++other;
+      MESSAGE(r.error().message);
+    }
+  }
+  CHECK(other == 0);
+  CHECK(ok + unavailable == 600);
+  CHECK(ok >= 300);  // Everything after the kill went to the survivor.
+  // The survivor still serves.
+  Result<InferResponse> after = host.host->Submit(Request("mlp", {8, 784}, input, "input")).get();
+  CHECK(after.ok());
+}
+
+}  // namespace
+}  // namespace ferry::hookhost
