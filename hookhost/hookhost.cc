@@ -839,6 +839,9 @@ HookHost::~HookHost() {
       }
     }
   }
+  // The releases the pool queued last go back to the workers (their blocks are lent).
+  impl.TakeHandoff();
+  impl.PushReleases();
   // What never reached a worker, or never came back, is answered now.
   Error stopping = Unavailable("the hook host is stopping");
   {

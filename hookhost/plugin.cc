@@ -33,15 +33,22 @@ Result<std::shared_ptr<Plugin>> Plugin::Open(const std::string& path) {
   if (!file.ok()) {
     return Error{file.error().code, "plugin " + path + ": " + file.error().message};
   }
-  // Loading through the checked descriptor: the file dlopen maps is the one checked.
+  // Loading through the checked descriptor: the file dlopen maps is the one checked. The
+  // descriptor stays open while the plugin is loaded: dlopen knows an object by its name, so
+  // a "/proc/self/fd/N" reused for another file would return the first object loaded by it.
   std::string through = "/proc/self/fd/" + std::to_string(file->fd);
   dlerror();
   void* handle = dlopen(through.c_str(), RTLD_NOW | RTLD_LOCAL);
-  close(file->fd);
   if (handle == nullptr) {
+    close(file->fd);
     const char* why = dlerror();
     return InvalidArgument("plugin " + path + ": not loadable: " + (why ? why : "dlopen failed"));
   }
+  auto refuse = [&](const std::string& why) {
+    dlclose(handle);
+    close(file->fd);
+    return InvalidArgument("plugin " + path + ": " + why);
+  };
   auto entry = reinterpret_cast<ferry_plugin_entry_fn>(dlsym(handle, FERRY_PLUGIN_ENTRY_SYMBOL));
   if (entry == nullptr) {
     dlclose(handle);
@@ -63,13 +70,15 @@ Result<std::shared_ptr<Plugin>> Plugin::Open(const std::string& path) {
     refusal = "create and destroy are required";
   }
   if (!refusal.empty()) {
-    dlclose(handle);
-    return InvalidArgument("plugin " + path + ": " + refusal);
+    return refuse(refusal);
   }
-  return std::shared_ptr<Plugin>(new Plugin(handle, table, path));
+  return std::shared_ptr<Plugin>(new Plugin(handle, file->fd, table, path));
 }
 
-Plugin::~Plugin() { dlclose(handle_); }
+Plugin::~Plugin() {
+  dlclose(handle_);
+  close(fd_);
+}
 
 Error PluginError(std::string_view who, int32_t returned, const ferry_error& error) {
   int32_t code = error.code != FERRY_OK ? error.code : returned;

@@ -43,9 +43,10 @@ class Plugin {
   const std::string& path() const { return path_; }
 
  private:
-  Plugin(void* handle, const ferry_plugin* table, std::string path)
-      : handle_(handle), table_(table), path_(std::move(path)) {}
+  Plugin(void* handle, int fd, const ferry_plugin* table, std::string path)
+      : handle_(handle), fd_(fd), table_(table), path_(std::move(path)) {}
   void* handle_;
+  int fd_;  // The file it was loaded through, open while it is loaded.
   const ferry_plugin* table_;
   std::string path_;
 };

@@ -68,6 +68,19 @@ TEST_CASE("files that are not plugins are refused with their path, never loaded 
   CHECK(missing.error().code == ErrorCode::kNotFound);
 }
 
+TEST_CASE("two plugins loaded at once are two objects, each with its own table") {
+  // Loading goes through /proc/self/fd/N; dlopen knows objects by name, so a descriptor
+  // number reused while the first plugin is loaded would hand back the first object.
+  Result<std::shared_ptr<Plugin>> escape = Plugin::Open(PluginPath("escape"));
+  REQUIRE(escape.ok());
+  Result<std::shared_ptr<Plugin>> no_entry = Plugin::Open(PluginPath("no_entry"));
+  REQUIRE_FALSE(no_entry.ok());
+  CHECK(no_entry.error().message.find("no ferry_plugin_entry_v1 symbol") != std::string::npos);
+  Result<std::shared_ptr<Plugin>> again = Plugin::Open(PluginPath("escape"));
+  REQUIRE(again.ok());
+  CHECK(std::string((*again)->table().name) == "escape");
+}
+
 TEST_CASE("a plugin's error is read within its buffer and its code checked") {
   ferry_error error{};
   std::memset(error.message, 'x', sizeof(error.message));  // Not NUL-terminated.
