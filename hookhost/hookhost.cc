@@ -125,7 +125,7 @@ struct HookHost::Impl {
   struct WorkerState {
     uint32_t slot = 0;
     uint32_t generation = 0;
-    uint64_t sent_since_view = 0;
+    uint32_t view_generation = 0;  // The incarnation the last status read described.
     double last_compute[kMaxModelsPerSnapshot] = {};
   };
   Gateway gateway;
@@ -583,6 +583,7 @@ void HookHost::Impl::RefreshViews(int64_t now) {
     uint32_t current = segment.generation(ws.slot).load(std::memory_order_acquire);
     bool ready = st.ok() && st->state == static_cast<uint32_t>(shm::ProcessState::kReady) &&
                  st->generation == current;
+    ws.view_generation = current;
     uint64_t outstanding = 0;
     uint32_t listed = ready ? std::min<uint32_t>(st->num_models, shm::kMaxStatusModels) : 0;
     for (uint32_t m = 0; m < listed; ++m) {
@@ -646,6 +647,12 @@ bool HookHost::Impl::SendWaiting(int64_t now) {
     std::vector<WorkerView> candidates = views[model];
     bool ring_full = false;
     for (size_t w = 0; w < candidates.size(); ++w) {
+      // Reset since its status was read (died, successor not ready yet): nothing may go to
+      // its rings, where no incarnation would answer it.
+      if (segment.generation(workers[w].slot).load(std::memory_order_acquire) !=
+          workers[w].view_generation) {
+        candidates[w].ready = false;
+      }
       if (candidates[w].has_model && submit[w].Space() < p->pieces.size()) {
         candidates[w].has_model = false;  // Its ring is full: not now.
         ring_full = true;

@@ -1,13 +1,171 @@
-// ferry-hookhost: sandboxed front end and plugin host (see DESIGN.md, Processes).
+// ferry-hookhost: one sandboxed hook host (hookhost/hookhost.h). Started by ferryd; runnable
+// by hand and from tests:
+//   ferry-hookhost --segment ferry-NODE --slot N --config /etc/ferry/node.toml
+// Start-up: node file, segment (its own object read-write, the workers' and the supervisor's
+// read-only), the repository's manifests and plugins, then the sandbox ([hooks] sandbox),
+// then the request flow's threads; *ready* in its status slot. The front end (KServe HTTP and
+// gRPC on sockets ferryd hands down) calls the flow in process.
+// Exit codes: 0 after stop or drain; 1 when it cannot start; 3 when `threads` plugin calls
+// are stuck past call_timeout_ms (restart it).
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <chrono>
+#include <memory>
+#include <thread>
 
 #include "common/cli.h"
+#include "common/clock.h"
+#include "config/node_config.h"
+#include "hookhost/hookhost.h"
+#include "hookhost/sandbox.h"
+#include "shm/control.h"
+#include "shm/ring.h"
+#include "shm/status.h"
+
+namespace ferry::hookhost {
+namespace {
+
+constexpr auto kControlPoll = std::chrono::milliseconds(5);
+
+void Publish(shm::StatusWriter& status, shm::ProcessState state, uint32_t generation,
+             const std::vector<HookModel>& models) {
+  auto snapshot = std::make_unique<shm::StatusSnapshotData>();
+  snapshot->state = static_cast<uint32_t>(state);
+  snapshot->generation = generation;
+  snapshot->published_ns = MonotonicNs();
+  snapshot->num_models =
+      static_cast<uint32_t>(std::min<size_t>(models.size(), shm::kMaxStatusModels));
+  for (uint32_t m = 0; m < snapshot->num_models; ++m) {
+    shm::ModelStatusData& out = snapshot->models[m];
+    shm::CopyName(out.name, models[m].name);
+    out.state = static_cast<uint32_t>(models[m].failure ? shm::ModelLoadState::kFailed
+                                                        : shm::ModelLoadState::kReady);
+    if (models[m].failure) {
+      shm::CopyName(out.error, models[m].failure->message);
+    }
+  }
+  status.Publish(*snapshot);
+}
+
+int Main(const std::string& segment_name, uint32_t slot, const std::string& config_path) {
+  Result<NodeConfig> config = LoadNodeConfig(config_path, SchedulerEnvironment());
+  if (!config.ok()) {
+    spdlog::error("invalid node file:\n{}", config.error().message);
+    return 1;
+  }
+  Result<shm::Segment> segment = shm::Segment::Attach(segment_name, slot);
+  if (!segment.ok()) {
+    spdlog::error("{}", segment.error().ToString());
+    return 1;
+  }
+  if (segment->IsWorkerSlot(slot)) {
+    spdlog::error("slot {} is not a hook host slot of '{}' (hook hosts are 0 to {})", slot,
+                  segment_name, segment->hookhosts() - 1);
+    return 1;
+  }
+  uint32_t generation = segment->generation(slot).load(std::memory_order_acquire);
+  shm::StatusWriter status(*segment, slot);
+  Publish(status, shm::ProcessState::kStarting, generation, {});
+
+  Result<std::vector<HookModel>> models = LoadHookModels(config->node.model_repository);
+  if (!models.ok()) {
+    spdlog::error("{}", models.error().ToString());
+    return 1;
+  }
+  for (const HookModel& m : *models) {
+    if (m.failure) {
+      spdlog::error("model '{}' unusable: {}", m.name, m.failure->ToString());
+    }
+  }
+  if (config->hooks.sandbox == SandboxMode::kStrict) {
+    Result<SandboxReport> report = EnterSandbox({});
+    if (!report.ok()) {
+      spdlog::error("cannot enter the sandbox: {}", report.error().ToString());
+      return 1;
+    }
+    spdlog::info("hook host slot {}: sandboxed ({})", slot, report->Describe());
+  } else {
+    spdlog::warn("hook host slot {}: [hooks] sandbox = \"off\": plugins run unconfined", slot);
+  }
+
+  HookHostOptions options;
+  options.gateway = config->gateway.mode;
+  options.threads = static_cast<int>(config->hooks.threads);
+  options.call_timeout_ms = config->hooks.call_timeout_ms;
+  options.max_pending = static_cast<size_t>(config->hooks.max_pending);
+  // The workers' queue limit, which the gateway checks before sending.
+  options.max_queue_depth.assign(models->size(),
+                                 static_cast<uint64_t>(config->scheduler.max_queue_depth));
+  auto host = std::make_unique<HookHost>(*segment, slot, *models, options);
+  host->Start();
+  Publish(status, shm::ProcessState::kReady, generation, *models);
+  spdlog::info("hook host slot {} serving {} models", slot, models->size());
+
+  shm::RingConsumer control(*segment, segment->ControlRing(slot));
+  bool draining = false;
+  int code = 0;
+  while (true) {
+    status.Beat();
+    shm::DescriptorData d{};
+    bool stop = false;
+    while (control.TryPop(&d) == shm::RingStatus::kOk) {
+      Result<shm::ControlMessage> message = shm::DecodeControl(d, 0);
+      if (!message.ok()) {
+        control.CountInvalid();
+        spdlog::warn("hook host slot {}: control: {}", slot, message.error().ToString());
+        continue;
+      }
+      if (message->code == shm::ControlCode::kStop) {
+        stop = true;
+      } else if (message->code == shm::ControlCode::kDrain && !draining) {
+        draining = true;
+        Publish(status, shm::ProcessState::kDraining, generation, *models);
+      }
+    }
+    if (stop || (draining && host->pending() == 0)) {
+      break;
+    }
+    if (!host->healthy()) {
+      spdlog::error("hook host slot {}: {} plugin calls stuck; exiting for a restart", slot,
+                    options.threads);
+      Publish(status, shm::ProcessState::kUnhealthy, generation, *models);
+      code = 3;
+      break;
+    }
+    std::this_thread::sleep_for(kControlPoll);
+  }
+  if (host->timed_out_calls() == 0) {
+    host.reset();  // Answers what is left and hands the workers' blocks back.
+  }
+  if (code == 0) {
+    Publish(status, shm::ProcessState::kStopped, generation, *models);
+  }
+  // No exit handlers: a stuck plugin call may still run, and a leak checker would need
+  // ptrace, which the sandbox refuses.
+  std::fflush(nullptr);
+  _exit(code);
+}
+
+}  // namespace
+}  // namespace ferry::hookhost
 
 int main(int argc, char** argv) {
-  CLI::App app{"ferry-hookhost: KServe v2 front end and hook plugin host; started by ferryd"};
+  CLI::App app{"ferry-hookhost: sandboxed hook plugin host and front end; started by ferryd"};
+  std::string segment;
+  uint32_t slot = 0;
+  std::string config;
+  app.add_option("--segment", segment, "shared-memory segment name (ferry-<node name>)")
+      ->required();
+  app.add_option("--slot", slot, "this hook host's slot in the segment")->required();
+  app.add_option("--config", config, "the node file")->required();
   ferry::LogFlags log_flags;
   ferry::AddLogFlags(app, &log_flags);
   CLI11_PARSE(app, argc, argv);
-  std::cerr << "ferry-hookhost is started by ferryd; see --help\n";
-  return 1;
+  if (auto status = ferry::ApplyLogFlags("ferry-hookhost", log_flags); !status.ok()) {
+    std::cerr << status.error().ToString() << "\n";
+    return 1;
+  }
+  return ferry::hookhost::Main(segment, slot, config);
 }

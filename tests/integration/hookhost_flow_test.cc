@@ -19,6 +19,17 @@
 namespace ferry::hookhost {
 namespace {
 
+// A response, or a failed test (never a hang) when none comes within a minute.
+Result<InferResponse> Get(std::future<Result<InferResponse>>&& future) {
+  if (future.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    FAIL("no response within 60 s");
+  }
+  return future.get();
+}
+Result<InferResponse> Get(std::future<Result<InferResponse>>& future) {
+  return Get(std::move(future));
+}
+
 using testing::kBroken;
 using testing::kCnn;
 using testing::kMlp;
@@ -148,7 +159,7 @@ TEST_CASE("requests flow through a hook host to worker processes and come back e
   }
   int wrong = 0;
   for (Sent& s : sent) {
-    Result<InferResponse> r = s.response.get();
+    Result<InferResponse> r = Get(s.response);
     REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
     REQUIRE(r->outputs.size() == 1);
     CHECK(r->outputs[0].shape == Shape{s.rows, 10});
@@ -182,7 +193,7 @@ TEST_CASE("a request of three times the largest compiled size is split and joine
   const int64_t largest = 32;  // mlp's sizes end at 32.
   std::vector<uint8_t> input = RandomFloats(3 * largest * 784, rng);
   Result<InferResponse> whole =
-      host.host->Submit(Request("mlp", {3 * largest, 784}, input, "input")).get();
+      Get(host.host->Submit(Request("mlp", {3 * largest, 784}, input, "input")));
   REQUIRE_MESSAGE(whole.ok(), (whole.ok() ? "" : whole.error().message));
   CHECK(whole->timings.pieces == 3);
   CHECK(whole->outputs[0].shape == Shape{3 * largest, 10});
@@ -192,7 +203,7 @@ TEST_CASE("a request of three times the largest compiled size is split and joine
     std::vector<uint8_t> part(input.begin() + k * largest * 784 * 4,
                               input.begin() + (k + 1) * largest * 784 * 4);
     Result<InferResponse> piece =
-        host.host->Submit(Request("mlp", {largest, 784}, part, "input")).get();
+        Get(host.host->Submit(Request("mlp", {largest, 784}, part, "input")));
     REQUIRE(piece.ok());
     CHECK(piece->timings.pieces == 1);
     joined.insert(joined.end(), piece->outputs[0].bytes.begin(), piece->outputs[0].bytes.end());
@@ -201,7 +212,7 @@ TEST_CASE("a request of three times the largest compiled size is split and joine
   CHECK(SameFloats(whole->outputs[0].bytes, direct.Run(kMlp, 3 * largest, input, 10)));
   // An uneven split: 70 rows = 32 + 32 + 6.
   std::vector<uint8_t> uneven = RandomFloats(70 * 784, rng);
-  Result<InferResponse> r = host.host->Submit(Request("mlp", {70, 784}, uneven, "input")).get();
+  Result<InferResponse> r = Get(host.host->Submit(Request("mlp", {70, 784}, uneven, "input")));
   REQUIRE(r.ok());
   CHECK(r->timings.pieces == 3);
   CHECK(SameFloats(r->outputs[0].bytes, direct.Run(kMlp, 70, uneven, 10)));
@@ -212,7 +223,7 @@ TEST_CASE("what the manifest refuses is answered at once, naming the input and w
   Host host(node, GatewayMode::kLeastOutstanding);
   std::vector<uint8_t> bytes(2 * 784 * 4);
   auto error_of = [&](InferRequest r) {
-    Result<InferResponse> got = host.host->Submit(std::move(r)).get();
+    Result<InferResponse> got = Get(host.host->Submit(std::move(r)));
     REQUIRE_FALSE(got.ok());
     return got.error();
   };
@@ -247,10 +258,8 @@ TEST_CASE("what the manifest refuses is answered at once, naming the input and w
       error_of(Request("cnn", {1, 3, 16, 16}, std::vector<uint8_t>(3 * 16 * 16 * 4), "image"));
   CHECK(variant.message.find("no shape variant matches: default, large") != std::string::npos);
   // And the "large" variant is served.
-  Result<InferResponse> large =
-      host.host
-          ->Submit(Request("cnn", {1, 3, 64, 64}, std::vector<uint8_t>(3 * 64 * 64 * 4), "image"))
-          .get();
+  Result<InferResponse> large = Get(host.host->Submit(
+      Request("cnn", {1, 3, 64, 64}, std::vector<uint8_t>(3 * 64 * 64 * 4), "image")));
   REQUIRE_MESSAGE(large.ok(), (large.ok() ? "" : large.error().message));
   CHECK(large->outputs[0].shape == Shape{1, 10});
   // A deadline already past.
@@ -271,7 +280,7 @@ TEST_CASE("with two workers, round_robin and least_outstanding both use both") {
       futures.push_back(host.host->Submit(Request("mlp", {4, 784}, input, "input")));
     }
     for (auto& f : futures) {
-      REQUIRE(f.get().ok());
+      REQUIRE(Get(f).ok());
     }
     uint64_t a = 0, b = 0;
     for (int i = 0; i < 200 && a + b < 400; ++i) {
@@ -302,7 +311,7 @@ TEST_CASE("a worker killed mid-traffic fails only its requests; the other worker
   }
   int ok = 0, unavailable = 0, other = 0;
   for (auto& f : futures) {
-    Result<InferResponse> r = f.get();
+    Result<InferResponse> r = Get(f);
     if (r.ok()) {
       ++ok;
     } else if (r.error().code == ErrorCode::kUnavailable) {
@@ -316,8 +325,43 @@ TEST_CASE("a worker killed mid-traffic fails only its requests; the other worker
   CHECK(ok + unavailable == 600);
   CHECK(ok >= 300);  // Everything after the kill went to the survivor.
   // The survivor still serves.
-  Result<InferResponse> after = host.host->Submit(Request("mlp", {8, 784}, input, "input")).get();
+  Result<InferResponse> after = Get(host.host->Submit(Request("mlp", {8, 784}, input, "input")));
   CHECK(after.ok());
+}
+
+TEST_CASE(
+    "ferry-hookhost starts sandboxed, reports ready, and stops or drains on its control ring") {
+  FlowNode node(1);
+  for (shm::ControlCode how : {shm::ControlCode::kStop, shm::ControlCode::kDrain}) {
+    pid_t pid = testing::StartWorker(FERRY_HOOKHOST_BINARY, node.name, 1, node.config);
+    REQUIRE(testing::WaitReady(node.segment, 1, pid, 60));
+    shm::StatusSnapshotData status = shm::ReadStatus(node.segment, 1).value();
+    CHECK(status.num_models == 3);
+    CHECK(std::string(status.models[kBroken].name) == "broken");
+    CHECK(status.models[kBroken].state == static_cast<uint32_t>(shm::ModelLoadState::kFailed));
+    CHECK(status.models[kMlp].state == static_cast<uint32_t>(shm::ModelLoadState::kReady));
+    uint64_t beat = shm::ReadHeartbeat(node.segment, 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK(shm::ReadHeartbeat(node.segment, 1) > beat);  // Alive: the heartbeat advances.
+    REQUIRE(testing::SendControl(node.segment, 1, {how, 0, 0, 0}));
+    int status_code = 0;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (waitpid(pid, &status_code, WNOHANG) == 0 &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    CHECK(WIFEXITED(status_code));
+    CHECK(WEXITSTATUS(status_code) == 0);
+    CHECK(shm::ReadStatus(node.segment, 1).value().state ==
+          static_cast<uint32_t>(shm::ProcessState::kStopped));
+    shm::ResetSlot(node.segment, 1);
+  }
+  // A worker slot is refused, with exit 1.
+  pid_t wrong = testing::StartWorker(FERRY_HOOKHOST_BINARY, node.name, node.segment.WorkerSlot(0),
+                                     node.config);
+  int code = 0;
+  waitpid(wrong, &code, 0);
+  CHECK(WEXITSTATUS(code) == 1);
 }
 
 }  // namespace

@@ -25,6 +25,17 @@
 namespace ferry::hookhost {
 namespace {
 
+// A response, or a failed test (never a hang) when none comes within a minute.
+Result<InferResponse> Get(std::future<Result<InferResponse>>&& future) {
+  if (future.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    FAIL("no response within 60 s");
+  }
+  return future.get();
+}
+Result<InferResponse> Get(std::future<Result<InferResponse>>& future) {
+  return Get(std::move(future));
+}
+
 namespace fs = std::filesystem;
 using testing::RandomFloats;
 
@@ -171,7 +182,7 @@ TEST_CASE("the example classifier: uint8 images in, the top 3 classes out, throu
     InferRequest request;
     request.model = "cnn_classify";
     request.inputs.push_back({"image", DType::kU8, {4 * copies, 32, 32, 3}, batch});
-    Result<InferResponse> r = host->Submit(std::move(request)).get();
+    Result<InferResponse> r = Get(host->Submit(std::move(request)));
     REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
     REQUIRE(r->outputs.size() == 2);
     CHECK(r->outputs[0].name == "scores");
@@ -199,7 +210,7 @@ TEST_CASE("the example classifier: uint8 images in, the top 3 classes out, throu
   InferRequest wrong;
   wrong.model = "cnn_classify";
   wrong.inputs.push_back({"image", DType::kF32, {4, 3, 32, 32}, floats});
-  Result<InferResponse> refused = host->Submit(std::move(wrong)).get();
+  Result<InferResponse> refused = Get(host->Submit(std::move(wrong)));
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.error().message ==
         "model 'cnn_classify': input 'image': expected UINT8 [-1, 32, 32, 3], got FP32 [4, 3, 32, "
@@ -230,7 +241,7 @@ TEST_CASE("a plugin that crashes takes down only its hook host; the slot is recl
     CHECK(node.segment.accounting(1).bytes_in_use.load() == 0);
   }
   for (auto& f : mine) {
-    Result<InferResponse> r = f.get();
+    Result<InferResponse> r = Get(f);
     CHECK_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
   }
   // A successor on the reclaimed slot serves.
