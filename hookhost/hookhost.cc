@@ -209,19 +209,21 @@ struct HookHost::Impl {
     }
   }
 
-  // Runs a plugin call under the time limit. False when it overran (the request was answered
-  // DEADLINE_EXCEEDED meanwhile and this thread is written off).
+  // Runs a plugin call under the time limit (past it, the request is answered
+  // DEADLINE_EXCEEDED meanwhile and this thread is written off). Adds its time to *plugin_ns.
   template <typename Call>
-  Status WatchedCall(const PendingPtr& p, std::string what, Call call_plugin) {
+  Status WatchedCall(const PendingPtr& p, std::string what, int64_t* plugin_ns, Call call_plugin) {
     CallSlot* call = t_call;
     {
       MutexLock lock(&calls_mutex);
       call->pending = p;
       call->what = std::move(what);
     }
-    call->started_ns.store(MonotonicNs(), std::memory_order_release);
+    int64_t start = MonotonicNs();
+    call->started_ns.store(start, std::memory_order_release);
     Status s = call_plugin();
     call->started_ns.store(0, std::memory_order_release);
+    *plugin_ns += MonotonicNs() - start;
     {
       MutexLock lock(&calls_mutex);
       call->pending.reset();
@@ -329,7 +331,7 @@ struct HookHost::Impl {
       wanted.push_back(t.name);
     }
     std::vector<AllocatedTensor> produced;
-    Status s = WatchedCall(p, "preprocess", [&] {
+    Status s = WatchedCall(p, "preprocess", &p->timings.plugin_ns, [&] {
       return model.plugin->Preprocess(
           views, wanted,
           [this](uint32_t, DType dtype, const Shape& shape) {
@@ -469,7 +471,7 @@ struct HookHost::Impl {
       names.push_back(t.name);
     }
     std::vector<AllocatedTensor> produced;
-    Status s = WatchedCall(p, "postprocess", [&] {
+    Status s = WatchedCall(p, "postprocess", &joined.timings.plugin_ns, [&] {
       return model.plugin->Postprocess(
           views, names,
           [this](uint32_t, DType dtype, const Shape& shape) {

@@ -67,6 +67,7 @@ struct RequestTimings {
   int64_t queue_ns = 0;        // At the worker, before its batch began (the longest piece).
   int64_t compute_ns = 0;      // Its batches' execution (summed over pieces).
   int64_t postprocess_ns = 0;  // Joining and the plugin's postprocess.
+  int64_t plugin_ns = 0;       // Inside plugin calls (preprocess and postprocess).
   int64_t total_ns = 0;        // Submit to the response.
   int64_t batch_size = 0;      // The compiled size it ran in (the largest piece's).
   int pieces = 0;

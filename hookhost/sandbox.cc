@@ -89,7 +89,7 @@ Status EnterSeccomp() {
     }
   };
   allow({__NR_read, __NR_write, __NR_readv, __NR_writev, __NR_pread64, __NR_pwrite64, __NR_lseek,
-         __NR_close, __NR_fcntl, __NR_dup, __NR_dup2, __NR_dup3,
+         __NR_close, __NR_fcntl, __NR_dup, __NR_dup2, __NR_dup3, __NR_pipe, __NR_pipe2,
          // Serving inherited listening sockets.
          __NR_accept, __NR_accept4, __NR_recvfrom, __NR_recvmsg, __NR_sendto, __NR_sendmsg,
          __NR_shutdown, __NR_getsockopt, __NR_setsockopt, __NR_getsockname, __NR_getpeername,

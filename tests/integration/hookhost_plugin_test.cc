@@ -131,6 +131,7 @@ PeerResult RunPeer(const PluginNode& node, std::vector<std::string> args) {
   for (std::string line; std::getline(lines, line);) r.lines.push_back(line);
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+  if (r.signal != 0) MESSAGE("ferry-test-hookhost was killed by signal " << r.signal);
   return r;
 }
 
@@ -191,6 +192,8 @@ TEST_CASE("the example classifier: uint8 images in, the top 3 classes out, throu
     CHECK(r->timings.pieces == (copies == 1 ? 1 : 3));
     CHECK(r->timings.preprocess_ns > 0);
     CHECK(r->timings.postprocess_ns > 0);
+    CHECK(r->timings.plugin_ns > 0);
+    CHECK(r->timings.plugin_ns <= r->timings.preprocess_ns + r->timings.postprocess_ns);
     for (size_t row = 0; row < static_cast<size_t>(4 * copies); ++row) {
       std::vector<int64_t> classes;
       std::vector<float> scores;
