@@ -99,6 +99,8 @@ double ThroughHookHost(const Node& node, const std::vector<HookModel>& models, i
   host.Start();
   std::vector<uint8_t> image = Image();
   std::atomic<int64_t> done{0}, failed{0};
+  std::mutex error_mutex;
+  std::string first_error;
   std::atomic<bool> stop{false};
   std::atomic<int> live{0};
   std::mutex mutex;
@@ -107,6 +109,10 @@ double ThroughHookHost(const Node& node, const std::vector<HookModel>& models, i
     live.fetch_add(1);
     host.Submit(Request(image), [&](Result<InferResponse> r) {
       (r.ok() ? done : failed).fetch_add(1);
+      if (!r.ok()) {
+        std::lock_guard lock(error_mutex);
+        if (first_error.empty()) first_error = r.error().ToString();
+      }
       if (!stop.load()) {
         send();
       }
@@ -127,8 +133,8 @@ double ThroughHookHost(const Node& node, const std::vector<HookModel>& models, i
   std::unique_lock lock(mutex);
   drained.wait_for(lock, std::chrono::seconds(30), [&] { return live.load() == 0; });
   if (failed.load() != 0) {
-    std::cerr << failed.load() << " requests failed\n";
-    std::exit(2);
+    throw std::runtime_error(std::to_string(failed.load()) + " requests failed, the first: " +
+                             first_error);
   }
   return static_cast<double>(end_done - start_done) / (static_cast<double>(end - start) * 1e-9);
 }
@@ -191,8 +197,7 @@ Light LightLoad(const Node& node, const std::vector<HookModel>& models, int coun
   for (int i = 0; i < count + 50; ++i) {
     Result<InferResponse> r = host.Submit(Request(image)).get();
     if (!r.ok()) {
-      std::cerr << r.error().ToString() << "\n";
-      std::exit(2);
+      throw std::runtime_error(r.error().ToString());
     }
     if (i < 50) continue;  // Warm-up.
     const RequestTimings& t = r->timings;
@@ -210,6 +215,8 @@ Light LightLoad(const Node& node, const std::vector<HookModel>& models, int coun
 }  // namespace
 }  // namespace ferry::hookhost
 
+int Run(bool json, double seconds, int light_count);
+
 int main(int argc, char** argv) {
   using namespace ferry::hookhost;
   CLI::App app{"ferry-hookhost-bench: the hook host's flow against its plugins called directly"};
@@ -221,6 +228,16 @@ int main(int argc, char** argv) {
   app.add_option("--light", light_count, "requests of the light-load run");
   CLI11_PARSE(app, argc, argv);
   (void)ferry::InitLogging("ferry-hookhost-bench", ferry::LogFormat::kText, "warn");
+  try {
+    return Run(json, seconds, light_count);
+  } catch (const std::exception& e) {  // After the worker was stopped (Node's destructor).
+    std::cerr << "ferry-hookhost-bench: " << e.what() << "\n";
+    return 2;
+  }
+}
+
+int Run(bool json, double seconds, int light_count) {
+  using namespace ferry::hookhost;
   Node node;
   std::vector<HookModel> models = LoadHookModels(node.dir / "models").value();
   if (models.empty() || models[0].failure || models[0].plugin == nullptr) {

@@ -21,8 +21,11 @@ namespace ferry::hookhost {
 namespace {
 
 constexpr int64_t kViewRefreshNs = 5'000'000;  // Workers publish their status every 5 ms.
-constexpr int64_t kRepackNs = 1'000'000'000;   // lpt_packing re-placed every second.
-constexpr int64_t kIdleWaitNs = 1'000'000;     // The transport's longest sleep.
+// A status that cannot be read whole for this long (a writer that died mid-publish) makes
+// its worker ineligible; shorter, the last view stands.
+constexpr int64_t kStaleStatusNs = 100'000'000;
+constexpr int64_t kRepackNs = 1'000'000'000;  // lpt_packing re-placed every second.
+constexpr int64_t kIdleWaitNs = 1'000'000;    // The transport's longest sleep.
 constexpr size_t kMaxModelsPerSnapshot = shm::kMaxStatusModels;
 
 // One descriptor's worth of a request.
@@ -126,6 +129,7 @@ struct HookHost::Impl {
     uint32_t slot = 0;
     uint32_t generation = 0;
     uint32_t view_generation = 0;  // The incarnation the last status read described.
+    int64_t read_ok_ns = 0;        // When its status was last read whole.
     double last_compute[kMaxModelsPerSnapshot] = {};
   };
   Gateway gateway;
@@ -581,8 +585,14 @@ void HookHost::Impl::RefreshViews(int64_t now) {
   uint64_t partition = segment.partition_bytes();
   for (size_t w = 0; w < workers.size(); ++w) {
     WorkerState& ws = workers[w];
-    Result<shm::StatusSnapshotData> st = shm::ReadStatus(segment, ws.slot, 4);
+    Result<shm::StatusSnapshotData> st = shm::ReadStatus(segment, ws.slot, 64);
     uint32_t current = segment.generation(ws.slot).load(std::memory_order_acquire);
+    if (!st.ok() && current == ws.view_generation && now - ws.read_ok_ns < kStaleStatusNs) {
+      continue;  // The worker is publishing: its last view stands (a torn read is no state).
+    }
+    if (st.ok()) {
+      ws.read_ok_ns = now;
+    }
     bool ready = st.ok() && st->state == static_cast<uint32_t>(shm::ProcessState::kReady) &&
                  st->generation == current;
     ws.view_generation = current;

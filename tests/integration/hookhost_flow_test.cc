@@ -329,6 +329,35 @@ TEST_CASE("a worker killed mid-traffic fails only its requests; the other worker
   CHECK(after.ok());
 }
 
+TEST_CASE("a worker caught mid-publish keeps its last view; one that stays torn is ineligible") {
+  FlowNode node(1);
+  Host host(node, GatewayMode::kLeastOutstanding);
+  std::vector<uint8_t> input(784 * 4);
+  REQUIRE(Get(host.host->Submit(Request("mlp", {1, 784}, input, "input"))).ok());
+  // The worker stops between the two stores of a publish: its sequence stays odd.
+  uint32_t slot = node.segment.WorkerSlot(0);
+  kill(node.pids[0], SIGSTOP);
+  std::atomic<uint64_t>& sequence = node.segment.status(slot).sequence;
+  uint64_t even = sequence.load();
+  sequence.store(even + 1);
+  // Within 100 ms its last view stands (after several refreshes of 5 ms): the request is
+  // sent, and waits for the worker.
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  std::future<Result<InferResponse>> sent =
+      host.host->Submit(Request("mlp", {1, 784}, input, "input"));
+  CHECK(sent.wait_for(std::chrono::milliseconds(30)) == std::future_status::timeout);
+  // Torn for longer: ineligible, refused at once.
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  Result<InferResponse> refused = Get(host.host->Submit(Request("mlp", {1, 784}, input, "input")));
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == ErrorCode::kUnavailable);
+  CHECK(refused.error().message == "model 'mlp': no worker is ready (retry in 100 ms)");
+  sequence.store(even);
+  kill(node.pids[0], SIGCONT);
+  Result<InferResponse> served = Get(sent);
+  CHECK_MESSAGE(served.ok(), (served.ok() ? "" : served.error().message));
+}
+
 TEST_CASE(
     "ferry-hookhost starts sandboxed, reports ready, and stops or drains on its control ring") {
   FlowNode node(1);
