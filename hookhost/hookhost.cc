@@ -35,7 +35,7 @@ struct Piece {
   std::vector<uint64_t> input_blocks;  // Freed when the worker has answered.
   std::vector<shm::TensorRefData> tensors;
   bool done = false;
-  shm::DescriptorData completion{};  // Valid when done and !error.
+  shm::DescriptorData completion{};  // The worker's answer (kind 0: none, nothing to release).
   std::optional<Error> error;
 };
 
@@ -137,7 +137,7 @@ struct HookHost::Impl {
   std::vector<shm::RingProducer> submit;
   std::vector<shm::RingConsumer> complete;
   std::vector<WorkerState> workers;
-  std::vector<std::vector<WorkerView>> views;             // [model][worker], refreshed every 1 ms.
+  std::vector<std::vector<WorkerView>> views;             // [model][worker], every 5 ms.
   std::vector<std::deque<shm::DescriptorData>> releases;  // Per worker, waiting for space.
   std::deque<PendingPtr> waiting;                         // Prepared, not yet sent.
   std::unordered_map<uint64_t, std::pair<PendingPtr, size_t>> inflight;  // sequence -> piece.
@@ -248,10 +248,6 @@ struct HookHost::Impl {
     return AllocatedTensor{dtype, shape, arena.Bytes(*block).first(*bytes), block->offset};
   }
 
-  std::span<uint8_t> BlockBytes(uint64_t offset, uint64_t bytes) {
-    return segment.partition(slot).subspan(offset, bytes);
-  }
-
   // Copies the model-input tensors (ordered as manifest.inputs, each a whole block) into one
   // block per piece and input; fills p->pieces. The source blocks are not freed.
   Status MakePieces(Pending& p, std::span<const TensorMeta> inputs,
@@ -326,9 +322,9 @@ struct HookHost::Impl {
     const HookModel& model = *p->model;
     const Manifest& m = model.manifest();
     int64_t start = MonotonicNs();
-    std::vector<TensorView> views;
+    std::vector<TensorView> plugin_inputs;
     for (size_t i = 0; i < client.size(); ++i) {
-      views.push_back({names[i], client[i].dtype, client[i].shape, client[i].bytes});
+      plugin_inputs.push_back({names[i], client[i].dtype, client[i].shape, client[i].bytes});
     }
     std::vector<std::string> wanted;
     for (const TensorSpec& t : m.inputs) {
@@ -337,7 +333,7 @@ struct HookHost::Impl {
     std::vector<AllocatedTensor> produced;
     Status s = WatchedCall(p, "preprocess", &p->timings.plugin_ns, [&] {
       return model.plugin->Preprocess(
-          views, wanted,
+          plugin_inputs, wanted,
           [this](uint32_t, DType dtype, const Shape& shape) {
             return AllocateTensor(dtype, shape);
           },
@@ -466,9 +462,9 @@ struct HookHost::Impl {
   Result<InferResponse> Postprocess(const PendingPtr& p, InferResponse joined) {
     const HookModel& model = *p->model;
     const std::vector<TensorSpec>& specs = model.manifest().client_outputs();
-    std::vector<TensorView> views;
+    std::vector<TensorView> plugin_inputs;
     for (const ResponseTensor& t : joined.outputs) {
-      views.push_back({t.name, t.dtype, t.shape, t.bytes});
+      plugin_inputs.push_back({t.name, t.dtype, t.shape, t.bytes});
     }
     std::vector<std::string> names;
     for (const TensorSpec& t : specs) {
@@ -477,7 +473,7 @@ struct HookHost::Impl {
     std::vector<AllocatedTensor> produced;
     Status s = WatchedCall(p, "postprocess", &joined.timings.plugin_ns, [&] {
       return model.plugin->Postprocess(
-          views, names,
+          plugin_inputs, names,
           [this](uint32_t, DType dtype, const Shape& shape) {
             return AllocateTensor(dtype, shape);
           },

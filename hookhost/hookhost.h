@@ -18,7 +18,10 @@
 //
 // Thread safety: Submit, pending() and healthy() are safe from any thread. Start once.
 // Lifetimes: the segment and the models outlive the HookHost; the destructor stops the
-// threads and answers every pending request UNAVAILABLE.
+// threads, hands the last releases to the workers and answers every pending request
+// UNAVAILABLE. A plugin call written off past its time limit must not return after that (its
+// thread is detached): a process with such a call exits instead of destroying its HookHost,
+// as ferry-hookhost does.
 #pragma once
 
 #include <atomic>
