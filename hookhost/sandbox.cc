@@ -17,6 +17,9 @@
 #include <initializer_list>
 #include <memory>
 
+// libseccomp's SCMP_A* macros leave a field to zero-initialisation.
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
 namespace ferry::hookhost {
 namespace {
 

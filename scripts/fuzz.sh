@@ -10,7 +10,7 @@ seconds=${1:-15}
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DFERRY_FUZZ=ON -DFERRY_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j "$(nproc)" --target safetensors_fuzz manifest_fuzz node_config_fuzz ferry_backends \
-  descriptor_fuzz
+  ferry_hookhost descriptor_fuzz
 # max_len reaches the crafted large inputs' classes (deep nesting, thousands of tensors);
 # dictionaries give the mutator TOML and JSON structure; -timeout fails an input over 3 s of
 # wall time (the CTest corpus replay holds each input to 1 s of CPU).
