@@ -76,6 +76,18 @@ struct Node {
   }
 };
 
+// Requests/s of `done` over `seconds`, after `warm` of running.
+template <typename Counter>
+double RateOver(const Counter& done, double seconds, std::chrono::milliseconds warm) {
+  std::this_thread::sleep_for(warm);
+  int64_t start_done = done.load();
+  int64_t start = MonotonicNs();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  int64_t end_done = done.load();
+  int64_t end = MonotonicNs();
+  return static_cast<double>(end_done - start_done) / (static_cast<double>(end - start) * 1e-9);
+}
+
 std::vector<uint8_t> Image() {
   std::vector<uint8_t> image(32 * 32 * 3);
   for (size_t i = 0; i < image.size(); ++i) image[i] = static_cast<uint8_t>(i * 7);
@@ -122,21 +134,16 @@ double ThroughHookHost(const Node& node, const std::vector<HookModel>& models, i
       }
     });
   };
-  for (int i = 0; i < inflight; ++i) send();  // Warm: fill the pipeline, then count.
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  int64_t start_done = done.load();
-  int64_t start = MonotonicNs();
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-  int64_t end_done = done.load();
-  int64_t end = MonotonicNs();
+  for (int i = 0; i < inflight; ++i) send();  // Fill the pipeline, then count.
+  double rate = RateOver(done, seconds, std::chrono::milliseconds(200));
   stop.store(true);
   std::unique_lock lock(mutex);
   drained.wait_for(lock, std::chrono::seconds(30), [&] { return live.load() == 0; });
   if (failed.load() != 0) {
-    throw std::runtime_error(std::to_string(failed.load()) + " requests failed, the first: " +
-                             first_error);
+    throw std::runtime_error(std::to_string(failed.load()) +
+                             " requests failed, the first: " + first_error);
   }
-  return static_cast<double>(end_done - start_done) / (static_cast<double>(end - start) * 1e-9);
+  return rate;
 }
 
 // Requests/s of the plugin's preprocess + postprocess called directly by `threads` threads.
@@ -173,15 +180,10 @@ double Direct(const HookModel& model, int threads, double seconds) {
       }
     });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  int64_t start_done = done.load();
-  int64_t start = MonotonicNs();
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-  int64_t end_done = done.load();
-  int64_t end = MonotonicNs();
+  double rate = RateOver(done, seconds, std::chrono::milliseconds(100));
   stop.store(true);
   for (std::thread& t : workers) t.join();
-  return static_cast<double>(end_done - start_done) / (static_cast<double>(end - start) * 1e-9);
+  return rate;
 }
 
 struct Light {

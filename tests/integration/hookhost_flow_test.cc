@@ -12,6 +12,7 @@
 
 #include "hookhost/hookhost.h"
 #include "shm/recovery.h"
+#include "tests/testing/hookhost_test.h"
 #include "tests/testing/worker_node.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/repository.h"
@@ -19,16 +20,7 @@
 namespace ferry::hookhost {
 namespace {
 
-// A response, or a failed test (never a hang) when none comes within a minute.
-Result<InferResponse> Get(std::future<Result<InferResponse>>&& future) {
-  if (future.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
-    FAIL("no response within 60 s");
-  }
-  return future.get();
-}
-Result<InferResponse> Get(std::future<Result<InferResponse>>& future) {
-  return Get(std::move(future));
-}
+using testing::Get;
 
 using testing::kBroken;
 using testing::kCnn;

@@ -19,32 +19,19 @@
 #include "hookhost/hookhost.h"
 #include "model/safetensors.h"
 #include "shm/recovery.h"
+#include "tests/testing/hookhost_test.h"
 #include "tests/testing/worker_node.h"
 #include "worker/cpu/cpu_backend.h"
 
 namespace ferry::hookhost {
 namespace {
 
-// A response, or a failed test (never a hang) when none comes within a minute.
-Result<InferResponse> Get(std::future<Result<InferResponse>>&& future) {
-  if (future.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
-    FAIL("no response within 60 s");
-  }
-  return future.get();
-}
-Result<InferResponse> Get(std::future<Result<InferResponse>>& future) {
-  return Get(std::move(future));
-}
+using testing::Get;
 
 namespace fs = std::filesystem;
 using testing::RandomFloats;
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using testing::ReadAll;
 
 // A bundle `name` made of `base`'s program and weights with hooks added (plugin copied in).
 void AddHookedBundle(const std::string& repo, const std::string& name, const std::string& manifest,
