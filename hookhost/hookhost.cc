@@ -286,6 +286,13 @@ struct HookHost::Impl {
       p.pieces.push_back(std::move(piece));
       first_row += rows;
     }
+    SetOutputBytes(p, piece_rows);
+    return OkStatus();
+  }
+
+  // The outputs' bytes of the largest piece in the worker's arena; the piece count.
+  void SetOutputBytes(Pending& p, const std::vector<int64_t>& piece_rows) {
+    const Manifest& m = p.model->manifest();
     p.output_bytes = 0;
     for (size_t o = 0; o < m.outputs.size(); ++o) {
       Shape shape = m.variants[static_cast<size_t>(p.variant)].outputs.at(m.outputs[o].name);
@@ -297,12 +304,15 @@ struct HookHost::Impl {
     }
     p.pieces_left = p.pieces.size();
     p.timings.pieces = static_cast<int>(p.pieces.size());
-    return OkStatus();
   }
 
   // Model inputs ready (in `inputs`, ordered as manifest.inputs): variant, split, hand off.
+  // `adopt`: arena blocks already holding `inputs` (a plugin's outputs); a request sent in one
+  // piece then uses them as they are (*adopted set: the pieces own them now), else they are
+  // copied into the pieces' blocks and stay the caller's.
   Status Route(const PendingPtr& p, std::span<const TensorMeta> inputs,
-               std::span<const std::span<const uint8_t>> bytes) {
+               std::span<const std::span<const uint8_t>> bytes,
+               std::span<const uint64_t> adopt = {}, bool* adopted = nullptr) {
     const HookModel& model = *p->model;
     int64_t rows = 0;
     FERRY_ASSIGN_OR_RETURN(p->variant, MatchVariant(model.name, model.manifest(), inputs, &rows));
@@ -311,7 +321,20 @@ struct HookHost::Impl {
                      (model.plugin->preserves_rows() && model.manifest().hooks.preserves_rows);
     FERRY_ASSIGN_OR_RETURN(std::vector<int64_t> piece_rows,
                            PieceRows(model.name, model.manifest(), rows, preserved));
-    FERRY_RETURN_IF_ERROR(MakePieces(*p, inputs, bytes, piece_rows));
+    if (!adopt.empty() && piece_rows.size() == 1) {
+      Piece piece;
+      piece.rows = rows;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        piece.input_blocks.push_back(adopt[i]);
+        piece.tensors.push_back(
+            shm::MakeTensorRef(slot, adopt[i], inputs[i].bytes, inputs[i].dtype, inputs[i].shape));
+      }
+      p->pieces.push_back(std::move(piece));
+      SetOutputBytes(*p, piece_rows);
+      *adopted = true;
+    } else {
+      FERRY_RETURN_IF_ERROR(MakePieces(*p, inputs, bytes, piece_rows));
+    }
     Handoff(p);
     return OkStatus();
   }
@@ -349,6 +372,7 @@ struct HookHost::Impl {
     for (const AllocatedTensor& t : produced) {
       produced_blocks.push_back(t.block);
     }
+    bool adopted = false;
     if (s.ok() && !p->answered.load()) {
       std::vector<TensorMeta> metas;
       std::vector<std::span<const uint8_t>> bytes;
@@ -357,13 +381,15 @@ struct HookHost::Impl {
             {wanted[i], produced[i].dtype, produced[i].shape, produced[i].bytes.size()});
         bytes.push_back(produced[i].bytes);
       }
-      s = Route(p, metas, bytes);
+      s = Route(p, metas, bytes, produced_blocks, &adopted);
       if (!s.ok() && s.error().code == ErrorCode::kInvalidArgument) {
         // The plugin's output does not fit the model: the plugin's fault, not the client's.
         s = Internal("plugin " + model.plugin->path() + " preprocess: " + s.error().message);
       }
     }
-    FreeBlocks(produced_blocks);  // Route copied them into the pieces' blocks.
+    if (!adopted) {
+      FreeBlocks(produced_blocks);  // Copied into the pieces' blocks, or not needed.
+    }
     if (!s.ok()) {
       Answer(p, s.error());
     }

@@ -205,6 +205,16 @@ TEST_CASE("the example classifier: uint8 images in, the top 3 classes out, throu
   CHECK(refused.error().message ==
         "model 'cnn_classify': input 'image': expected UINT8 [-1, 32, 32, 3], got FP32 [4, 3, 32, "
         "32]");
+  // Every block came back: client copies, plugin outputs (adopted by the one-piece requests,
+  // copied into pieces for the 40-row one), and the worker's lent outputs.
+  uint32_t worker_slot = node.segment.WorkerSlot(0);
+  for (int i = 0; i < 200 && (local.view.accounting(0).bytes_in_use.load() != 0 ||
+                              node.segment.accounting(worker_slot).bytes_in_use.load() != 0);
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(local.view.accounting(0).bytes_in_use.load() == 0);
+  CHECK(node.segment.accounting(worker_slot).bytes_in_use.load() == 0);
 }
 
 TEST_CASE("a plugin that crashes takes down only its hook host; the slot is reclaimed and reused") {
