@@ -869,6 +869,11 @@ HookHost::~HookHost() {
   if (impl.transport.joinable()) {
     impl.transport.join();
   }
+  {
+    // A hook thread between its predicate check and its wait holds the lock: taking it here
+    // means every thread has either seen `stopping` or is waiting for this notification.
+    MutexLock lock(&impl.pool_mutex);
+  }
   impl.pool_cv.notify_all();
   {
     MutexLock lock(&impl.calls_mutex);
