@@ -399,7 +399,6 @@ struct HookHost::Impl {
   void Finish(const PendingPtr& p) {
     int64_t start = MonotonicNs();
     const HookModel& model = *p->model;
-    const Manifest& m = model.manifest();
     Result<InferResponse> result = Collect(*p);
     std::vector<shm::DescriptorData> to_release;
     for (const Piece& piece : p->pieces) {
@@ -411,21 +410,21 @@ struct HookHost::Impl {
         to_release.push_back(release);
       }
     }
-    if (result.ok() && model.plugin != nullptr && model.plugin->has_postprocess()) {
-      result = Postprocess(p, std::move(*result));
-    }
     {
+      // Collect copied the outputs: the worker gets its blocks back before postprocess runs.
       MutexLock lock(&handoff_mutex);
       for (const shm::DescriptorData& r : to_release) {
         releases_in.emplace_back(p->worker, r);
       }
     }
     WakeTransport();
+    if (result.ok() && model.plugin != nullptr && model.plugin->has_postprocess()) {
+      result = Postprocess(p, std::move(*result));
+    }
     if (result.ok()) {
       result->timings.postprocess_ns = MonotonicNs() - start;
       result->timings.total_ns = MonotonicNs() - p->start_ns;
     }
-    (void)m;
     Answer(p, std::move(result));
   }
 
