@@ -319,8 +319,9 @@ struct HookHost::Impl {
     p->model_rows = rows;
     bool preserved = model.plugin == nullptr || !model.plugin->has_preprocess() ||
                      (model.plugin->preserves_rows() && model.manifest().hooks.preserves_rows);
-    FERRY_ASSIGN_OR_RETURN(std::vector<int64_t> piece_rows,
-                           PieceRows(model.name, model.manifest(), rows, preserved));
+    FERRY_ASSIGN_OR_RETURN(
+        std::vector<int64_t> piece_rows,
+        PieceRows(model.name, model.manifest(), rows, preserved, segment.ring_capacity()));
     if (!adopt.empty() && piece_rows.size() == 1) {
       Piece piece;
       piece.rows = rows;

@@ -112,7 +112,7 @@ Result<int> MatchVariant(std::string_view model, const Manifest& manifest,
 }
 
 Result<std::vector<int64_t>> PieceRows(std::string_view model, const Manifest& manifest,
-                                       int64_t rows, bool rows_preserved) {
+                                       int64_t rows, bool rows_preserved, size_t max_pieces) {
   int64_t largest = manifest.batch_sizes.back();
   if (manifest.unbatched() || rows <= largest) {
     return std::vector<int64_t>{rows};
@@ -130,6 +130,11 @@ Result<std::vector<int64_t>> PieceRows(std::string_view model, const Manifest& m
                                "' does not batch on axis 0, so it cannot be split");
       }
     }
+  }
+  auto count = static_cast<size_t>((rows + largest - 1) / largest);
+  if (count > max_pieces) {
+    return InvalidArgument(where + ", and its " + std::to_string(count) + " pieces are more than " +
+                           std::to_string(max_pieces) + " (the most one request may be cut into)");
   }
   std::vector<int64_t> pieces(static_cast<size_t>(rows / largest), largest);
   if (rows % largest != 0) {

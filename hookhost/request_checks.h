@@ -15,7 +15,8 @@
 
 namespace ferry::hookhost {
 
-// A tensor as a request declares it (its bytes are wherever they are).
+// A tensor as a request declares it: views of its name and shape (which must outlive it);
+// its bytes are wherever they are.
 struct TensorMeta {
   std::string_view name;
   DType dtype = DType::kF32;
@@ -46,9 +47,10 @@ Result<int> MatchVariant(std::string_view model, const Manifest& manifest,
 // The rows of each piece of a request of `rows`: one piece up to the largest compiled size,
 // else pieces of that size and a last one with the rest. INVALID_ARGUMENT when it would have
 // to be split but cannot: a tensor whose batch axis is not axis 0 (its rows are not
-// contiguous), or a plugin that does not keep rows (`rows_preserved` false).
+// contiguous), a plugin that does not keep rows (`rows_preserved` false), or more pieces
+// than `max_pieces` (a ring's capacity: all pieces are sent at once).
 Result<std::vector<int64_t>> PieceRows(std::string_view model, const Manifest& manifest,
-                                       int64_t rows, bool rows_preserved);
+                                       int64_t rows, bool rows_preserved, size_t max_pieces);
 
 // "FP32 [-1, 784]".
 std::string DescribeTensor(DType dtype, std::span<const int64_t> shape);
