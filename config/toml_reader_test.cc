@@ -129,9 +129,9 @@ TEST_CASE("a value of the wrong type is reported with the type it has") {
     CHECK(out == "untouched");
   };
   const std::pair<const char*, const char*> cases[] = {
-      {"k = 1", "got integer"},         {"k = 1.5", "got float"},
-      {"k = true", "got boolean"},      {"k = [1]", "got array"},
-      {"k = {a = 1}", "got table"},     {"k = 1979-05-27", "got date/time"},
+      {"k = 1", "got integer"},          {"k = 1.5", "got float"},
+      {"k = true", "got boolean"},       {"k = [1]", "got array"},
+      {"k = {a = 1}", "got table"},      {"k = 1979-05-27", "got date/time"},
       {"k = 07:32:00", "got date/time"}, {"k = 1979-05-27T07:32:00Z", "got date/time"},
   };
   for (const auto& [text, expected] : cases) {

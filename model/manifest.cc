@@ -441,7 +441,8 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
     if (hooks->String("config", &m.hooks.config) && m.hooks.config.size() > kMaxHookConfigBytes) {
       hooks->ErrorAt("config", "longer than " + std::to_string(kMaxHookConfigBytes) + " bytes");
     }
-    for (auto [key, specs] : {std::pair{"inputs", &m.hooks.inputs}, {"outputs", &m.hooks.outputs}}) {
+    for (auto [key, specs] :
+         {std::pair{"inputs", &m.hooks.inputs}, {"outputs", &m.hooks.outputs}}) {
       if (hooks->table().get(key) != nullptr) {  // Optional, unlike the model's own.
         *specs = ReadTensors(*hooks, key);
       }

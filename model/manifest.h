@@ -29,7 +29,7 @@ inline constexpr size_t kMaxTensorsPerSide = 64;         // [[inputs]], and [[ou
 inline constexpr size_t kMaxBatchSizes = 64;             // Compiled batch sizes.
 inline constexpr size_t kMaxOps = 4096;                  // Program length.
 inline constexpr uint64_t kMaxInferenceSteps = 1 << 16;  // variants x sizes x ops.
-inline constexpr size_t kMaxHookConfigBytes = 64 << 10;   // [hooks] config.
+inline constexpr size_t kMaxHookConfigBytes = 64 << 10;  // [hooks] config.
 
 // In a manifest shape, this marks the batch dimension ("shape = [-1, 784]").
 inline constexpr int64_t kBatchDim = -1;

@@ -174,9 +174,9 @@ shape = [-1, 3]
   CHECK(ParseManifest(kHead + kRelu + "[hooks]\nplugin = \"p.so\"\nconfig = \"" + at_limit + "\"\n",
                       "manifest.toml")
             .ok());
-  CHECK(Contains(ErrorOf(kHead + kRelu + "[hooks]\nplugin = \"p.so\"\nconfig = \"" + at_limit +
-                         "c\"\n"),
-                 "hooks.config: longer than 65536 bytes"));
+  CHECK(Contains(
+      ErrorOf(kHead + kRelu + "[hooks]\nplugin = \"p.so\"\nconfig = \"" + at_limit + "c\"\n"),
+      "hooks.config: longer than 65536 bytes"));
   // Hook tensors are checked like the model's.
   std::string bad = hooks;
   bad.replace(bad.find("UINT8"), 5, "TEXT");

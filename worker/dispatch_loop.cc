@@ -618,8 +618,7 @@ void DispatchLoop::FailBatch(Batch& batch, const Error& error) {
   CheckHealth();
 }
 
-void DispatchLoop::CompleteOk(const Request& r, const Batch& batch,
-                              const ExecutionTiming& timing) {
+void DispatchLoop::CompleteOk(const Request& r, const Batch& batch, const ExecutionTiming& timing) {
   const shm::DescriptorData& d = r.descriptor;
   const Manifest& manifest = models_[static_cast<size_t>(r.model)].bundle->manifest;
   shm::DescriptorData c = CompletionFor(d, d.slot, generation_);

@@ -42,32 +42,32 @@ extern "C" {
 
 /* Data types: the KServe v2 names in comments. Values are part of the ABI. */
 typedef enum ferry_dtype {
-  FERRY_BOOL = 0, /* BOOL */
-  FERRY_U8 = 1,   /* UINT8 */
-  FERRY_I8 = 2,   /* INT8 */
-  FERRY_U16 = 3,  /* UINT16 */
-  FERRY_I16 = 4,  /* INT16 */
-  FERRY_U32 = 5,  /* UINT32 */
-  FERRY_I32 = 6,  /* INT32 */
-  FERRY_U64 = 7,  /* UINT64 */
-  FERRY_I64 = 8,  /* INT64 */
-  FERRY_F16 = 9,  /* FP16 */
+  FERRY_BOOL = 0,  /* BOOL */
+  FERRY_U8 = 1,    /* UINT8 */
+  FERRY_I8 = 2,    /* INT8 */
+  FERRY_U16 = 3,   /* UINT16 */
+  FERRY_I16 = 4,   /* INT16 */
+  FERRY_U32 = 5,   /* UINT32 */
+  FERRY_I32 = 6,   /* INT32 */
+  FERRY_U64 = 7,   /* UINT64 */
+  FERRY_I64 = 8,   /* INT64 */
+  FERRY_F16 = 9,   /* FP16 */
   FERRY_BF16 = 10, /* BF16 */
-  FERRY_F32 = 11, /* FP32 */
-  FERRY_F64 = 12  /* FP64 */
+  FERRY_F32 = 11,  /* FP32 */
+  FERRY_F64 = 12   /* FP64 */
 } ferry_dtype;
 
 /* Error codes: the canonical set (gRPC numbering is not used; these are ferry's). */
 enum {
   FERRY_OK = 0,
-  FERRY_ERR_INVALID_ARGUMENT = 1, /* The request's tensors are wrong for this plugin. */
+  FERRY_ERR_INVALID_ARGUMENT = 1,   /* The request's tensors are wrong for this plugin. */
   FERRY_ERR_RESOURCE_EXHAUSTED = 3, /* allocate returned NULL. */
-  FERRY_ERR_INTERNAL = 6           /* Anything else. */
+  FERRY_ERR_INTERNAL = 6            /* Anything else. */
 };
 
 typedef struct ferry_error {
-  int32_t code;                             /* A FERRY_ERR_* value. */
-  char message[FERRY_ERROR_MESSAGE_BYTES];  /* NUL-terminated; truncated by the writer. */
+  int32_t code;                            /* A FERRY_ERR_* value. */
+  char message[FERRY_ERROR_MESSAGE_BYTES]; /* NUL-terminated; truncated by the writer. */
 } ferry_error;
 
 /* A tensor: dense, row-major, shape[0] the batch dimension where the model has one. */

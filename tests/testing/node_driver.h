@@ -44,8 +44,8 @@ struct Completion {
   int64_t submitted_ns = 0;
   int64_t completed_ns = 0;  // When this driver read it.
   uint32_t worker_generation = 0;
-  int32_t batch_size = 0;  // What the worker reported: the compiled size it ran in,
-  uint32_t queue_us = 0;   //   its time queued,
+  int32_t batch_size = 0;   // What the worker reported: the compiled size it ran in,
+  uint32_t queue_us = 0;    //   its time queued,
   uint32_t compute_us = 0;  //   and its batch's execution.
   ErrorCode code() const { return static_cast<ErrorCode>(status - 1); }
 };
