@@ -18,7 +18,18 @@ Result<std::vector<HookModel>> LoadHookModels(const std::string& dir) {
           plugin.ok() ? PluginInstance::Create(*plugin, m.manifest().hooks.config)
                       : Result<std::unique_ptr<PluginInstance>>(plugin.error());
       if (instance.ok()) {
-        m.plugin = std::move(*instance);
+        // Client tensors that differ from the model's need the plugin call that produces them.
+        const ManifestHooks& hooks = m.manifest().hooks;
+        std::string missing = !hooks.inputs.empty() && !(*instance)->has_preprocess()
+                                  ? "hooks.inputs but its plugin has no preprocess"
+                              : !hooks.outputs.empty() && !(*instance)->has_postprocess()
+                                  ? "hooks.outputs but its plugin has no postprocess"
+                                  : "";
+        if (missing.empty()) {
+          m.plugin = std::move(*instance);
+        } else {
+          m.failure = InvalidArgument("model '" + m.name + "': the manifest declares " + missing);
+        }
       } else {
         m.failure =
             Error{instance.error().code, "model '" + m.name + "': " + instance.error().message};

@@ -1,8 +1,9 @@
 // The models a hook host serves: the repository's bundles (numbered as the workers number
 // them, model/repository.h) with each bundle's hook plugin opened and created.
 //
-// A model whose bundle or plugin fails keeps its number and its error; requests for it are
-// answered with that error, and the others serve.
+// A model whose bundle or plugin fails keeps its number and its error (a plugin without the
+// preprocess or postprocess its manifest's hooks.inputs / hooks.outputs need fails too); requests
+// for it are answered with that error, and the others serve.
 //
 // Thread safety: LoadHookModels runs before the sandbox (it opens files and dlopens plugins);
 // the result is immutable afterwards and safe for concurrent use.

@@ -26,7 +26,6 @@ constexpr int64_t kViewRefreshNs = 5'000'000;  // Workers publish their status e
 constexpr int64_t kStaleStatusNs = 100'000'000;
 constexpr int64_t kRepackNs = 1'000'000'000;  // lpt_packing re-placed every second.
 constexpr int64_t kIdleWaitNs = 1'000'000;    // The transport's longest sleep.
-constexpr size_t kMaxModelsPerSnapshot = shm::kMaxStatusModels;
 
 // One descriptor's worth of a request.
 struct Piece {
@@ -34,7 +33,6 @@ struct Piece {
   int64_t rows = 0;
   std::vector<uint64_t> input_blocks;  // Freed when the worker has answered.
   std::vector<shm::TensorRefData> tensors;
-  bool done = false;
   shm::DescriptorData completion{};  // The worker's answer (kind 0: none, nothing to release).
   std::optional<Error> error;
 };
@@ -44,14 +42,12 @@ struct Piece {
 struct Pending {
   const HookModel* model = nullptr;
   int variant = 0;
-  int64_t client_rows = 0;
   int64_t model_rows = 0;  // After preprocess (the rows the worker runs).
   int64_t deadline_ns = 0;
   uint64_t trace_high = 0, trace_low = 0;
   std::vector<Piece> pieces;
   uint64_t output_bytes = 0;  // Of the largest piece, in the worker's arena.
   size_t worker = 0;
-  uint32_t worker_generation = 0;
   size_t pieces_left = 0;
   InferCallback done;
   std::atomic<bool> answered{false};
@@ -130,7 +126,7 @@ struct HookHost::Impl {
     uint32_t generation = 0;
     uint32_t view_generation = 0;  // The incarnation the last status read described.
     int64_t read_ok_ns = 0;        // When its status was last read whole.
-    double last_compute[kMaxModelsPerSnapshot] = {};
+    double last_compute[shm::kMaxStatusModels] = {};
   };
   Gateway gateway;
   shm::Waker self_waker;
@@ -640,7 +636,7 @@ void HookHost::Impl::RefreshViews(int64_t now) {
           v.has_model = true;
           v.resident = ms.loaded != 0;
           v.queue_depth = ms.queue_depth;
-          if (repack && elapsed > 0 && m < kMaxModelsPerSnapshot) {
+          if (repack && elapsed > 0) {
             load[m] += std::max(0.0, ms.total_compute_seconds - ws.last_compute[m]) / elapsed;
             ws.last_compute[m] = ms.total_compute_seconds;
           }
@@ -704,7 +700,6 @@ bool HookHost::Impl::SendWaiting(int64_t now) {
     }
     size_t w = *chosen;
     p->worker = w;
-    p->worker_generation = workers[w].generation;
     for (size_t i = 0; i < p->pieces.size(); ++i) {
       Piece& piece = p->pieces[i];
       shm::DescriptorData d{};
@@ -778,7 +773,6 @@ bool HookHost::Impl::PollCompletions() {
 }
 
 void HookHost::Impl::CompletePiece(const PendingPtr& p, Piece& piece) {
-  piece.done = true;
   FreeBlocks(piece.input_blocks);  // The worker has finished reading them.
   piece.input_blocks.clear();
   if (--p->pieces_left == 0) {
@@ -973,7 +967,6 @@ void HookHost::Submit(InferRequest request, InferCallback done) {
   if (!preprocess) {
     Status routed = impl.Route(p, ordered, bytes);
     p->timings.validate_ns = MonotonicNs() - start;
-    p->client_rows = p->model_rows;
     if (!routed.ok()) {
       impl.Answer(p, routed.error());
     }
@@ -983,7 +976,8 @@ void HookHost::Submit(InferRequest request, InferCallback done) {
   for (const TensorSpec& spec : specs) {
     declared.push_back(spec.shape);
   }
-  Status checked = CheckTensors(model->name, specs, declared, ordered, &p->client_rows);
+  int64_t client_rows = 0;
+  Status checked = CheckTensors(model->name, specs, declared, ordered, &client_rows);
   if (!checked.ok()) {
     impl.Answer(p, checked.error());
     return;

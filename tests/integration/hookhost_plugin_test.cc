@@ -69,6 +69,14 @@ struct PluginNode {
     for (const char* action : {"wild_write", "spin", "open", "crash"}) {
       AddEscapeBundle(repo, action);
     }
+    // Declares client outputs, but the escape plugin has no postprocess to produce them.
+    std::string manifest = ReadAll("examples/models/mlp/manifest.toml");
+    manifest.replace(manifest.find("name = \"mlp\""), 12, "name = \"no_postprocess\"");
+    manifest +=
+        "\n[hooks]\nplugin = \"escape.so\"\nconfig = \"open\"\n[[hooks.outputs]]\n"
+        "name = \"top\"\ndtype = \"INT64\"\nshape = [-1, 1]\n";
+    AddHookedBundle(repo, "no_postprocess", manifest, "mlp",
+                    std::string(FERRY_TEST_PLUGIN_DIR) + "/escape.so");
     worker = testing::StartWorker(FERRY_WORKER_BINARY, name, segment.WorkerSlot(0), config);
     REQUIRE(testing::WaitReady(segment, segment.WorkerSlot(0), worker, 120));
   }
@@ -195,6 +203,15 @@ TEST_CASE("the example classifier: uint8 images in, the top 3 classes out, throu
       }
     }
   }
+  // A plugin lacking the call its manifest's client tensors need: the model fails to load.
+  InferRequest lacking;
+  lacking.model = "no_postprocess";
+  Result<InferResponse> unusable = Get(host->Submit(std::move(lacking)));
+  REQUIRE_FALSE(unusable.ok());
+  CHECK(unusable.error().code == ErrorCode::kUnavailable);
+  CHECK(unusable.error().message.find(
+            "the manifest declares hooks.outputs but its plugin has no postprocess") !=
+        std::string::npos);
   // The client's tensors are checked against [[hooks.inputs]], not the model's.
   std::vector<uint8_t> floats(4 * 3 * 32 * 32 * 4);
   InferRequest wrong;
