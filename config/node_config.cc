@@ -305,6 +305,30 @@ Result<uint64_t> ParseByteSize(std::string_view text) {
   return value << shift;
 }
 
+static void ReadSupervisor(TableReader& r, SupervisorSettings* s) {
+  if (r.String("control_socket", &s->control_socket) &&
+      (s->control_socket.empty() || s->control_socket[0] != '/' ||
+       s->control_socket.size() > 107)) {
+    // sockaddr_un holds 108 bytes with the terminating NUL.
+    r.ErrorAt("control_socket", "must be an absolute path of at most 107 bytes");
+  }
+  if (r.String("control_group", &s->control_group) &&
+      (s->control_group.size() > 32 ||
+       s->control_group.find_first_of("/:\n \t") != std::string::npos)) {
+    r.ErrorAt("control_group", "not a group name");
+  }
+  r.Int("restart_backoff_ms", &s->restart_backoff_ms, 1, 600'000);
+  r.Int("restart_backoff_max_ms", &s->restart_backoff_max_ms, 1, 3'600'000);
+  if (s->restart_backoff_max_ms < s->restart_backoff_ms) {
+    r.ErrorAt("restart_backoff_max_ms", "is below restart_backoff_ms");
+  }
+  r.Int("crash_loop_restarts", &s->crash_loop_restarts, 1, 1000);
+  r.Int("crash_loop_window_seconds", &s->crash_loop_window_seconds, 1, 86'400);
+  r.Double("drain_timeout_seconds", &s->drain_timeout_seconds, {0, 3600, false, false});
+  r.Double("start_timeout_seconds", &s->start_timeout_seconds, {1, 86'400, false, false});
+  r.Finish();
+}
+
 Environment SchedulerEnvironment() {
   Environment env;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
@@ -361,6 +385,9 @@ Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& sou
         }
       }
       sim->Finish();
+    }
+    if (auto supervisor = reader.Table("supervisor")) {
+      ReadSupervisor(*supervisor, &config.supervisor);
     }
     if (auto hooks = reader.Table("hooks")) {
       hooks->Enum<SandboxMode>("sandbox", &config.hooks.sandbox,

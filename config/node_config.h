@@ -111,8 +111,34 @@ struct SimSettings {
   std::map<std::string, SimModelCost> models;  // [sim.models.NAME] overrides.
 };
 
+// ferryd: its control socket and how it restarts and stops the node's processes.
+struct SupervisorSettings {
+  // The control socket ferryctl talks to (mode 0660). Default /run/ferry/control.sock
+  // (systemd's RuntimeDirectory=ferry).
+  std::string control_socket = "/run/ferry/control.sock";
+  // Group owning the control socket; its members may control the node. Empty (default):
+  // ferryd's own group. Root and ferryd's own user are always allowed.
+  std::string control_group;
+  // First delay before restarting a process that died; doubles per consecutive death up to
+  // restart_backoff_max_ms. 1..600000 and 1..3600000. Defaults 100 and 30000.
+  int64_t restart_backoff_ms = 100;
+  int64_t restart_backoff_max_ms = 30'000;
+  // More deaths than this within crash_loop_window_seconds: the process is crash-looping and
+  // the node reports degraded (ferryd keeps restarting it at the longest backoff).
+  // 1..1000 and 1..86400. Defaults 5 and 60.
+  int64_t crash_loop_restarts = 5;
+  int64_t crash_loop_window_seconds = 60;
+  // SIGTERM or `ferryctl drain`: how long queued work may take to finish before the children
+  // are stopped. 0..3600. Default 30.
+  double drain_timeout_seconds = 30;
+  // A child not ready this long after its start (loading models, warm-up) is killed and
+  // restarted. 1..86400. Default 600.
+  double start_timeout_seconds = 600;
+};
+
 struct NodeConfig {
   NodeSettings node;
+  SupervisorSettings supervisor;
   CpuSettings cpu;
   SimSettings sim;
   SchedulerConfig scheduler;

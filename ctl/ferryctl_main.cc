@@ -1,15 +1,63 @@
-// ferryctl: controls a running ferry node, and validates node files and bundles offline.
+// ferryctl: controls a running ferry node (through ferryd's control socket), and validates
+// node files and bundles offline. Exit codes: 0 success; 1 ferryd refused or could not be
+// reached (the reason on stderr); 2 a bad command line or invalid files.
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdlib>
 #include <iostream>
+#include <thread>
 
 #include "common/cli.h"
+#include "ctl/control_client.h"
+#include "ctl/tables.h"
 #include "ctl/validate.h"
+
+namespace {
+
+using ferry::supervisor::ControlCommand;
+using ferry::supervisor::ControlRequest;
+
+ControlRequest Plain(ControlCommand command) {
+  ControlRequest request;
+  request.command = command;
+  return request;
+}
+
+std::string DefaultSocket() {
+  const char* env = std::getenv("FERRY_CONTROL_SOCKET");
+  return env != nullptr && *env != '\0' ? env : "/run/ferry/control.sock";
+}
+
+// Sends `request` and prints the reply: a table by default, the JSON with --json.
+int Call(const std::string& socket, const ControlRequest& request, bool json,
+         std::string (*table)(const nlohmann::json&)) {
+  ferry::Result<nlohmann::json> reply = ferry::ctl::CallFerryd(socket, request);
+  if (!reply.ok()) {
+    std::cerr << "ferryctl: " << reply.error().ToString() << "\n";
+    return 1;
+  }
+  if (json || table == nullptr) {
+    std::cout << reply->dump(2) << "\n";
+  } else {
+    std::cout << table(*reply);
+  }
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"ferryctl: control a ferry node and validate its configuration"};
   app.require_subcommand(1);
   ferry::LogFlags log_flags;
   ferry::AddLogFlags(app, &log_flags);
+  std::string socket = DefaultSocket();
+  bool json = false;
+  app.add_option("--socket", socket, "ferryd's control socket (env FERRY_CONTROL_SOCKET)")
+      ->capture_default_str();
+  app.add_flag("--json", json, "print ferryd's reply as JSON (for scripts)");
 
   std::vector<std::string> paths;
   CLI::App* validate = app.add_subcommand("validate",
@@ -17,18 +65,110 @@ int main(int argc, char** argv) {
                                           "when all are valid, 2 otherwise");
   validate->add_option("PATH", paths, "node .toml files and bundle directories")->required();
 
+  CLI::App* status = app.add_subcommand("status", "The node's processes and models");
+  CLI::App* metrics =
+      app.add_subcommand("metrics", "Every scheduler counter, per worker and model");
+  CLI::App* control_status =
+      app.add_subcommand("control-status", "Discipline, weights, residency, per worker");
+  ControlRequest request;
+  CLI::App* set_policy = app.add_subcommand("set-policy", "Set a model's fair-share weight");
+  set_policy->add_option("MODEL", request.model)->required();
+  set_policy->add_option("--weight", request.weight, "> 0")->required();
+  std::string level;
+  CLI::App* set_residency = app.add_subcommand(
+      "set-residency", "Move a model's weights (scheduler.residency_mode = external)");
+  set_residency->add_option("MODEL", request.model)->required();
+  set_residency->add_option("LEVEL", level, "pinned, warm or on_demand")
+      ->required()
+      ->check(CLI::IsMember({"pinned", "warm", "on_demand"}));
+  std::string discipline;
+  CLI::App* set_discipline = app.add_subcommand("set-discipline", "fair, fifo or edf");
+  set_discipline->add_option("DISCIPLINE", discipline)
+      ->required()
+      ->check(CLI::IsMember({"fair", "fifo", "edf"}));
+  CLI::App* compact = app.add_subcommand("compact", "Compact every worker's weight arena");
+  CLI::App* reload =
+      app.add_subcommand("reload", "Re-read the node file; apply what can change live");
+  CLI::App* drain =
+      app.add_subcommand("drain", "Stop the node: finish queued work, then stop every process");
+  double interval = 1.0;
+  int iterations = 0;
+  CLI::App* top = app.add_subcommand("top", "Per-model rates, batch sizes and GPU shares");
+  top->add_option("--interval", interval, "seconds between refreshes")
+      ->check(CLI::Range(0.1, 3600.0));
+  top->add_option("--iterations", iterations, "stop after N refreshes (0: until interrupted)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }
-  if (auto status = ferry::ApplyLogFlags("ferryctl", log_flags); !status.ok()) {
-    std::cerr << status.error().message << "\n";
+  if (auto s = ferry::ApplyLogFlags("ferryctl", log_flags); !s.ok()) {
+    std::cerr << s.error().message << "\n";
     return 2;
   }
   if (validate->parsed()) {
     return ferry::RunValidate(paths, ferry::SchedulerEnvironment(), std::cout, std::cerr);
+  }
+  if (status->parsed()) {
+    return Call(socket, Plain(ControlCommand::kStatus), json, ferry::ctl::FormatStatus);
+  }
+  if (metrics->parsed()) {
+    return Call(socket, Plain(ControlCommand::kSchedulerMetrics), json, ferry::ctl::FormatMetrics);
+  }
+  if (control_status->parsed()) {
+    return Call(socket, Plain(ControlCommand::kControlStatus), json, ferry::ctl::FormatControlStatus);
+  }
+  if (set_policy->parsed()) {
+    request.command = ControlCommand::kSetPolicy;
+    return Call(socket, request, json, nullptr);
+  }
+  if (set_residency->parsed()) {
+    request.command = ControlCommand::kSetResidency;
+    request.residency = level == "pinned" ? ferry::Residency::kPinned
+                        : level == "warm" ? ferry::Residency::kWarm
+                                          : ferry::Residency::kOnDemand;
+    return Call(socket, request, json, nullptr);
+  }
+  if (set_discipline->parsed()) {
+    request.command = ControlCommand::kSetDiscipline;
+    request.discipline = discipline == "fair"   ? ferry::Discipline::kFair
+                         : discipline == "fifo" ? ferry::Discipline::kFifo
+                                                : ferry::Discipline::kEdf;
+    return Call(socket, request, json, nullptr);
+  }
+  if (compact->parsed()) {
+    return Call(socket, Plain(ControlCommand::kCompact), json, nullptr);
+  }
+  if (reload->parsed()) {
+    return Call(socket, Plain(ControlCommand::kReload), json, nullptr);
+  }
+  if (drain->parsed()) {
+    return Call(socket, Plain(ControlCommand::kDrain), json, nullptr);
+  }
+  if (top->parsed()) {
+    ferry::Result<nlohmann::json> before =
+        ferry::ctl::CallFerryd(socket, Plain(ControlCommand::kSchedulerMetrics));
+    for (int i = 0; before.ok() && (iterations == 0 || i < iterations); ++i) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(interval));
+      ferry::Result<nlohmann::json> after =
+          ferry::ctl::CallFerryd(socket, Plain(ControlCommand::kSchedulerMetrics));
+      if (!after.ok()) {
+        before = after;
+        break;
+      }
+      if (isatty(1)) {
+        std::cout << "\x1b[H\x1b[2J";
+      }
+      std::cout << ferry::ctl::FormatTop(*before, *after, interval) << std::flush;
+      before = after;
+    }
+    if (!before.ok()) {
+      std::cerr << "ferryctl: " << before.error().ToString() << "\n";
+      return 1;
+    }
+    return 0;
   }
   return 2;
 }

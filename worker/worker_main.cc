@@ -30,8 +30,10 @@ namespace {
 static_assert(kMaxWorkers == shm::kMaxPerKind && kMaxHookhosts == shm::kMaxPerKind,
               "the node file's limits are the segment's");
 
+// `device_pinned`: ferryd made this worker's GPU the only one it sees (CUDA_VISIBLE_DEVICES),
+// so it is device 0 whatever its id on the host.
 Result<std::unique_ptr<Backend>> MakeBackend(const NodeConfig& config, const shm::Segment& segment,
-                                             uint32_t worker) {
+                                             uint32_t worker, bool device_pinned) {
   const DeviceSelection& devices = config.node.devices;
   // The segment may have more worker slots than the node file selects devices.
   size_t selected = devices.kind == DeviceSelection::Kind::kGpuList ? devices.gpu_ids.size()
@@ -65,7 +67,8 @@ Result<std::unique_ptr<Backend>> MakeBackend(const NodeConfig& config, const shm
   }
 #if defined(FERRY_HAVE_CUDA)
   CudaBackendOptions options;
-  options.device = devices.kind == DeviceSelection::Kind::kGpuList
+  options.device = device_pinned ? 0
+                   : devices.kind == DeviceSelection::Kind::kGpuList
                        ? static_cast<int>(devices.gpu_ids[worker])
                        : static_cast<int>(worker);
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CudaBackend::Create(options));
@@ -78,6 +81,7 @@ Result<std::unique_ptr<Backend>> MakeBackend(const NodeConfig& config, const shm
   return std::unique_ptr<Backend>(std::move(cuda));
 #else
   (void)segment;
+  (void)device_pinned;
   return Unavailable(
       "GPU devices selected but this build has no CUDA backend; use devices = "
       "\"cpu:N\" or backend = \"sim\"");
@@ -122,7 +126,8 @@ void WarmUp(Backend& backend, Scheduler& scheduler, const std::vector<LoopModel>
   }
 }
 
-int Main(const std::string& segment_name, uint32_t slot, const std::string& config_path) {
+int Main(const std::string& segment_name, uint32_t slot, const std::string& config_path,
+         bool device_pinned) {
   prctl(PR_SET_TIMERSLACK, 1UL);  // Sleeps until a batch's end must not overshoot by 50 us.
   Result<NodeConfig> config = LoadNodeConfig(config_path, SchedulerEnvironment());
   if (!config.ok()) {
@@ -158,7 +163,7 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
     return 1;
   }
   Result<std::unique_ptr<Backend>> backend =
-      MakeBackend(*config, *segment, slot - segment->hookhosts());
+      MakeBackend(*config, *segment, slot - segment->hookhosts(), device_pinned);
   if (!backend.ok()) {
     spdlog::error("{}", backend.error().ToString());
     return 1;
@@ -216,6 +221,9 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--slot", slot, "this worker's slot in the segment")->required();
   app.add_option("--config", config, "the node file")->required();
+  bool device_pinned = false;
+  app.add_flag("--device-pinned", device_pinned,
+               "CUDA_VISIBLE_DEVICES holds only this worker's GPU: use device 0 (set by ferryd)");
   ferry::LogFlags log_flags;
   ferry::AddLogFlags(app, &log_flags);
   CLI11_PARSE(app, argc, argv);
@@ -223,5 +231,5 @@ int main(int argc, char** argv) {
     std::cerr << status.error().ToString() << "\n";
     return 1;
   }
-  return ferry::Main(segment, slot, config);
+  return ferry::Main(segment, slot, config, device_pinned);
 }

@@ -1,0 +1,83 @@
+#include "supervisor/node_report.h"
+
+#include <string>
+
+#include "config/scheduler_config.h"
+
+namespace ferry::supervisor {
+namespace {
+
+std::string Field(const char* text, size_t size) {
+  size_t n = 0;
+  while (n < size && text[n] != '\0') {
+    ++n;
+  }
+  return std::string(text, n);
+}
+
+template <size_t N>
+std::string Field(const char (&text)[N]) {
+  return Field(text, N);
+}
+
+std::string ResidencyText(uint32_t value) {
+  return value <= static_cast<uint32_t>(Residency::kOnDemand)
+             ? std::string(ResidencyName(static_cast<Residency>(value)))
+             : "unknown";
+}
+
+}  // namespace
+
+nlohmann::json ModelMetricsJson(const shm::ModelStatusData& m) {
+  return {{"model", Field(m.name)},
+          {"queue_depth", m.queue_depth},
+          {"outstanding", m.outstanding},
+          {"dispatches", m.dispatch_count},
+          {"requests_served", m.requests_served},
+          {"rows_served", m.rows_served},
+          {"padding_rows", m.padding_rows},
+          {"rejected", m.rejected},
+          {"shed", m.shed},
+          {"failed", m.failed},
+          {"errors", m.errors},
+          {"compute_seconds", m.total_compute_seconds},
+          {"recent_compute_share", m.recent_compute},
+          {"queue_wait_p50_us", m.queue_wait_p50_ns / 1000},
+          {"queue_wait_p99_us", m.queue_wait_p99_ns / 1000}};
+}
+
+nlohmann::json ModelControlJson(const shm::ModelStatusData& m) {
+  nlohmann::json out = {
+      {"model", Field(m.name)},
+      {"state", m.state == static_cast<uint32_t>(shm::ModelLoadState::kReady) ? "ready" : "failed"},
+      {"weight", m.weight},
+      {"residency", ResidencyText(m.residency)},
+      {"loaded", m.loaded != 0},
+      {"effective_max_batch", m.effective_max_batch}};
+  if (m.state != static_cast<uint32_t>(shm::ModelLoadState::kReady)) {
+    out["error"] = Field(m.error);
+  }
+  return out;
+}
+
+nlohmann::json WorkerSummaryJson(const shm::StatusSnapshotData& s) {
+  std::string discipline = s.discipline <= static_cast<uint32_t>(Discipline::kEdf)
+                               ? std::string(DisciplineName(static_cast<Discipline>(s.discipline)))
+                               : "unknown";
+  std::string mode = s.residency_mode <= static_cast<uint32_t>(ResidencyMode::kExternal)
+                         ? std::string(ResidencyModeName(static_cast<ResidencyMode>(s.residency_mode)))
+                         : "unknown";
+  return {{"state", s.state <= static_cast<uint32_t>(shm::ProcessState::kUnhealthy)
+                        ? std::string(shm::ProcessStateName(static_cast<shm::ProcessState>(s.state)))
+                        : "unknown"},
+          {"generation", s.generation},
+          {"discipline", discipline},
+          {"residency_mode", mode},
+          {"dispatches", s.dispatches},
+          {"invalid_descriptors", s.invalid_descriptors},
+          {"device_memory_in_use", s.device_memory_in_use},
+          {"host_gap_p50_us", s.host_gap_p50_ns / 1000},
+          {"host_gap_p99_us", s.host_gap_p99_ns / 1000}};
+}
+
+}  // namespace ferry::supervisor

@@ -1,0 +1,173 @@
+// A ferryd process for end-to-end tests: started with fork + exec on a node file in a
+// temporary directory, controlled through its real control socket (ctl/control_client.h).
+//
+// Thread safety: one test thread.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ctl/control_client.h"
+#include "tests/testing/temp_dir.h"
+
+namespace ferry::testing {
+
+// A node name unique to this test process and call (the segment is "ferry-<name>").
+inline std::string UniqueNodeName() {
+  static std::atomic<int> counter{0};
+  return "t" + std::to_string(getpid()) + "_" + std::to_string(counter.fetch_add(1));
+}
+
+// The example models, linked into `dir`/models.
+inline std::string ExampleRepository(const TempDir& dir) {
+  std::string repo = dir / "models";
+  std::filesystem::create_directories(repo);
+  for (const char* model : {"cnn", "mlp"}) {
+    std::filesystem::create_directory_symlink(
+        std::filesystem::current_path() / "examples/models" / model, repo + "/" + model);
+  }
+  return repo;
+}
+
+class FerrydProcess {
+ public:
+  // Writes the node file ([node] name, repository, control socket; `extra` appended) and
+  // starts ferryd on it. `node_extra` goes inside [node].
+  FerrydProcess(const TempDir& dir, const std::string& node_extra, const std::string& extra,
+                std::vector<std::string> flags = {})
+      : name_(UniqueNodeName()), socket_(dir / "control.sock"), log_(dir / "ferryd.log") {
+    config_ = dir / "node.toml";
+    WriteFile(config_, "[node]\nname = \"" + name_ + "\"\nmodel_repository = \"" +
+                           ExampleRepository(dir) + "\"\nshm_size = \"64MiB\"\n" + node_extra +
+                           "\n[supervisor]\ncontrol_socket = \"" + socket_ + "\"\n" + extra);
+    Start(std::move(flags));
+  }
+  ~FerrydProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  void Start(std::vector<std::string> flags = {}) {
+    std::vector<std::string> args = {FERRY_FERRYD_BINARY, "--config", config_};
+    args.insert(args.end(), flags.begin(), flags.end());
+    pid_ = fork();
+    if (pid_ == 0) {
+      FILE* log = std::fopen(log_.c_str(), "a");
+      if (log != nullptr) {
+        dup2(fileno(log), 1);
+        dup2(fileno(log), 2);
+      }
+      std::vector<char*> argv;
+      for (std::string& a : args) {
+        argv.push_back(a.data());
+      }
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+
+  Result<nlohmann::json> Call(supervisor::ControlCommand command) const {
+    supervisor::ControlRequest request;
+    request.command = command;
+    return Call(request);
+  }
+  Result<nlohmann::json> Call(const supervisor::ControlRequest& request) const {
+    return ctl::CallFerryd(socket_, request, 10'000);
+  }
+  Result<nlohmann::json> Status() const { return Call(supervisor::ControlCommand::kStatus); }
+
+  // The status once `pred` holds for it, polling every 20 ms; nullopt after `timeout_s`.
+  std::optional<nlohmann::json> StatusWhen(const std::function<bool(const nlohmann::json&)>& pred,
+                                           int timeout_s = 60) const {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    while (std::chrono::steady_clock::now() < deadline) {
+      Result<nlohmann::json> s = Status();
+      if (s.ok() && pred(*s)) {
+        return *s;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return std::nullopt;
+  }
+  std::optional<nlohmann::json> WaitReady(int timeout_s = 60) const {
+    return StatusWhen([](const nlohmann::json& s) { return s["state"] == "ready"; }, timeout_s);
+  }
+
+  // ferryd's exit status (as DescribeWaitStatus would read it), or -1 after `timeout_s`.
+  int Wait(int timeout_s = 60) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    int status = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  }
+
+  pid_t pid() const { return pid_; }
+  const std::string& name() const { return name_; }
+  const std::string& config() const { return config_; }
+  const std::string& socket() const { return socket_; }
+  std::string log() const {
+    std::ifstream in(log_);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+ private:
+  std::string name_;
+  std::string socket_;
+  std::string log_;
+  std::string config_;
+  pid_t pid_ = -1;
+};
+
+// The child of `kind` ("worker"/"hookhost") and `index` in a status reply.
+inline nlohmann::json ChildOf(const nlohmann::json& status, const std::string& kind, int index) {
+  for (const nlohmann::json& c : status["children"]) {
+    if (c["kind"] == kind && c["index"] == index) {
+      return c;
+    }
+  }
+  return {};
+}
+
+inline bool ProcessGone(pid_t pid) {
+  // A zombie counts as gone: it runs no more (its parent, killed, can no longer reap it
+  // before init does).
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) {
+    return true;
+  }
+  size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
+}
+
+inline std::string ReadFileText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+inline bool ShmExists(const std::string& object) {
+  return std::filesystem::exists("/dev/shm/" + object);
+}
+
+}  // namespace ferry::testing
