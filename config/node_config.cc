@@ -305,6 +305,17 @@ Result<uint64_t> ParseByteSize(std::string_view text) {
   return value << shift;
 }
 
+static void ReadFrontend(TableReader& r, FrontendSettings* f) {
+  int64_t bytes = 0;
+  if (r.Int("max_request_bytes", &bytes, 1024, int64_t{16} << 30)) {
+    f->max_request_bytes = static_cast<uint64_t>(bytes);
+  }
+  r.Int("max_connections", &f->max_connections, 1, 65536);
+  r.Double("request_timeout_seconds", &f->request_timeout_seconds, {0.1, 3600, false, false});
+  r.Double("idle_timeout_seconds", &f->idle_timeout_seconds, {0.1, 86'400, false, false});
+  r.Finish();
+}
+
 static void ReadSupervisor(TableReader& r, SupervisorSettings* s) {
   if (r.String("control_socket", &s->control_socket) &&
       (s->control_socket.empty() || s->control_socket[0] != '/' ||
@@ -385,6 +396,9 @@ Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& sou
         }
       }
       sim->Finish();
+    }
+    if (auto frontend = reader.Table("frontend")) {
+      ReadFrontend(*frontend, &config.frontend);
     }
     if (auto supervisor = reader.Table("supervisor")) {
       ReadSupervisor(*supervisor, &config.supervisor);

@@ -136,8 +136,22 @@ struct SupervisorSettings {
   double start_timeout_seconds = 600;
 };
 
+// The KServe front end in every hook host ([frontend]).
+struct FrontendSettings {
+  // Largest request body in bytes (JSON and binary tensors together); larger gets 413.
+  // 1024..2^34. Default 64 MiB.
+  uint64_t max_request_bytes = 64 << 20;
+  // Connections each hook host holds; more are answered 503 and closed. 1..65536. Default 1024.
+  int64_t max_connections = 1024;
+  // A request must arrive whole within this (slow clients get 408). 0.1..3600. Default 30.
+  double request_timeout_seconds = 30;
+  // An idle keep-alive connection is closed after this. 0.1..86400. Default 60.
+  double idle_timeout_seconds = 60;
+};
+
 struct NodeConfig {
   NodeSettings node;
+  FrontendSettings frontend;
   SupervisorSettings supervisor;
   CpuSettings cpu;
   SimSettings sim;

@@ -18,6 +18,8 @@
 #include "common/cli.h"
 #include "common/clock.h"
 #include "config/node_config.h"
+#include "frontend/http_server.h"
+#include "frontend/kserve_service.h"
 #include "hookhost/hookhost.h"
 #include "hookhost/sandbox.h"
 #include "shm/control.h"
@@ -49,7 +51,56 @@ void Publish(shm::StatusWriter& status, shm::ProcessState state, uint32_t genera
   status.Publish(*snapshot);
 }
 
-int Main(const std::string& segment_name, uint32_t slot, const std::string& config_path) {
+// The KServe HTTP front end on an inherited listening socket: its own I/O thread.
+struct FrontEnd {
+  std::unique_ptr<frontend::KServeService> service;
+  std::unique_ptr<frontend::HttpServer> server;
+  std::thread thread;
+
+  void Start(const shm::Segment& segment, const std::vector<HookModel>& models, HookHost* host,
+             int fd, const FrontendSettings& settings) {
+    service = std::make_unique<frontend::KServeService>(segment, models, host);
+    frontend::HttpServerOptions options;
+    options.max_body_bytes = settings.max_request_bytes;
+    options.max_connections = static_cast<size_t>(settings.max_connections);
+    options.request_timeout_ns = static_cast<int64_t>(settings.request_timeout_seconds * 1e9);
+    options.idle_timeout_ns = static_cast<int64_t>(settings.idle_timeout_seconds * 1e9);
+    frontend::KServeService* s = service.get();
+    server = std::make_unique<frontend::HttpServer>(
+        fd, options,
+        [s](frontend::HttpRequest&& r, frontend::Responder respond) {
+          s->Handle(std::move(r), std::move(respond));
+        });
+    thread = std::thread([this] { server->Run(); });
+  }
+  // No request reaches the flow after this returns.
+  void Drain() {
+    if (server == nullptr) {
+      return;
+    }
+    service->SetDraining();
+    server->Drain();
+    while (!server->DrainSeen()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  bool Drained() const { return server == nullptr || server->Drained(); }
+  // Writes what was answered (within `wait`), then closes every connection.
+  void Stop(std::chrono::milliseconds wait) {
+    if (server == nullptr) {
+      return;
+    }
+    auto deadline = std::chrono::steady_clock::now() + wait;
+    while (!server->Drained() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    server->Stop();
+    thread.join();
+  }
+};
+
+int Main(const std::string& segment_name, uint32_t slot, const std::string& config_path,
+         int http_fd) {
   Result<NodeConfig> config = LoadNodeConfig(config_path, SchedulerEnvironment());
   if (!config.ok()) {
     spdlog::error("invalid node file:\n{}", config.error().message);
@@ -100,6 +151,10 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
                                  static_cast<uint64_t>(config->scheduler.max_queue_depth));
   auto host = std::make_unique<HookHost>(*segment, slot, *models, options);
   host->Start();
+  FrontEnd front;
+  if (http_fd >= 0) {
+    front.Start(*segment, *models, host.get(), http_fd, config->frontend);
+  }
   Publish(status, shm::ProcessState::kReady, generation, *models);
   spdlog::info("hook host slot {} serving {} models", slot, models->size());
 
@@ -121,10 +176,11 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
         stop = true;
       } else if (message->code == shm::ControlCode::kDrain && !draining) {
         draining = true;
+        front.Drain();  // No new request; those read are answered.
         Publish(status, shm::ProcessState::kDraining, generation, *models);
       }
     }
-    if (stop || (draining && host->pending() == 0)) {
+    if (stop || (draining && host->pending() == 0 && front.Drained())) {
       break;
     }
     if (!host->healthy()) {
@@ -136,9 +192,11 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
     }
     std::this_thread::sleep_for(kControlPoll);
   }
+  front.Drain();
   if (host->timed_out_calls() == 0) {
     host.reset();  // Answers what is left and hands the workers' blocks back.
   }
+  front.Stop(std::chrono::milliseconds(1000));  // Those answers are written, then closed.
   if (code == 0) {
     Publish(status, shm::ProcessState::kStopped, generation, *models);
   }
@@ -160,6 +218,9 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--slot", slot, "this hook host's slot in the segment")->required();
   app.add_option("--config", config, "the node file")->required();
+  int http_fd = -1;
+  app.add_option("--http-fd", http_fd,
+                 "an inherited listening socket to serve KServe v2 HTTP on (set by ferryd)");
   ferry::LogFlags log_flags;
   ferry::AddLogFlags(app, &log_flags);
   CLI11_PARSE(app, argc, argv);
@@ -167,5 +228,5 @@ int main(int argc, char** argv) {
     std::cerr << status.error().ToString() << "\n";
     return 1;
   }
-  return ferry::hookhost::Main(segment, slot, config);
+  return ferry::hookhost::Main(segment, slot, config, http_fd);
 }

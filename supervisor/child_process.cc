@@ -57,6 +57,10 @@ Result<ChildProcess> Spawn(const ChildSpec& spec) {
   }
   envp.push_back(nullptr);
   pid_t parent = getpid();
+  if (spec.fds.size() > 16) {
+    return InvalidArgument("at most 16 descriptors can be handed to a child");
+  }
+  const std::vector<int>& fds = spec.fds;
   sigset_t empty;
   sigemptyset(&empty);
 
@@ -74,7 +78,16 @@ Result<ChildProcess> Spawn(const ChildSpec& spec) {
       signal(s, SIG_DFL);  // Fails harmlessly for SIGKILL, SIGSTOP and the RT gaps.
     }
     sigprocmask(SIG_SETMASK, &empty, nullptr);
-    syscall(SYS_close_range, 3U, ~0U, 0U);
+    // Out of the way first (a source may be 3 itself), then into place without CLOEXEC.
+    int moved[16];
+    size_t count = fds.size() < 16 ? fds.size() : 16;
+    for (size_t i = 0; i < count; ++i) {
+      moved[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 64);
+    }
+    for (size_t i = 0; i < count; ++i) {
+      dup2(moved[i], static_cast<int>(3 + i));
+    }
+    syscall(SYS_close_range, static_cast<unsigned>(3 + count), ~0U, 0U);
     execve(argv[0], argv.data(), envp.data());
     const char* why = std::strerror(errno);
     (void)!write(2, "ferryd: exec ", 13);

@@ -2,7 +2,8 @@
 // child needs, a pidfd to watch it, and PR_SET_PDEATHSIG so it dies with ferryd.
 //
 // What a child gets: the argument list; ferryd's environment with `env` added or replaced;
-// descriptors 0, 1 and 2 (the journal under systemd); nothing else (close_range from 3 up, and
+// descriptors 0, 1 and 2 (the journal under systemd), and `fds` as 3, 4, ...; nothing else
+// (close_range above those, and
 // ferryd opens its own descriptors O_CLOEXEC besides); an empty signal mask and default
 // dispositions; SIGKILL when ferryd's thread that started it dies (a SIGKILLed ferryd leaves
 // no orphan holding the segment or a GPU).
@@ -26,6 +27,7 @@ struct ChildSpec {
   std::string binary;                                    // Absolute or relative path.
   std::vector<std::string> args;                         // Without argv[0].
   std::vector<std::pair<std::string, std::string>> env;  // Added to ferryd's environment.
+  std::vector<int> fds;  // Handed down as descriptors 3, 4, ... in this order.
 };
 
 // A started child. The pidfd is readable once the child has exited (it is still a zombie

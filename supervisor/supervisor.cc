@@ -21,6 +21,7 @@
 #include "supervisor/child_process.h"
 #include "supervisor/control_server.h"
 #include "supervisor/devices.h"
+#include "supervisor/listeners.h"
 #include "supervisor/node_report.h"
 #include "supervisor/restart_policy.h"
 
@@ -162,6 +163,7 @@ struct Supervisor::Impl {
   std::vector<WorkerDevice> devices;
   std::optional<shm::Segment> segment;
   std::optional<ControlServer> control;
+  std::optional<Listener> http;  // Handed to every hook host.
   std::vector<Child> children;
   int epoll_fd = -1;
   int signal_fd = -1;
@@ -277,6 +279,9 @@ Status Supervisor::Impl::Start() {
   FERRY_ASSIGN_OR_RETURN(shm::Segment created, shm::Segment::Create(name, layout));
   segment.emplace(std::move(created));
 
+  FERRY_ASSIGN_OR_RETURN(Listener http_listener, Listener::Open(config.node.http));
+  http.emplace(std::move(http_listener));
+
   FERRY_ASSIGN_OR_RETURN(
       ControlServer server,
       ControlServer::Open(config.supervisor.control_socket, config.supervisor.control_group,
@@ -296,9 +301,11 @@ Status Supervisor::Impl::Start() {
   for (uint32_t w = 0; w < segment->workers(); ++w) {
     children.emplace_back(true, w, segment->WorkerSlot(w), devices[w], config.supervisor);
   }
-  spdlog::info("node '{}': segment {} ({} bytes), {} hook host(s), {} worker(s), control socket {}",
-               config.node.name, name, config.node.shm_size, segment->hookhosts(),
-               segment->workers(), control->path());
+  spdlog::info(
+      "node '{}': segment {} ({} bytes), {} hook host(s), {} worker(s), HTTP on {}, control "
+      "socket {}",
+      config.node.name, name, config.node.shm_size, segment->hookhosts(), segment->workers(),
+      http->bound(), control->path());
   for (Child& c : children) {
     StartChild(c, now);
     if (!c.running()) {
@@ -314,6 +321,10 @@ void Supervisor::Impl::StartChild(Child& c, int64_t now) {
   spec.args = {"--segment", segment->name(), "--slot", std::to_string(c.slot), "--config",
                options.config_path};
   spec.args.insert(spec.args.end(), options.child_log_args.begin(), options.child_log_args.end());
+  if (!c.worker) {
+    spec.fds = {http->fd()};
+    spec.args.insert(spec.args.end(), {"--http-fd", "3"});
+  }
   if (c.worker) {
     spec.env.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
     // A CPU worker sees no GPU; a GPU worker only its own.
@@ -717,6 +728,7 @@ json Supervisor::Impl::StatusJson() const {
           {"live", true},
           {"ready", phase == Phase::kRunning && NodeReady()},
           {"segment", segment->name()},
+          {"listen", {{"http", http->bound()}}},
           {"pid", getpid()},
           {"children", children_json}};
 }

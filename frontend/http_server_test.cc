@@ -1,0 +1,246 @@
+// The HTTP server over a real socket (port 0): keep-alive, pipelining order with answers out
+// of order, and hostile clients (malformed, oversized, slow, never reading, too many).
+#include "frontend/http_server.h"
+
+#include <arpa/inet.h>
+#include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+namespace ferry::frontend {
+namespace {
+
+struct Server {
+  int listen_fd = -1;
+  uint16_t port = 0;
+  std::unique_ptr<HttpServer> server;
+  std::thread thread;
+
+  Server(HttpServerOptions options, HttpHandler handler) {
+    listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    REQUIRE(listen(listen_fd, 128) == 0);
+    socklen_t len = sizeof(a);
+    getsockname(listen_fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+    server = std::make_unique<HttpServer>(listen_fd, options, std::move(handler));
+    thread = std::thread([this] { server->Run(); });
+  }
+  ~Server() {
+    server->Stop();
+    thread.join();
+    close(listen_fd);
+  }
+  int Connect() const {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(port);
+    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    timeval t{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof(t));
+    return fd;
+  }
+};
+
+void Send(int fd, const std::string& text) {
+  REQUIRE(send(fd, text.data(), text.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(text.size()));
+}
+
+// Everything until the peer closes (or 10 s pass).
+std::string ReadAll(int fd) {
+  std::string out;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) {
+    out.append(buffer, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+// Reads until `count` responses (by their status lines) have arrived.
+std::string ReadResponses(int fd, size_t count) {
+  std::string out;
+  char buffer[4096];
+  auto responses = [&] {
+    size_t n = 0;
+    for (size_t p = out.find("HTTP/1.1 "); p != std::string::npos; p = out.find("HTTP/1.1 ", p + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  while (responses() < count) {
+    ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
+    if (n <= 0) {
+      break;
+    }
+    out.append(buffer, static_cast<size_t>(n));
+  }
+  // The last body: wait for its bytes (bodies here are short and end with '}').
+  while (!out.empty() && out.back() != '}') {
+    ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
+    if (n <= 0) {
+      break;
+    }
+    out.append(buffer, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+HttpHandler Echo() {
+  return [](HttpRequest&& r, Responder respond) {
+    HttpResponse out;
+    out.body = "{\"target\":\"" + r.target + "\",\"bytes\":" + std::to_string(r.body.size()) + "}";
+    respond(std::move(out));
+  };
+}
+
+TEST_CASE("keep-alive and pipelining: answers in request order even when they finish out of order") {
+  // Even-numbered requests are answered 50 ms late, from another thread.
+  std::vector<std::thread> late;
+  std::mutex mu;
+  Server s({}, [&](HttpRequest&& r, Responder respond) {
+    HttpResponse out;
+    out.body = "{\"t\":\"" + r.target + "\"}";
+    if (r.target.back() % 2 == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      late.emplace_back([respond, out] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        respond(out);
+      });
+    } else {
+      respond(std::move(out));
+    }
+  });
+  int fd = s.Connect();
+  std::string pipelined;
+  for (int i = 0; i < 6; ++i) {
+    pipelined += "GET /r" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\n\r\n";
+  }
+  Send(fd, pipelined);
+  std::string got = ReadResponses(fd, 6);
+  size_t last = 0;
+  for (int i = 0; i < 6; ++i) {
+    size_t at = got.find("{\"t\":\"/r" + std::to_string(i) + "\"}");
+    REQUIRE(at != std::string::npos);
+    CHECK(at >= last);
+    last = at;
+  }
+  close(fd);
+  std::lock_guard<std::mutex> lock(mu);
+  for (std::thread& t : late) {
+    t.join();
+  }
+}
+
+TEST_CASE("hostile clients: malformed, oversized, slow; the server keeps serving") {
+  HttpServerOptions options;
+  options.max_body_bytes = 1000;
+  options.max_header_bytes = 2000;
+  options.request_timeout_ns = 300'000'000;
+  options.max_connections = 8;
+  Server s(options, Echo());
+
+  SUBCASE("malformed request line: 400 and closed") {
+    int fd = s.Connect();
+    Send(fd, "GARBAGE\r\n\r\n");
+    std::string got = ReadAll(fd);
+    CHECK(got.find("HTTP/1.1 400") == 0);
+    CHECK(got.find("Connection: close") != std::string::npos);
+    close(fd);
+  }
+  SUBCASE("a Content-Length over the limit: 413 before the body is read") {
+    int fd = s.Connect();
+    Send(fd, "POST /x HTTP/1.1\r\nContent-Length: 100000000\r\n\r\n");
+    CHECK(ReadAll(fd).find("HTTP/1.1 413") == 0);
+    close(fd);
+  }
+  SUBCASE("a header over the limit: 431") {
+    int fd = s.Connect();
+    Send(fd, "GET /x HTTP/1.1\r\nX-Big: " + std::string(5000, 'a') + "\r\n\r\n");
+    CHECK(ReadAll(fd).find("HTTP/1.1 431") == 0);
+    close(fd);
+  }
+  SUBCASE("a body shorter than its Content-Length, trickled: 408 at the request timeout") {
+    int fd = s.Connect();
+    Send(fd, "POST /x HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc");
+    auto start = std::chrono::steady_clock::now();
+    std::string got = ReadAll(fd);
+    CHECK(got.find("HTTP/1.1 408") == 0);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+    close(fd);
+  }
+  SUBCASE("a header sent a byte at a time past the timeout (slowloris): 408") {
+    int fd = s.Connect();
+    std::string got;
+    for (char ch : std::string("GET /slow HTTP/1.1\r\nHost: x\r\n")) {
+      if (send(fd, &ch, 1, MSG_NOSIGNAL) != 1) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    }
+    got = ReadAll(fd);
+    CHECK(got.find("HTTP/1.1 408") == 0);
+    close(fd);
+  }
+  SUBCASE("chunked bodies are accepted and bounded") {
+    int fd = s.Connect();
+    Send(fd, "POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n");
+    std::string got = ReadResponses(fd, 1);
+    CHECK(got.find("\"bytes\":3") != std::string::npos);
+    close(fd);
+  }
+  SUBCASE("more connections than allowed: 503, then served again once they close") {
+    std::vector<int> held;
+    for (int i = 0; i < 8; ++i) {
+      held.push_back(s.Connect());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    int extra = s.Connect();
+    CHECK(ReadAll(extra).find("HTTP/1.1 503") == 0);
+    close(extra);
+    for (int fd : held) {
+      close(fd);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  // Whatever came before, a good request is served.
+  int fd = s.Connect();
+  Send(fd, "POST /ok HTTP/1.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello");
+  std::string got = ReadAll(fd);
+  CHECK(got.find("HTTP/1.1 200 OK") == 0);
+  CHECK(got.find("\"bytes\":5") != std::string::npos);
+  close(fd);
+  CHECK(s.server->stats().bad_requests.load() <= 5);
+}
+
+TEST_CASE("Expect: 100-continue gets its interim answer; drain answers what was read") {
+  Server s({}, Echo());
+  int fd = s.Connect();
+  Send(fd, "POST /e HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n");
+  char buffer[64] = {};
+  ssize_t n = recv(fd, buffer, sizeof(buffer) - 1, 0);
+  REQUIRE(n > 0);
+  CHECK(std::string(buffer).find("HTTP/1.1 100 Continue") == 0);
+  Send(fd, "body");
+  CHECK(ReadResponses(fd, 1).find("\"bytes\":4") != std::string::npos);
+  s.server->Drain();
+  for (int i = 0; i < 200 && !s.server->Drained(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(s.server->Drained());  // The idle keep-alive connection was closed.
+  CHECK(recv(fd, buffer, 1, 0) <= 0);
+  close(fd);
+}
+
+}  // namespace
+}  // namespace ferry::frontend

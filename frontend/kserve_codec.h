@@ -1,0 +1,74 @@
+// KServe v2 (Open Inference Protocol) over HTTP, as JSON and with Triton's binary tensor
+// extension: the request and response bodies, and the metadata and config documents. Pure
+// functions over bytes; the routing and the hook host are kserve_service.h.
+//
+// Everything a client sends is hostile: JSON nesting is bounded before parsing (nlohmann
+// recurses per level), element counts must match shapes whose byte sizes cannot overflow,
+// binary sections must add up exactly, every value must fit its datatype.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+#include "hookhost/hookhost.h"
+#include "model/manifest.h"
+
+namespace ferry::frontend {
+
+inline constexpr int kMaxJsonDepth = 32;
+
+// True when no point of `text` is nested deeper than `max_depth` arrays and objects
+// (brackets inside strings do not count).
+bool JsonDepthWithin(std::string_view text, int max_depth);
+
+struct RequestedOutput {
+  std::string name;
+  bool binary = false;
+};
+
+// A parsed infer request. `request.inputs[i].bytes` point into `storage` or into the
+// binary section given to ParseInferRequest, which must outlive the submission.
+struct ParsedInfer {
+  std::string id;
+  hookhost::InferRequest request;
+  std::vector<std::vector<uint8_t>> storage;
+  std::vector<RequestedOutput> outputs;  // Empty: every output, JSON unless binary_default.
+  bool binary_default = false;           // "binary_data_output".
+  int64_t timeout_us = 0;                // "timeout" parameter: 0 = none.
+  int64_t priority = 0;                  // "priority" parameter (parsed; not yet scheduled).
+};
+
+// `header` is the JSON part, `binary` what follows it (Inference-Header-Content-Length).
+// INVALID_ARGUMENT naming the tensor or field and what was expected.
+Result<ParsedInfer> ParseInferRequest(std::string_view header, std::string_view binary);
+
+// A raw binary request (Inference-Header-Content-Length: 0): the body is the data of a
+// single-input model's one input, one row. Every output comes back binary.
+Result<ParsedInfer> ParseRawInferRequest(const Manifest& manifest, std::string_view body);
+
+struct EncodedResponse {
+  std::string body;
+  size_t json_bytes = 0;  // The JSON part; == body.size() when nothing is binary.
+  bool binary = false;
+};
+
+// The response: every output (or the requested ones, in that order), each as JSON data or
+// a binary section; the timings as response parameters. INVALID_ARGUMENT for a requested
+// output the model does not have.
+Result<EncodedResponse> EncodeInferResponse(const std::string& model, int64_t version,
+                                            const ParsedInfer& request,
+                                            const hookhost::InferResponse& response);
+
+nlohmann::json ServerMetadata();
+nlohmann::json ModelMetadata(const Manifest& manifest);
+// Triton's model configuration subset (perf_analyzer and tritonclient read it).
+nlohmann::json ModelConfig(const Manifest& manifest);
+// The largest compiled batch size when the client tensors are batched on axis 0, else 0.
+int64_t MaxBatchSize(const Manifest& manifest);
+
+}  // namespace ferry::frontend

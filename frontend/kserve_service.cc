@@ -1,0 +1,277 @@
+#include "frontend/kserve_service.h"
+
+#include <charconv>
+#include <memory>
+
+#include "common/clock.h"
+#include "frontend/kserve_codec.h"
+#include "shm/status.h"
+
+namespace ferry::frontend {
+namespace {
+
+using nlohmann::json;
+
+HttpResponse Json(int status, const json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.headers.emplace_back("Content-Type", "application/json");
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
+
+// The path's parts between slashes ("/v2/models/m/infer" -> v2, models, m, infer); the
+// query string is dropped.
+std::vector<std::string_view> PathParts(std::string_view target) {
+  target = target.substr(0, target.find('?'));
+  std::vector<std::string_view> parts;
+  while (!target.empty()) {
+    size_t start = target.find_first_not_of('/');
+    if (start == std::string_view::npos) {
+      break;
+    }
+    target.remove_prefix(start);
+    size_t end = target.find('/');
+    parts.push_back(target.substr(0, end));
+    target.remove_prefix(end == std::string_view::npos ? target.size() : end);
+  }
+  return parts;
+}
+
+// "00-<32 hex trace id>-<16 hex span>-<2 hex flags>" -> the trace id's two halves.
+bool ParseTraceparent(std::string_view header, uint64_t* high, uint64_t* low) {
+  if (header.size() < 55 || header[2] != '-' || header[35] != '-') {
+    return false;
+  }
+  auto hex = [](std::string_view s, uint64_t* out) {
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out, 16);
+    return ec == std::errc() && end == s.data() + s.size();
+  };
+  return hex(header.substr(3, 16), high) && hex(header.substr(19, 16), low) &&
+         (*high | *low) != 0;
+}
+
+std::string ModelState(const shm::ModelStatusData& m) {
+  return std::string(m.name, strnlen(m.name, sizeof(m.name)));
+}
+
+}  // namespace
+
+HttpResponse ErrorResponse(const Error& error) {
+  int status = 500;
+  switch (error.code) {
+    case ErrorCode::kInvalidArgument: status = 400; break;
+    case ErrorCode::kNotFound: status = 404; break;
+    case ErrorCode::kResourceExhausted: status = 429; break;
+    case ErrorCode::kDeadlineExceeded: status = 504; break;
+    case ErrorCode::kUnavailable: status = 503; break;
+    case ErrorCode::kInternal: status = 500; break;
+  }
+  HttpResponse r = Json(status, {{"error", error.message}});
+  if (status == 429 || status == 503) {
+    r.headers.emplace_back("Retry-After", "1");
+  }
+  return r;
+}
+
+KServeService::KServeService(const shm::Segment& segment,
+                             const std::vector<hookhost::HookModel>& models,
+                             hookhost::HookHost* host)
+    : segment_(segment), models_(models), host_(host) {}
+
+bool KServeService::ModelReady(const hookhost::HookModel& model) const {
+  if (model.failure || draining_.load()) {
+    return false;
+  }
+  for (uint32_t w = 0; w < segment_.workers(); ++w) {
+    Result<shm::StatusSnapshotData> s = shm::ReadStatus(segment_, segment_.WorkerSlot(w), 16);
+    if (!s.ok() || s->state != static_cast<uint32_t>(shm::ProcessState::kReady)) {
+      continue;
+    }
+    for (uint32_t m = 0; m < s->num_models && m < shm::kMaxStatusModels; ++m) {
+      if (ModelState(s->models[m]) == model.name &&
+          s->models[m].state == static_cast<uint32_t>(shm::ModelLoadState::kReady)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+bool KServeService::ServerReady() const {
+  if (draining_.load()) {
+    return false;
+  }
+  for (uint32_t w = 0; w < segment_.workers(); ++w) {
+    Result<shm::StatusSnapshotData> s = shm::ReadStatus(segment_, segment_.WorkerSlot(w), 16);
+    if (s.ok() && s->state == static_cast<uint32_t>(shm::ProcessState::kReady)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void KServeService::Handle(HttpRequest&& request, Responder respond) {
+  std::vector<std::string_view> parts = PathParts(request.target);
+  bool get = request.method == "GET" || request.method == "HEAD";
+  bool post = request.method == "POST";
+  auto method_not_allowed = [&] {
+    respond(Json(405, {{"error", request.method + " is not allowed on " +
+                                     std::string(request.target.substr(0, 256))}}));
+  };
+  if (parts.empty() || parts[0] != "v2") {
+    respond(Json(404, {{"error", "no such endpoint; the API is under /v2"}}));
+    return;
+  }
+  if (parts.size() == 1) {
+    get ? respond(Json(200, ServerMetadata())) : method_not_allowed();
+    return;
+  }
+  if (parts[1] == "health" && parts.size() == 3 && (parts[2] == "live" || parts[2] == "ready")) {
+    if (!get) {
+      method_not_allowed();
+    } else if (parts[2] == "live") {
+      respond(Json(200, {{"live", true}}));
+    } else {
+      bool ready = ServerReady();
+      respond(Json(ready ? 200 : 400, {{"ready", ready}}));
+    }
+    return;
+  }
+  if (parts[1] != "models" || parts.size() < 3) {
+    respond(Json(404, {{"error", "no such endpoint: " +
+                                     std::string(request.target.substr(0, 256))}}));
+    return;
+  }
+  const hookhost::HookModel* model = nullptr;
+  for (const hookhost::HookModel& m : models_) {
+    if (m.name == parts[2]) {
+      model = &m;
+    }
+  }
+  if (model == nullptr) {
+    respond(Json(404, {{"error", "unknown model '" + std::string(parts[2].substr(0, 128)) + "'"}}));
+    return;
+  }
+  size_t next = 3;
+  if (parts.size() >= 5 && parts[3] == "versions") {
+    bool known = !model->failure && parts[4] == std::to_string(model->manifest().version);
+    if (!known) {
+      respond(Json(404, {{"error", "model '" + model->name + "' has no version '" +
+                                       std::string(parts[4].substr(0, 32)) + "'"}}));
+      return;
+    }
+    next = 5;
+  }
+  std::string_view action = parts.size() > next ? parts[next] : "";
+  if (parts.size() > next + 1) {
+    respond(Json(404, {{"error", "no such endpoint: " +
+                                     std::string(request.target.substr(0, 256))}}));
+    return;
+  }
+  if (action == "ready") {
+    bool ready = ModelReady(*model);
+    get ? respond(Json(ready ? 200 : 400, {{"name", model->name}, {"ready", ready}}))
+        : method_not_allowed();
+    return;
+  }
+  if (action == "infer") {
+    post ? Infer(*model, std::move(request), std::move(respond)) : method_not_allowed();
+    return;
+  }
+  if (model->failure) {
+    respond(ErrorResponse(Unavailable("model '" + model->name +
+                                      "' failed to load: " + model->failure->message)));
+    return;
+  }
+  if (action.empty()) {
+    get ? respond(Json(200, ModelMetadata(model->manifest()))) : method_not_allowed();
+  } else if (action == "config") {
+    get ? respond(Json(200, ModelConfig(model->manifest()))) : method_not_allowed();
+  } else {
+    respond(Json(404, {{"error", "no such endpoint: " +
+                                     std::string(request.target.substr(0, 256))}}));
+  }
+}
+
+void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& request,
+                          Responder respond) {
+  if (draining_.load()) {
+    respond(ErrorResponse(Unavailable("this hook host is draining; retry on another")));
+    return;
+  }
+  if (model.failure) {
+    respond(ErrorResponse(Unavailable("model '" + model.name +
+                                      "' failed to load: " + model.failure->message)));
+    return;
+  }
+  // The body must outlive the submission (input spans point into it).
+  auto body = std::make_shared<std::string>(std::move(request.body));
+  Result<ParsedInfer> parsed = InvalidArgument("unset");
+  const std::string* header_length = request.Header("Inference-Header-Content-Length");
+  if (header_length != nullptr) {
+    size_t json_bytes = 0;
+    auto [end, ec] = std::from_chars(header_length->data(),
+                                     header_length->data() + header_length->size(), json_bytes);
+    if (ec != std::errc() || end != header_length->data() + header_length->size() ||
+        json_bytes > body->size()) {
+      respond(ErrorResponse(InvalidArgument(
+          "Inference-Header-Content-Length '" + header_length->substr(0, 32) +
+          "' is not a length within the body of " + std::to_string(body->size()) + " bytes")));
+      return;
+    }
+    std::string_view all(*body);
+    parsed = json_bytes == 0
+                 ? ParseRawInferRequest(model.manifest(), all)
+                 : ParseInferRequest(all.substr(0, json_bytes), all.substr(json_bytes));
+  } else {
+    parsed = ParseInferRequest(*body, {});
+  }
+  if (!parsed.ok()) {
+    respond(ErrorResponse(parsed.error()));
+    return;
+  }
+  auto state = std::make_shared<ParsedInfer>(std::move(*parsed));
+  state->request.model = model.name;
+  if (state->timeout_us > 0) {
+    state->request.deadline_ns = MonotonicNs() + state->timeout_us * 1000;
+  }
+  std::string traceparent;
+  if (const std::string* tp = request.Header("traceparent");
+      tp != nullptr && ParseTraceparent(*tp, &state->request.trace_id_high,
+                                        &state->request.trace_id_low)) {
+    traceparent = tp->substr(0, 55);
+  }
+  hookhost::InferRequest submit = state->request;  // Spans into `body` and `state->storage`.
+  std::string name = model.name;
+  int64_t version = model.manifest().version;
+  host_->Submit(std::move(submit), [state, body, respond, name, version,
+                                    traceparent](Result<hookhost::InferResponse> result) {
+    if (!result.ok()) {
+      HttpResponse r = ErrorResponse(result.error());
+      respond(std::move(r));
+      return;
+    }
+    Result<EncodedResponse> encoded = EncodeInferResponse(name, version, *state, *result);
+    if (!encoded.ok()) {
+      respond(ErrorResponse(encoded.error()));
+      return;
+    }
+    HttpResponse r;
+    r.status = 200;
+    if (encoded->binary) {
+      r.headers.emplace_back("Content-Type", "application/octet-stream");
+      r.headers.emplace_back("Inference-Header-Content-Length",
+                             std::to_string(encoded->json_bytes));
+    } else {
+      r.headers.emplace_back("Content-Type", "application/json");
+    }
+    if (!traceparent.empty()) {
+      r.headers.emplace_back("traceparent", traceparent);
+    }
+    r.body = std::move(encoded->body);
+    respond(std::move(r));
+  });
+}
+
+}  // namespace ferry::frontend

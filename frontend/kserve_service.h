@@ -1,0 +1,55 @@
+// The KServe v2 HTTP endpoints of a hook host: routes requests to the metadata documents and
+// to the hook host's request flow (hookhost.h), and maps ferry's errors to HTTP.
+//
+//   GET  /v2/health/live                      200 {"live": true}
+//   GET  /v2/health/ready                     200 {"ready": true} | 400 {"ready": false}
+//   GET  /v2                                  server metadata
+//   GET  /v2/models/M[/versions/V]            model metadata
+//   GET  /v2/models/M[/versions/V]/ready      200 | 400 {"name": M, "ready": ...}
+//   GET  /v2/models/M[/versions/V]/config     Triton's model configuration subset
+//   POST /v2/models/M[/versions/V]/infer      JSON or binary tensors
+//
+// Errors: {"error": "..."} with INVALID_ARGUMENT 400, NOT_FOUND 404, RESOURCE_EXHAUSTED 429
+// (+ Retry-After), DEADLINE_EXCEEDED 504, UNAVAILABLE 503 (+ Retry-After), INTERNAL 500;
+// an unknown path 404, a wrong method 405. Ready: the hook host is not draining, and some
+// worker reports ready with the model loaded. A W3C traceparent header is accepted, its trace
+// id carried with the request and echoed in the response's traceparent.
+//
+// Thread safety: Handle is called from the HTTP thread; answers come from hook threads.
+// Lifetime: the segment, models and host outlive the service and its answers.
+#pragma once
+
+#include <atomic>
+#include <vector>
+
+#include "frontend/http_server.h"
+#include "hookhost/hook_models.h"
+#include "hookhost/hookhost.h"
+#include "shm/segment.h"
+
+namespace ferry::frontend {
+
+class KServeService {
+ public:
+  KServeService(const shm::Segment& segment, const std::vector<hookhost::HookModel>& models,
+                hookhost::HookHost* host);
+
+  void Handle(HttpRequest&& request, Responder respond);
+  // Draining: readiness reports false and new infer requests get 503.
+  void SetDraining() { draining_.store(true); }
+
+ private:
+  void Infer(const hookhost::HookModel& model, HttpRequest&& request, Responder respond);
+  bool ModelReady(const hookhost::HookModel& model) const;
+  bool ServerReady() const;
+
+  const shm::Segment& segment_;
+  const std::vector<hookhost::HookModel>& models_;
+  hookhost::HookHost* host_;
+  std::atomic<bool> draining_{false};
+};
+
+// An Error as an HTTP answer: the status its code maps to and {"error": message}.
+HttpResponse ErrorResponse(const Error& error);
+
+}  // namespace ferry::frontend
