@@ -29,6 +29,9 @@ using Parser = http::request_parser<http::string_body>;
 constexpr uint64_t kListenTag = 0;
 constexpr uint64_t kWakeTag = 1;
 constexpr uint64_t kFirstConnection = 2;
+// Draining: an idle connection is closed after this, so a request its client was sending as
+// the drain began is still read and answered rather than met by a close.
+constexpr int64_t kDrainGraceNs = 200'000'000;
 
 struct Answer {
   uint64_t connection;
@@ -148,6 +151,7 @@ struct HttpServer::Impl {
   std::atomic<bool> drain_seen{false};
   std::atomic<bool> drained{false};
   bool listening = true;
+  int64_t drain_started = 0;
   HttpServerStats stats;
 
   void Accept(int64_t now);
@@ -226,7 +230,7 @@ void HttpServer::Impl::Dispatch(uint64_t id, Connection& c, Parser& parser) {
     request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
   }
   request.body = std::move(message.body());
-  bool keep_alive = message.keep_alive();
+  bool keep_alive = message.keep_alive() && !draining.load();
   uint64_t sequence = c.next_sequence++;
   ++c.in_flight;
   ++stats.requests;
@@ -398,7 +402,7 @@ void HttpServer::Impl::Sweep(int64_t now) {
     bool idle = c.in_flight == 0 && c.answered.empty() && c.out.empty();
     bool idle_too_long = idle && c.request_started == 0 && now - c.last_active > options.idle_timeout_ns;
     if ((c.close_when_written && c.out.empty()) || (idle && c.peer_closed) || idle_too_long ||
-        (idle && draining.load() && c.request_started == 0)) {
+        (idle && !listening && c.request_started == 0 && now - drain_started > kDrainGraceNs)) {
       closing.push_back(id);
       continue;
     }
@@ -440,15 +444,11 @@ void HttpServer::Run() {
   epoll_event events[64];
   while (!s.stopping.load()) {
     if (s.draining.load() && s.listening) {
+      // No new connection. Requests on open ones are still read and answered (the handler
+      // refuses them while draining), each answer closing its connection.
       epoll_ctl(s.epoll_fd, EPOLL_CTL_DEL, s.listen_fd, nullptr);
       s.listening = false;
-      for (auto& [id, c] : s.connections) {
-        // Requests already read are answered; nothing more is read.
-        c.stop_reading = true;
-        c.in.clear();
-        c.parser.reset();
-        c.request_started = 0;
-      }
+      s.drain_started = MonotonicNs();
       s.drain_seen.store(true);
     }
     int n = epoll_wait(s.epoll_fd, events, 64, 50);

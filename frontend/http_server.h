@@ -76,10 +76,12 @@ class HttpServer {
 
   // Serves until Stop. Returns at once when Stop was called before.
   void Run();
-  // Stops accepting; requests already read are still answered and written, and each
-  // connection closes once it has no request in flight (new requests on it are not read).
+  // Stops accepting. Requests on open connections are still read, handed to the handler and
+  // answered, each answer closing its connection; an idle connection is closed after a short
+  // grace (a request its client was sending is read, not met by a close).
   void Drain();
-  // True once Run has seen Drain: the handler will not be called again.
+  // True once Run has seen Drain: a handler call begun before it has returned, and every
+  // later request is marked to close its connection.
   bool DrainSeen() const;
   // True once draining and nothing is in flight or unwritten.
   bool Drained() const;

@@ -35,7 +35,8 @@ class KServeService {
                 hookhost::HookHost* host);
 
   void Handle(HttpRequest&& request, Responder respond);
-  // Draining: readiness reports false and new infer requests get 503.
+  // Draining: readiness reports false and infer requests get 503; from then on the service
+  // never calls the hook host (which may be destroyed once the server's DrainSeen holds).
   void SetDraining() { draining_.store(true); }
 
  private:

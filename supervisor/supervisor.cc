@@ -163,7 +163,8 @@ struct Supervisor::Impl {
   std::vector<WorkerDevice> devices;
   std::optional<shm::Segment> segment;
   std::optional<ControlServer> control;
-  std::optional<Listener> http;  // Handed to every hook host.
+  std::optional<Listener> http;  // Handed to every hook host; closed when the node stops.
+  std::string bound_http;
   std::vector<Child> children;
   int epoll_fd = -1;
   int signal_fd = -1;
@@ -322,7 +323,7 @@ void Supervisor::Impl::StartChild(Child& c, int64_t now) {
                options.config_path};
   spec.args.insert(spec.args.end(), options.child_log_args.begin(), options.child_log_args.end());
   if (!c.worker) {
-    spec.fds = {http->fd()};
+    spec.fds = {http->fd()};  // Only while running: nothing is restarted once stopping.
     spec.args.insert(spec.args.end(), {"--http-fd", "3"});
   }
   if (c.worker) {
@@ -513,6 +514,10 @@ void Supervisor::Impl::BeginShutdown(const std::string& why, int64_t now) {
   spdlog::info("stopping the node ({}): hook hosts drain first, then workers; drain timeout {} s",
                why, config.supervisor.drain_timeout_seconds);
   sd_notify(0, "STOPPING=1");
+  // ferryd's copy of the listening socket goes first: once the hook hosts stop accepting, no
+  // connection can wait in a backlog nobody serves (clients get a refusal, not a hang).
+  bound_http = http->bound();
+  http.reset();
   phase = Phase::kDrainingHookhosts;
   drain_deadline = now + static_cast<int64_t>(config.supervisor.drain_timeout_seconds * 1e9);
   for (Child& c : children) {
@@ -728,7 +733,7 @@ json Supervisor::Impl::StatusJson() const {
           {"live", true},
           {"ready", phase == Phase::kRunning && NodeReady()},
           {"segment", segment->name()},
-          {"listen", {{"http", http->bound()}}},
+          {"listen", {{"http", http ? http->bound() : bound_http}}},
           {"pid", getpid()},
           {"children", children_json}};
 }

@@ -1,0 +1,367 @@
+// The node as clients see it: ferryd started on CPU workers, requests over HTTP (the KServe v2
+// front end in the hook hosts), outputs compared with CpuBackend run directly; a worker or a
+// hook host killed under load, and a stop under load.
+#include <doctest/doctest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "frontend/http_client.h"
+#include "frontend/kserve_client.h"
+#include "model/repository.h"
+#include "shm/segment.h"
+#include "tests/testing/ferryd_process.h"
+#include "worker/cpu/cpu_backend.h"
+#include "worker/repository.h"
+
+namespace ferry::testing {
+namespace {
+
+using frontend::HttpClient;
+using frontend::Tensor;
+using nlohmann::json;
+
+constexpr const char* kCpuNode = "devices = \"cpu:2\"\nhookhosts = 2\n";
+constexpr const char* kSettings =
+    "restart_backoff_ms = 20\nrestart_backoff_max_ms = 200\ndrain_timeout_seconds = 20\n"
+    "[cpu]\nthreads = 1\npin = false\n";
+
+// CpuBackend run directly, one request at a time at the smallest compiled size holding it.
+struct Direct {
+  std::vector<RepositoryModel> repo;
+  CpuBackend backend{CpuOptions{CpuMode::kFast, 1}};
+  std::map<std::string, std::pair<const Manifest*, ModelHandle>> models;
+  std::mutex mu;
+  explicit Direct(const std::string& dir) : repo(LoadRepository(dir).value()) {
+    for (const RepositoryModel& m : repo) {
+      if (m.bundle) {
+        models[m.name] = {&m.bundle->manifest, backend.Load(*m.bundle).value()};
+      }
+    }
+  }
+  std::vector<uint8_t> Run(const std::string& model, int64_t rows, const std::vector<uint8_t>& in) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& [manifest, handle] = models.at(model);
+    int64_t size = *std::lower_bound(manifest->batch_sizes.begin(), manifest->batch_sizes.end(), rows);
+    std::vector<uint8_t> out(static_cast<size_t>(rows) * 10 * 4);
+    BatchJob job{0, size, {{rows, {in}, {out}}}};
+    REQUIRE(backend.Execute(handle, job).ok());
+    return out;
+  }
+};
+
+bool SameFloats(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
+  if (got.size() != want.size()) {
+    return false;
+  }
+  for (size_t i = 0; i + 4 <= want.size(); i += 4) {
+    float a, b;
+    std::memcpy(&a, got.data() + i, 4);
+    std::memcpy(&b, want.data() + i, 4);
+    if (std::fabs(a - b) > 1e-4f * std::max(1.0f, std::fabs(b))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+struct Sample {
+  std::string model;
+  int64_t rows;
+  std::vector<uint8_t> input;
+  Shape shape;
+  std::string input_name;
+};
+
+Sample MakeSample(std::mt19937& rng) {
+  std::uniform_real_distribution<float> value(-1, 1);
+  Sample s;
+  bool mlp = rng() % 2 == 0;
+  s.model = mlp ? "mlp" : "cnn";
+  s.rows = mlp ? 1 + rng() % 4 : 1 + rng() % 2;
+  s.input_name = mlp ? "input" : "image";
+  s.shape = mlp ? Shape{s.rows, 784} : Shape{s.rows, 3, 32, 32};
+  size_t count = static_cast<size_t>(s.rows) * (mlp ? 784 : 3 * 32 * 32);
+  s.input.resize(count * 4);
+  for (size_t i = 0; i < count; ++i) {
+    float f = value(rng);
+    std::memcpy(s.input.data() + 4 * i, &f, 4);
+  }
+  return s;
+}
+
+Result<frontend::InferAnswer> Send(HttpClient& client, const Sample& s) {
+  frontend::InferBody body =
+      frontend::BuildInferBody({Tensor{s.input_name, DType::kF32, s.shape, s.input}});
+  Result<frontend::HttpAnswer> answer =
+      client.Request("POST", "/v2/models/" + s.model + "/infer", body.body, body.headers);
+  if (!answer.ok()) {
+    return answer.error();
+  }
+  return frontend::ReadInferAnswer(*answer);
+}
+
+std::string HttpAddress(const FerrydProcess& ferryd) {
+  Result<json> s = ferryd.Status();
+  REQUIRE(s.ok());
+  return (*s)["listen"]["http"].get<std::string>();
+}
+
+TEST_CASE("1,000 concurrent requests over 2 models through HTTP, every output exact") {
+  TempDir dir;
+  FerrydProcess ferryd(dir, kCpuNode, kSettings);
+  REQUIRE_MESSAGE(ferryd.WaitReady(), ferryd.log());
+  std::string address = HttpAddress(ferryd);
+  Direct direct(dir / "models");
+  constexpr int kThreads = 20;
+  constexpr int kPerThread = 50;
+  std::atomic<int> exact{0}, wrong{0}, failed{0};
+  std::mutex mu;
+  std::string first_failure;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t));
+      Result<HttpClient> client = HttpClient::Connect(address);
+      for (int i = 0; i < kPerThread && client.ok(); ++i) {
+        Sample s = MakeSample(rng);
+        Result<frontend::InferAnswer> r = Send(*client, s);
+        if (!r.ok()) {
+          ++failed;
+          std::lock_guard<std::mutex> lock(mu);
+          first_failure = r.error().ToString();
+          continue;
+        }
+        bool same = r->outputs.size() == 1 &&
+                    r->outputs[0].shape == Shape{s.rows, 10} &&
+                    SameFloats(r->outputs[0].bytes, direct.Run(s.model, s.rows, s.input));
+        ++(same ? exact : wrong);
+      }
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  CHECK_MESSAGE(failed.load() == 0, first_failure);
+  CHECK(wrong.load() == 0);
+  CHECK(exact.load() == kThreads * kPerThread);
+  // The node saw them all, and batched some (snapshots are published every few ms).
+  uint64_t served = 0;
+  uint64_t dispatches = 0;
+  for (int i = 0; i < 100 && served != kThreads * kPerThread; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    Result<json> metrics = ferryd.Call(supervisor::ControlCommand::kSchedulerMetrics);
+    REQUIRE(metrics.ok());
+    served = 0;
+    dispatches = 0;
+    for (const json& w : (*metrics)["workers"]) {
+      for (const json& m : w["models"]) {
+        served += m["requests_served"].get<uint64_t>();
+        dispatches += m["dispatches"].get<uint64_t>();
+      }
+    }
+  }
+  CHECK(served == kThreads * kPerThread);
+  CHECK(dispatches < served);
+  kill(ferryd.pid(), SIGTERM);
+  CHECK(ferryd.Wait() == 0);
+}
+
+TEST_CASE("errors through HTTP: unknown model, bad tensors, deadline, wrong method") {
+  TempDir dir;
+  FerrydProcess ferryd(dir, kCpuNode, kSettings + std::string("[frontend]\nmax_request_bytes = 100000\n"));
+  REQUIRE_MESSAGE(ferryd.WaitReady(), ferryd.log());
+  Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
+  REQUIRE(client.ok());
+  auto post = [&](const std::string& target, const std::string& body) {
+    Result<frontend::HttpAnswer> a = client->Request("POST", target, body);
+    if (!client->connected()) {
+      client = HttpClient::Connect(HttpAddress(ferryd));
+    }
+    REQUIRE(a.ok());
+    return *a;
+  };
+  // One MLP row of zeros as JSON, without the closing brace (parameters may follow).
+  std::string one_row = R"({"inputs":[{"name":"input","datatype":"FP32","shape":[1,784],"data":[0)";
+  for (int i = 1; i < 784; ++i) {
+    one_row += ",0";
+  }
+  one_row += "]}]";
+  frontend::HttpAnswer a = post("/v2/models/nosuch/infer", one_row + "}");
+  CHECK(a.status == 404);
+  CHECK(a.body.find("unknown model 'nosuch'") != std::string::npos);
+  a = post("/v2/models/mlp/infer", R"({"inputs":[{"name":"input","datatype":"FP32","shape":[1,3],"data":[1,2,3]}]})");
+  CHECK(a.status == 400);
+  CHECK(a.body.find("expected FP32 [-1, 784]") != std::string::npos);
+  a = post("/v2/models/mlp/infer", R"({"inputs":[{"name":"wrong","datatype":"FP32","shape":[1,784],"data":[]}]})");
+  CHECK(a.status == 400);
+  a = post("/v2/models/mlp/infer", "{not json");
+  CHECK(a.status == 400);
+  a = post("/v2/models/mlp/infer", std::string(200000, ' '));
+  CHECK(a.status == 413);
+  // A 1 us deadline cannot be met: shed at the worker (or refused before), 504.
+  a = post("/v2/models/mlp/infer", one_row + R"(,"parameters":{"timeout":1}})");
+  CHECK(a.status == 504);
+  a = post("/v2/models/mlp/infer", one_row + "}");
+  CHECK(a.status == 200);
+  Result<frontend::HttpAnswer> get = client->Request("GET", "/v2/models/mlp/infer");
+  REQUIRE(get.ok());
+  CHECK(get->status == 405);
+  get = client->Request("GET", "/v2/models/mlp/versions/7");
+  REQUIRE(get.ok());
+  CHECK(get->status == 404);
+  get = client->Request("GET", "/v2/models/mlp/versions/1/ready");
+  REQUIRE(get.ok());
+  CHECK(get->status == 200);
+  kill(ferryd.pid(), SIGTERM);
+  CHECK(ferryd.Wait() == 0);
+}
+
+// Clients sending until told to stop; every answer checked.
+struct Load {
+  std::atomic<bool> stop{false};
+  std::atomic<int> exact{0}, wrong{0}, unavailable{0}, other_error{0}, lost{0}, refused{0};
+  std::mutex mu;
+  std::vector<std::string> odd;
+  std::vector<std::thread> threads;
+
+  void Start(const std::string& address, Direct* direct, int n) {
+    for (int t = 0; t < n; ++t) {
+      threads.emplace_back([this, address, direct, t] {
+        std::mt19937 rng(static_cast<unsigned>(100 + t));
+        std::optional<HttpClient> client;
+        bool answered_on_this = false;
+        while (!stop.load()) {
+          if (!client || !client->connected()) {
+            Result<HttpClient> c = HttpClient::Connect(address, 2000);
+            if (!c.ok()) {
+              ++refused;
+              std::this_thread::sleep_for(std::chrono::milliseconds(10));
+              continue;
+            }
+            client.emplace(std::move(*c));
+            answered_on_this = false;
+          }
+          Sample s = MakeSample(rng);
+          Result<frontend::InferAnswer> r = Send(*client, s);
+          if (r.ok()) {
+            answered_on_this = true;
+            bool same = SameFloats(r->outputs.at(0).bytes, direct->Run(s.model, s.rows, s.input));
+            ++(same ? exact : wrong);
+          } else if (r.error().code == ErrorCode::kUnavailable &&
+                     r.error().message.find("connection to") != std::string::npos) {
+            // No HTTP answer: lost if this connection had been served (the server had
+            // accepted it); a fresh one may meet a hook host that just died or stopped.
+            ++(answered_on_this ? lost : refused);
+            std::lock_guard<std::mutex> lock(mu);
+            odd.push_back(r.error().ToString());
+          } else if (r.error().code == ErrorCode::kUnavailable) {
+            ++unavailable;
+            answered_on_this = true;
+          } else {
+            ++other_error;
+            std::lock_guard<std::mutex> lock(mu);
+            odd.push_back(r.error().ToString());
+          }
+        }
+      });
+    }
+  }
+  void Join() {
+    stop.store(true);
+    for (std::thread& t : threads) {
+      t.join();
+    }
+  }
+  std::string Report() {
+    std::lock_guard<std::mutex> lock(mu);
+    std::string out = "exact " + std::to_string(exact) + " wrong " + std::to_string(wrong) +
+                      " unavailable " + std::to_string(unavailable) + " other " +
+                      std::to_string(other_error) + " lost " + std::to_string(lost) +
+                      " refused " + std::to_string(refused);
+    for (size_t i = 0; i < odd.size() && i < 5; ++i) {
+      out += "\n  " + odd[i];
+    }
+    return out;
+  }
+};
+
+uint64_t BytesInUse(const std::string& segment) {
+  Result<shm::Segment> view = shm::Segment::Attach(segment, shm::kSupervisor);
+  REQUIRE(view.ok());
+  uint64_t total = 0;
+  for (uint32_t s = 0; s < view->num_slots(); ++s) {
+    total += view->accounting(s).bytes_in_use.load();
+  }
+  return total;
+}
+
+TEST_CASE("SIGKILL under load: only in-flight requests fail, UNAVAILABLE; nothing leaks") {
+  TempDir dir;
+  FerrydProcess ferryd(dir, kCpuNode, kSettings);
+  std::optional<json> ready = ferryd.WaitReady();
+  REQUIRE_MESSAGE(ready, ferryd.log());
+  std::string address = HttpAddress(ferryd);
+  std::string segment = shm::Segment::NameForNode(ferryd.name());
+  Direct direct(dir / "models");
+  bool worker = true;
+  SUBCASE("a worker") { worker = true; }
+  SUBCASE("a hook host") { worker = false; }
+  Load load;
+  load.Start(address, &direct, 8);
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  int64_t pid = ChildOf(*ready, worker ? "worker" : "hookhost", 0)["pid"].get<int64_t>();
+  kill(static_cast<pid_t>(pid), SIGKILL);
+  std::optional<json> back = ferryd.StatusWhen([&](const json& s) {
+    json c = ChildOf(s, worker ? "worker" : "hookhost", 0);
+    return s["state"] == "ready" && c["restarts"].get<int64_t>() == 1;
+  });
+  REQUIRE_MESSAGE(back, ferryd.log());
+  int before = load.exact.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // Served after the restart.
+  load.Join();
+  MESSAGE(load.Report());
+  CHECK(load.wrong.load() == 0);
+  CHECK(load.other_error.load() == 0);
+  CHECK(load.exact.load() > before);
+  if (worker) {
+    CHECK(load.lost.load() == 0);  // Hook hosts answered every request, UNAVAILABLE or not.
+  }
+  // Every request in flight is answered and every block handed back.
+  bool clean = false;
+  for (int i = 0; i < 200 && !clean; ++i) {
+    clean = BytesInUse(segment) == 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(clean);
+  kill(ferryd.pid(), SIGTERM);
+  CHECK(ferryd.Wait() == 0);
+  CHECK_FALSE(ShmExists(segment));
+}
+
+TEST_CASE("SIGTERM under load: every request sent on a served connection is answered") {
+  TempDir dir;
+  FerrydProcess ferryd(dir, kCpuNode, kSettings);
+  REQUIRE_MESSAGE(ferryd.WaitReady(), ferryd.log());
+  std::string address = HttpAddress(ferryd);
+  Direct direct(dir / "models");
+  Load load;
+  load.Start(address, &direct, 8);
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  kill(ferryd.pid(), SIGTERM);
+  int code = ferryd.Wait();
+  load.Join();
+  MESSAGE(load.Report());
+  CHECK(code == 0);
+  CHECK(load.lost.load() == 0);
+  CHECK(load.wrong.load() == 0);
+  CHECK(load.other_error.load() == 0);
+  CHECK(load.exact.load() > 0);
+}
+
+}  // namespace
+}  // namespace ferry::testing
