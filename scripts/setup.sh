@@ -16,6 +16,7 @@ packages=(
   libdnnl-dev             # oneDNN: the CPU backend's dense and conv2d kernels
   ocl-icd-opencl-dev      # dnnl-config.cmake looks for OpenCL (Debian builds oneDNN with it)
   python3                 # example generator
+  python3-venv curl       # client tests: tritonclient from PyPI in a venv, and curl
   systemd                 # systemd-analyze verify of the unit (tests)
   dpkg-dev fakeroot       # the Debian package (CPack) and its inspection (tests)
   clang libclang-rt-14-dev  # libFuzzer for the fuzz targets, -Wthread-safety analysis

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""A client ferry did not write, against a running node: tritonclient (HTTP) runs health,
+metadata, config and infer on the example models, binary and JSON tensors both, and compares
+the outputs with PyTorch's float64 references in tests/data/reference (read here with numpy).
+
+    tritonclient_test.py HOST:PORT
+"""
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        out[name] = np.frombuffer(data[8 + n + begin:8 + n + end], dtype=np.float32).reshape(info["shape"])
+    return out
+
+
+def main():
+    client = httpclient.InferenceServerClient(sys.argv[1])
+    check(client.is_server_live(), "server live")
+    check(client.is_server_ready(), "server ready")
+    meta = client.get_server_metadata()
+    check("binary_tensor_data" in meta["extensions"], "server metadata lists binary_tensor_data")
+    for model, input_name, output_name, reference in [
+        ("mlp", "input", "logits", "mlp-default-b8.safetensors"),
+        ("cnn", "image", "probs", "cnn-default-b4.safetensors"),
+    ]:
+        check(client.is_model_ready(model), f"{model} ready")
+        md = client.get_model_metadata(model)
+        check(md["inputs"][0]["name"] == input_name, f"{model} metadata names its input")
+        config = client.get_model_config(model)
+        check(config["max_batch_size"] > 0, f"{model} config has max_batch_size")
+        ref = read_safetensors(os.path.join(ROOT, "tests", "data", "reference", reference))
+        x = ref["input." + input_name]
+        want = ref["output." + output_name]
+        for binary in (True, False):
+            inp = httpclient.InferInput(input_name, list(x.shape), "FP32")
+            inp.set_data_from_numpy(x, binary_data=binary)
+            out = httpclient.InferRequestedOutput(output_name, binary_data=binary)
+            result = client.infer(model, [inp], outputs=[out], request_id="r-" + model)
+            got = result.as_numpy(output_name)
+            err = float(np.abs(got - want).max())
+            check(got.shape == want.shape and err < 1e-4,
+                  f"{model} infer ({'binary' if binary else 'JSON'}) matches PyTorch (max error {err:.2e})")
+            params = result.get_response().get("parameters", {})
+            check(params.get("batch_size", 0) >= x.shape[0], f"{model} reports its batch size")
+    try:
+        client.infer("nosuch", [inp])
+        check(False, "unknown model refused")
+    except InferenceServerException as e:
+        check(e.status() == "404" or "unknown model" in str(e), "unknown model refused with 404")
+    bad = httpclient.InferInput("input", [1, 3], "FP32")
+    bad.set_data_from_numpy(np.zeros((1, 3), np.float32))
+    try:
+        client.infer("mlp", [bad])
+        check(False, "bad shape refused")
+    except InferenceServerException as e:
+        check("784" in str(e), "bad shape refused naming the expected shape")
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
+    print("all tritonclient checks passed")
+
+
+if __name__ == "__main__":
+    main()
