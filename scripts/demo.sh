@@ -1,46 +1,96 @@
 #!/usr/bin/env bash
-# Shows ferry working on this machine. Today: builds ferry, validates the shipped example
-# node file and model bundles, shows that a broken node file is refused with every error
-# named, runs the worker's scheduler in virtual time against its baselines, starts a
-# ferry-worker process that serves requests pushed over the shared-memory rings, and runs the
-# hook host's request flow (plugins, gateway, rings) against a worker. Later issues grow this
-# into a node clients call over HTTP and gRPC.
+# Shows ferry serving on this machine (no GPU needed): builds ferry, starts ferryd on the
+# shipped example node (two CPU workers, two sandboxed hook hosts, the example MLP and CNN),
+# calls it over HTTP as any KServe v2 client would, sends a burst of concurrent requests to
+# both models, shows the batch sizes they ran in and each model's share of compute time,
+# kills a worker and watches ferryd bring it back, and stops the node cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh >/dev/null
 cmake -S . -B build -G Ninja >/dev/null
-cmake --build build -j "$(nproc)" --target ferryctl ferryd ferry-sim ferry-worker ferry-node-bench \
-  ferry-hookhost ferry-hookhost-bench image_classify >/dev/null
+cmake --build build -j "$(nproc)" --target ferryd ferryctl ferry-worker ferry-hookhost ferry-load \
+  ferry-sim >/dev/null
 
-echo "== ferryctl validate examples/node.toml examples/models/*"
-build/ctl/ferryctl validate examples/node.toml examples/models/* 2>&1
+dir=$(mktemp -d)
+pid=""
+cleanup() {
+  if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid"; wait "$pid" || true; fi
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+# The example node file, with this run's control socket, free ports and absolute paths.
+sed -e "s#^model_repository = .*#model_repository = \"$PWD/examples/models\"#" \
+    -e 's#^http = .*#http = "127.0.0.1:0"#' -e 's#^grpc = .*#grpc = "127.0.0.1:0"#' \
+    -e 's#^metrics = .*#metrics = "127.0.0.1:0"#' -e "s#^name = \"example\"#name = \"demo$$\"#" \
+    examples/node.toml > "$dir/node.toml"
+printf '\n[supervisor]\ncontrol_socket = "%s/control.sock"\n' "$dir" >> "$dir/node.toml"
+ctl=(build/ctl/ferryctl --socket "$dir/control.sock")
+# A field of `ferryctl --json status`, e.g. state, or listen.http.
+status() {
+  "${ctl[@]}" --json status 2>/dev/null | python3 -c 'import json, sys
+v = json.load(sys.stdin)
+for k in sys.argv[1].split("."): v = v[k]
+print(v)' "$1" 2>/dev/null || true
+}
+
+echo "== ferryctl validate: the example node file and bundles"
+build/ctl/ferryctl validate examples/node.toml examples/models/*
 
 echo
-echo "== ferryd --check on the example node file"
-build/supervisor/ferryd --check --config examples/node.toml 2>&1
+echo "== ferryd starts the node (log in $dir/ferryd.log)"
+build/supervisor/ferryd --config "$dir/node.toml" > "$dir/ferryd.log" 2>&1 &
+pid=$!
+for _ in $(seq 300); do
+  [[ $(status state) == ready ]] && break
+  sleep 0.1
+done
+"${ctl[@]}" status
+address=$(status listen.http)
 
 echo
-echo "== a broken node file is refused (exit 2), every error named"
-set +e
-build/ctl/ferryctl validate tests/data/bad_node.toml 2>&1
-code=$?
-set -e
-echo "exit code: $code"
-[[ $code -eq 2 ]]
+echo "== one request with curl: POST http://$address/v2/models/mlp/infer (JSON tensors)"
+row=$(printf '0.5,%.0s' $(seq 783))0.5
+curl -sS -X POST "http://$address/v2/models/mlp/infer" \
+  -d "{\"id\":\"demo-1\",\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,784],\"data\":[$row]}]}" \
+  | python3 -c 'import json,sys; r=json.load(sys.stdin); o=r["outputs"][0]
+print("  id", r["id"], "->", o["name"], o["shape"], [round(x, 3) for x in o["data"]])
+print("  server timings (us):", {k: v for k, v in r["parameters"].items()})'
+
+echo
+echo "== a burst: 16 clients at once for 3 s, alternating the MLP and the CNN (binary tensors)"
+build/bench/ferry-load --url "$address" --model mlp --model cnn --concurrency 16 --seconds 3 \
+  --warmup 0.5 &
+load=$!
+sleep 1.5
+echo "   per-model rates and compute shares meanwhile (ferryctl top, one 1 s sample):"
+"${ctl[@]}" top --iterations 1 --interval 1 | sed 's/^/   /'
+wait "$load"
+
+echo
+echo "== every scheduler counter (ferryctl metrics)"
+"${ctl[@]}" metrics
+
+echo
+echo "== a worker is killed (SIGKILL); ferryd repairs its shared memory and restarts it"
+worker=$("${ctl[@]}" --json status | python3 -c 'import json,sys
+print([c["pid"] for c in json.load(sys.stdin)["children"] if c["kind"] == "worker"][0])')
+kill -KILL "$worker"
+sleep 0.2
+for _ in $(seq 100); do
+  [[ $(status state) == ready ]] && break
+  sleep 0.1
+done
+"${ctl[@]}" status | sed -n '1,8p'
 
 echo
 echo "== the scheduler: 3 models weighted 2:1:1, one 10x costlier per row, all saturated"
 echo "   (ferry-sim, virtual time; shares should read 0.50 / 0.25 / 0.25)"
-build/bench/ferry-sim bench/scenarios/fairness.toml | awk -v RS= '/^(ferry|baseline: round robin)/ {print; print ""}'
+build/bench/ferry-sim bench/scenarios/fairness.toml | awk -v RS= '/^ferry/ {print; print ""}'
 
-
-echo
-echo "== a ferry-worker process serving over shared memory (simulated executor and the CPU"
-echo "   executor on the example MLP), driven as a hook host would drive it"
-build/bench/ferry-node-bench --seconds 1 --rows 8
-
-echo
-echo "== the hook host's request flow: uint8 images through the example classifier plugin"
-echo "   (preprocess, a ferry-worker, top-3 postprocess), against the plugins alone"
-build/bench/ferry-hookhost-bench --seconds 0.5 --light 300
+echo "== SIGTERM: hook hosts drain, then workers, then the segment is removed"
+kill -TERM "$pid"
+wait "$pid"
+pid=""
+tail -n 6 "$dir/ferryd.log"
