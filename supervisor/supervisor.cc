@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <thread>
 
 #include "common/clock.h"
 #include "shm/control.h"
@@ -21,7 +22,9 @@
 #include "supervisor/child_process.h"
 #include "supervisor/control_server.h"
 #include "supervisor/devices.h"
+#include "frontend/http_server.h"
 #include "supervisor/listeners.h"
+#include "supervisor/metrics.h"
 #include "supervisor/node_report.h"
 #include "supervisor/restart_policy.h"
 
@@ -165,6 +168,11 @@ struct Supervisor::Impl {
   std::optional<ControlServer> control;
   std::optional<Listener> http;  // Handed to every hook host; closed when the node stops.
   std::string bound_http;
+  // /metrics: its own thread, reading only shared memory and `counters`.
+  std::optional<Listener> metrics_listener;
+  std::unique_ptr<SupervisorCounters> counters;
+  std::unique_ptr<frontend::HttpServer> metrics_server;
+  std::thread metrics_thread;
   std::vector<Child> children;
   int epoll_fd = -1;
   int signal_fd = -1;
@@ -182,6 +190,7 @@ struct Supervisor::Impl {
   std::map<std::string, double> weight_overrides;
 
   ~Impl() {
+    StopMetrics();
     if (signal_fd >= 0) {
       close(signal_fd);
     }
@@ -191,6 +200,8 @@ struct Supervisor::Impl {
   }
 
   Status Start();
+  Status StartMetrics();
+  void StopMetrics();
   void Loop();
   void StartChild(Child& c, int64_t now);
   void OnExit(Child& c, int64_t now);
@@ -245,6 +256,7 @@ int Supervisor::Run() {
     return 1;
   }
   impl_->Loop();
+  impl_->StopMetrics();
   shm::Segment::Remove(impl_->segment->name());
   spdlog::info("node '{}' stopped; segment {} removed", impl_->config.node.name,
                impl_->segment->name());
@@ -282,6 +294,7 @@ Status Supervisor::Impl::Start() {
 
   FERRY_ASSIGN_OR_RETURN(Listener http_listener, Listener::Open(config.node.http));
   http.emplace(std::move(http_listener));
+  FERRY_RETURN_IF_ERROR(StartMetrics());
 
   FERRY_ASSIGN_OR_RETURN(
       ControlServer server,
@@ -314,6 +327,44 @@ Status Supervisor::Impl::Start() {
     }
   }
   return OkStatus();
+}
+
+Status Supervisor::Impl::StartMetrics() {
+  FERRY_ASSIGN_OR_RETURN(Listener listener, Listener::Open(config.node.metrics));
+  metrics_listener.emplace(std::move(listener));
+  counters = std::make_unique<SupervisorCounters>(segment->num_slots());
+  frontend::HttpServerOptions options;
+  options.max_body_bytes = 1024;
+  options.max_connections = 64;
+  options.request_timeout_ns = 5'000'000'000;
+  const shm::Segment* view = &*segment;
+  const SupervisorCounters* c = counters.get();
+  metrics_server = std::make_unique<frontend::HttpServer>(
+      metrics_listener->fd(), options,
+      [view, c](frontend::HttpRequest&& request, frontend::Responder respond) {
+        frontend::HttpResponse r;
+        std::string_view path = std::string_view(request.target).substr(0, request.target.find('?'));
+        if (path != "/metrics") {
+          r.status = 404;
+          r.body = "{\"error\":\"only /metrics is served here\"}";
+        } else if (request.method != "GET" && request.method != "HEAD") {
+          r.status = 405;
+        } else {
+          r.headers.emplace_back("Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+          r.body = RenderMetrics(*view, *c);
+        }
+        respond(std::move(r));
+      });
+  metrics_thread = std::thread([this] { metrics_server->Run(); });
+  return OkStatus();
+}
+
+void Supervisor::Impl::StopMetrics() {
+  if (metrics_server != nullptr) {
+    metrics_server->Stop();
+    metrics_thread.join();
+    metrics_server.reset();
+  }
 }
 
 void Supervisor::Impl::StartChild(Child& c, int64_t now) {
@@ -376,6 +427,7 @@ void Supervisor::Impl::OnExit(Child& c, int64_t now) {
   c.waiting = true;
   c.restart_at = now + delay;
   ++c.restarts;
+  counters->restarts[c.slot].store(c.restarts);
   std::string why = c.kill_reason.empty() ? "" : " (" + c.kill_reason + ")";
   c.kill_reason.clear();
   auto level = clean ? spdlog::level::warn : spdlog::level::err;
@@ -477,6 +529,10 @@ void Supervisor::Impl::Notify(int64_t now) {
     }
   }
   bool ready = NodeReady();
+  for (const Child& c : children) {
+    counters->up[c.slot].store(c.ready());
+  }
+  counters->ready.store(ready && phase == Phase::kRunning);
   if (ready && !notified_ready && phase == Phase::kRunning) {
     notified_ready = true;
     sd_notify(0, "READY=1");
@@ -733,7 +789,8 @@ json Supervisor::Impl::StatusJson() const {
           {"live", true},
           {"ready", phase == Phase::kRunning && NodeReady()},
           {"segment", segment->name()},
-          {"listen", {{"http", http ? http->bound() : bound_http}}},
+          {"listen",
+           {{"http", http ? http->bound() : bound_http}, {"metrics", metrics_listener->bound()}}},
           {"pid", getpid()},
           {"children", children_json}};
 }

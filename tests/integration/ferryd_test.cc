@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "frontend/http_client.h"
 #include "shm/segment.h"
 #include "supervisor/control_server.h"
 #include "tests/testing/ferryd_process.h"
@@ -60,6 +61,29 @@ TEST_CASE("ferryd starts the node, reports it ready, and stops cleanly on SIGTER
   REQUIRE(worker["models"].size() == 2);
   CHECK(worker["models"][0]["model"] == "cnn");
   CHECK(worker["models"][1]["state"] == "ready");
+
+  // /metrics: every family there, labelled by model and gpu, and promtool finds no problem.
+  Result<frontend::HttpClient> client =
+      frontend::HttpClient::Connect((*ready)["listen"]["metrics"].get<std::string>());
+  REQUIRE(client.ok());
+  Result<frontend::HttpAnswer> metrics = client->Request("GET", "/metrics");
+  REQUIRE(metrics.ok());
+  CHECK(metrics->status == 200);
+  for (const char* line :
+       {"# TYPE ferry_requests_total counter", "ferry_queue_depth{gpu=\"1\",model=\"mlp\"} 0",
+        "ferry_process_up{index=\"0\",kind=\"worker\"} 1", "ferry_node_ready 1",
+        "ferry_arena_bytes_in_use{index=\"1\",kind=\"hookhost\"}",
+        "ferry_requests_total{gpu=\"0\",model=\"cnn\",outcome=\"shed\"} 0"}) {
+    CHECK_MESSAGE(metrics->body.find(line) != std::string::npos, line);
+  }
+  WriteFile(dir / "metrics.txt", metrics->body);
+  std::string promtool = "promtool check metrics < " + (dir / "metrics.txt") + " > " +
+                         (dir / "promtool.txt") + " 2>&1";
+  int promtool_status = std::system(promtool.c_str());
+  CHECK_MESSAGE(WEXITSTATUS(promtool_status) == 0, ReadFileText(dir / "promtool.txt"));
+  Result<frontend::HttpAnswer> other = client->Request("GET", "/elsewhere");
+  REQUIRE(other.ok());
+  CHECK(other->status == 404);
 
   kill(ferryd.pid(), SIGTERM);
   CHECK(ferryd.Wait() == 0);

@@ -1,0 +1,176 @@
+#include "supervisor/metrics.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <map>
+
+#include "shm/status.h"
+
+namespace ferry::supervisor {
+namespace {
+
+// Label values are escaped as the format requires (backslash, quote, newline).
+std::string Escape(std::string_view value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+class Writer {
+ public:
+  // One metric family: HELP and TYPE once, then its samples.
+  void Family(const std::string& name, const char* type, const char* help) {
+    current_ = name;
+    out_ += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  }
+  void Sample(const std::map<std::string, std::string>& labels, double value) {
+    out_ += current_;
+    if (!labels.empty()) {
+      out_ += "{";
+      bool first = true;
+      for (const auto& [k, v] : labels) {
+        out_ += (first ? "" : ",") + k + "=\"" + Escape(v) + "\"";
+        first = false;
+      }
+      out_ += "}";
+    }
+    out_ += " " + fmt::format("{}", value) + "\n";
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string current_;
+  std::string out_;
+};
+
+std::string Name(const shm::ModelStatusData& m) {
+  return std::string(m.name, strnlen(m.name, sizeof(m.name)));
+}
+
+}  // namespace
+
+std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters& counters) {
+  struct WorkerView {
+    uint32_t index;
+    shm::StatusSnapshotData status;
+  };
+  std::vector<WorkerView> workers;
+  for (uint32_t w = 0; w < segment.workers(); ++w) {
+    Result<shm::StatusSnapshotData> s = shm::ReadStatus(segment, segment.WorkerSlot(w), 64);
+    if (s.ok()) {
+      workers.push_back({w, *s});
+    }
+  }
+  Writer out;
+  auto per_model = [&](const std::string& name, const char* type, const char* help,
+                       auto value) {
+    out.Family(name, type, help);
+    for (const WorkerView& w : workers) {
+      for (uint32_t m = 0; m < w.status.num_models && m < shm::kMaxStatusModels; ++m) {
+        out.Sample({{"model", Name(w.status.models[m])}, {"gpu", std::to_string(w.index)}},
+                   value(w.status.models[m]));
+      }
+    }
+  };
+  out.Family("ferry_requests_total", "counter",
+             "Requests answered by the workers, by outcome: success, rejected (queue full or "
+             "invalid), shed (deadline could not be met), failed (could not run), error "
+             "(backend error).");
+  for (const WorkerView& w : workers) {
+    for (uint32_t m = 0; m < w.status.num_models && m < shm::kMaxStatusModels; ++m) {
+      const shm::ModelStatusData& d = w.status.models[m];
+      for (auto [outcome, value] :
+           {std::pair<const char*, uint64_t>{"success", d.requests_served},
+            {"rejected", d.rejected}, {"shed", d.shed}, {"failed", d.failed},
+            {"error", d.errors}}) {
+        out.Sample({{"model", Name(d)}, {"gpu", std::to_string(w.index)}, {"outcome", outcome}},
+                   static_cast<double>(value));
+      }
+    }
+  }
+  per_model("ferry_queue_depth", "gauge", "Requests queued at the worker.",
+            [](const shm::ModelStatusData& d) { return static_cast<double>(d.queue_depth); });
+  per_model("ferry_outstanding_requests", "gauge", "Requests queued or executing.",
+            [](const shm::ModelStatusData& d) { return static_cast<double>(d.outstanding); });
+  per_model("ferry_queue_wait_p50_seconds", "gauge",
+            "Median time a request waited in the queue, over the recent window.",
+            [](const shm::ModelStatusData& d) { return static_cast<double>(d.queue_wait_p50_ns) * 1e-9; });
+  per_model("ferry_queue_wait_p99_seconds", "gauge",
+            "99th percentile of queue wait, over the recent window.",
+            [](const shm::ModelStatusData& d) { return static_cast<double>(d.queue_wait_p99_ns) * 1e-9; });
+  per_model("ferry_compute_seconds_total", "counter", "Execution time spent on the model.",
+            [](const shm::ModelStatusData& d) { return d.total_compute_seconds; });
+  per_model("ferry_compute_share", "gauge",
+            "The model's fraction of the worker's recent execution time.",
+            [](const shm::ModelStatusData& d) { return d.recent_compute; });
+  per_model("ferry_dispatches_total", "counter", "Executions (a coalesced batch counts once).",
+            [](const shm::ModelStatusData& d) { return static_cast<double>(d.dispatch_count); });
+  per_model("ferry_rows_total", "counter", "Request rows executed.",
+            [](const shm::ModelStatusData& d) { return static_cast<double>(d.rows_served); });
+  per_model("ferry_padding_rows_total", "counter",
+            "Rows executed only to fill a compiled batch size.",
+            [](const shm::ModelStatusData& d) { return static_cast<double>(d.padding_rows); });
+  per_model("ferry_model_loaded", "gauge", "1 when the model's weights are on the device.",
+            [](const shm::ModelStatusData& d) { return d.loaded != 0 ? 1.0 : 0.0; });
+  per_model("ferry_model_failed", "gauge", "1 when the model failed to load.",
+            [](const shm::ModelStatusData& d) {
+              return d.state == static_cast<uint32_t>(shm::ModelLoadState::kReady) ? 0.0 : 1.0;
+            });
+  per_model("ferry_model_weight", "gauge", "The model's fair-share weight.",
+            [](const shm::ModelStatusData& d) { return d.weight; });
+
+  out.Family("ferry_gpu_memory_used_bytes", "gauge", "Device memory the worker holds.");
+  for (const WorkerView& w : workers) {
+    out.Sample({{"gpu", std::to_string(w.index)}}, static_cast<double>(w.status.device_memory_in_use));
+  }
+  out.Family("ferry_invalid_descriptors_total", "counter",
+             "Descriptors a worker refused as invalid (a peer writing garbage).");
+  for (const WorkerView& w : workers) {
+    out.Sample({{"gpu", std::to_string(w.index)}}, static_cast<double>(w.status.invalid_descriptors));
+  }
+  out.Family("ferry_host_gap_p99_seconds", "gauge",
+             "99th percentile of host time between executions while work waited.");
+  for (const WorkerView& w : workers) {
+    out.Sample({{"gpu", std::to_string(w.index)}}, static_cast<double>(w.status.host_gap_p99_ns) * 1e-9);
+  }
+
+  auto kind = [&](uint32_t slot) { return segment.IsWorkerSlot(slot) ? "worker" : "hookhost"; };
+  auto index = [&](uint32_t slot) {
+    return std::to_string(segment.IsWorkerSlot(slot) ? slot - segment.hookhosts() : slot);
+  };
+  out.Family("ferry_arena_bytes_in_use", "gauge", "Shared-memory arena bytes a process holds.");
+  for (uint32_t s = 0; s < segment.num_slots(); ++s) {
+    out.Sample({{"kind", kind(s)}, {"index", index(s)}},
+               static_cast<double>(segment.accounting(s).bytes_in_use.load(std::memory_order_relaxed)));
+  }
+  out.Family("ferry_arena_failed_allocations_total", "counter",
+             "Arena allocations refused for lack of room (requests answered RESOURCE_EXHAUSTED).");
+  for (uint32_t s = 0; s < segment.num_slots(); ++s) {
+    out.Sample({{"kind", kind(s)}, {"index", index(s)}},
+               static_cast<double>(segment.accounting(s).failed_allocations.load(std::memory_order_relaxed)));
+  }
+  out.Family("ferry_process_restarts_total", "counter", "Times ferryd restarted the process.");
+  for (uint32_t s = 0; s < segment.num_slots(); ++s) {
+    out.Sample({{"kind", kind(s)}, {"index", index(s)}},
+               static_cast<double>(counters.restarts[s].load()));
+  }
+  out.Family("ferry_process_up", "gauge", "1 when the process is running and ready.");
+  for (uint32_t s = 0; s < segment.num_slots(); ++s) {
+    out.Sample({{"kind", kind(s)}, {"index", index(s)}}, counters.up[s].load() ? 1.0 : 0.0);
+  }
+  out.Family("ferry_node_ready", "gauge", "1 when every process of the node is ready.");
+  out.Sample({}, counters.ready.load() ? 1.0 : 0.0);
+  return out.Take();
+}
+
+}  // namespace ferry::supervisor

@@ -1,0 +1,30 @@
+// The node's Prometheus metrics, in the text exposition format (version 0.0.4), built from
+// what every process publishes in shared memory (status snapshots and arena accounting, read
+// without locks) and the supervisor's own counts. Served by ferryd on [node.listen] metrics
+// at /metrics; `promtool check metrics` finds no problem with it (tested).
+//
+// Names: ferry_<what>[_<unit>][_total]; labels model, gpu (the worker's index), kind and index
+// for processes. docs/metrics.md lists every metric.
+//
+// Thread safety: safe from any thread (reads only shared memory and atomics).
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "shm/segment.h"
+
+namespace ferry::supervisor {
+
+// What ferryd knows of its children beyond shared memory, updated by its main thread.
+struct SupervisorCounters {
+  explicit SupervisorCounters(size_t slots) : restarts(slots), up(slots) {}
+  std::vector<std::atomic<uint64_t>> restarts;  // By slot.
+  std::vector<std::atomic<bool>> up;            // By slot: running and ready.
+  std::atomic<bool> ready{false};
+};
+
+std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters& counters);
+
+}  // namespace ferry::supervisor
