@@ -11,6 +11,7 @@
 
 #include "common/cli.h"
 #include "ctl/control_client.h"
+#include "ctl/infer.h"
 #include "ctl/tables.h"
 #include "ctl/validate.h"
 
@@ -98,6 +99,17 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.1, 3600.0));
   top->add_option("--iterations", iterations, "stop after N refreshes (0: until interrupted)");
 
+  ferry::ctl::InferOptions infer_options;
+  CLI::App* infer = app.add_subcommand(
+      "infer", "Send one request to the node over HTTP; inputs from .npy files");
+  infer->add_option("MODEL", infer_options.model)->required();
+  infer->add_option("--input", infer_options.inputs,
+                    "FILE.npy (the model's first input) or NAME=FILE.npy; repeat for more")
+      ->required();
+  infer->add_option("--deadline-ms", infer_options.deadline_ms, "the request's deadline");
+  infer->add_option("--url", infer_options.url, "HOST:PORT (default: ferryd's HTTP address)");
+  infer->add_option("--output-dir", infer_options.output_dir, "write each output as NAME.npy");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -146,6 +158,11 @@ int main(int argc, char** argv) {
   }
   if (drain->parsed()) {
     return Call(socket, Plain(ControlCommand::kDrain), json, nullptr);
+  }
+  if (infer->parsed()) {
+    infer_options.socket = socket;
+    infer_options.json = json;
+    return ferry::ctl::RunInfer(infer_options, std::cout, std::cerr);
   }
   if (top->parsed()) {
     ferry::Result<nlohmann::json> before =

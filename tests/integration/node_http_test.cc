@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "ctl/npy.h"
 #include "frontend/http_client.h"
 #include "frontend/kserve_client.h"
 #include "model/repository.h"
@@ -217,6 +218,45 @@ TEST_CASE("errors through HTTP: unknown model, bad tensors, deadline, wrong meth
   get = client->Request("GET", "/v2/models/mlp/versions/1/ready");
   REQUIRE(get.ok());
   CHECK(get->status == 200);
+  kill(ferryd.pid(), SIGTERM);
+  CHECK(ferryd.Wait() == 0);
+}
+
+TEST_CASE("ferryctl infer: a .npy input through the node, the output written as .npy") {
+  TempDir dir;
+  FerrydProcess ferryd(dir, kCpuNode, kSettings);
+  REQUIRE_MESSAGE(ferryd.WaitReady(), ferryd.log());
+  Direct direct(dir / "models");
+  std::mt19937 rng(9);
+  Sample s = MakeSample(rng);
+  s.model = "mlp";
+  s.rows = 3;
+  s.shape = {3, 784};
+  s.input.resize(3 * 784 * 4);
+  WriteFile(dir / "x.npy", ctl::EncodeNpy({"input", DType::kF32, s.shape, s.input}));
+  std::filesystem::create_directories(dir / "out");
+  std::string command = std::string(FERRY_FERRYCTL_BINARY) + " --socket " + ferryd.socket() +
+                        " infer mlp --input " + (dir / "x.npy") + " --deadline-ms 5000" +
+                        " --output-dir " + (dir / "out") + " > " + (dir / "stdout") + " 2>&1";
+  int status = std::system(command.c_str());
+  INFO(ReadFileText(dir / "stdout"));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  CHECK(ReadFileText(dir / "stdout").find("logits FP32 [3,10]") != std::string::npos);
+  Result<frontend::Tensor> out = ctl::ReadNpy(dir / "out/logits.npy", "logits");
+  REQUIRE(out.ok());
+  CHECK(out->shape == Shape{3, 10});
+  CHECK(SameFloats(out->bytes, direct.Run("mlp", 3, s.input)));
+  // A model the node does not have, and a file that is not .npy: refused, named.
+  command = std::string(FERRY_FERRYCTL_BINARY) + " --socket " + ferryd.socket() +
+            " infer nosuch --input " + (dir / "x.npy") + " > " + (dir / "stdout") + " 2>&1";
+  status = std::system(command.c_str());
+  CHECK(WEXITSTATUS(status) == 1);
+  CHECK(ReadFileText(dir / "stdout").find("unknown model 'nosuch'") != std::string::npos);
+  command = std::string(FERRY_FERRYCTL_BINARY) + " --socket " + ferryd.socket() +
+            " infer mlp --input " + ferryd.config() + " > " + (dir / "stdout") + " 2>&1";
+  status = std::system(command.c_str());
+  CHECK(WEXITSTATUS(status) == 2);
+  CHECK(ReadFileText(dir / "stdout").find("not a .npy file") != std::string::npos);
   kill(ferryd.pid(), SIGTERM);
   CHECK(ferryd.Wait() == 0);
 }
