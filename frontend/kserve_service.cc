@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "common/clock.h"
+#include "frontend/compression.h"
 #include "frontend/kserve_codec.h"
 #include "shm/status.h"
 
@@ -76,8 +77,8 @@ HttpResponse ErrorResponse(const Error& error) {
 
 KServeService::KServeService(const shm::Segment& segment,
                              const std::vector<hookhost::HookModel>& models,
-                             hookhost::HookHost* host)
-    : segment_(segment), models_(models), host_(host) {}
+                             hookhost::HookHost* host, size_t max_request_bytes)
+    : segment_(segment), models_(models), host_(host), max_request_bytes_(max_request_bytes) {}
 
 bool KServeService::ModelReady(const hookhost::HookModel& model) const {
   if (model.failure || draining_.load()) {
@@ -207,6 +208,29 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
   }
   // The body must outlive the submission (input spans point into it).
   auto body = std::make_shared<std::string>(std::move(request.body));
+  if (const std::string* ce = request.Header("Content-Encoding")) {
+    std::optional<Encoding> encoding = ParseContentEncoding(*ce);
+    if (!encoding) {
+      HttpResponse r = Json(415, {{"error", "Content-Encoding '" + ce->substr(0, 32) +
+                                                "' is not supported (gzip, deflate, identity)"}});
+      respond(std::move(r));
+      return;
+    }
+    Result<std::string> inflated = Inflate(*body, *encoding, max_request_bytes_);
+    if (!inflated.ok()) {
+      HttpResponse r = ErrorResponse(inflated.error());
+      if (inflated.error().code == ErrorCode::kResourceExhausted) {
+        r = Json(413, {{"error", inflated.error().message}});
+      }
+      respond(std::move(r));
+      return;
+    }
+    *body = std::move(*inflated);
+  }
+  Encoding answer_encoding = Encoding::kIdentity;
+  if (const std::string* ae = request.Header("Accept-Encoding")) {
+    answer_encoding = ChooseEncoding(*ae);
+  }
   Result<ParsedInfer> parsed = InvalidArgument("unset");
   const std::string* header_length = request.Header("Inference-Header-Content-Length");
   if (header_length != nullptr) {
@@ -245,8 +269,8 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
   hookhost::InferRequest submit = state->request;  // Spans into `body` and `state->storage`.
   std::string name = model.name;
   int64_t version = model.manifest().version;
-  host_->Submit(std::move(submit), [state, body, respond, name, version,
-                                    traceparent](Result<hookhost::InferResponse> result) {
+  host_->Submit(std::move(submit), [state, body, respond, name, version, traceparent,
+                                    answer_encoding](Result<hookhost::InferResponse> result) {
     if (!result.ok()) {
       HttpResponse r = ErrorResponse(result.error());
       respond(std::move(r));
@@ -270,6 +294,10 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
       r.headers.emplace_back("traceparent", traceparent);
     }
     r.body = std::move(encoded->body);
+    if (answer_encoding != Encoding::kIdentity && r.body.size() >= 512) {
+      r.body = Deflate(r.body, answer_encoding);
+      r.headers.emplace_back("Content-Encoding", std::string(EncodingName(answer_encoding)));
+    }
     respond(std::move(r));
   });
 }

@@ -13,7 +13,9 @@
 // (+ Retry-After), DEADLINE_EXCEEDED 504, UNAVAILABLE 503 (+ Retry-After), INTERNAL 500;
 // an unknown path 404, a wrong method 405. Ready: the hook host is not draining, and some
 // worker reports ready with the model loaded. A W3C traceparent header is accepted, its trace
-// id carried with the request and echoed in the response's traceparent.
+// id carried with the request and echoed in the response's traceparent. Bodies may be
+// compressed both ways (compression.h): Content-Encoding gzip/deflate on the request (415 for
+// another), Accept-Encoding on the answer.
 //
 // Thread safety: Handle is called from the HTTP thread; answers come from hook threads.
 // Lifetime: the segment, models and host outlive the service and its answers.
@@ -31,8 +33,9 @@ namespace ferry::frontend {
 
 class KServeService {
  public:
+  // `max_request_bytes` also bounds what a compressed body may inflate to.
   KServeService(const shm::Segment& segment, const std::vector<hookhost::HookModel>& models,
-                hookhost::HookHost* host);
+                hookhost::HookHost* host, size_t max_request_bytes);
 
   void Handle(HttpRequest&& request, Responder respond);
   // Draining: readiness reports false and infer requests get 503; from then on the service
@@ -47,6 +50,7 @@ class KServeService {
   const shm::Segment& segment_;
   const std::vector<hookhost::HookModel>& models_;
   hookhost::HookHost* host_;
+  size_t max_request_bytes_;
   std::atomic<bool> draining_{false};
 };
 

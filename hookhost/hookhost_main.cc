@@ -59,7 +59,8 @@ struct FrontEnd {
 
   void Start(const shm::Segment& segment, const std::vector<HookModel>& models, HookHost* host,
              int fd, const FrontendSettings& settings) {
-    service = std::make_unique<frontend::KServeService>(segment, models, host);
+    service = std::make_unique<frontend::KServeService>(segment, models, host,
+                                                        settings.max_request_bytes);
     frontend::HttpServerOptions options;
     options.max_body_bytes = settings.max_request_bytes;
     options.max_connections = static_cast<size_t>(settings.max_connections);

@@ -67,6 +67,16 @@ def main():
                   f"{model} infer ({'binary' if binary else 'JSON'}) matches PyTorch (max error {err:.2e})")
             params = result.get_response().get("parameters", {})
             check(params.get("batch_size", 0) >= x.shape[0], f"{model} reports its batch size")
+    # Compressed both ways, as tritonclient offers it.
+    ref = read_safetensors(os.path.join(ROOT, "tests", "data", "reference", "mlp-default-b8.safetensors"))
+    x, want = ref["input.input"], ref["output.logits"]
+    for request_alg, response_alg in (("gzip", "deflate"), ("deflate", "gzip")):
+        inp = httpclient.InferInput("input", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        result = client.infer("mlp", [inp], request_compression_algorithm=request_alg,
+                              response_compression_algorithm=response_alg)
+        err = float(np.abs(result.as_numpy("logits") - want).max())
+        check(err < 1e-4, f"mlp infer with a {request_alg} request and a {response_alg} answer (max error {err:.2e})")
     try:
         client.infer("nosuch", [inp])
         check(False, "unknown model refused")
