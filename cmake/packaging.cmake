@@ -24,7 +24,7 @@ set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION misc)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS
-    "libc6 (>= 2.36), libstdc++6 (>= 12), libdnnl2, libfmt9, libspdlog1.10, libseccomp2, libsystemd0, libtomlplusplus3, systemd")
+    "libc6 (>= 2.36), libstdc++6 (>= 12), libdnnl2, libfmt9, libspdlog1.10, libseccomp2, libsystemd0, libtomlplusplus3, libgrpc++1.51, libprotobuf32, zlib1g, systemd")
 # GPU workers also need the CUDA runtime libraries (cuBLAS) of the toolkit ferry was built
 # with; NVIDIA ships them outside Debian, so they are documented, not declared.
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA

@@ -80,6 +80,33 @@ KServeService::KServeService(const shm::Segment& segment,
                              hookhost::HookHost* host, size_t max_request_bytes)
     : segment_(segment), models_(models), host_(host), max_request_bytes_(max_request_bytes) {}
 
+const hookhost::HookModel* KServeService::Find(std::string_view name) const {
+  for (const hookhost::HookModel& m : models_) {
+    if (m.name == name) {
+      return &m;
+    }
+  }
+  return nullptr;
+}
+
+void KServeService::Submit(const hookhost::HookModel& model,
+                           const std::shared_ptr<ParsedInfer>& request,
+                           hookhost::InferCallback done) {
+  if (draining_.load()) {
+    done(Unavailable("this hook host is draining; retry on another"));
+    return;
+  }
+  if (model.failure) {
+    done(Unavailable("model '" + model.name + "' failed to load: " + model.failure->message));
+    return;
+  }
+  request->request.model = model.name;
+  if (request->timeout_us > 0) {
+    request->request.deadline_ns = MonotonicNs() + request->timeout_us * 1000;
+  }
+  host_->Submit(request->request, std::move(done));
+}
+
 bool KServeService::ModelReady(const hookhost::HookModel& model) const {
   if (model.failure || draining_.load()) {
     return false;
@@ -144,12 +171,7 @@ void KServeService::Handle(HttpRequest&& request, Responder respond) {
                                      std::string(request.target.substr(0, 256))}}));
     return;
   }
-  const hookhost::HookModel* model = nullptr;
-  for (const hookhost::HookModel& m : models_) {
-    if (m.name == parts[2]) {
-      model = &m;
-    }
-  }
+  const hookhost::HookModel* model = Find(parts[2]);
   if (model == nullptr) {
     respond(Json(404, {{"error", "unknown model '" + std::string(parts[2].substr(0, 128)) + "'"}}));
     return;
@@ -199,11 +221,6 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
                           Responder respond) {
   if (draining_.load()) {
     respond(ErrorResponse(Unavailable("this hook host is draining; retry on another")));
-    return;
-  }
-  if (model.failure) {
-    respond(ErrorResponse(Unavailable("model '" + model.name +
-                                      "' failed to load: " + model.failure->message)));
     return;
   }
   // The body must outlive the submission (input spans point into it).
@@ -256,21 +273,17 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
     return;
   }
   auto state = std::make_shared<ParsedInfer>(std::move(*parsed));
-  state->request.model = model.name;
-  if (state->timeout_us > 0) {
-    state->request.deadline_ns = MonotonicNs() + state->timeout_us * 1000;
-  }
   std::string traceparent;
   if (const std::string* tp = request.Header("traceparent");
       tp != nullptr && ParseTraceparent(*tp, &state->request.trace_id_high,
                                         &state->request.trace_id_low)) {
     traceparent = tp->substr(0, 55);
   }
-  hookhost::InferRequest submit = state->request;  // Spans into `body` and `state->storage`.
   std::string name = model.name;
   int64_t version = model.manifest().version;
-  host_->Submit(std::move(submit), [state, body, respond, name, version, traceparent,
-                                    answer_encoding](Result<hookhost::InferResponse> result) {
+  // The request's spans point into `body` and `state->storage`, both kept by the callback.
+  Submit(model, state, [state, body, respond, name, version, traceparent,
+                        answer_encoding](Result<hookhost::InferResponse> result) {
     if (!result.ok()) {
       HttpResponse r = ErrorResponse(result.error());
       respond(std::move(r));

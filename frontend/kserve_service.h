@@ -22,9 +22,12 @@
 #pragma once
 
 #include <atomic>
+#include <memory>
+#include <string_view>
 #include <vector>
 
 #include "frontend/http_server.h"
+#include "frontend/kserve_codec.h"
 #include "hookhost/hook_models.h"
 #include "hookhost/hookhost.h"
 #include "shm/segment.h"
@@ -38,14 +41,21 @@ class KServeService {
                 hookhost::HookHost* host, size_t max_request_bytes);
 
   void Handle(HttpRequest&& request, Responder respond);
+
+  // Shared with the gRPC front end (grpc_service.h).
+  const hookhost::HookModel* Find(std::string_view name) const;
+  bool ModelReady(const hookhost::HookModel& model) const;
+  bool ServerReady() const;
+  // Submits a parsed request (its spans must stay valid until this returns); `done` runs once,
+  // on a hook thread or here. UNAVAILABLE while draining or for a model that failed to load.
+  void Submit(const hookhost::HookModel& model, const std::shared_ptr<ParsedInfer>& request,
+              hookhost::InferCallback done);
   // Draining: readiness reports false and infer requests get 503; from then on the service
   // never calls the hook host (which may be destroyed once the server's DrainSeen holds).
   void SetDraining() { draining_.store(true); }
 
  private:
   void Infer(const hookhost::HookModel& model, HttpRequest&& request, Responder respond);
-  bool ModelReady(const hookhost::HookModel& model) const;
-  bool ServerReady() const;
 
   const shm::Segment& segment_;
   const std::vector<hookhost::HookModel>& models_;

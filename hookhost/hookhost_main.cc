@@ -18,6 +18,7 @@
 #include "common/cli.h"
 #include "common/clock.h"
 #include "config/node_config.h"
+#include "frontend/grpc_service.h"
 #include "frontend/http_server.h"
 #include "frontend/kserve_service.h"
 #include "hookhost/hookhost.h"
@@ -51,14 +52,16 @@ void Publish(shm::StatusWriter& status, shm::ProcessState state, uint32_t genera
   status.Publish(*snapshot);
 }
 
-// The KServe HTTP front end on an inherited listening socket: its own I/O thread.
+// The KServe front end on inherited listening sockets: HTTP on its own I/O thread, gRPC on
+// gRPC's threads (fed by an accept thread).
 struct FrontEnd {
   std::unique_ptr<frontend::KServeService> service;
   std::unique_ptr<frontend::HttpServer> server;
+  std::unique_ptr<frontend::GrpcFrontEnd> grpc;
   std::thread thread;
 
-  void Start(const shm::Segment& segment, const std::vector<HookModel>& models, HookHost* host,
-             int fd, const FrontendSettings& settings) {
+  Status Start(const shm::Segment& segment, const std::vector<HookModel>& models, HookHost* host,
+               int fd, int grpc_fd, const FrontendSettings& settings) {
     service = std::make_unique<frontend::KServeService>(segment, models, host,
                                                         settings.max_request_bytes);
     frontend::HttpServerOptions options;
@@ -73,6 +76,12 @@ struct FrontEnd {
           s->Handle(std::move(r), std::move(respond));
         });
     thread = std::thread([this] { server->Run(); });
+    if (grpc_fd >= 0) {
+      grpc = std::make_unique<frontend::GrpcFrontEnd>(service.get(), grpc_fd,
+                                                      settings.max_request_bytes);
+      return grpc->Start();
+    }
+    return OkStatus();
   }
   // No request reaches the flow after this returns.
   void Drain() {
@@ -81,6 +90,9 @@ struct FrontEnd {
     }
     service->SetDraining();
     server->Drain();
+    if (grpc != nullptr) {
+      grpc->Drain();
+    }
     while (!server->DrainSeen()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
@@ -97,11 +109,14 @@ struct FrontEnd {
     }
     server->Stop();
     thread.join();
+    if (grpc != nullptr) {
+      grpc->Stop(static_cast<int>(wait.count()));
+    }
   }
 };
 
 int Main(const std::string& segment_name, uint32_t slot, const std::string& config_path,
-         int http_fd) {
+         int http_fd, int grpc_fd) {
   Result<NodeConfig> config = LoadNodeConfig(config_path, SchedulerEnvironment());
   if (!config.ok()) {
     spdlog::error("invalid node file:\n{}", config.error().message);
@@ -154,7 +169,13 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
   host->Start();
   FrontEnd front;
   if (http_fd >= 0) {
-    front.Start(*segment, *models, host.get(), http_fd, config->frontend);
+    if (Status started = front.Start(*segment, *models, host.get(), http_fd, grpc_fd,
+                                     config->frontend);
+        !started.ok()) {
+      spdlog::error("hook host slot {}: {}", slot, started.error().ToString());
+      std::fflush(nullptr);
+      _exit(1);
+    }
   }
   Publish(status, shm::ProcessState::kReady, generation, *models);
   spdlog::info("hook host slot {} serving {} models", slot, models->size());
@@ -222,6 +243,9 @@ int main(int argc, char** argv) {
   int http_fd = -1;
   app.add_option("--http-fd", http_fd,
                  "an inherited listening socket to serve KServe v2 HTTP on (set by ferryd)");
+  int grpc_fd = -1;
+  app.add_option("--grpc-fd", grpc_fd,
+                 "an inherited listening socket to serve KServe v2 gRPC on (with --http-fd)");
   ferry::LogFlags log_flags;
   ferry::AddLogFlags(app, &log_flags);
   CLI11_PARSE(app, argc, argv);
@@ -229,5 +253,5 @@ int main(int argc, char** argv) {
     std::cerr << status.error().ToString() << "\n";
     return 1;
   }
-  return ferry::hookhost::Main(segment, slot, config, http_fd);
+  return ferry::hookhost::Main(segment, slot, config, http_fd, grpc_fd);
 }

@@ -107,6 +107,9 @@ Status EnterSeccomp() {
          __NR_clock_gettime, __NR_clock_getres, __NR_gettimeofday, __NR_getrandom, __NR_getpid,
          __NR_getppid, __NR_gettid, __NR_getuid, __NR_geteuid, __NR_getgid, __NR_getegid,
          __NR_getrusage, __NR_restart_syscall, __NR_membarrier,
+         // gRPC reads the kernel version (uname) when it starts serving a connection, and its
+         // threads read their own scheduling parameters.
+         __NR_uname, __NR_sched_getparam, __NR_sched_getscheduler,
          // Signals (to this process only: kill and tgkill below).
          __NR_rt_sigaction, __NR_rt_sigprocmask, __NR_rt_sigreturn, __NR_sigaltstack, __NR_exit,
          __NR_exit_group});

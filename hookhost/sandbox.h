@@ -10,6 +10,7 @@
 //     abstract Unix sockets and signals to other processes (ABI 6);
 //  4. a seccomp allow-list (libseccomp), arch-checked. What a hook host needs is allowed:
 //     reading and writing its descriptors, accepting on inherited listening sockets, futexes,
+//     uname and its own scheduling parameters (gRPC reads them),
 //     memory without PROT_EXEC, threads (clone with CLONE_THREAD), clocks, signals to itself.
 //     The escapes a plugin would try fail with EPERM: open*, socket, connect, bind, listen,
 //     execve*, fork (clone without CLONE_THREAD), ptrace, process_vm_*, io_uring_*, bpf,

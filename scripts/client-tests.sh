@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Clients ferry did not write against a node ferryd started (CPU workers, port 0): the Python
-# tritonclient (HTTP) and curl. The virtual environment (tritonclient, numpy from PyPI) is
+# tritonclient (HTTP and gRPC) and curl. The virtual environment (tritonclient, numpy from PyPI) is
 # created once under the build tree and reused.
 #   scripts/client-tests.sh BUILD_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(realpath "$1")
 venv="$build/client-venv"
-if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import tritonclient.http, numpy" 2>/dev/null; then
+if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import tritonclient.http, tritonclient.grpc, numpy" 2>/dev/null; then
   /usr/bin/python3 -m venv "$venv" 2>/dev/null || python3 -m venv "$venv"
-  if ! "$venv/bin/pip" install -q --disable-pip-version-check "tritonclient[http]" numpy; then
+  if ! "$venv/bin/pip" install -q --disable-pip-version-check "tritonclient[http,grpc]" numpy; then
     # No PyPI here: reported as skipped (CTest SKIP_RETURN_CODE), never as passed.
     echo "SKIPPED: tritonclient could not be installed from PyPI"
     exit 77
@@ -53,9 +53,10 @@ if [[ "$state" != ready ]]; then
   echo "the node did not become ready:"; cat "$dir/ferryd.log"; exit 1
 fi
 address=$("${ctl[@]}" status | "$venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["listen"]["http"])')
-echo "node ready, HTTP on $address"
+grpc_address=$("${ctl[@]}" status | "$venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["listen"]["grpc"])')
+echo "node ready, HTTP on $address, gRPC on $grpc_address"
 
-"$venv/bin/python" tests/clients/tritonclient_test.py "$address"
+"$venv/bin/python" tests/clients/tritonclient_test.py "$address" "$grpc_address"
 
 # curl: JSON in, JSON out; health; an error body.
 out=$(curl -sS -X POST "http://$address/v2/models/mlp/infer" -H 'Content-Type: application/json' \

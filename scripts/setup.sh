@@ -13,6 +13,7 @@ packages=(
   nlohmann-json3-dev      # safetensors headers, --json output
   libseccomp-dev          # hook host sandbox
   zlib1g-dev              # gzip/deflate request and response bodies
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # the gRPC front end
   libsystemd-dev          # sd_notify
   libdnnl-dev             # oneDNN: the CPU backend's dense and conv2d kernels
   ocl-icd-opencl-dev      # dnnl-config.cmake looks for OpenCL (Debian builds oneDNN with it)

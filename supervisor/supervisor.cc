@@ -168,6 +168,8 @@ struct Supervisor::Impl {
   std::optional<ControlServer> control;
   std::optional<Listener> http;  // Handed to every hook host; closed when the node stops.
   std::string bound_http;
+  std::optional<Listener> grpc;  // Likewise, for gRPC.
+  std::string bound_grpc;
   // /metrics: its own thread, reading only shared memory and `counters`.
   std::optional<Listener> metrics_listener;
   std::unique_ptr<SupervisorCounters> counters;
@@ -294,6 +296,8 @@ Status Supervisor::Impl::Start() {
 
   FERRY_ASSIGN_OR_RETURN(Listener http_listener, Listener::Open(config.node.http));
   http.emplace(std::move(http_listener));
+  FERRY_ASSIGN_OR_RETURN(Listener grpc_listener, Listener::Open(config.node.grpc));
+  grpc.emplace(std::move(grpc_listener));
   FERRY_RETURN_IF_ERROR(StartMetrics());
 
   FERRY_ASSIGN_OR_RETURN(
@@ -316,10 +320,10 @@ Status Supervisor::Impl::Start() {
     children.emplace_back(true, w, segment->WorkerSlot(w), devices[w], config.supervisor);
   }
   spdlog::info(
-      "node '{}': segment {} ({} bytes), {} hook host(s), {} worker(s), HTTP on {}, control "
-      "socket {}",
+      "node '{}': segment {} ({} bytes), {} hook host(s), {} worker(s), HTTP on {}, gRPC on {}, "
+      "metrics on {}, control socket {}",
       config.node.name, name, config.node.shm_size, segment->hookhosts(), segment->workers(),
-      http->bound(), control->path());
+      http->bound(), grpc->bound(), metrics_listener->bound(), control->path());
   for (Child& c : children) {
     StartChild(c, now);
     if (!c.running()) {
@@ -374,8 +378,9 @@ void Supervisor::Impl::StartChild(Child& c, int64_t now) {
                options.config_path};
   spec.args.insert(spec.args.end(), options.child_log_args.begin(), options.child_log_args.end());
   if (!c.worker) {
-    spec.fds = {http->fd()};  // Only while running: nothing is restarted once stopping.
-    spec.args.insert(spec.args.end(), {"--http-fd", "3"});
+    // Only while running: nothing is restarted once stopping.
+    spec.fds = {http->fd(), grpc->fd()};
+    spec.args.insert(spec.args.end(), {"--http-fd", "3", "--grpc-fd", "4"});
   }
   if (c.worker) {
     spec.env.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
@@ -574,6 +579,8 @@ void Supervisor::Impl::BeginShutdown(const std::string& why, int64_t now) {
   // connection can wait in a backlog nobody serves (clients get a refusal, not a hang).
   bound_http = http->bound();
   http.reset();
+  bound_grpc = grpc->bound();
+  grpc.reset();
   phase = Phase::kDrainingHookhosts;
   drain_deadline = now + static_cast<int64_t>(config.supervisor.drain_timeout_seconds * 1e9);
   for (Child& c : children) {
@@ -790,7 +797,9 @@ json Supervisor::Impl::StatusJson() const {
           {"ready", phase == Phase::kRunning && NodeReady()},
           {"segment", segment->name()},
           {"listen",
-           {{"http", http ? http->bound() : bound_http}, {"metrics", metrics_listener->bound()}}},
+           {{"http", http ? http->bound() : bound_http},
+            {"grpc", grpc ? grpc->bound() : bound_grpc},
+            {"metrics", metrics_listener->bound()}}},
           {"pid", getpid()},
           {"children", children_json}};
 }

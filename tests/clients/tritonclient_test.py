@@ -3,7 +3,10 @@
 metadata, config and infer on the example models, binary and JSON tensors both, and compares
 the outputs with PyTorch's float64 references in tests/data/reference (read here with numpy).
 
-    tritonclient_test.py HOST:PORT
+    tritonclient_test.py HTTP_HOST:PORT GRPC_HOST:PORT
+
+The same checks run over gRPC (tritonclient.grpc: raw_input_contents in, raw_output_contents
+out, ModelStreamInfer) when the gRPC address is given.
 """
 import json
 import os
@@ -11,6 +14,7 @@ import struct
 import sys
 
 import numpy as np
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -89,10 +93,60 @@ def main():
         check(False, "bad shape refused")
     except InferenceServerException as e:
         check("784" in str(e), "bad shape refused naming the expected shape")
+    grpc_checks(sys.argv[2])
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)
     print("all tritonclient checks passed")
+
+
+def grpc_checks(address):
+    client = grpcclient.InferenceServerClient(address)
+    check(client.is_server_live(), "gRPC server live")
+    check(client.is_server_ready(), "gRPC server ready")
+    check("binary_tensor_data" in client.get_server_metadata().extensions, "gRPC server metadata")
+    for model, input_name, output_name, reference in [
+        ("mlp", "input", "logits", "mlp-default-b8.safetensors"),
+        ("cnn", "image", "probs", "cnn-default-b4.safetensors"),
+    ]:
+        check(client.is_model_ready(model), f"gRPC {model} ready")
+        check(client.get_model_metadata(model).inputs[0].name == input_name, f"gRPC {model} metadata")
+        check(client.get_model_config(model).config.max_batch_size > 0, f"gRPC {model} config")
+        ref = read_safetensors(os.path.join(ROOT, "tests", "data", "reference", reference))
+        x, want = ref["input." + input_name], ref["output." + output_name]
+        inp = grpcclient.InferInput(input_name, list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        result = client.infer(model, [inp], outputs=[grpcclient.InferRequestedOutput(output_name)],
+                              request_id="g-" + model, client_timeout=30)
+        err = float(np.abs(result.as_numpy(output_name) - want).max())
+        check(err < 1e-4, f"gRPC {model} infer matches PyTorch (max error {err:.2e})")
+    # ModelStreamInfer: several requests on one stream, answered in order.
+    import queue
+    answers = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    ref = read_safetensors(os.path.join(ROOT, "tests", "data", "reference", "mlp-default-b8.safetensors"))
+    x, want = ref["input.input"], ref["output.logits"]
+    for i in range(4):
+        inp = grpcclient.InferInput("input", [1, 784], "FP32")
+        inp.set_data_from_numpy(x[i:i + 1])
+        client.async_stream_infer("mlp", [inp], request_id=str(i))
+    for i in range(4):
+        result, error = answers.get(timeout=30)
+        ok = error is None and float(np.abs(result.as_numpy("logits") - want[i:i + 1]).max()) < 1e-4
+        check(ok and result.get_response().id == str(i), f"gRPC stream answer {i} in order and exact")
+    client.stop_stream()
+    try:
+        client.infer("nosuch", [inp])
+        check(False, "gRPC unknown model refused")
+    except InferenceServerException as e:
+        check("NOT_FOUND" in str(e.status()), "gRPC unknown model refused with NOT_FOUND")
+    bad = grpcclient.InferInput("input", [1, 3], "FP32")
+    bad.set_data_from_numpy(np.zeros((1, 3), np.float32))
+    try:
+        client.infer("mlp", [bad])
+        check(False, "gRPC bad shape refused")
+    except InferenceServerException as e:
+        check("INVALID_ARGUMENT" in str(e.status()) and "784" in str(e), "gRPC bad shape refused naming the shape")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,500 @@
+#include "frontend/grpc_service.h"
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/server_posix.h>
+#include <spdlog/spdlog.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+
+#include "common/clock.h"
+#include "frontend/proto/inference.grpc.pb.h"
+
+namespace ferry::frontend {
+namespace {
+
+using inference::InferTensorContents;
+
+grpc::Status ToGrpc(const Error& e) {
+  grpc::StatusCode code = grpc::StatusCode::INTERNAL;
+  switch (e.code) {
+    case ErrorCode::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case ErrorCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
+    case ErrorCode::kResourceExhausted: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
+    case ErrorCode::kDeadlineExceeded: code = grpc::StatusCode::DEADLINE_EXCEEDED; break;
+    case ErrorCode::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
+    case ErrorCode::kInternal: code = grpc::StatusCode::INTERNAL; break;
+  }
+  return grpc::Status(code, e.message);
+}
+
+template <typename T, typename Repeated>
+void CopyTyped(const Repeated& values, std::vector<uint8_t>* out) {
+  out->resize(static_cast<size_t>(values.size()) * sizeof(T));
+  for (int i = 0; i < values.size(); ++i) {
+    T v = static_cast<T>(values.Get(i));
+    std::memcpy(out->data() + static_cast<size_t>(i) * sizeof(T), &v, sizeof(T));
+  }
+}
+
+// Typed contents -> bytes of `dtype`; the number of values must match the shape. Values out of
+// an integer type's range are refused, not wrapped.
+Status FromContents(const InferTensorContents& c, DType dtype, size_t count,
+                    std::vector<uint8_t>* out) {
+  auto check_count = [&](int n) -> Status {
+    if (static_cast<size_t>(n) != count) {
+      return InvalidArgument("its shape holds " + std::to_string(count) +
+                             " elements but its contents have " + std::to_string(n));
+    }
+    return OkStatus();
+  };
+  auto in_range = [](auto values, int64_t lo, int64_t hi) {
+    for (auto v : values) {
+      if (static_cast<int64_t>(v) < lo || static_cast<int64_t>(v) > hi) {
+        return false;
+      }
+    }
+    return true;
+  };
+  switch (dtype) {
+    case DType::kBool:
+      FERRY_RETURN_IF_ERROR(check_count(c.bool_contents_size()));
+      CopyTyped<uint8_t>(c.bool_contents(), out);
+      return OkStatus();
+    case DType::kI8:
+    case DType::kI16:
+    case DType::kI32: {
+      FERRY_RETURN_IF_ERROR(check_count(c.int_contents_size()));
+      int64_t lo = dtype == DType::kI8 ? INT8_MIN : dtype == DType::kI16 ? INT16_MIN : INT32_MIN;
+      int64_t hi = dtype == DType::kI8 ? INT8_MAX : dtype == DType::kI16 ? INT16_MAX : INT32_MAX;
+      if (!in_range(c.int_contents(), lo, hi)) {
+        return InvalidArgument("a value is out of its datatype's range");
+      }
+      if (dtype == DType::kI8) CopyTyped<int8_t>(c.int_contents(), out);
+      if (dtype == DType::kI16) CopyTyped<int16_t>(c.int_contents(), out);
+      if (dtype == DType::kI32) CopyTyped<int32_t>(c.int_contents(), out);
+      return OkStatus();
+    }
+    case DType::kU8:
+    case DType::kU16:
+    case DType::kU32: {
+      FERRY_RETURN_IF_ERROR(check_count(c.uint_contents_size()));
+      int64_t hi = dtype == DType::kU8 ? UINT8_MAX : dtype == DType::kU16 ? UINT16_MAX : UINT32_MAX;
+      if (!in_range(c.uint_contents(), 0, hi)) {
+        return InvalidArgument("a value is out of its datatype's range");
+      }
+      if (dtype == DType::kU8) CopyTyped<uint8_t>(c.uint_contents(), out);
+      if (dtype == DType::kU16) CopyTyped<uint16_t>(c.uint_contents(), out);
+      if (dtype == DType::kU32) CopyTyped<uint32_t>(c.uint_contents(), out);
+      return OkStatus();
+    }
+    case DType::kI64:
+      FERRY_RETURN_IF_ERROR(check_count(c.int64_contents_size()));
+      CopyTyped<int64_t>(c.int64_contents(), out);
+      return OkStatus();
+    case DType::kU64:
+      FERRY_RETURN_IF_ERROR(check_count(c.uint64_contents_size()));
+      CopyTyped<uint64_t>(c.uint64_contents(), out);
+      return OkStatus();
+    case DType::kF32:
+      FERRY_RETURN_IF_ERROR(check_count(c.fp32_contents_size()));
+      CopyTyped<float>(c.fp32_contents(), out);
+      return OkStatus();
+    case DType::kF64:
+      FERRY_RETURN_IF_ERROR(check_count(c.fp64_contents_size()));
+      CopyTyped<double>(c.fp64_contents(), out);
+      return OkStatus();
+    default:
+      return InvalidArgument(std::string(KServeName(dtype)) +
+                             " tensors must be sent as raw_input_contents");
+  }
+}
+
+template <typename Map>
+Result<int64_t> IntParam(const Map& params, const char* key) {
+  auto it = params.find(key);
+  if (it == params.end()) {
+    return int64_t{0};
+  }
+  if (it->second.parameter_choice_case() == inference::InferParameter::kInt64Param) {
+    return it->second.int64_param();
+  }
+  if (it->second.parameter_choice_case() == inference::InferParameter::kUint64Param &&
+      it->second.uint64_param() <= static_cast<uint64_t>(INT64_MAX)) {
+    return static_cast<int64_t>(it->second.uint64_param());
+  }
+  return InvalidArgument(std::string("parameter \"") + key + "\" must be an integer");
+}
+
+}  // namespace
+
+Result<ParsedInfer> ParseGrpcInfer(const inference::ModelInferRequest& request) {
+  ParsedInfer parsed;
+  parsed.id = request.id().substr(0, 256);
+  FERRY_ASSIGN_OR_RETURN(parsed.timeout_us, IntParam(request.parameters(), "timeout"));
+  if (parsed.timeout_us < 0) {
+    return InvalidArgument("parameter \"timeout\" must be >= 0 (microseconds)");
+  }
+  FERRY_ASSIGN_OR_RETURN(parsed.priority, IntParam(request.parameters(), "priority"));
+  int n = request.inputs_size();
+  if (n < 1 || n > 64) {
+    return InvalidArgument("a request needs 1 to 64 inputs, got " + std::to_string(n));
+  }
+  bool raw = request.raw_input_contents_size() > 0;
+  if (raw && request.raw_input_contents_size() != n) {
+    return InvalidArgument("raw_input_contents has " +
+                           std::to_string(request.raw_input_contents_size()) +
+                           " entries for " + std::to_string(n) + " inputs");
+  }
+  parsed.storage.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const auto& in = request.inputs(i);
+    std::string name = in.name().substr(0, 256);
+    std::optional<DType> dtype = DTypeFromKServe(in.datatype());
+    if (!dtype) {
+      return InvalidArgument("input '" + name + "': unsupported datatype '" +
+                             in.datatype().substr(0, 32) + "'");
+    }
+    if (in.shape_size() > 16) {
+      return InvalidArgument("input '" + name + "': more than 16 dims");
+    }
+    Shape shape(in.shape().begin(), in.shape().end());
+    for (int64_t d : shape) {
+      if (d < 0) {
+        return InvalidArgument("input '" + name + "': shape dims must be >= 0");
+      }
+    }
+    std::optional<uint64_t> bytes = TensorByteSize(*dtype, shape);
+    if (!bytes || *bytes > (uint64_t{1} << 40)) {
+      return InvalidArgument("input '" + name + "': shape too large");
+    }
+    hookhost::ClientTensor tensor{name, *dtype, shape, {}};
+    if (raw) {
+      if (in.has_contents()) {
+        return InvalidArgument("input '" + name + "': both contents and raw_input_contents");
+      }
+      const std::string& data = request.raw_input_contents(i);
+      if (data.size() != *bytes) {
+        return InvalidArgument("input '" + name + "': raw_input_contents holds " +
+                               std::to_string(data.size()) + " bytes but shape and datatype make " +
+                               std::to_string(*bytes));
+      }
+      tensor.bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()),
+                                              data.size());
+    } else {
+      size_t elem = static_cast<size_t>(DTypeBits(*dtype) / 8);
+      std::vector<uint8_t>& storage = parsed.storage.emplace_back();
+      Status converted = FromContents(in.contents(), *dtype, elem == 0 ? 0 : *bytes / elem, &storage);
+      if (!converted.ok()) {
+        return InvalidArgument("input '" + name + "': " + converted.error().message);
+      }
+      tensor.bytes = storage;
+    }
+    parsed.request.inputs.push_back(std::move(tensor));
+  }
+  for (const auto& o : request.outputs()) {
+    parsed.outputs.push_back({o.name().substr(0, 256), true});
+  }
+  return parsed;
+}
+
+Status EncodeGrpcInfer(const std::string& model, int64_t version, const ParsedInfer& request,
+                       const hookhost::InferResponse& response,
+                       inference::ModelInferResponse* out) {
+  out->set_model_name(model);
+  out->set_model_version(std::to_string(version));
+  out->set_id(request.id);
+  const hookhost::RequestTimings& t = response.timings;
+  auto param = [&](const char* key, int64_t v) { (*out->mutable_parameters())[key].set_int64_param(v); };
+  param("queue_us", t.queue_ns / 1000);
+  param("compute_us", t.compute_ns / 1000);
+  param("preprocess_us", t.preprocess_ns / 1000);
+  param("postprocess_us", t.postprocess_ns / 1000);
+  param("validate_us", t.validate_ns / 1000);
+  param("total_server_us", t.total_ns / 1000);
+  param("batch_size", t.batch_size);
+  param("pieces", t.pieces);
+  std::vector<std::string> wanted;
+  for (const RequestedOutput& r : request.outputs) {
+    wanted.push_back(r.name);
+  }
+  if (wanted.empty()) {
+    for (const hookhost::ResponseTensor& r : response.outputs) {
+      wanted.push_back(r.name);
+    }
+  }
+  for (const std::string& name : wanted) {
+    const hookhost::ResponseTensor* tensor = nullptr;
+    for (const hookhost::ResponseTensor& r : response.outputs) {
+      if (r.name == name) {
+        tensor = &r;
+      }
+    }
+    if (tensor == nullptr) {
+      return InvalidArgument("model '" + model + "' has no output '" + name + "'");
+    }
+    auto* o = out->add_outputs();
+    o->set_name(tensor->name);
+    o->set_datatype(std::string(KServeName(tensor->dtype)));
+    for (int64_t d : tensor->shape) {
+      o->add_shape(d);
+    }
+    out->add_raw_output_contents(reinterpret_cast<const char*>(tensor->bytes.data()),
+                                 tensor->bytes.size());
+  }
+  return OkStatus();
+}
+
+namespace {
+
+inference::DataType ConfigType(DType dtype) {
+  std::string name = "TYPE_" + std::string(KServeName(dtype));
+  inference::DataType t = inference::TYPE_INVALID;
+  inference::DataType_Parse(name, &t);
+  return t;
+}
+
+class Service final : public inference::GRPCInferenceService::Service {
+ public:
+  explicit Service(KServeService* kserve) : kserve_(kserve) {}
+
+  grpc::Status ServerLive(grpc::ServerContext*, const inference::ServerLiveRequest*,
+                          inference::ServerLiveResponse* out) override {
+    out->set_live(true);
+    return grpc::Status::OK;
+  }
+  grpc::Status ServerReady(grpc::ServerContext*, const inference::ServerReadyRequest*,
+                           inference::ServerReadyResponse* out) override {
+    out->set_ready(kserve_->ServerReady());
+    return grpc::Status::OK;
+  }
+  grpc::Status ModelReady(grpc::ServerContext*, const inference::ModelReadyRequest* in,
+                          inference::ModelReadyResponse* out) override {
+    const hookhost::HookModel* model = kserve_->Find(in->name());
+    if (model == nullptr) {
+      return ToGrpc(NotFound("unknown model '" + in->name().substr(0, 128) + "'"));
+    }
+    out->set_ready(kserve_->ModelReady(*model));
+    return grpc::Status::OK;
+  }
+  grpc::Status ServerMetadata(grpc::ServerContext*, const inference::ServerMetadataRequest*,
+                              inference::ServerMetadataResponse* out) override {
+    nlohmann::json meta = frontend::ServerMetadata();
+    out->set_name(meta["name"].get<std::string>());
+    out->set_version(meta["version"].get<std::string>());
+    for (const auto& e : meta["extensions"]) {
+      out->add_extensions(e.get<std::string>());
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status ModelMetadata(grpc::ServerContext*, const inference::ModelMetadataRequest* in,
+                             inference::ModelMetadataResponse* out) override {
+    Result<const hookhost::HookModel*> found = Lookup(in->name(), in->version());
+    if (!found.ok()) {
+      return ToGrpc(found.error());
+    }
+    const Manifest& m = (*found)->manifest();
+    out->set_name(m.name);
+    out->add_versions(std::to_string(m.version));
+    out->set_platform("ferry");
+    for (const TensorSpec& t : m.client_inputs()) {
+      auto* x = out->add_inputs();
+      x->set_name(t.name);
+      x->set_datatype(std::string(KServeName(t.dtype)));
+      for (int64_t d : t.shape) x->add_shape(d);
+    }
+    for (const TensorSpec& t : m.client_outputs()) {
+      auto* x = out->add_outputs();
+      x->set_name(t.name);
+      x->set_datatype(std::string(KServeName(t.dtype)));
+      for (int64_t d : t.shape) x->add_shape(d);
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status ModelConfig(grpc::ServerContext*, const inference::ModelConfigRequest* in,
+                           inference::ModelConfigResponse* out) override {
+    Result<const hookhost::HookModel*> found = Lookup(in->name(), in->version());
+    if (!found.ok()) {
+      return ToGrpc(found.error());
+    }
+    const Manifest& m = (*found)->manifest();
+    int64_t max_batch = MaxBatchSize(m);
+    auto* c = out->mutable_config();
+    c->set_name(m.name);
+    c->set_platform("ferry");
+    c->set_backend("ferry");
+    c->set_max_batch_size(static_cast<int32_t>(max_batch));
+    for (const TensorSpec& t : m.client_inputs()) {
+      auto* x = c->add_input();
+      x->set_name(t.name);
+      x->set_data_type(ConfigType(t.dtype));
+      for (size_t i = max_batch > 0 ? 1 : 0; i < t.shape.size(); ++i) x->add_dims(t.shape[i]);
+    }
+    for (const TensorSpec& t : m.client_outputs()) {
+      auto* x = c->add_output();
+      x->set_name(t.name);
+      x->set_data_type(ConfigType(t.dtype));
+      for (size_t i = max_batch > 0 ? 1 : 0; i < t.shape.size(); ++i) x->add_dims(t.shape[i]);
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status ModelInfer(grpc::ServerContext* context, const inference::ModelInferRequest* in,
+                          inference::ModelInferResponse* out) override {
+    Result<inference::ModelInferResponse> r = Infer(context, *in);
+    if (!r.ok()) {
+      return ToGrpc(r.error());
+    }
+    out->Swap(&*r);
+    return grpc::Status::OK;
+  }
+  grpc::Status ModelStreamInfer(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<inference::ModelStreamInferResponse, inference::ModelInferRequest>*
+          stream) override {
+    inference::ModelInferRequest in;
+    // One request at a time per stream, answered in order; an error is reported in the
+    // stream (error_message) and the stream goes on, as Triton does.
+    while (stream->Read(&in)) {
+      inference::ModelStreamInferResponse answer;
+      Result<inference::ModelInferResponse> r = Infer(context, in);
+      if (r.ok()) {
+        answer.mutable_infer_response()->Swap(&*r);
+      } else {
+        answer.set_error_message(r.error().ToString());
+        answer.mutable_infer_response()->set_id(in.id());
+        answer.mutable_infer_response()->set_model_name(in.model_name());
+      }
+      if (!stream->Write(answer)) {
+        break;
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  // A model by name (and version, when given) that loaded.
+  Result<const hookhost::HookModel*> Lookup(const std::string& name, const std::string& version) {
+    const hookhost::HookModel* model = kserve_->Find(name);
+    if (model == nullptr) {
+      return NotFound("unknown model '" + name.substr(0, 128) + "'");
+    }
+    if (model->failure) {
+      return Unavailable("model '" + model->name + "' failed to load: " + model->failure->message);
+    }
+    if (!version.empty() && version != std::to_string(model->manifest().version)) {
+      return NotFound("model '" + model->name + "' has no version '" + version.substr(0, 32) + "'");
+    }
+    return model;
+  }
+
+  Result<inference::ModelInferResponse> Infer(grpc::ServerContext* context,
+                                              const inference::ModelInferRequest& in) {
+    FERRY_ASSIGN_OR_RETURN(const hookhost::HookModel* model,
+                           Lookup(in.model_name(), in.model_version()));
+    FERRY_ASSIGN_OR_RETURN(ParsedInfer parsed, ParseGrpcInfer(in));
+    auto state = std::make_shared<ParsedInfer>(std::move(parsed));
+    // A gRPC deadline, when sooner, becomes the request's.
+    auto deadline = context->deadline();
+    if (deadline != std::chrono::system_clock::time_point::max()) {
+      int64_t left_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                            deadline - std::chrono::system_clock::now())
+                            .count();
+      left_us = std::max<int64_t>(left_us, 1);
+      if (state->timeout_us == 0 || left_us < state->timeout_us) {
+        state->timeout_us = left_us;
+      }
+    }
+    std::promise<Result<hookhost::InferResponse>> promise;
+    std::future<Result<hookhost::InferResponse>> future = promise.get_future();
+    kserve_->Submit(*model, state, [&promise](Result<hookhost::InferResponse> r) {
+      promise.set_value(std::move(r));
+    });
+    Result<hookhost::InferResponse> result = future.get();  // Answered exactly once.
+    if (!result.ok()) {
+      return result.error();
+    }
+    inference::ModelInferResponse out;
+    FERRY_RETURN_IF_ERROR(
+        EncodeGrpcInfer(model->name, model->manifest().version, *state, *result, &out));
+    return out;
+  }
+
+  KServeService* kserve_;
+};
+
+}  // namespace
+
+struct GrpcFrontEnd::Impl {
+  KServeService* kserve;
+  int listen_fd;
+  size_t max_message_bytes;
+  std::unique_ptr<Service> service;
+  std::unique_ptr<grpc::Server> server;
+  std::thread acceptor;
+  std::atomic<bool> accepting{true};
+  std::atomic<bool> stopping{false};
+};
+
+GrpcFrontEnd::GrpcFrontEnd(KServeService* service, int listen_fd, size_t max_message_bytes)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->kserve = service;
+  impl_->listen_fd = listen_fd;
+  impl_->max_message_bytes = max_message_bytes;
+}
+
+GrpcFrontEnd::~GrpcFrontEnd() { Stop(0); }
+
+Status GrpcFrontEnd::Start() {
+  Impl& s = *impl_;
+  s.service = std::make_unique<Service>(s.kserve);
+  grpc::ServerBuilder builder;
+  builder.RegisterService(s.service.get());
+  int limit = static_cast<int>(std::min<size_t>(s.max_message_bytes, INT32_MAX));
+  builder.SetMaxReceiveMessageSize(limit);
+  builder.SetMaxSendMessageSize(INT32_MAX);
+  s.server = builder.BuildAndStart();
+  if (s.server == nullptr) {
+    return Internal("the gRPC server did not start");
+  }
+  s.acceptor = std::thread([&s] {
+    int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    epoll_event e{};
+    e.events = EPOLLIN | EPOLLEXCLUSIVE;
+    epoll_ctl(epoll_fd, EPOLL_CTL_ADD, s.listen_fd, &e);
+    while (!s.stopping.load()) {
+      epoll_event got{};
+      if (epoll_wait(epoll_fd, &got, 1, 50) != 1 || !s.accepting.load()) {
+        continue;
+      }
+      int fd = accept4(s.listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd >= 0) {
+        grpc::AddInsecureChannelFromFd(s.server.get(), fd);  // gRPC owns it now.
+      }
+    }
+    close(epoll_fd);
+  });
+  return OkStatus();
+}
+
+void GrpcFrontEnd::Drain() { impl_->accepting.store(false); }
+
+void GrpcFrontEnd::Stop(int deadline_ms) {
+  Impl& s = *impl_;
+  if (s.server == nullptr) {
+    return;
+  }
+  s.accepting.store(false);
+  s.stopping.store(true);
+  if (s.acceptor.joinable()) {
+    s.acceptor.join();
+  }
+  s.server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
+  s.server->Wait();
+  s.server.reset();
+}
+
+}  // namespace ferry::frontend
