@@ -29,11 +29,12 @@ Result<ControlMessage> DecodeControl(const DescriptorData& d, uint32_t num_model
   m.value = d.rows;
   std::memcpy(&m.weight, &d.trace_id_low, sizeof(double));
   if (d.variant < static_cast<int32_t>(ControlCode::kStop) ||
-      d.variant > static_cast<int32_t>(ControlCode::kSetDiscipline)) {
+      d.variant > static_cast<int32_t>(ControlCode::kSetMaxQueueDepth)) {
     return InvalidArgument(where + "unknown command " + std::to_string(d.variant));
   }
   m.code = static_cast<ControlCode>(d.variant);
-  bool names_model = m.code == ControlCode::kSetPolicy || m.code == ControlCode::kSetResidency;
+  bool names_model = m.code == ControlCode::kSetPolicy || m.code == ControlCode::kSetResidency ||
+                     m.code == ControlCode::kSetMaxBatchSize;
   if (names_model && m.model >= num_models) {
     return InvalidArgument(where + "model " + std::to_string(m.model) + " out of range (" +
                            std::to_string(num_models) + " models)");
@@ -45,6 +46,12 @@ Result<ControlMessage> DecodeControl(const DescriptorData& d, uint32_t num_model
   bool ranged = m.code == ControlCode::kSetResidency || m.code == ControlCode::kSetDiscipline;
   if (ranged && (m.value < 0 || m.value > 2)) {
     return InvalidArgument(where + "value " + std::to_string(m.value) + " out of range");
+  }
+  if (m.code == ControlCode::kSetMaxBatchSize && m.value < 0) {
+    return InvalidArgument(where + "max batch size " + std::to_string(m.value) + " is negative");
+  }
+  if (m.code == ControlCode::kSetMaxQueueDepth && m.value < 1) {
+    return InvalidArgument(where + "queue depth " + std::to_string(m.value) + " is below 1");
   }
   return m;
 }

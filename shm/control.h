@@ -23,6 +23,8 @@ enum class ControlCode : int32_t {
   kSetResidency = 4,   // model, value = ferry::Residency (external residency mode only).
   kCompact = 5,        // Compact the weight arena.
   kSetDiscipline = 6,  // value = ferry::Discipline.
+  kSetMaxBatchSize = 7,   // model, value = the cap (>= 1), or 0 for none.
+  kSetMaxQueueDepth = 8,  // value >= 1, every model.
 };
 
 struct ControlMessage {

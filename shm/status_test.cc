@@ -134,6 +134,16 @@ TEST_CASE("control messages round-trip and hostile ones are refused") {
   bad = EncodeControl({ControlCode::kStop, 0, 0, 0}, 1);
   bad.kind = static_cast<uint16_t>(DescriptorKind::kSubmit);
   CHECK_FALSE(DecodeControl(bad, 1).ok());
+  // The batch cap names a model; 0 lifts it; a negative cap or a queue depth below 1 is refused.
+  CHECK(DecodeControl(EncodeControl({ControlCode::kSetMaxBatchSize, 0, 0, 8}, 1), 1).ok());
+  CHECK(DecodeControl(EncodeControl({ControlCode::kSetMaxBatchSize, 0, 0, 0}, 1), 1).ok());
+  CHECK_FALSE(DecodeControl(EncodeControl({ControlCode::kSetMaxBatchSize, 1, 0, 8}, 1), 1).ok());
+  CHECK_FALSE(DecodeControl(EncodeControl({ControlCode::kSetMaxBatchSize, 0, 0, -1}, 1), 1).ok());
+  CHECK(DecodeControl(EncodeControl({ControlCode::kSetMaxQueueDepth, 0, 0, 1}, 1), 1).ok());
+  CHECK_FALSE(DecodeControl(EncodeControl({ControlCode::kSetMaxQueueDepth, 0, 0, 0}, 1), 1).ok());
+  bad = EncodeControl({ControlCode::kStop, 0, 0, 0}, 1);
+  bad.variant = 9;
+  CHECK_FALSE(DecodeControl(bad, 1).ok());
   // Stop names no model: any model field is ignored.
   CHECK(DecodeControl(EncodeControl({ControlCode::kStop, 77, 0, 0}, 1), 1).ok());
 }

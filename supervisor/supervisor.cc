@@ -122,7 +122,6 @@ std::vector<std::string> RestartNeeded(const NodeConfig& a, const NodeConfig& b)
   check(a.cpu.threads == b.cpu.threads && a.cpu.pin == b.cpu.pin, "cpu");
   const SchedulerConfig& s = a.scheduler;
   const SchedulerConfig& t = b.scheduler;
-  check(s.max_queue_depth == t.max_queue_depth, "scheduler.max_queue_depth");
   check(s.ema_halflife_seconds == t.ema_halflife_seconds &&
             s.recency_penalty_cap == t.recency_penalty_cap &&
             s.coalescing_discount == t.coalescing_discount &&
@@ -130,7 +129,8 @@ std::vector<std::string> RestartNeeded(const NodeConfig& a, const NodeConfig& b)
             s.dispatch_timeout_seconds == t.dispatch_timeout_seconds &&
             s.compaction_interval == t.compaction_interval &&
             s.residency_mode == t.residency_mode && s.batch_sizing == t.batch_sizing,
-        "scheduler (keys other than discipline and weights)");
+        "scheduler (keys other than discipline, max_queue_depth and models' weight and "
+        "max_batch_size)");
   std::vector<std::string> models;
   for (const auto& [name, m] : s.models) {
     models.push_back(name);
@@ -144,8 +144,8 @@ std::vector<std::string> RestartNeeded(const NodeConfig& a, const NodeConfig& b)
     ModelSchedulingConfig none;
     const ModelSchedulingConfig& m = p == s.models.end() ? none : p->second;
     const ModelSchedulingConfig& n = q == t.models.end() ? none : q->second;
-    if (m.max_batch_size != n.max_batch_size || m.residency != n.residency) {
-      out.push_back("scheduler.models." + name + " (max_batch_size, residency)");
+    if (m.residency != n.residency) {
+      out.push_back("scheduler.models." + name + ".residency");
     }
   }
   std::sort(out.begin(), out.end());
@@ -156,6 +156,11 @@ std::vector<std::string> RestartNeeded(const NodeConfig& a, const NodeConfig& b)
 double WeightOf(const SchedulerConfig& config, const std::string& model) {
   auto it = config.models.find(model);
   return it == config.models.end() ? 1.0 : it->second.weight;
+}
+
+std::optional<int64_t> CapOf(const SchedulerConfig& config, const std::string& model) {
+  auto it = config.models.find(model);
+  return it == config.models.end() ? std::nullopt : it->second.max_batch_size;
 }
 
 }  // namespace
@@ -190,6 +195,8 @@ struct Supervisor::Impl {
   // Live changes made since start, re-applied to a worker that restarts.
   std::optional<Discipline> discipline_override;
   std::map<std::string, double> weight_overrides;
+  std::map<std::string, std::optional<int64_t>> batch_overrides;  // nullopt: uncapped.
+  std::optional<int64_t> queue_depth_override;
 
   ~Impl() {
     StopMetrics();
@@ -462,12 +469,21 @@ void Supervisor::Impl::ReapplyOverrides(const Child& c) {
     SendControl(c, {shm::ControlCode::kSetDiscipline, 0, 0,
                     static_cast<int32_t>(*discipline_override)});
   }
+  if (queue_depth_override) {
+    SendControl(c, {shm::ControlCode::kSetMaxQueueDepth, 0, 0,
+                    static_cast<int32_t>(*queue_depth_override)});
+  }
   for (uint32_t m = 0; m < c.status->num_models && m < shm::kMaxStatusModels; ++m) {
     std::string name(c.status->models[m].name,
                      strnlen(c.status->models[m].name, sizeof(c.status->models[m].name)));
     auto it = weight_overrides.find(name);
     if (it != weight_overrides.end()) {
       SendControl(c, {shm::ControlCode::kSetPolicy, m, it->second, 0});
+    }
+    auto cap = batch_overrides.find(name);
+    if (cap != batch_overrides.end()) {
+      SendControl(c, {shm::ControlCode::kSetMaxBatchSize, m, 0,
+                      static_cast<int32_t>(cap->second.value_or(0))});
     }
   }
 }
@@ -733,6 +749,28 @@ Result<json> Supervisor::Impl::Reload() {
   for (const auto& [name, m] : loaded->scheduler.models) {
     names[name] = true;
   }
+  if (loaded->scheduler.max_queue_depth != config.scheduler.max_queue_depth) {
+    queue_depth_override = loaded->scheduler.max_queue_depth;
+    for (const Child& c : children) {
+      if (c.worker && c.running()) {
+        SendControl(c, {shm::ControlCode::kSetMaxQueueDepth, 0, 0,
+                        static_cast<int32_t>(loaded->scheduler.max_queue_depth)});
+      }
+    }
+    applied.push_back("scheduler.max_queue_depth = " +
+                      std::to_string(loaded->scheduler.max_queue_depth));
+  }
+  for (const auto& [name, unused] : names) {
+    std::optional<int64_t> cap_before = CapOf(config.scheduler, name);
+    std::optional<int64_t> cap_after = CapOf(loaded->scheduler, name);
+    if (cap_before != cap_after) {
+      batch_overrides[name] = cap_after;
+      (void)SendToModel(name, shm::ControlCode::kSetMaxBatchSize, 0,
+                        static_cast<int32_t>(cap_after.value_or(0)));
+      applied.push_back("scheduler.models." + name + ".max_batch_size = " +
+                        (cap_after ? std::to_string(*cap_after) : std::string("none")));
+    }
+  }
   for (const auto& [name, unused] : names) {
     double before = WeightOf(config.scheduler, name);
     double after = WeightOf(loaded->scheduler, name);
@@ -744,8 +782,10 @@ Result<json> Supervisor::Impl::Reload() {
   }
   // Only what was applied is taken; the rest stays as started until ferryd restarts.
   config.scheduler.discipline = loaded->scheduler.discipline;
+  config.scheduler.max_queue_depth = loaded->scheduler.max_queue_depth;
   for (const auto& [name, unused] : names) {
     config.scheduler.models[name].weight = WeightOf(loaded->scheduler, name);
+    config.scheduler.models[name].max_batch_size = CapOf(loaded->scheduler, name);
   }
   for (const std::string& key : restart) {
     spdlog::warn("reload: {} changed; it takes effect when ferryd restarts", key);

@@ -22,10 +22,10 @@
 // UNAVAILABLE), then killed 5 s later; the segment is removed; Run returns 0.
 //
 // Reload (SIGHUP, `ferryctl reload`): the node file is read again; on any error the node keeps
-// its configuration and the reply and log say why. Scheduler discipline and model weights
-// apply live on every worker; every other change is named as needing a restart of ferryd.
-// Live changes made through the control socket (set_policy, set_discipline) are re-applied to
-// a worker that restarts.
+// its configuration and the reply and log say why. The scheduler's discipline and
+// max_queue_depth, and every model's weight and max_batch_size, apply live on every worker;
+// every other change is named as needing a restart of ferryd. Live changes (by reload, or
+// set_policy / set_discipline on the control socket) are re-applied to a worker that restarts.
 //
 // Thread safety: one thread (the one that calls Run; children's PDEATHSIG follows it).
 #pragma once

@@ -269,6 +269,14 @@ bool DispatchLoop::DrainControl() {
       case shm::ControlCode::kSetDiscipline:
         applied = scheduler_->SetDiscipline(static_cast<Discipline>(message->value));
         break;
+      case shm::ControlCode::kSetMaxBatchSize:
+        applied = scheduler_->SetMaxBatchSize(
+            models_[message->model].name,
+            message->value == 0 ? std::nullopt : std::optional<int64_t>(message->value));
+        break;
+      case shm::ControlCode::kSetMaxQueueDepth:
+        applied = scheduler_->SetMaxQueueDepth(message->value);
+        break;
     }
     if (!applied.ok()) {
       spdlog::warn("worker slot {}: control refused: {}", slot_, applied.error().ToString());

@@ -160,6 +160,34 @@ Status Scheduler::SetPolicy(std::string_view model, double weight) {
   return OkStatus();
 }
 
+Status Scheduler::SetMaxBatchSize(std::string_view model, std::optional<int64_t> cap) {
+  int index = FindModel(model);
+  if (index < 0) {
+    return NotFound("set_max_batch_size: no model '" + std::string(model) + "'");
+  }
+  if (cap && *cap < 1) {
+    return InvalidArgument("set_max_batch_size: the cap of '" + std::string(model) +
+                           "' must be >= 1");
+  }
+  ControlCommand command;
+  command.kind = ControlCommand::Kind::kSetMaxBatchSize;
+  command.model = index;
+  command.max_batch_size = cap;
+  pending_controls_.push_back(command);
+  return OkStatus();
+}
+
+Status Scheduler::SetMaxQueueDepth(int64_t depth) {
+  if (depth < 1) {
+    return InvalidArgument("set_max_queue_depth: depth must be >= 1");
+  }
+  ControlCommand command;
+  command.kind = ControlCommand::Kind::kSetMaxQueueDepth;
+  command.max_queue_depth = depth;
+  pending_controls_.push_back(command);
+  return OkStatus();
+}
+
 Status Scheduler::SetResidency(std::string_view model, Residency residency) {
   if (config_.residency_mode != ResidencyMode::kExternal) {
     return InvalidArgument(
@@ -530,6 +558,12 @@ Decision Scheduler::Next(Nanos now) {
       models_[static_cast<size_t>(command.model)].weight = command.weight;
     } else if (command.kind == ControlCommand::Kind::kSetResidency) {
       models_[static_cast<size_t>(command.model)].residency = command.residency;
+    } else if (command.kind == ControlCommand::Kind::kSetMaxBatchSize) {
+      ModelState& m = models_[static_cast<size_t>(command.model)];
+      m.spec.config.max_batch_size = command.max_batch_size;
+      m.effective_cost_stale = true;  // Its next dispatch's size may differ now.
+    } else if (command.kind == ControlCommand::Kind::kSetMaxQueueDepth) {
+      config_.max_queue_depth = command.max_queue_depth;
     } else if (command.kind == ControlCommand::Kind::kSetDiscipline) {
       // Tags kept advancing under fifo or edf without steering anything: start fair afresh
       // (everyone level at the virtual time) rather than let that history lock a model out.

@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -62,9 +63,18 @@ struct SchedulerOptions {
 // A control command applied at the start of a decision; returned by Next() so the dispatch
 // loop carries out what touches the weight cache (residency moves, compaction).
 struct ControlCommand {
-  enum class Kind { kSetPolicy, kSetResidency, kCompact, kSetDiscipline };
+  enum class Kind {
+    kSetPolicy,
+    kSetResidency,
+    kCompact,
+    kSetDiscipline,
+    kSetMaxBatchSize,
+    kSetMaxQueueDepth
+  };
   Kind kind = Kind::kSetPolicy;
-  int model = -1;                             // kSetPolicy, kSetResidency.
+  int model = -1;                             // kSetPolicy, kSetResidency, kSetMaxBatchSize.
+  std::optional<int64_t> max_batch_size;      // kSetMaxBatchSize: nullopt = uncapped.
+  int64_t max_queue_depth = 0;                // kSetMaxQueueDepth.
   double weight = 0;                          // kSetPolicy.
   Residency residency = Residency::kWarm;     // kSetResidency.
   std::vector<int> models;                    // kCompact: models to reload afterwards.
@@ -159,6 +169,12 @@ class Scheduler {
   // (edf's deadline index is rebuilt from them). Fair's virtual clocks keep running under
   // the other disciplines, so switching back to fair carries the lag bound over.
   Status SetDiscipline(Discipline discipline);
+  // A model's cap on rows per dispatch (nullopt: the largest compiled size); never changes
+  // compiled shapes or splits a queued request. NOT_FOUND; INVALID_ARGUMENT for a cap < 1.
+  Status SetMaxBatchSize(std::string_view model, std::optional<int64_t> cap);
+  // Every model's queue limit; requests already queued beyond a lowered limit stay queued
+  // (only new ones are refused). INVALID_ARGUMENT for a depth < 1.
+  Status SetMaxQueueDepth(int64_t depth);
 
   // The next decision (see the file comment). A Dispatch that does not run still carries
   // the requests shed or failed in this decision.

@@ -333,5 +333,49 @@ TEST_CASE("coalescing fills its size: bursts of multi-row requests meet the disp
   CHECK(dispatches == 30);
 }
 
+TEST_CASE("max_batch_size and max_queue_depth change live, from the next decision") {
+  SchedulerConfig config;
+  config.max_queue_depth = 100;
+  ModelSpec spec;
+  spec.name = "m";
+  spec.batch_sizes = {1, 8, 32};
+  Scheduler s = std::move(Scheduler::Create(config, {spec})).value();
+  for (int i = 0; i < 64; ++i) {
+    REQUIRE(s.Enqueue(0, QueuedRequest{0, 0, 1, 0, {}, 0}).ok());
+  }
+  CHECK(s.Next(0).dispatch.rows == 32);  // Uncapped: the largest compiled size.
+  REQUIRE(s.SetMaxBatchSize("m", 8).ok());
+  Decision capped = s.Next(0);
+  CHECK(capped.dispatch.rows == 8);
+  CHECK(capped.dispatch.batch_size == 8);
+  REQUIRE(capped.controls.size() == 1);
+  CHECK(capped.controls[0].kind == ControlCommand::Kind::kSetMaxBatchSize);
+  REQUIRE(s.SetMaxBatchSize("m", std::nullopt).ok());
+  CHECK(s.Next(0).dispatch.rows == 24);  // The rest, at the largest size again.
+  CHECK(s.SetMaxBatchSize("m", 0).error().code == ErrorCode::kInvalidArgument);
+  CHECK(s.SetMaxBatchSize("nope", 4).error().code == ErrorCode::kNotFound);
+
+  // Queue depth: lowered below what is queued, the queued requests stay and run; only new
+  // ones are refused until the queue is under the limit again. (One row per dispatch here.)
+  REQUIRE(s.SetMaxBatchSize("m", 1).ok());
+  for (int i = 0; i < 10; ++i) {
+    REQUIRE(s.Enqueue(0, QueuedRequest{0, 0, 1, 0, {}, 0}).ok());
+  }
+  REQUIRE(s.SetMaxQueueDepth(5).ok());
+  CHECK(s.Next(0).dispatch.rows == 1);  // Applies both; 9 stay queued.
+  CHECK(s.queued_requests() == 9);
+  CHECK(s.Enqueue(0, QueuedRequest{0, 0, 1, 0, {}, 0}).error().code ==
+        ErrorCode::kResourceExhausted);
+  int ran = 0;
+  while (s.queued_requests() > 4) {
+    ran += static_cast<int>(s.Next(0).dispatch.rows);
+  }
+  CHECK(ran == 5);  // Every queued request ran.
+  CHECK(s.Enqueue(0, QueuedRequest{0, 0, 1, 0, {}, 0}).ok());  // 4 + 1 <= 5.
+  CHECK(s.Enqueue(0, QueuedRequest{0, 0, 1, 0, {}, 0}).error().code ==
+        ErrorCode::kResourceExhausted);
+  CHECK(s.SetMaxQueueDepth(0).error().code == ErrorCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace ferry

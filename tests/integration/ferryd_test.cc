@@ -254,14 +254,20 @@ TEST_CASE("control: set_policy, reload (good and bad), and re-applying after a r
 
   // A good reload: weights and discipline apply live, the rest is named.
   std::string text = ReadFileText(ferryd.config());
-  WriteFile(ferryd.config(), text + "discipline = \"fifo\"\n[scheduler.models.cnn]\nweight = "
-                                    "4.0\nmax_batch_size = 4\n");
+  WriteFile(ferryd.config(), text + "discipline = \"fifo\"\nmax_queue_depth = 64\n"
+                                    "[scheduler.models.cnn]\nweight = 4.0\nmax_batch_size = 4\n"
+                                    "residency = \"pinned\"\n");
   reply = ferryd.Call(Request(ControlCommand::kReload));
   REQUIRE(reply.ok());
-  CHECK((*reply)["applied"].size() == 2);
+  CHECK((*reply)["applied"].size() == 4);  // discipline, queue depth, cnn's cap and weight.
   REQUIRE((*reply)["restart_needed"].size() == 1);
-  CHECK((*reply)["restart_needed"][0].get<std::string>().find("scheduler.models.cnn") == 0);
+  CHECK((*reply)["restart_needed"][0] == "scheduler.models.cnn.residency");
   CHECK(eventually([&] { return weight_of(1, "cnn") == 4.0; }));
+  CHECK(eventually([&] {
+    Result<json> c = ferryd.Call(ControlCommand::kControlStatus);
+    return c.ok() && (*c)["workers"][0]["models"][0]["model"] == "cnn" &&
+           (*c)["workers"][0]["models"][0]["effective_max_batch"] == 4;
+  }));
   Result<json> control = ferryd.Call(ControlCommand::kControlStatus);
   REQUIRE(control.ok());
   CHECK(eventually([&] {
