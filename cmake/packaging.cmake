@@ -6,7 +6,8 @@ include(GNUInstallDirs)
 install(TARGETS ferryd ferryctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS ferry-worker ferry-hookhost RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/ferry)
 install(FILES include/ferry/plugin.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ferry)
-install(FILES packaging/ferry.service DESTINATION lib/systemd/system)
+install(FILES packaging/ferry.service packaging/ferry-http.socket packaging/ferry-grpc.socket
+              packaging/ferry-metrics.socket DESTINATION lib/systemd/system)
 install(FILES packaging/ferry.sysusers DESTINATION lib/sysusers.d RENAME ferry.conf)
 install(FILES packaging/ferry.tmpfiles DESTINATION lib/tmpfiles.d RENAME ferry.conf)
 # An absolute destination: /etc whatever the prefix (CPack installs into its staging root).

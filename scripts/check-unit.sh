@@ -10,8 +10,10 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 mkdir "$dir/good" "$dir/bad"
 sed "s#/usr/bin/ferryd#$ferryd#" packaging/ferry.service > "$dir/good/ferry.service"
+cp packaging/ferry-http.socket packaging/ferry-grpc.socket packaging/ferry-metrics.socket "$dir/good/"
 sed 's/^Type=notify$/Type=notifyy/' "$dir/good/ferry.service" > "$dir/bad/ferry.service"
-out=$(systemd-analyze verify "$dir/good/ferry.service" 2>&1 || echo "exit status $?")
+out=$(systemd-analyze verify "$dir/good/ferry.service" "$dir/good/ferry-http.socket" \
+  "$dir/good/ferry-grpc.socket" "$dir/good/ferry-metrics.socket" 2>&1 || echo "exit status $?")
 if [[ -n "$out" ]]; then
   echo "systemd-analyze verify packaging/ferry.service:"
   echo "$out"
@@ -22,4 +24,4 @@ if [[ -z "$bad" ]]; then
   echo "systemd-analyze verify reported nothing for a broken unit: this check cannot fail"
   exit 1
 fi
-echo "packaging/ferry.service: systemd-analyze verify clean"
+echo "packaging/ferry.service and its three .socket units: systemd-analyze verify clean"

@@ -1,6 +1,7 @@
 #include "supervisor/listeners.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -45,6 +46,31 @@ Result<Listener> Listener::Open(const ListenAddress& address) {
   if (listener.fd_ < 0) {
     return Unavailable("cannot listen on " + address.ToString() + ": " + std::strerror(err));
   }
+  listener.Describe();
+  return listener;
+}
+
+Result<Listener> Listener::Adopt(int fd) {
+  int type = 0;
+  int listening = 0;
+  socklen_t len = sizeof(type);
+  bool stream = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM;
+  len = sizeof(listening);
+  bool accepts = getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening;
+  if (!stream || !accepts) {
+    return InvalidArgument("descriptor " + std::to_string(fd) +
+                           " from socket activation is not a listening stream socket");
+  }
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  Listener listener;
+  listener.fd_ = fd;
+  listener.activated_ = true;
+  listener.Describe();
+  return listener;
+}
+
+void Listener::Describe() {
+  Listener& listener = *this;
   sockaddr_storage bound{};
   socklen_t len = sizeof(bound);
   getsockname(listener.fd_, reinterpret_cast<sockaddr*>(&bound), &len);
@@ -61,11 +87,12 @@ Result<Listener> Listener::Open(const ListenAddress& address) {
     bound_port = ntohs(in6->sin6_port);
     listener.bound_ = "[" + std::string(text) + "]:" + std::to_string(bound_port);
   }
-  return listener;
 }
 
 Listener::Listener(Listener&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), bound_(std::move(other.bound_)) {}
+    : fd_(std::exchange(other.fd_, -1)),
+      activated_(other.activated_),
+      bound_(std::move(other.bound_)) {}
 
 Listener::~Listener() {
   if (fd_ >= 0) {

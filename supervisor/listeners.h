@@ -19,17 +19,23 @@ class Listener {
   // INVALID_ARGUMENT for an address that does not resolve; UNAVAILABLE naming the address
   // when it cannot be bound (in use, not permitted).
   static Result<Listener> Open(const ListenAddress& address);
+  // Takes a listening stream socket passed by systemd socket activation. INVALID_ARGUMENT when
+  // `fd` is not one.
+  static Result<Listener> Adopt(int fd);
   Listener(Listener&& other) noexcept;
   Listener& operator=(Listener&& other) = delete;
   ~Listener();
 
   int fd() const { return fd_; }
+  bool activated() const { return activated_; }
   // "127.0.0.1:41234": the port actually bound.
   const std::string& bound() const { return bound_; }
 
  private:
   Listener() = default;
+  void Describe();  // Sets bound_ from getsockname.
   int fd_ = -1;
+  bool activated_ = false;
   std::string bound_;
 };
 

@@ -158,6 +158,34 @@ double WeightOf(const SchedulerConfig& config, const std::string& model) {
   return it == config.models.end() ? 1.0 : it->second.weight;
 }
 
+// Descriptors passed by systemd socket activation, by name (FileDescriptorName=): http, grpc,
+// metrics. The variables are removed, so no child sees them. INVALID_ARGUMENT for a
+// descriptor with another name (a unit that does not match this ferryd).
+Result<std::map<std::string, int>> ActivatedSockets() {
+  char** names = nullptr;
+  int n = sd_listen_fds_with_names(1, &names);
+  std::map<std::string, int> out;
+  std::optional<Error> error;
+  for (int i = 0; i < n; ++i) {
+    std::string name = names != nullptr && names[i] != nullptr ? names[i] : "";
+    if (name != "http" && name != "grpc" && name != "metrics") {
+      error = InvalidArgument("socket activation passed a descriptor named '" + name +
+                              "'; name them http, grpc or metrics (FileDescriptorName=)");
+    }
+    out[name] = SD_LISTEN_FDS_START + i;
+  }
+  if (names != nullptr) {
+    for (int i = 0; i < n; ++i) {
+      free(names[i]);
+    }
+    free(names);
+  }
+  if (error) {
+    return *error;
+  }
+  return out;
+}
+
 std::optional<int64_t> CapOf(const SchedulerConfig& config, const std::string& model) {
   auto it = config.models.find(model);
   return it == config.models.end() ? std::nullopt : it->second.max_batch_size;
@@ -301,10 +329,22 @@ Status Supervisor::Impl::Start() {
   FERRY_ASSIGN_OR_RETURN(shm::Segment created, shm::Segment::Create(name, layout));
   segment.emplace(std::move(created));
 
-  FERRY_ASSIGN_OR_RETURN(Listener http_listener, Listener::Open(config.node.http));
+  // Sockets passed by systemd (ferry-http.socket, ...) are taken by name; the others are
+  // created from [node.listen].
+  FERRY_ASSIGN_OR_RETURN(auto activated, ActivatedSockets());
+  auto listener = [&](const char* name, const ListenAddress& address) -> Result<Listener> {
+    auto it = activated.find(name);
+    return it == activated.end() ? Listener::Open(address) : Listener::Adopt(it->second);
+  };
+  FERRY_ASSIGN_OR_RETURN(Listener http_listener, listener("http", config.node.http));
   http.emplace(std::move(http_listener));
-  FERRY_ASSIGN_OR_RETURN(Listener grpc_listener, Listener::Open(config.node.grpc));
+  FERRY_ASSIGN_OR_RETURN(Listener grpc_listener, listener("grpc", config.node.grpc));
   grpc.emplace(std::move(grpc_listener));
+  FERRY_ASSIGN_OR_RETURN(Listener metrics_socket, listener("metrics", config.node.metrics));
+  metrics_listener.emplace(std::move(metrics_socket));
+  for (const auto& [name, fd] : activated) {
+    spdlog::info("{} socket from systemd socket activation (descriptor {})", name, fd);
+  }
   FERRY_RETURN_IF_ERROR(StartMetrics());
 
   FERRY_ASSIGN_OR_RETURN(
@@ -341,8 +381,6 @@ Status Supervisor::Impl::Start() {
 }
 
 Status Supervisor::Impl::StartMetrics() {
-  FERRY_ASSIGN_OR_RETURN(Listener listener, Listener::Open(config.node.metrics));
-  metrics_listener.emplace(std::move(listener));
   counters = std::make_unique<SupervisorCounters>(segment->num_slots());
   frontend::HttpServerOptions options;
   options.max_body_bytes = 1024;

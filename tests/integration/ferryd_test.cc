@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/un.h>
 
 #include <cstring>
@@ -171,6 +173,50 @@ TEST_CASE("SIGKILL of ferryd takes its children with it; the next start is not b
   CHECK(ferryd.log().find("removed the stale segment") != std::string::npos);
   kill(ferryd.pid(), SIGTERM);
   CHECK(ferryd.Wait() == 0);
+}
+
+// A listening socket on 127.0.0.1, port 0 (as systemd would create from a .socket unit).
+std::pair<int, std::string> ListeningSocket() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  REQUIRE(listen(fd, 64) == 0);
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  return {fd, "127.0.0.1:" + std::to_string(ntohs(a.sin_port))};
+}
+
+TEST_CASE("systemd socket activation: the sockets passed by name are served") {
+  TempDir dir;
+  auto [http_fd, http_address] = ListeningSocket();
+  auto [grpc_fd, grpc_address] = ListeningSocket();
+  auto [metrics_fd, metrics_address] = ListeningSocket();
+  FerrydProcess ferryd(dir, kSimNode, kQuick);
+  kill(ferryd.pid(), SIGKILL);  // Restarted below with the sockets.
+  ferryd.Wait();
+  ferryd.StartActivated({{"http", http_fd}, {"grpc", grpc_fd}, {"metrics", metrics_fd}});
+  std::optional<json> ready = ferryd.WaitReady();
+  REQUIRE_MESSAGE(ready, ferryd.log());
+  CHECK((*ready)["listen"]["http"] == http_address);
+  CHECK((*ready)["listen"]["grpc"] == grpc_address);
+  CHECK((*ready)["listen"]["metrics"] == metrics_address);
+  CHECK(ferryd.log().find("http socket from systemd socket activation") != std::string::npos);
+  Result<frontend::HttpClient> client = frontend::HttpClient::Connect(http_address);
+  REQUIRE(client.ok());
+  Result<frontend::HttpAnswer> live = client->Request("GET", "/v2/health/live");
+  REQUIRE(live.ok());
+  CHECK(live->status == 200);
+  kill(ferryd.pid(), SIGTERM);
+  CHECK(ferryd.Wait() == 0);
+  // A descriptor named for nothing ferryd serves: refused, nothing started.
+  ferryd.StartActivated({{"https", http_fd}});
+  CHECK(ferryd.Wait() == 1);
+  CHECK(ferryd.log().find("named 'https'") != std::string::npos);
+  close(http_fd);
+  close(grpc_fd);
+  close(metrics_fd);
 }
 
 TEST_CASE("a bad node file: exit 2 listing every error, nothing started") {

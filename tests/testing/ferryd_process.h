@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -21,6 +23,8 @@
 
 #include "ctl/control_client.h"
 #include "tests/testing/temp_dir.h"
+
+extern "C" char** environ;
 
 namespace ferry::testing {
 
@@ -62,9 +66,38 @@ class FerrydProcess {
     }
   }
 
-  void Start(std::vector<std::string> flags = {}) {
+  void Start(std::vector<std::string> flags = {}) { StartActivated({}, std::move(flags)); }
+
+  // Starts ferryd as systemd socket activation would: `sockets` (name, listening descriptor)
+  // become descriptors 3, 4, ... with LISTEN_FDS, LISTEN_PID and LISTEN_FDNAMES set.
+  void StartActivated(const std::vector<std::pair<std::string, int>>& sockets,
+                      std::vector<std::string> flags = {}) {
     std::vector<std::string> args = {FERRY_FERRYD_BINARY, "--config", config_};
     args.insert(args.end(), flags.begin(), flags.end());
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      env.emplace_back(*e);
+    }
+    std::string names;
+    for (const auto& [name, fd] : sockets) {
+      names += (names.empty() ? "" : ":") + name;
+    }
+    if (!sockets.empty()) {
+      env.push_back("LISTEN_FDS=" + std::to_string(sockets.size()));
+      env.push_back("LISTEN_FDNAMES=" + names);
+      env.push_back("LISTEN_PID=0000000000");  // Filled in by the child: its own pid.
+    }
+    std::vector<char*> envp;
+    for (std::string& e : env) {
+      envp.push_back(e.data());
+    }
+    envp.push_back(nullptr);
+    std::vector<char*> argv;
+    for (std::string& a : args) {
+      argv.push_back(a.data());
+    }
+    argv.push_back(nullptr);
+    char* listen_pid = sockets.empty() ? nullptr : envp[envp.size() - 2] + 11;
     pid_ = fork();
     if (pid_ == 0) {
       FILE* log = std::fopen(log_.c_str(), "a");
@@ -72,12 +105,14 @@ class FerrydProcess {
         dup2(fileno(log), 1);
         dup2(fileno(log), 2);
       }
-      std::vector<char*> argv;
-      for (std::string& a : args) {
-        argv.push_back(a.data());
+      for (size_t i = 0; i < sockets.size(); ++i) {
+        int moved = fcntl(sockets[i].second, F_DUPFD, 100);
+        dup2(moved, static_cast<int>(3 + i));
       }
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
+      if (listen_pid != nullptr) {
+        std::snprintf(listen_pid, 11, "%d", static_cast<int>(getpid()));
+      }
+      execve(argv[0], argv.data(), envp.data());
       _exit(127);
     }
   }
