@@ -141,7 +141,7 @@ bool KServeService::ServerReady() const {
 
 void KServeService::Handle(HttpRequest&& request, Responder respond) {
   std::vector<std::string_view> parts = PathParts(request.target);
-  bool get = request.method == "GET" || request.method == "HEAD";
+  bool get = request.method == "GET";
   bool post = request.method == "POST";
   auto method_not_allowed = [&] {
     respond(Json(405, {{"error", request.method + " is not allowed on " +

@@ -396,7 +396,7 @@ Status Supervisor::Impl::StartMetrics() {
         if (path != "/metrics") {
           r.status = 404;
           r.body = "{\"error\":\"only /metrics is served here\"}";
-        } else if (request.method != "GET" && request.method != "HEAD") {
+        } else if (request.method != "GET") {
           r.status = 405;
         } else {
           r.headers.emplace_back("Content-Type", "text/plain; version=0.0.4; charset=utf-8");

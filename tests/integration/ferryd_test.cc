@@ -26,7 +26,7 @@ constexpr const char* kSimNode = "devices = \"cpu:2\"\nhookhosts = 2\nbackend = 
 // Quick restarts, and a short heartbeat limit for the watchdog test.
 constexpr const char* kQuick =
     "restart_backoff_ms = 20\nrestart_backoff_max_ms = 200\ndrain_timeout_seconds = 10\n"
-    "[scheduler]\ndispatch_timeout_seconds = 1.0\n";
+    "[scheduler]\ndispatch_timeout_seconds = 2.0\n";
 
 int64_t PidOf(const json& status, const std::string& kind, int index) {
   return ChildOf(status, kind, index)["pid"].get<int64_t>();
