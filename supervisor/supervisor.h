@@ -1,10 +1,13 @@
 // ferryd's core: starts the node's processes on a fresh segment, keeps them running, answers
 // the control socket, talks to systemd, and stops the node cleanly.
 //
-// Start: the segment (a stale one from a killed predecessor is removed first), the control
-// socket, then one ferry-hookhost per [node] hookhosts and one ferry-worker per device
-// (child_process.h: nothing inherited, dies with ferryd). A worker on a GPU sees only that GPU
-// (CUDA_VISIBLE_DEVICES, PCI bus order) and is told so (--device-pinned).
+// Start: the segment (a stale one from a killed predecessor is removed first), the listening
+// sockets (HTTP, gRPC, metrics: bound from [node.listen], or taken from systemd socket
+// activation by name), /metrics on its own thread (metrics.h), the control socket, then one
+// ferry-hookhost per [node] hookhosts (given the HTTP and gRPC sockets as descriptors 3 and 4)
+// and one ferry-worker per device (child_process.h: nothing else inherited, dies with
+// ferryd). A worker on a GPU sees only that GPU (CUDA_VISIBLE_DEVICES, PCI bus order) and is
+// told so (--device-pinned).
 //
 // Watch (every kTickNs): a child that exits is reaped through its pidfd, its slot repaired
 // (shm::ResetSlot: its peers fail what they had in flight with it, UNAVAILABLE, and nothing of
@@ -27,7 +30,8 @@
 // every other change is named as needing a restart of ferryd. Live changes (by reload, or
 // set_policy / set_discipline on the control socket) are re-applied to a worker that restarts.
 //
-// Thread safety: one thread (the one that calls Run; children's PDEATHSIG follows it).
+// Thread safety: one thread (the one that calls Run; children's PDEATHSIG follows it), plus
+// the /metrics thread, which reads only shared memory and atomic counters.
 #pragma once
 
 #include <memory>
