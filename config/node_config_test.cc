@@ -348,5 +348,56 @@ TEST_CASE(
   CHECK(ParseNodeConfig("", "n.toml", "/tmp", {})->scheduler.deprecations.empty());
 }
 
+TEST_CASE("[supervisor] and [frontend]: defaults, values at their edges, each mistake named") {
+  Result<NodeConfig> defaults = Parse("");
+  REQUIRE(defaults.ok());
+  CHECK(defaults->supervisor.control_socket == "/run/ferry/control.sock");
+  CHECK(defaults->supervisor.restart_backoff_ms == 100);
+  CHECK(defaults->supervisor.crash_loop_restarts == 5);
+  CHECK(defaults->supervisor.drain_timeout_seconds == 30);
+  CHECK(defaults->frontend.max_request_bytes == (64u << 20));
+  CHECK(defaults->frontend.max_connections == 1024);
+
+  Result<NodeConfig> edges = Parse(
+      "[supervisor]\ncontrol_socket = \"/" + std::string(106, 's') +
+      "\"\ncontrol_group = \"ferry\"\nrestart_backoff_ms = 1\nrestart_backoff_max_ms = 1\n"
+      "crash_loop_restarts = 1000\ncrash_loop_window_seconds = 86400\n"
+      "drain_timeout_seconds = 0\nstart_timeout_seconds = 1\n"
+      "[frontend]\nmax_request_bytes = 1024\nmax_connections = 65536\n"
+      "request_timeout_seconds = 0.1\nidle_timeout_seconds = 86400\n");
+  REQUIRE_MESSAGE(edges.ok(), (edges.ok() ? "" : edges.error().message));
+  CHECK(edges->supervisor.control_socket.size() == 107);
+  CHECK(edges->supervisor.drain_timeout_seconds == 0);
+  CHECK(edges->frontend.max_request_bytes == 1024);
+  CHECK(edges->frontend.request_timeout_seconds == 0.1);
+
+  struct Case {
+    std::string text;
+    std::string key;
+  };
+  std::vector<Case> cases = {
+      {"[supervisor]\ncontrol_socket = \"run/ferry.sock\"\n", "supervisor.control_socket"},
+      {"[supervisor]\ncontrol_socket = \"/" + std::string(107, 's') + "\"\n",
+       "supervisor.control_socket"},
+      {"[supervisor]\ncontrol_group = \"a b\"\n", "supervisor.control_group"},
+      {"[supervisor]\nrestart_backoff_ms = 0\n", "supervisor.restart_backoff_ms"},
+      {"[supervisor]\nrestart_backoff_ms = 500\nrestart_backoff_max_ms = 499\n",
+       "supervisor.restart_backoff_max_ms"},
+      {"[supervisor]\ncrash_loop_restarts = 1001\n", "supervisor.crash_loop_restarts"},
+      {"[supervisor]\ncrash_loop_window_seconds = 0\n", "supervisor.crash_loop_window_seconds"},
+      {"[supervisor]\ndrain_timeout_seconds = -1\n", "supervisor.drain_timeout_seconds"},
+      {"[supervisor]\nstart_timeout_seconds = 0.5\n", "supervisor.start_timeout_seconds"},
+      {"[supervisor]\nrestart_after = 1\n", "supervisor.restart_after"},
+      {"[frontend]\nmax_request_bytes = 1023\n", "frontend.max_request_bytes"},
+      {"[frontend]\nmax_connections = 0\n", "frontend.max_connections"},
+      {"[frontend]\nrequest_timeout_seconds = 0.05\n", "frontend.request_timeout_seconds"},
+      {"[frontend]\nidle_timeout_seconds = 86401\n", "frontend.idle_timeout_seconds"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.text);
+    CHECK(Contains(ErrorOf(c.text), c.key));
+  }
+}
+
 }  // namespace
 }  // namespace ferry
