@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <memory>
+#include <thread>
 
 #include "common/clock.h"
 #include "frontend/compression.h"
@@ -89,9 +90,23 @@ const hookhost::HookModel* KServeService::Find(std::string_view name) const {
   return nullptr;
 }
 
+void KServeService::SetDraining() {
+  // Dekker-style with Submit (both sequentially consistent): a Submit that read draining_
+  // false had raised submitting_ first, so this wait sees it and outlasts its host call.
+  draining_.store(true);
+  while (submitting_.load() != 0) {
+    std::this_thread::yield();
+  }
+}
+
 void KServeService::Submit(const hookhost::HookModel& model,
                            const std::shared_ptr<ParsedInfer>& request,
                            hookhost::InferCallback done) {
+  submitting_.fetch_add(1);
+  struct Leave {
+    std::atomic<int>* n;
+    ~Leave() { n->fetch_sub(1); }
+  } leave{&submitting_};
   if (draining_.load()) {
     done(Unavailable("this hook host is draining; retry on another"));
     return;

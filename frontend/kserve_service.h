@@ -50,9 +50,10 @@ class KServeService {
   // on a hook thread or here. UNAVAILABLE while draining or for a model that failed to load.
   void Submit(const hookhost::HookModel& model, const std::shared_ptr<ParsedInfer>& request,
               hookhost::InferCallback done);
-  // Draining: readiness reports false and infer requests get 503; from then on the service
-  // never calls the hook host (which may be destroyed once the server's DrainSeen holds).
-  void SetDraining() { draining_.store(true); }
+  // Draining: readiness reports false and infer requests get 503. Returns once no call into
+  // the hook host is in progress (from HTTP's or gRPC's threads); from then on the service
+  // never calls it, so the hook host may be destroyed.
+  void SetDraining();
 
  private:
   void Infer(const hookhost::HookModel& model, HttpRequest&& request, Responder respond);
@@ -62,6 +63,7 @@ class KServeService {
   hookhost::HookHost* host_;
   size_t max_request_bytes_;
   std::atomic<bool> draining_{false};
+  std::atomic<int> submitting_{0};  // Calls between the draining check and the host's return.
 };
 
 // An Error as an HTTP answer: the status its code maps to and {"error": message}.
