@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "ctl/control_client.h"
+#include "shm/segment.h"
 #include "tests/testing/temp_dir.h"
 
 extern "C" char** environ;
@@ -59,10 +60,13 @@ class FerrydProcess {
                            "metrics = \"127.0.0.1:0\"\n[supervisor]\ncontrol_socket = \"" + socket_ + "\"\n" + extra);
     Start(std::move(flags));
   }
+  // A ferryd still running (a failed test) is killed, and what it left in /dev/shm removed
+  // (its children die with it, PR_SET_PDEATHSIG).
   ~FerrydProcess() {
     if (pid_ > 0) {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
+      shm::Segment::Remove(shm::Segment::NameForNode(name_));
     }
   }
 
