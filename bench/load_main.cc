@@ -77,7 +77,8 @@ ferry::Result<Payload> MakePayload(const std::string& url, const std::string& mo
   const json& input = doc["inputs"][0];
   ferry::frontend::Tensor t;
   t.name = input["name"].get<std::string>();
-  t.dtype = ferry::DTypeFromKServe(input["datatype"].get<std::string>()).value_or(ferry::DType::kF32);
+  t.dtype =
+      ferry::DTypeFromKServe(input["datatype"].get<std::string>()).value_or(ferry::DType::kF32);
   for (const json& d : input["shape"]) {
     int64_t v = d.get<int64_t>();
     t.shape.push_back(v < 0 ? rows : v);
@@ -140,10 +141,10 @@ Level Run(const std::string& url, const std::vector<Payload>& payloads, bool ope
   int threads = open_loop ? connections : static_cast<int>(offered);
   std::mutex mu;
   auto start = Clock::now();
-  auto measure_from = start + std::chrono::duration_cast<Clock::duration>(
-                                  std::chrono::duration<double>(warmup));
-  auto end = measure_from + std::chrono::duration_cast<Clock::duration>(
-                                std::chrono::duration<double>(seconds));
+  auto measure_from =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(warmup));
+  auto end = measure_from +
+             std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
@@ -156,8 +157,9 @@ Level Run(const std::string& url, const std::vector<Payload>& payloads, bool ope
       for (uint64_t k = 0;; ++k) {
         Clock::time_point due = Clock::now();
         if (open_loop) {
-          due = start + std::chrono::duration_cast<Clock::duration>(
-                            offset + std::chrono::duration<double>(period * static_cast<double>(k)));
+          due =
+              start + std::chrono::duration_cast<Clock::duration>(
+                          offset + std::chrono::duration<double>(period * static_cast<double>(k)));
           std::this_thread::sleep_until(due);
         }
         if (due >= end) {
@@ -266,7 +268,8 @@ int main(int argc, char** argv) {
       levels.push_back(Report(Run(url, payloads, false, c, 0, seconds, warmup)));
     }
   }
-  json out = {{"server", label}, {"url", url}, {"models", models}, {"rows", rows}, {"levels", levels}};
+  json out = {
+      {"server", label}, {"url", url}, {"models", models}, {"rows", rows}, {"levels", levels}};
   if (as_json) {
     std::cout << out.dump() << "\n";
     return 0;
@@ -285,12 +288,15 @@ int main(int argc, char** argv) {
     }
     std::string name = (l["mode"] == "rate" ? "rate " : "conc ") +
                        std::to_string(static_cast<int64_t>(l["offered"].get<double>()));
-    std::printf("%-12s %9.0f %10.0f %10.0f %10llu %12s %12s  %s\n", name.c_str(),
-                l["throughput_rps"].get<double>(), l["latency_us_p50"].get<double>(),
-                l["latency_us_p99"].get<double>(), static_cast<unsigned long long>(errors),
-                l.contains("overhead_us_p50") ? std::to_string(l["overhead_us_p50"].get<int64_t>()).c_str() : "-",
-                l.contains("overhead_us_p99") ? std::to_string(l["overhead_us_p99"].get<int64_t>()).c_str() : "-",
-                batches.c_str());
+    std::printf(
+        "%-12s %9.0f %10.0f %10.0f %10llu %12s %12s  %s\n", name.c_str(),
+        l["throughput_rps"].get<double>(), l["latency_us_p50"].get<double>(),
+        l["latency_us_p99"].get<double>(), static_cast<unsigned long long>(errors),
+        l.contains("overhead_us_p50") ? std::to_string(l["overhead_us_p50"].get<int64_t>()).c_str()
+                                      : "-",
+        l.contains("overhead_us_p99") ? std::to_string(l["overhead_us_p99"].get<int64_t>()).c_str()
+                                      : "-",
+        batches.c_str());
   }
   return 0;
 }

@@ -358,13 +358,13 @@ TEST_CASE("[supervisor] and [frontend]: defaults, values at their edges, each mi
   CHECK(defaults->frontend.max_request_bytes == (64u << 20));
   CHECK(defaults->frontend.max_connections == 1024);
 
-  Result<NodeConfig> edges = Parse(
-      "[supervisor]\ncontrol_socket = \"/" + std::string(106, 's') +
-      "\"\ncontrol_group = \"ferry\"\nrestart_backoff_ms = 1\nrestart_backoff_max_ms = 1\n"
-      "crash_loop_restarts = 1000\ncrash_loop_window_seconds = 86400\n"
-      "drain_timeout_seconds = 0\nstart_timeout_seconds = 1\n"
-      "[frontend]\nmax_request_bytes = 1024\nmax_connections = 65536\n"
-      "request_timeout_seconds = 0.1\nidle_timeout_seconds = 86400\n");
+  Result<NodeConfig> edges =
+      Parse("[supervisor]\ncontrol_socket = \"/" + std::string(106, 's') +
+            "\"\ncontrol_group = \"ferry\"\nrestart_backoff_ms = 1\nrestart_backoff_max_ms = 1\n"
+            "crash_loop_restarts = 1000\ncrash_loop_window_seconds = 86400\n"
+            "drain_timeout_seconds = 0\nstart_timeout_seconds = 1\n"
+            "[frontend]\nmax_request_bytes = 1024\nmax_connections = 65536\n"
+            "request_timeout_seconds = 0.1\nidle_timeout_seconds = 86400\n");
   REQUIRE_MESSAGE(edges.ok(), (edges.ok() ? "" : edges.error().message));
   CHECK(edges->supervisor.control_socket.size() == 107);
   CHECK(edges->supervisor.drain_timeout_seconds == 0);

@@ -100,11 +100,12 @@ int main(int argc, char** argv) {
   top->add_option("--iterations", iterations, "stop after N refreshes (0: until interrupted)");
 
   ferry::ctl::InferOptions infer_options;
-  CLI::App* infer = app.add_subcommand(
-      "infer", "Send one request to the node over HTTP; inputs from .npy files");
+  CLI::App* infer =
+      app.add_subcommand("infer", "Send one request to the node over HTTP; inputs from .npy files");
   infer->add_option("MODEL", infer_options.model)->required();
-  infer->add_option("--input", infer_options.inputs,
-                    "FILE.npy (the model's first input) or NAME=FILE.npy; repeat for more")
+  infer
+      ->add_option("--input", infer_options.inputs,
+                   "FILE.npy (the model's first input) or NAME=FILE.npy; repeat for more")
       ->required();
   infer->add_option("--deadline-ms", infer_options.deadline_ms, "the request's deadline");
   infer->add_option("--url", infer_options.url, "HOST:PORT (default: ferryd's HTTP address)");
@@ -130,7 +131,8 @@ int main(int argc, char** argv) {
     return Call(socket, Plain(ControlCommand::kSchedulerMetrics), json, ferry::ctl::FormatMetrics);
   }
   if (control_status->parsed()) {
-    return Call(socket, Plain(ControlCommand::kControlStatus), json, ferry::ctl::FormatControlStatus);
+    return Call(socket, Plain(ControlCommand::kControlStatus), json,
+                ferry::ctl::FormatControlStatus);
   }
   if (set_policy->parsed()) {
     request.command = ControlCommand::kSetPolicy;

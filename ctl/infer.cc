@@ -24,11 +24,30 @@ std::string Preview(const frontend::Tensor& t) {
     const uint8_t* p = t.bytes.data() + i * elem;
     double v = 0;
     switch (t.dtype) {
-      case DType::kF32: { float f; std::memcpy(&f, p, 4); v = f; break; }
-      case DType::kF64: std::memcpy(&v, p, 8); break;
-      case DType::kI64: { int64_t x; std::memcpy(&x, p, 8); v = static_cast<double>(x); break; }
-      case DType::kI32: { int32_t x; std::memcpy(&x, p, 4); v = x; break; }
-      default: v = *p; break;
+      case DType::kF32: {
+        float f;
+        std::memcpy(&f, p, 4);
+        v = f;
+        break;
+      }
+      case DType::kF64:
+        std::memcpy(&v, p, 8);
+        break;
+      case DType::kI64: {
+        int64_t x;
+        std::memcpy(&x, p, 8);
+        v = static_cast<double>(x);
+        break;
+      }
+      case DType::kI32: {
+        int32_t x;
+        std::memcpy(&x, p, 4);
+        v = x;
+        break;
+      }
+      default:
+        v = *p;
+        break;
     }
     out += fmt::format("{}{:.5g}", i == 0 ? "" : ", ", v);
   }
@@ -63,8 +82,8 @@ int RunInfer(const InferOptions& options, std::ostream& out, std::ostream& err) 
   }
   Result<frontend::HttpAnswer> meta = client->Request("GET", "/v2/models/" + options.model);
   if (!meta.ok() || meta->status != 200) {
-    err << "ferryctl: model '" << options.model << "': "
-        << (meta.ok() ? meta->body : meta.error().ToString()) << "\n";
+    err << "ferryctl: model '" << options.model
+        << "': " << (meta.ok() ? meta->body : meta.error().ToString()) << "\n";
     return 1;
   }
   json metadata = json::parse(meta->body, nullptr, false);
@@ -90,8 +109,8 @@ int RunInfer(const InferOptions& options, std::ostream& out, std::ostream& err) 
     parameters["timeout"] = options.deadline_ms * 1000;  // Microseconds.
   }
   frontend::InferBody body = frontend::BuildInferBody(inputs, parameters);
-  Result<frontend::HttpAnswer> answer = client->Request(
-      "POST", "/v2/models/" + options.model + "/infer", body.body, body.headers);
+  Result<frontend::HttpAnswer> answer =
+      client->Request("POST", "/v2/models/" + options.model + "/infer", body.body, body.headers);
   if (!answer.ok()) {
     err << "ferryctl: " << answer.error().ToString() << "\n";
     return 1;
@@ -101,8 +120,8 @@ int RunInfer(const InferOptions& options, std::ostream& out, std::ostream& err) 
     err << "ferryctl: " << result.error().ToString() << "\n";
     return 1;
   }
-  json report = {{"model", options.model}, {"parameters", result->parameters},
-                 {"outputs", json::array()}};
+  json report = {
+      {"model", options.model}, {"parameters", result->parameters}, {"outputs", json::array()}};
   for (const frontend::Tensor& t : result->outputs) {
     json o = {{"name", t.name}, {"datatype", std::string(KServeName(t.dtype))}, {"shape", t.shape}};
     if (!options.output_dir.empty()) {

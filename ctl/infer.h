@@ -12,8 +12,8 @@
 namespace ferry::ctl {
 
 struct InferOptions {
-  std::string socket;               // ferryd's control socket, to find the HTTP address.
-  std::string url;                  // HOST:PORT; empty: ask ferryd.
+  std::string socket;  // ferryd's control socket, to find the HTTP address.
+  std::string url;     // HOST:PORT; empty: ask ferryd.
   std::string model;
   std::vector<std::string> inputs;  // "FILE.npy" (the model's first input) or "NAME=FILE.npy".
   int64_t deadline_ms = 0;          // 0: none.

@@ -13,9 +13,9 @@ struct Descr {
   DType dtype;
 };
 constexpr Descr kDescrs[] = {
-    {"|b1", DType::kBool}, {"|u1", DType::kU8},   {"|i1", DType::kI8},   {"<u2", DType::kU16},
-    {"<i2", DType::kI16},  {"<u4", DType::kU32},  {"<i4", DType::kI32},  {"<u8", DType::kU64},
-    {"<i8", DType::kI64},  {"<f2", DType::kF16},  {"<f4", DType::kF32},  {"<f8", DType::kF64},
+    {"|b1", DType::kBool}, {"|u1", DType::kU8},  {"|i1", DType::kI8},  {"<u2", DType::kU16},
+    {"<i2", DType::kI16},  {"<u4", DType::kU32}, {"<i4", DType::kI32}, {"<u8", DType::kU64},
+    {"<i8", DType::kI64},  {"<f2", DType::kF16}, {"<f4", DType::kF32}, {"<f8", DType::kF64},
 };
 
 // The value of 'key' in the header dict: the text after "'key':" up to its end.
@@ -44,7 +44,8 @@ Result<frontend::Tensor> ParseNpy(std::string_view bytes, const std::string& nam
   size_t header_len = 0;
   size_t prefix = 0;
   if (major == 1) {
-    header_len = static_cast<uint8_t>(bytes[8]) | (static_cast<size_t>(static_cast<uint8_t>(bytes[9])) << 8);
+    header_len =
+        static_cast<uint8_t>(bytes[8]) | (static_cast<size_t>(static_cast<uint8_t>(bytes[9])) << 8);
     prefix = 10;
   } else if (major == 2 || major == 3) {
     if (bytes.size() < 12) {
@@ -141,7 +142,8 @@ std::string EncodeNpy(const frontend::Tensor& tensor) {
     shape.resize(shape.size() - 1);
   }
   shape += ")";
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
   // Padded with spaces so the data starts at a multiple of 64, ending in '\n'.
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');

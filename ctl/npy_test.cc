@@ -46,8 +46,9 @@ TEST_CASE("npy: a tensor survives encoding and parsing; versions 1 to 3") {
     CHECK(r->shape == Shape{2});
   }
   // A scalar: shape ().
-  Result<frontend::Tensor> scalar =
-      ParseNpy(Header("{'descr': '<f8', 'fortran_order': False, 'shape': (), }") + std::string(8, '\0'), "s");
+  Result<frontend::Tensor> scalar = ParseNpy(
+      Header("{'descr': '<f8', 'fortran_order': False, 'shape': (), }") + std::string(8, '\0'),
+      "s");
   REQUIRE(scalar.ok());
   CHECK(scalar->shape.empty());
 }
@@ -63,13 +64,19 @@ TEST_CASE("npy: hostile files are refused with the reason") {
       {"PK\x03\x04 zip file", "magic"},
       {std::string("\x93NUMPY\x04\x00\x10\x00", 10), "version 4"},
       {std::string("\x93NUMPY\x01\x00\xff\xff", 10), "exceeds"},
-      {Header("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }") + std::string(8, '\0'), "dtype"},
-      {Header("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }") + std::string(16, '\0'), "dtype"},
-      {Header("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }") + std::string(8, '\0'), "Fortran"},
+      {Header("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }") + std::string(8, '\0'),
+       "dtype"},
+      {Header("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }") + std::string(16, '\0'),
+       "dtype"},
+      {Header("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }") + std::string(8, '\0'),
+       "Fortran"},
       {Header("{'descr': '<f4', 'fortran_order': False, }") + std::string(8, '\0'), "shape"},
-      {Header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, }") + std::string(8, '\0'), "not closed"},
-      {Header("{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }") + std::string(8, '\0'), "non-negative"},
-      {Header("{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 8), }"), "too many"},
+      {Header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, }") + std::string(8, '\0'),
+       "not closed"},
+      {Header("{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }") + std::string(8, '\0'),
+       "non-negative"},
+      {Header("{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 8), }"),
+       "too many"},
       {Header(good) + std::string(7, '\0'), "holds 7 bytes"},
       {Header(good) + std::string(9, '\0'), "holds 9 bytes"},
   };

@@ -39,8 +39,7 @@ double Number(const json& object, const char* key) {
 
 const json& Array(const json& object, const char* key) {
   static const json empty = json::array();
-  return object.is_object() && object.contains(key) && object[key].is_array() ? object[key]
-                                                                                 : empty;
+  return object.is_object() && object.contains(key) && object[key].is_array() ? object[key] : empty;
 }
 
 }  // namespace
@@ -71,10 +70,10 @@ std::string FormatStatus(const json& s) {
 }
 
 std::string FormatMetrics(const json& metrics) {
-  std::string out = fmt::format(
-      "{:<6} {:<20} {:>9} {:>10} {:>10} {:>8} {:>7} {:>6} {:>6} {:>6} {:>10} {:>9}\n", "WORKER",
-      "MODEL", "QUEUED", "SERVED", "ROWS", "PADDING", "DISP.", "REJ.", "SHED", "FAIL",
-      "COMPUTE(s)", "WAIT p99");
+  std::string out =
+      fmt::format("{:<6} {:<20} {:>9} {:>10} {:>10} {:>8} {:>7} {:>6} {:>6} {:>6} {:>10} {:>9}\n",
+                  "WORKER", "MODEL", "QUEUED", "SERVED", "ROWS", "PADDING", "DISP.", "REJ.", "SHED",
+                  "FAIL", "COMPUTE(s)", "WAIT p99");
   for (const json& w : Array(metrics, "workers")) {
     for (const json& m : Array(w, "models")) {
       out += fmt::format(
@@ -93,8 +92,8 @@ std::string FormatControlStatus(const json& control) {
   std::string out;
   for (const json& w : Array(control, "workers")) {
     out += fmt::format("worker {} (slot {}): {}, discipline {}, residency mode {}\n",
-                       Text(w, "worker"), Text(w, "slot"), Text(w, "state"),
-                       Text(w, "discipline"), Text(w, "residency_mode"));
+                       Text(w, "worker"), Text(w, "slot"), Text(w, "state"), Text(w, "discipline"),
+                       Text(w, "residency_mode"));
     for (const json& m : Array(w, "models")) {
       out += fmt::format("  {:<20} {:<7} weight {:<6} {:<10} loaded {:<4} max batch {}{}\n",
                          Text(m, "model"), Text(m, "state"), Text(m, "weight"),

@@ -45,8 +45,8 @@ Encoding ChooseEncoding(std::string_view accept) {
     std::string_view item = Trim(accept.substr(0, comma));
     accept.remove_prefix(comma == std::string_view::npos ? accept.size() : comma + 1);
     std::string_view name = Trim(item.substr(0, item.find(';')));
-    bool refused = item.find("q=0") != std::string_view::npos &&
-                   item.find("q=0.") == std::string_view::npos;
+    bool refused =
+        item.find("q=0") != std::string_view::npos && item.find("q=0.") == std::string_view::npos;
     if (refused) {
       continue;
     }
@@ -58,9 +58,12 @@ Encoding ChooseEncoding(std::string_view accept) {
 
 std::string_view EncodingName(Encoding encoding) {
   switch (encoding) {
-    case Encoding::kGzip: return "gzip";
-    case Encoding::kDeflate: return "deflate";
-    default: return "identity";
+    case Encoding::kGzip:
+      return "gzip";
+    case Encoding::kDeflate:
+      return "deflate";
+    default:
+      return "identity";
   }
 }
 

@@ -42,7 +42,8 @@ TEST_CASE("compression: a zip bomb is refused at the limit, never inflated whole
 
 TEST_CASE("compression: truncated, corrupt and over-long streams are errors") {
   std::string packed = Deflate(std::string(5000, 'a') + "tail", Encoding::kGzip);
-  Result<std::string> truncated = Inflate(packed.substr(0, packed.size() / 2), Encoding::kGzip, 1 << 20);
+  Result<std::string> truncated =
+      Inflate(packed.substr(0, packed.size() / 2), Encoding::kGzip, 1 << 20);
   REQUIRE_FALSE(truncated.ok());
   CHECK(truncated.error().message.find("truncated") != std::string::npos);
   std::string corrupt = packed;

@@ -22,12 +22,24 @@ using inference::InferTensorContents;
 grpc::Status ToGrpc(const Error& e) {
   grpc::StatusCode code = grpc::StatusCode::INTERNAL;
   switch (e.code) {
-    case ErrorCode::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
-    case ErrorCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
-    case ErrorCode::kResourceExhausted: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
-    case ErrorCode::kDeadlineExceeded: code = grpc::StatusCode::DEADLINE_EXCEEDED; break;
-    case ErrorCode::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
-    case ErrorCode::kInternal: code = grpc::StatusCode::INTERNAL; break;
+    case ErrorCode::kInvalidArgument:
+      code = grpc::StatusCode::INVALID_ARGUMENT;
+      break;
+    case ErrorCode::kNotFound:
+      code = grpc::StatusCode::NOT_FOUND;
+      break;
+    case ErrorCode::kResourceExhausted:
+      code = grpc::StatusCode::RESOURCE_EXHAUSTED;
+      break;
+    case ErrorCode::kDeadlineExceeded:
+      code = grpc::StatusCode::DEADLINE_EXCEEDED;
+      break;
+    case ErrorCode::kUnavailable:
+      code = grpc::StatusCode::UNAVAILABLE;
+      break;
+    case ErrorCode::kInternal:
+      code = grpc::StatusCode::INTERNAL;
+      break;
   }
   return grpc::Status(code, e.message);
 }
@@ -147,8 +159,8 @@ Result<ParsedInfer> ParseGrpcInfer(const inference::ModelInferRequest& request) 
   bool raw = request.raw_input_contents_size() > 0;
   if (raw && request.raw_input_contents_size() != n) {
     return InvalidArgument("raw_input_contents has " +
-                           std::to_string(request.raw_input_contents_size()) +
-                           " entries for " + std::to_string(n) + " inputs");
+                           std::to_string(request.raw_input_contents_size()) + " entries for " +
+                           std::to_string(n) + " inputs");
   }
   parsed.storage.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
@@ -183,12 +195,13 @@ Result<ParsedInfer> ParseGrpcInfer(const inference::ModelInferRequest& request) 
                                std::to_string(data.size()) + " bytes but shape and datatype make " +
                                std::to_string(*bytes));
       }
-      tensor.bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()),
-                                              data.size());
+      tensor.bytes =
+          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()), data.size());
     } else {
       size_t elem = static_cast<size_t>(DTypeBits(*dtype) / 8);
       std::vector<uint8_t>& storage = parsed.storage.emplace_back();
-      Status converted = FromContents(in.contents(), *dtype, elem == 0 ? 0 : *bytes / elem, &storage);
+      Status converted =
+          FromContents(in.contents(), *dtype, elem == 0 ? 0 : *bytes / elem, &storage);
       if (!converted.ok()) {
         return InvalidArgument("input '" + name + "': " + converted.error().message);
       }
@@ -209,7 +222,9 @@ Status EncodeGrpcInfer(const std::string& model, int64_t version, const ParsedIn
   out->set_model_version(std::to_string(version));
   out->set_id(request.id);
   const hookhost::RequestTimings& t = response.timings;
-  auto param = [&](const char* key, int64_t v) { (*out->mutable_parameters())[key].set_int64_param(v); };
+  auto param = [&](const char* key, int64_t v) {
+    (*out->mutable_parameters())[key].set_int64_param(v);
+  };
   param("queue_us", t.queue_ns / 1000);
   param("compute_us", t.compute_ns / 1000);
   param("preprocess_us", t.preprocess_ns / 1000);

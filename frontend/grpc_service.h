@@ -31,8 +31,7 @@ namespace ferry::frontend {
 Result<ParsedInfer> ParseGrpcInfer(const inference::ModelInferRequest& request);
 // The flow's answer -> ModelInferResponse (outputs as raw contents; timings as parameters).
 Status EncodeGrpcInfer(const std::string& model, int64_t version, const ParsedInfer& request,
-                       const hookhost::InferResponse& response,
-                       inference::ModelInferResponse* out);
+                       const hookhost::InferResponse& response, inference::ModelInferResponse* out);
 
 class GrpcFrontEnd {
  public:

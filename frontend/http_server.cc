@@ -1,7 +1,9 @@
 #include "frontend/http_server.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -11,10 +13,8 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <cerrno>
-#include <fcntl.h>
 #include <map>
 #include <optional>
-#include <strings.h>
 #include <unordered_map>
 
 #include "common/clock.h"
@@ -120,21 +120,36 @@ const std::string* HttpRequest::Header(std::string_view name) const {
 
 std::string_view StatusText(int status) {
   switch (status) {
-    case 100: return "100 Continue";
-    case 200: return "200 OK";
-    case 400: return "400 Bad Request";
-    case 404: return "404 Not Found";
-    case 405: return "405 Method Not Allowed";
-    case 408: return "408 Request Timeout";
-    case 413: return "413 Payload Too Large";
-    case 415: return "415 Unsupported Media Type";
-    case 429: return "429 Too Many Requests";
-    case 431: return "431 Request Header Fields Too Large";
-    case 500: return "500 Internal Server Error";
-    case 501: return "501 Not Implemented";
-    case 503: return "503 Service Unavailable";
-    case 504: return "504 Gateway Timeout";
-    default: return status < 500 ? "400 Bad Request" : "500 Internal Server Error";
+    case 100:
+      return "100 Continue";
+    case 200:
+      return "200 OK";
+    case 400:
+      return "400 Bad Request";
+    case 404:
+      return "404 Not Found";
+    case 405:
+      return "405 Method Not Allowed";
+    case 408:
+      return "408 Request Timeout";
+    case 413:
+      return "413 Payload Too Large";
+    case 415:
+      return "415 Unsupported Media Type";
+    case 429:
+      return "429 Too Many Requests";
+    case 431:
+      return "431 Request Header Fields Too Large";
+    case 500:
+      return "500 Internal Server Error";
+    case 501:
+      return "501 Not Implemented";
+    case 503:
+      return "503 Service Unavailable";
+    case 504:
+      return "504 Gateway Timeout";
+    default:
+      return status < 500 ? "400 Bad Request" : "500 Internal Server Error";
   }
 }
 
@@ -187,10 +202,10 @@ void HttpServer::Impl::Accept(int64_t now) {
     if (connections.size() >= options.max_connections) {
       // Answered and closed, so the kernel's backlog never fills with connections nobody
       // serves; the client retries (on another hook host, with luck).
-      std::string busy = Serialize(
-          Plain(503, "too many connections to this hook host (" +
-                         std::to_string(options.max_connections) + "); retry"),
-          true);
+      std::string busy =
+          Serialize(Plain(503, "too many connections to this hook host (" +
+                                   std::to_string(options.max_connections) + "); retry"),
+                    true);
       (void)!send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       close(fd);
       ++stats.refused_connections;
@@ -273,7 +288,8 @@ void HttpServer::Impl::Parse(uint64_t id, Connection& c, int64_t now) {
       }
       c.sent_continue = true;
     }
-    if (ec == http::error::need_more || (!ec && !c.parser->is_done() && (c.in.empty() || used == 0))) {
+    if (ec == http::error::need_more ||
+        (!ec && !c.parser->is_done() && (c.in.empty() || used == 0))) {
       break;
     }
     if (ec) {
@@ -386,8 +402,9 @@ void HttpServer::Impl::Sweep(int64_t now) {
   for (auto& [id, c] : connections) {
     if (c.request_started != 0 && now - c.request_started > options.request_timeout_ns &&
         !c.stop_reading) {
-      Fail(c, 408, "the request did not arrive whole within " +
-                       std::to_string(options.request_timeout_ns / 1'000'000'000) + " s");
+      Fail(c, 408,
+           "the request did not arrive whole within " +
+               std::to_string(options.request_timeout_ns / 1'000'000'000) + " s");
     }
     WriteAnswered(c);
     if (!c.stop_reading && c.in_flight < options.max_pipelined) {
@@ -400,7 +417,8 @@ void HttpServer::Impl::Sweep(int64_t now) {
       continue;
     }
     bool idle = c.in_flight == 0 && c.answered.empty() && c.out.empty();
-    bool idle_too_long = idle && c.request_started == 0 && now - c.last_active > options.idle_timeout_ns;
+    bool idle_too_long =
+        idle && c.request_started == 0 && now - c.last_active > options.idle_timeout_ns;
     if ((c.close_when_written && c.out.empty()) || (idle && c.peer_closed) || idle_too_long ||
         (idle && !listening && c.request_started == 0 && now - drain_started > kDrainGraceNs)) {
       closing.push_back(id);

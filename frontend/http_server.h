@@ -28,8 +28,8 @@
 namespace ferry::frontend {
 
 struct HttpRequest {
-  std::string method;  // "GET", "POST", ...
-  std::string target;  // "/v2/models/mlp/infer"
+  std::string method;                                        // "GET", "POST", ...
+  std::string target;                                        // "/v2/models/mlp/infer"
   std::vector<std::pair<std::string, std::string>> headers;  // As received.
   std::string body;
 

@@ -73,7 +73,8 @@ std::string ReadResponses(int fd, size_t count) {
   char buffer[4096];
   auto responses = [&] {
     size_t n = 0;
-    for (size_t p = out.find("HTTP/1.1 "); p != std::string::npos; p = out.find("HTTP/1.1 ", p + 1)) {
+    for (size_t p = out.find("HTTP/1.1 "); p != std::string::npos;
+         p = out.find("HTTP/1.1 ", p + 1)) {
       ++n;
     }
     return n;
@@ -104,7 +105,8 @@ HttpHandler Echo() {
   };
 }
 
-TEST_CASE("keep-alive and pipelining: answers in request order even when they finish out of order") {
+TEST_CASE(
+    "keep-alive and pipelining: answers in request order even when they finish out of order") {
   // Even-numbered requests are answered 50 ms late, from another thread.
   std::vector<std::thread> late;
   std::mutex mu;

@@ -10,12 +10,18 @@ using nlohmann::json;
 
 ErrorCode CodeForStatus(int status) {
   switch (status) {
-    case 400: return ErrorCode::kInvalidArgument;
-    case 404: return ErrorCode::kNotFound;
-    case 429: return ErrorCode::kResourceExhausted;
-    case 504: return ErrorCode::kDeadlineExceeded;
-    case 503: return ErrorCode::kUnavailable;
-    default: return ErrorCode::kInternal;
+    case 400:
+      return ErrorCode::kInvalidArgument;
+    case 404:
+      return ErrorCode::kNotFound;
+    case 429:
+      return ErrorCode::kResourceExhausted;
+    case 504:
+      return ErrorCode::kDeadlineExceeded;
+    case 503:
+      return ErrorCode::kUnavailable;
+    default:
+      return ErrorCode::kInternal;
   }
 }
 
@@ -51,10 +57,10 @@ Result<InferAnswer> ReadInferAnswer(const HttpAnswer& answer) {
   std::string_view text(answer.body.data(), json_bytes);
   json doc = json::parse(text.begin(), text.end(), nullptr, false);
   if (answer.status != 200) {
-    std::string message = doc.is_object() && doc.contains("error") && doc["error"].is_string()
-                              ? doc["error"].get<std::string>()
-                              : "HTTP " + std::to_string(answer.status) + ": " +
-                                    answer.body.substr(0, 200);
+    std::string message =
+        doc.is_object() && doc.contains("error") && doc["error"].is_string()
+            ? doc["error"].get<std::string>()
+            : "HTTP " + std::to_string(answer.status) + ": " + answer.body.substr(0, 200);
     return Error{CodeForStatus(answer.status), message};
   }
   if (doc.is_discarded() || !doc.is_object() || !doc.contains("outputs") ||

@@ -43,7 +43,8 @@ Status PutInteger(const json& v, std::vector<uint8_t>* bytes, size_t i) {
   if (v.is_number_integer()) {
     int64_t x = v.get<int64_t>();
     if (x < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
-        (x > 0 && static_cast<uint64_t>(x) > static_cast<uint64_t>(std::numeric_limits<T>::max()))) {
+        (x > 0 &&
+         static_cast<uint64_t>(x) > static_cast<uint64_t>(std::numeric_limits<T>::max()))) {
       return InvalidArgument("value " + std::to_string(x) + " out of range");
     }
     Put<T>(bytes, i, static_cast<T>(x));
@@ -60,14 +61,22 @@ Status PutElement(DType dtype, const json& v, std::vector<uint8_t>* bytes, size_
       }
       (*bytes)[i] = v.get<bool>() ? 1 : 0;
       return OkStatus();
-    case DType::kU8: return PutInteger<uint8_t>(v, bytes, i);
-    case DType::kI8: return PutInteger<int8_t>(v, bytes, i);
-    case DType::kU16: return PutInteger<uint16_t>(v, bytes, i);
-    case DType::kI16: return PutInteger<int16_t>(v, bytes, i);
-    case DType::kU32: return PutInteger<uint32_t>(v, bytes, i);
-    case DType::kI32: return PutInteger<int32_t>(v, bytes, i);
-    case DType::kU64: return PutInteger<uint64_t>(v, bytes, i);
-    case DType::kI64: return PutInteger<int64_t>(v, bytes, i);
+    case DType::kU8:
+      return PutInteger<uint8_t>(v, bytes, i);
+    case DType::kI8:
+      return PutInteger<int8_t>(v, bytes, i);
+    case DType::kU16:
+      return PutInteger<uint16_t>(v, bytes, i);
+    case DType::kI16:
+      return PutInteger<int16_t>(v, bytes, i);
+    case DType::kU32:
+      return PutInteger<uint32_t>(v, bytes, i);
+    case DType::kI32:
+      return PutInteger<int32_t>(v, bytes, i);
+    case DType::kU64:
+      return PutInteger<uint64_t>(v, bytes, i);
+    case DType::kI64:
+      return PutInteger<int64_t>(v, bytes, i);
     case DType::kF32:
     case DType::kF64: {
       if (!v.is_number()) {
@@ -94,15 +103,24 @@ json Element(DType dtype, const uint8_t* p) {
     return v;
   };
   switch (dtype) {
-    case DType::kBool: return json(*p != 0);
-    case DType::kU8: return json(get(uint8_t{}));
-    case DType::kI8: return json(get(int8_t{}));
-    case DType::kU16: return json(get(uint16_t{}));
-    case DType::kI16: return json(get(int16_t{}));
-    case DType::kU32: return json(get(uint32_t{}));
-    case DType::kI32: return json(get(int32_t{}));
-    case DType::kU64: return json(get(uint64_t{}));
-    case DType::kI64: return json(get(int64_t{}));
+    case DType::kBool:
+      return json(*p != 0);
+    case DType::kU8:
+      return json(get(uint8_t{}));
+    case DType::kI8:
+      return json(get(int8_t{}));
+    case DType::kU16:
+      return json(get(uint16_t{}));
+    case DType::kI16:
+      return json(get(int16_t{}));
+    case DType::kU32:
+      return json(get(uint32_t{}));
+    case DType::kI32:
+      return json(get(int32_t{}));
+    case DType::kU64:
+      return json(get(uint64_t{}));
+    case DType::kI64:
+      return json(get(int64_t{}));
     case DType::kF32: {
       float f = get(float{});
       return std::isfinite(f) ? json(f) : json(nullptr);
@@ -111,7 +129,8 @@ json Element(DType dtype, const uint8_t* p) {
       double d = get(double{});
       return std::isfinite(d) ? json(d) : json(nullptr);
     }
-    default: return json(nullptr);
+    default:
+      return json(nullptr);
   }
 }
 
@@ -165,7 +184,9 @@ Result<int64_t> IntParameter(const json& object, const char* key, int64_t absent
 }
 
 json TensorMetadata(const TensorSpec& spec) {
-  return {{"name", spec.name}, {"datatype", std::string(KServeName(spec.dtype))}, {"shape", spec.shape}};
+  return {{"name", spec.name},
+          {"datatype", std::string(KServeName(spec.dtype))},
+          {"shape", spec.shape}};
 }
 
 json TensorConfig(const TensorSpec& spec, bool drop_batch) {
@@ -173,7 +194,8 @@ json TensorConfig(const TensorSpec& spec, bool drop_batch) {
   if (drop_batch && !dims.empty()) {
     dims.erase(dims.begin());
   }
-  return {{"name", spec.name}, {"data_type", "TYPE_" + std::string(KServeName(spec.dtype))},
+  return {{"name", spec.name},
+          {"data_type", "TYPE_" + std::string(KServeName(spec.dtype))},
           {"dims", dims}};
 }
 
@@ -321,9 +343,10 @@ Result<ParsedInfer> ParseInferRequest(std::string_view header, std::string_view 
 Result<ParsedInfer> ParseRawInferRequest(const Manifest& manifest, std::string_view body) {
   const std::vector<TensorSpec>& inputs = manifest.client_inputs();
   if (inputs.size() != 1) {
-    return InvalidArgument("a raw binary request (Inference-Header-Content-Length: 0) needs a "
-                           "model with one input; '" + manifest.name + "' has " +
-                           std::to_string(inputs.size()));
+    return InvalidArgument(
+        "a raw binary request (Inference-Header-Content-Length: 0) needs a "
+        "model with one input; '" +
+        manifest.name + "' has " + std::to_string(inputs.size()));
   }
   ParsedInfer parsed;
   parsed.binary_default = true;
@@ -374,8 +397,8 @@ Result<EncodedResponse> EncodeInferResponse(const std::string& model, int64_t ve
                 {"datatype", std::string(KServeName(tensor->dtype))},
                 {"shape", tensor->shape}};
     size_t elem = static_cast<size_t>(DTypeBits(tensor->dtype) / 8);
-    bool binary_out = w.binary || elem == 0 || tensor->dtype == DType::kF16 ||
-                      tensor->dtype == DType::kBF16;
+    bool binary_out =
+        w.binary || elem == 0 || tensor->dtype == DType::kF16 || tensor->dtype == DType::kBF16;
     if (binary_out) {
       out["parameters"] = {{"binary_data_size", tensor->bytes.size()}};
       binary.append(reinterpret_cast<const char*>(tensor->bytes.data()), tensor->bytes.size());
@@ -392,8 +415,9 @@ Result<EncodedResponse> EncodeInferResponse(const std::string& model, int64_t ve
   EncodedResponse encoded;
   encoded.body = doc.dump(-1, ' ', false, json::error_handler_t::replace);
   encoded.json_bytes = encoded.body.size();
-  encoded.binary = !binary.empty() || std::any_of(wanted.begin(), wanted.end(),
-                                                   [](const RequestedOutput& w) { return w.binary; });
+  encoded.binary =
+      !binary.empty() ||
+      std::any_of(wanted.begin(), wanted.end(), [](const RequestedOutput& w) { return w.binary; });
   encoded.body += binary;
   return encoded;
 }
@@ -408,7 +432,8 @@ int64_t MaxBatchSize(const Manifest& manifest) {
   if (manifest.unbatched()) {
     return 0;
   }
-  for (const std::vector<TensorSpec>* list : {&manifest.client_inputs(), &manifest.client_outputs()}) {
+  for (const std::vector<TensorSpec>* list :
+       {&manifest.client_inputs(), &manifest.client_outputs()}) {
     for (const TensorSpec& t : *list) {
       if (!t.batch_axis || *t.batch_axis != 0) {
         return 0;
@@ -444,12 +469,8 @@ nlohmann::json ModelConfig(const Manifest& manifest) {
   for (const TensorSpec& t : manifest.client_outputs()) {
     outputs.push_back(TensorConfig(t, max_batch > 0));
   }
-  return {{"name", manifest.name},
-          {"platform", "ferry"},
-          {"backend", "ferry"},
-          {"max_batch_size", max_batch},
-          {"input", inputs},
-          {"output", outputs}};
+  return {{"name", manifest.name},       {"platform", "ferry"}, {"backend", "ferry"},
+          {"max_batch_size", max_batch}, {"input", inputs},     {"output", outputs}};
 }
 
 }  // namespace ferry::frontend

@@ -33,8 +33,8 @@ TEST_CASE("JSON inputs: flat and nested data, every datatype converted and range
   REQUIRE(p->request.inputs.size() == 4);
   CHECK(p->request.inputs[0].shape == Shape{2, 2});
   CHECK(Floats(p->request.inputs[0].bytes) == std::vector<float>{1, 2, 3.5f, -4});
-  CHECK(std::vector<uint8_t>(p->request.inputs[1].bytes.begin(), p->request.inputs[1].bytes.end()) ==
-        std::vector<uint8_t>{1, 0, 1});
+  CHECK(std::vector<uint8_t>(p->request.inputs[1].bytes.begin(),
+                             p->request.inputs[1].bytes.end()) == std::vector<uint8_t>{1, 0, 1});
   CHECK(static_cast<int8_t>(p->request.inputs[2].bytes[0]) == -128);
   uint64_t u;
   std::memcpy(&u, p->request.inputs[3].bytes.data(), 8);
@@ -77,24 +77,34 @@ TEST_CASE("hostile requests are refused with what was wrong, never crash") {
       {R"({"inputs":[]})", "1 to 64 tensors"},
       {R"({"inputs":{}})", "1 to 64 tensors"},
       {R"({"inputs":[{"datatype":"FP32","shape":[1],"data":[1]}]})", "string \"name\""},
-      {R"({"inputs":[{"name":"x","datatype":"FP99","shape":[1],"data":[1]}]})", "unsupported datatype"},
-      {R"({"inputs":[{"name":"x","datatype":"BYTES","shape":[1],"data":["a"]}]})", "unsupported datatype"},
+      {R"({"inputs":[{"name":"x","datatype":"FP99","shape":[1],"data":[1]}]})",
+       "unsupported datatype"},
+      {R"({"inputs":[{"name":"x","datatype":"BYTES","shape":[1],"data":["a"]}]})",
+       "unsupported datatype"},
       {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[-1],"data":[1]}]})", ">= 0"},
       {R"({"inputs":[{"name":"x","datatype":"FP32","shape":"1","data":[1]}]})", "\"shape\""},
-      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[4611686018427387904,8],"data":[1]}]})", "too large"},
-      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[3],"data":[1,2]}]})", "holds 3 elements but \"data\" has 2"},
+      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[4611686018427387904,8],"data":[1]}]})",
+       "too large"},
+      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[3],"data":[1,2]}]})",
+       "holds 3 elements but \"data\" has 2"},
       {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1,2]}]})", "has more"},
-      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":["1"]}]})", "a number was expected"},
+      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":["1"]}]})",
+       "a number was expected"},
       {R"({"inputs":[{"name":"x","datatype":"INT8","shape":[1],"data":[128]}]})", "out of range"},
       {R"({"inputs":[{"name":"x","datatype":"UINT8","shape":[1],"data":[-1]}]})", "out of range"},
-      {R"({"inputs":[{"name":"x","datatype":"INT32","shape":[1],"data":[1.5]}]})", "integer was expected"},
+      {R"({"inputs":[{"name":"x","datatype":"INT32","shape":[1],"data":[1.5]}]})",
+       "integer was expected"},
       {R"({"inputs":[{"name":"x","datatype":"BOOL","shape":[1],"data":[1]}]})", "true or false"},
       {R"({"inputs":[{"name":"x","datatype":"FP16","shape":[1],"data":[1]}]})", "binary data"},
       {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1]}]})", "no \"data\""},
-      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}],"parameters":{"timeout":-5}})", ">= 0"},
-      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}],"parameters":{"binary_data_output":"yes"}})", "must be a boolean"},
-      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}],"outputs":[{}]})", "string \"name\""},
-      {R"({"id":5,"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}]})", "\"id\" must be a string"},
+      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}],"parameters":{"timeout":-5}})",
+       ">= 0"},
+      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}],"parameters":{"binary_data_output":"yes"}})",
+       "must be a boolean"},
+      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}],"outputs":[{}]})",
+       "string \"name\""},
+      {R"({"id":5,"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}]})",
+       "\"id\" must be a string"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.body.substr(0, 100));

@@ -49,8 +49,7 @@ bool ParseTraceparent(std::string_view header, uint64_t* high, uint64_t* low) {
     auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out, 16);
     return ec == std::errc() && end == s.data() + s.size();
   };
-  return hex(header.substr(3, 16), high) && hex(header.substr(19, 16), low) &&
-         (*high | *low) != 0;
+  return hex(header.substr(3, 16), high) && hex(header.substr(19, 16), low) && (*high | *low) != 0;
 }
 
 std::string ModelState(const shm::ModelStatusData& m) {
@@ -62,12 +61,24 @@ std::string ModelState(const shm::ModelStatusData& m) {
 HttpResponse ErrorResponse(const Error& error) {
   int status = 500;
   switch (error.code) {
-    case ErrorCode::kInvalidArgument: status = 400; break;
-    case ErrorCode::kNotFound: status = 404; break;
-    case ErrorCode::kResourceExhausted: status = 429; break;
-    case ErrorCode::kDeadlineExceeded: status = 504; break;
-    case ErrorCode::kUnavailable: status = 503; break;
-    case ErrorCode::kInternal: status = 500; break;
+    case ErrorCode::kInvalidArgument:
+      status = 400;
+      break;
+    case ErrorCode::kNotFound:
+      status = 404;
+      break;
+    case ErrorCode::kResourceExhausted:
+      status = 429;
+      break;
+    case ErrorCode::kDeadlineExceeded:
+      status = 504;
+      break;
+    case ErrorCode::kUnavailable:
+      status = 503;
+      break;
+    case ErrorCode::kInternal:
+      status = 500;
+      break;
   }
   HttpResponse r = Json(status, {{"error", error.message}});
   if (status == 429 || status == 503) {
@@ -182,8 +193,8 @@ void KServeService::Handle(HttpRequest&& request, Responder respond) {
     return;
   }
   if (parts[1] != "models" || parts.size() < 3) {
-    respond(Json(404, {{"error", "no such endpoint: " +
-                                     std::string(request.target.substr(0, 256))}}));
+    respond(
+        Json(404, {{"error", "no such endpoint: " + std::string(request.target.substr(0, 256))}}));
     return;
   }
   const hookhost::HookModel* model = Find(parts[2]);
@@ -203,8 +214,8 @@ void KServeService::Handle(HttpRequest&& request, Responder respond) {
   }
   std::string_view action = parts.size() > next ? parts[next] : "";
   if (parts.size() > next + 1) {
-    respond(Json(404, {{"error", "no such endpoint: " +
-                                     std::string(request.target.substr(0, 256))}}));
+    respond(
+        Json(404, {{"error", "no such endpoint: " + std::string(request.target.substr(0, 256))}}));
     return;
   }
   if (action == "ready") {
@@ -218,8 +229,8 @@ void KServeService::Handle(HttpRequest&& request, Responder respond) {
     return;
   }
   if (model->failure) {
-    respond(ErrorResponse(Unavailable("model '" + model->name +
-                                      "' failed to load: " + model->failure->message)));
+    respond(ErrorResponse(
+        Unavailable("model '" + model->name + "' failed to load: " + model->failure->message)));
     return;
   }
   if (action.empty()) {
@@ -227,8 +238,8 @@ void KServeService::Handle(HttpRequest&& request, Responder respond) {
   } else if (action == "config") {
     get ? respond(Json(200, ModelConfig(model->manifest()))) : method_not_allowed();
   } else {
-    respond(Json(404, {{"error", "no such endpoint: " +
-                                     std::string(request.target.substr(0, 256))}}));
+    respond(
+        Json(404, {{"error", "no such endpoint: " + std::string(request.target.substr(0, 256))}}));
   }
 }
 
@@ -277,9 +288,8 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
       return;
     }
     std::string_view all(*body);
-    parsed = json_bytes == 0
-                 ? ParseRawInferRequest(model.manifest(), all)
-                 : ParseInferRequest(all.substr(0, json_bytes), all.substr(json_bytes));
+    parsed = json_bytes == 0 ? ParseRawInferRequest(model.manifest(), all)
+                             : ParseInferRequest(all.substr(0, json_bytes), all.substr(json_bytes));
   } else {
     parsed = ParseInferRequest(*body, {});
   }
@@ -290,44 +300,45 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
   auto state = std::make_shared<ParsedInfer>(std::move(*parsed));
   std::string traceparent;
   if (const std::string* tp = request.Header("traceparent");
-      tp != nullptr && ParseTraceparent(*tp, &state->request.trace_id_high,
-                                        &state->request.trace_id_low)) {
+      tp != nullptr &&
+      ParseTraceparent(*tp, &state->request.trace_id_high, &state->request.trace_id_low)) {
     traceparent = tp->substr(0, 55);
   }
   std::string name = model.name;
   int64_t version = model.manifest().version;
   // The request's spans point into `body` and `state->storage`, both kept by the callback.
-  Submit(model, state, [state, body, respond, name, version, traceparent,
-                        answer_encoding](Result<hookhost::InferResponse> result) {
-    if (!result.ok()) {
-      HttpResponse r = ErrorResponse(result.error());
-      respond(std::move(r));
-      return;
-    }
-    Result<EncodedResponse> encoded = EncodeInferResponse(name, version, *state, *result);
-    if (!encoded.ok()) {
-      respond(ErrorResponse(encoded.error()));
-      return;
-    }
-    HttpResponse r;
-    r.status = 200;
-    if (encoded->binary) {
-      r.headers.emplace_back("Content-Type", "application/octet-stream");
-      r.headers.emplace_back("Inference-Header-Content-Length",
-                             std::to_string(encoded->json_bytes));
-    } else {
-      r.headers.emplace_back("Content-Type", "application/json");
-    }
-    if (!traceparent.empty()) {
-      r.headers.emplace_back("traceparent", traceparent);
-    }
-    r.body = std::move(encoded->body);
-    if (answer_encoding != Encoding::kIdentity && r.body.size() >= 512) {
-      r.body = Deflate(r.body, answer_encoding);
-      r.headers.emplace_back("Content-Encoding", std::string(EncodingName(answer_encoding)));
-    }
-    respond(std::move(r));
-  });
+  Submit(model, state,
+         [state, body, respond, name, version, traceparent,
+          answer_encoding](Result<hookhost::InferResponse> result) {
+           if (!result.ok()) {
+             HttpResponse r = ErrorResponse(result.error());
+             respond(std::move(r));
+             return;
+           }
+           Result<EncodedResponse> encoded = EncodeInferResponse(name, version, *state, *result);
+           if (!encoded.ok()) {
+             respond(ErrorResponse(encoded.error()));
+             return;
+           }
+           HttpResponse r;
+           r.status = 200;
+           if (encoded->binary) {
+             r.headers.emplace_back("Content-Type", "application/octet-stream");
+             r.headers.emplace_back("Inference-Header-Content-Length",
+                                    std::to_string(encoded->json_bytes));
+           } else {
+             r.headers.emplace_back("Content-Type", "application/json");
+           }
+           if (!traceparent.empty()) {
+             r.headers.emplace_back("traceparent", traceparent);
+           }
+           r.body = std::move(encoded->body);
+           if (answer_encoding != Encoding::kIdentity && r.body.size() >= 512) {
+             r.body = Deflate(r.body, answer_encoding);
+             r.headers.emplace_back("Content-Encoding", std::string(EncodingName(answer_encoding)));
+           }
+           respond(std::move(r));
+         });
 }
 
 }  // namespace ferry::frontend

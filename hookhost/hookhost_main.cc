@@ -71,8 +71,7 @@ struct FrontEnd {
     options.idle_timeout_ns = static_cast<int64_t>(settings.idle_timeout_seconds * 1e9);
     frontend::KServeService* s = service.get();
     server = std::make_unique<frontend::HttpServer>(
-        fd, options,
-        [s](frontend::HttpRequest&& r, frontend::Responder respond) {
+        fd, options, [s](frontend::HttpRequest&& r, frontend::Responder respond) {
           s->Handle(std::move(r), std::move(respond));
         });
     thread = std::thread([this] { server->Run(); });
@@ -169,8 +168,8 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
   host->Start();
   FrontEnd front;
   if (http_fd >= 0) {
-    if (Status started = front.Start(*segment, *models, host.get(), http_fd, grpc_fd,
-                                     config->frontend);
+    if (Status started =
+            front.Start(*segment, *models, host.get(), http_fd, grpc_fd, config->frontend);
         !started.ok()) {
       spdlog::error("hook host slot {}: {}", slot, started.error().ToString());
       std::fflush(nullptr);

@@ -17,12 +17,12 @@
 namespace ferry::shm {
 
 enum class ControlCode : int32_t {
-  kStop = 1,           // Fail queued requests (UNAVAILABLE), finish the execution, exit 0.
-  kDrain = 2,          // Refuse new submissions, serve every queued one, then exit 0.
-  kSetPolicy = 3,      // model, weight > 0.
-  kSetResidency = 4,   // model, value = ferry::Residency (external residency mode only).
-  kCompact = 5,        // Compact the weight arena.
-  kSetDiscipline = 6,  // value = ferry::Discipline.
+  kStop = 1,              // Fail queued requests (UNAVAILABLE), finish the execution, exit 0.
+  kDrain = 2,             // Refuse new submissions, serve every queued one, then exit 0.
+  kSetPolicy = 3,         // model, weight > 0.
+  kSetResidency = 4,      // model, value = ferry::Residency (external residency mode only).
+  kCompact = 5,           // Compact the weight arena.
+  kSetDiscipline = 6,     // value = ferry::Discipline.
   kSetMaxBatchSize = 7,   // model, value = the cap (>= 1), or 0 for none.
   kSetMaxQueueDepth = 8,  // value >= 1, every model.
 };

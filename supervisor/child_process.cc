@@ -113,7 +113,8 @@ std::string DescribeWaitStatus(int status) {
   }
   if (WIFSIGNALED(status)) {
     const char* name = sigabbrev_np(WTERMSIG(status));
-    return std::string("killed by SIG") + (name != nullptr ? name : std::to_string(WTERMSIG(status)));
+    return std::string("killed by SIG") +
+           (name != nullptr ? name : std::to_string(WTERMSIG(status)));
   }
   return "status " + std::to_string(status);
 }

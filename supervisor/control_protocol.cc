@@ -97,7 +97,8 @@ Result<ControlRequest> ParseControlRequest(std::string_view line) {
     }
   }
   if (!known) {
-    return InvalidArgument("unknown command '" + name.substr(0, 64) + "' (commands: " + names + ")");
+    return InvalidArgument("unknown command '" + name.substr(0, 64) + "' (commands: " + names +
+                           ")");
   }
   std::set<std::string> allowed = ArgumentsOf(request.command);
   for (const auto& [key, value] : object.items()) {
@@ -199,9 +200,9 @@ Result<nlohmann::json> DecodeReply(std::string_view line) {
   std::string message = object.contains("error") && object["error"].is_string()
                             ? object["error"].get<std::string>()
                             : "(no message)";
-  for (ErrorCode c : {ErrorCode::kInvalidArgument, ErrorCode::kNotFound,
-                      ErrorCode::kResourceExhausted, ErrorCode::kDeadlineExceeded,
-                      ErrorCode::kUnavailable, ErrorCode::kInternal}) {
+  for (ErrorCode c :
+       {ErrorCode::kInvalidArgument, ErrorCode::kNotFound, ErrorCode::kResourceExhausted,
+        ErrorCode::kDeadlineExceeded, ErrorCode::kUnavailable, ErrorCode::kInternal}) {
     if (ErrorCodeName(c) == code) {
       return Error{c, message};
     }

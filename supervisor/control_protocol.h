@@ -44,10 +44,10 @@ enum class ControlCommand {
 
 struct ControlRequest {
   ControlCommand command = ControlCommand::kStatus;
-  std::string model;                         // set_policy, set_residency.
-  double weight = 0;                         // set_policy: finite, > 0.
-  Residency residency = Residency::kWarm;    // set_residency.
-  Discipline discipline = Discipline::kFair; // set_discipline.
+  std::string model;                          // set_policy, set_residency.
+  double weight = 0;                          // set_policy: finite, > 0.
+  Residency residency = Residency::kWarm;     // set_residency.
+  Discipline discipline = Discipline::kFair;  // set_discipline.
 };
 
 // INVALID_ARGUMENT saying what is wrong: not JSON, not an object, another version, an unknown

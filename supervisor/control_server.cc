@@ -15,9 +15,7 @@
 namespace ferry::supervisor {
 namespace {
 
-Error Errno(const std::string& what) {
-  return Internal(what + ": " + std::strerror(errno));
-}
+Error Errno(const std::string& what) { return Internal(what + ": " + std::strerror(errno)); }
 
 }  // namespace
 
@@ -132,8 +130,8 @@ void ControlServer::Accept(int64_t now) {
     }
     std::optional<Error> refusal;
     if (clients_.size() >= kMaxClients) {
-      refusal = ResourceExhausted("too many control connections (" +
-                                  std::to_string(kMaxClients) + "); retry later");
+      refusal = ResourceExhausted("too many control connections (" + std::to_string(kMaxClients) +
+                                  "); retry later");
     } else if (!known || !policy_.Allows(cred.uid, cred.gid, groups)) {
       refusal = InvalidArgument(
           "permission denied: uid " + (known ? std::to_string(cred.uid) : "unknown") +

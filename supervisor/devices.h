@@ -20,8 +20,8 @@ namespace ferry::supervisor {
 
 struct WorkerDevice {
   bool gpu = false;
-  int gpu_id = -1;          // The device's ordinal (PCI bus order) when gpu.
-  std::string pci_bus_id;   // When gpu, e.g. "0000:17:00.0".
+  int gpu_id = -1;               // The device's ordinal (PCI bus order) when gpu.
+  std::string pci_bus_id;        // When gpu, e.g. "0000:17:00.0".
   std::string Describe() const;  // "GPU 2 (0000:17:00.0)" or "CPU".
 };
 

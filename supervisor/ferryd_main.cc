@@ -49,8 +49,7 @@ int main(int argc, char** argv) {
   app.add_flag("--check", check_only, "validate the node file and its devices, then exit");
   app.add_option("--worker-binary", worker_binary, "ferry-worker to start (default: found)");
   app.add_option("--hookhost-binary", hookhost_binary, "ferry-hookhost to start");
-  app.add_option("--gpu-dir", gpu_dir, "where the NVIDIA driver lists GPUs")
-      ->capture_default_str();
+  app.add_option("--gpu-dir", gpu_dir, "where the NVIDIA driver lists GPUs")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (auto status = ferry::ApplyLogFlags("ferryd", log_flags); !status.ok()) {
     std::cerr << status.error().message << "\n";

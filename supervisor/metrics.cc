@@ -72,8 +72,7 @@ std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters&
     }
   }
   Writer out;
-  auto per_model = [&](const std::string& name, const char* type, const char* help,
-                       auto value) {
+  auto per_model = [&](const std::string& name, const char* type, const char* help, auto value) {
     out.Family(name, type, help);
     for (const WorkerView& w : workers) {
       for (uint32_t m = 0; m < w.status.num_models && m < shm::kMaxStatusModels; ++m) {
@@ -89,10 +88,11 @@ std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters&
   for (const WorkerView& w : workers) {
     for (uint32_t m = 0; m < w.status.num_models && m < shm::kMaxStatusModels; ++m) {
       const shm::ModelStatusData& d = w.status.models[m];
-      for (auto [outcome, value] :
-           {std::pair<const char*, uint64_t>{"success", d.requests_served},
-            {"rejected", d.rejected}, {"shed", d.shed}, {"failed", d.failed},
-            {"error", d.errors}}) {
+      for (auto [outcome, value] : {std::pair<const char*, uint64_t>{"success", d.requests_served},
+                                    {"rejected", d.rejected},
+                                    {"shed", d.shed},
+                                    {"failed", d.failed},
+                                    {"error", d.errors}}) {
         out.Sample({{"model", Name(d)}, {"gpu", std::to_string(w.index)}, {"outcome", outcome}},
                    static_cast<double>(value));
       }
@@ -104,10 +104,14 @@ std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters&
             [](const shm::ModelStatusData& d) { return static_cast<double>(d.outstanding); });
   per_model("ferry_queue_wait_p50_seconds", "gauge",
             "Median time a request waited in the queue, over the recent window.",
-            [](const shm::ModelStatusData& d) { return static_cast<double>(d.queue_wait_p50_ns) * 1e-9; });
+            [](const shm::ModelStatusData& d) {
+              return static_cast<double>(d.queue_wait_p50_ns) * 1e-9;
+            });
   per_model("ferry_queue_wait_p99_seconds", "gauge",
             "99th percentile of queue wait, over the recent window.",
-            [](const shm::ModelStatusData& d) { return static_cast<double>(d.queue_wait_p99_ns) * 1e-9; });
+            [](const shm::ModelStatusData& d) {
+              return static_cast<double>(d.queue_wait_p99_ns) * 1e-9;
+            });
   per_model("ferry_compute_seconds_total", "counter", "Execution time spent on the model.",
             [](const shm::ModelStatusData& d) { return d.total_compute_seconds; });
   per_model("ferry_compute_share", "gauge",
@@ -131,17 +135,20 @@ std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters&
 
   out.Family("ferry_gpu_memory_used_bytes", "gauge", "Device memory the worker holds.");
   for (const WorkerView& w : workers) {
-    out.Sample({{"gpu", std::to_string(w.index)}}, static_cast<double>(w.status.device_memory_in_use));
+    out.Sample({{"gpu", std::to_string(w.index)}},
+               static_cast<double>(w.status.device_memory_in_use));
   }
   out.Family("ferry_invalid_descriptors_total", "counter",
              "Descriptors a worker refused as invalid (a peer writing garbage).");
   for (const WorkerView& w : workers) {
-    out.Sample({{"gpu", std::to_string(w.index)}}, static_cast<double>(w.status.invalid_descriptors));
+    out.Sample({{"gpu", std::to_string(w.index)}},
+               static_cast<double>(w.status.invalid_descriptors));
   }
   out.Family("ferry_host_gap_p99_seconds", "gauge",
              "99th percentile of host time between executions while work waited.");
   for (const WorkerView& w : workers) {
-    out.Sample({{"gpu", std::to_string(w.index)}}, static_cast<double>(w.status.host_gap_p99_ns) * 1e-9);
+    out.Sample({{"gpu", std::to_string(w.index)}},
+               static_cast<double>(w.status.host_gap_p99_ns) * 1e-9);
   }
 
   auto kind = [&](uint32_t slot) { return segment.IsWorkerSlot(slot) ? "worker" : "hookhost"; };
@@ -150,14 +157,16 @@ std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters&
   };
   out.Family("ferry_arena_bytes_in_use", "gauge", "Shared-memory arena bytes a process holds.");
   for (uint32_t s = 0; s < segment.num_slots(); ++s) {
-    out.Sample({{"kind", kind(s)}, {"index", index(s)}},
-               static_cast<double>(segment.accounting(s).bytes_in_use.load(std::memory_order_relaxed)));
+    out.Sample(
+        {{"kind", kind(s)}, {"index", index(s)}},
+        static_cast<double>(segment.accounting(s).bytes_in_use.load(std::memory_order_relaxed)));
   }
   out.Family("ferry_arena_failed_allocations_total", "counter",
              "Arena allocations refused for lack of room (requests answered RESOURCE_EXHAUSTED).");
   for (uint32_t s = 0; s < segment.num_slots(); ++s) {
     out.Sample({{"kind", kind(s)}, {"index", index(s)}},
-               static_cast<double>(segment.accounting(s).failed_allocations.load(std::memory_order_relaxed)));
+               static_cast<double>(
+                   segment.accounting(s).failed_allocations.load(std::memory_order_relaxed)));
   }
   out.Family("ferry_process_restarts_total", "counter", "Times ferryd restarted the process.");
   for (uint32_t s = 0; s < segment.num_slots(); ++s) {

@@ -64,20 +64,22 @@ nlohmann::json WorkerSummaryJson(const shm::StatusSnapshotData& s) {
   std::string discipline = s.discipline <= static_cast<uint32_t>(Discipline::kEdf)
                                ? std::string(DisciplineName(static_cast<Discipline>(s.discipline)))
                                : "unknown";
-  std::string mode = s.residency_mode <= static_cast<uint32_t>(ResidencyMode::kExternal)
-                         ? std::string(ResidencyModeName(static_cast<ResidencyMode>(s.residency_mode)))
-                         : "unknown";
-  return {{"state", s.state <= static_cast<uint32_t>(shm::ProcessState::kUnhealthy)
-                        ? std::string(shm::ProcessStateName(static_cast<shm::ProcessState>(s.state)))
-                        : "unknown"},
-          {"generation", s.generation},
-          {"discipline", discipline},
-          {"residency_mode", mode},
-          {"dispatches", s.dispatches},
-          {"invalid_descriptors", s.invalid_descriptors},
-          {"device_memory_in_use", s.device_memory_in_use},
-          {"host_gap_p50_us", s.host_gap_p50_ns / 1000},
-          {"host_gap_p99_us", s.host_gap_p99_ns / 1000}};
+  std::string mode =
+      s.residency_mode <= static_cast<uint32_t>(ResidencyMode::kExternal)
+          ? std::string(ResidencyModeName(static_cast<ResidencyMode>(s.residency_mode)))
+          : "unknown";
+  return {
+      {"state", s.state <= static_cast<uint32_t>(shm::ProcessState::kUnhealthy)
+                    ? std::string(shm::ProcessStateName(static_cast<shm::ProcessState>(s.state)))
+                    : "unknown"},
+      {"generation", s.generation},
+      {"discipline", discipline},
+      {"residency_mode", mode},
+      {"dispatches", s.dispatches},
+      {"invalid_descriptors", s.invalid_descriptors},
+      {"device_memory_in_use", s.device_memory_in_use},
+      {"host_gap_p50_us", s.host_gap_p50_ns / 1000},
+      {"host_gap_p99_us", s.host_gap_p99_ns / 1000}};
 }
 
 }  // namespace ferry::supervisor

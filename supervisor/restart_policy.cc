@@ -30,8 +30,8 @@ int64_t RestartPolicy::OnDeath(int64_t started, int64_t now) {
 }
 
 bool RestartPolicy::CrashLooping(int64_t now) const {
-  size_t recent = static_cast<size_t>(
-      std::count_if(deaths_.begin(), deaths_.end(), [&](int64_t t) { return t > now - window_ns_; }));
+  size_t recent = static_cast<size_t>(std::count_if(
+      deaths_.begin(), deaths_.end(), [&](int64_t t) { return t > now - window_ns_; }));
   return recent > limit_;
 }
 

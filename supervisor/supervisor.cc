@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "frontend/http_server.h"
 #include "shm/control.h"
 #include "shm/recovery.h"
 #include "shm/ring.h"
@@ -22,7 +23,6 @@
 #include "supervisor/child_process.h"
 #include "supervisor/control_server.h"
 #include "supervisor/devices.h"
-#include "frontend/http_server.h"
 #include "supervisor/listeners.h"
 #include "supervisor/metrics.h"
 #include "supervisor/node_report.h"
@@ -51,8 +51,8 @@ struct Child {
   WorkerDevice device;
   ChildProcess process;
   RestartPolicy policy;
-  bool waiting = false;  // Dead, its successor due at restart_at.
-  bool finished = false; // Exited during shutdown: not restarted.
+  bool waiting = false;   // Dead, its successor due at restart_at.
+  bool finished = false;  // Exited during shutdown: not restarted.
   int64_t started_ns = 0;
   int64_t restart_at = 0;
   uint64_t restarts = 0;
@@ -392,7 +392,8 @@ Status Supervisor::Impl::StartMetrics() {
       metrics_listener->fd(), options,
       [view, c](frontend::HttpRequest&& request, frontend::Responder respond) {
         frontend::HttpResponse r;
-        std::string_view path = std::string_view(request.target).substr(0, request.target.find('?'));
+        std::string_view path =
+            std::string_view(request.target).substr(0, request.target.find('?'));
         if (path != "/metrics") {
           r.status = 404;
           r.body = "{\"error\":\"only /metrics is served here\"}";
@@ -419,8 +420,8 @@ void Supervisor::Impl::StopMetrics() {
 void Supervisor::Impl::StartChild(Child& c, int64_t now) {
   ChildSpec spec;
   spec.binary = c.worker ? options.worker_binary : options.hookhost_binary;
-  spec.args = {"--segment", segment->name(), "--slot", std::to_string(c.slot), "--config",
-               options.config_path};
+  spec.args = {"--segment", segment->name(),    "--slot", std::to_string(c.slot),
+               "--config",  options.config_path};
   spec.args.insert(spec.args.end(), options.child_log_args.begin(), options.child_log_args.end());
   if (!c.worker) {
     // Only while running: nothing is restarted once stopping.
@@ -504,8 +505,8 @@ void Supervisor::Impl::ReapplyOverrides(const Child& c) {
     return;
   }
   if (discipline_override) {
-    SendControl(c, {shm::ControlCode::kSetDiscipline, 0, 0,
-                    static_cast<int32_t>(*discipline_override)});
+    SendControl(
+        c, {shm::ControlCode::kSetDiscipline, 0, 0, static_cast<int32_t>(*discipline_override)});
   }
   if (queue_depth_override) {
     SendControl(c, {shm::ControlCode::kSetMaxQueueDepth, 0, 0,
@@ -546,8 +547,7 @@ void Supervisor::Impl::Watch(Child& c, int64_t now) {
   if (!c.kill_reason.empty()) {
     return;  // Already killed; its exit is on its way.
   }
-  int64_t stall_limit =
-      static_cast<int64_t>(config.scheduler.dispatch_timeout_seconds * 1e9);
+  int64_t stall_limit = static_cast<int64_t>(config.scheduler.dispatch_timeout_seconds * 1e9);
   if (state == shm::ProcessState::kStarting) {
     int64_t start_limit = static_cast<int64_t>(config.supervisor.start_timeout_seconds * 1e9);
     if (now - c.started_ns > start_limit) {
@@ -598,9 +598,9 @@ void Supervisor::Impl::Notify(int64_t now) {
     spdlog::info("node '{}' ready", config.node.name);
   }
   std::string line = std::string(phase != Phase::kRunning ? PhaseName(phase)
-                                  : Degraded(now)          ? "degraded"
-                                  : ready                  ? "ready"
-                                                           : "starting") +
+                                 : Degraded(now)          ? "degraded"
+                                 : ready                  ? "ready"
+                                                          : "starting") +
                      ": " + std::to_string(workers_ready) + "/" + std::to_string(devices.size()) +
                      " workers, " + std::to_string(hookhosts_ready) + "/" +
                      std::to_string(config.node.hookhosts) + " hook hosts ready, " +
@@ -679,8 +679,8 @@ void Supervisor::Impl::AdvanceShutdown(int64_t now) {
     } else if (now >= kill_deadline) {
       for (Child& c : children) {
         if (c.running()) {
-          Kill(c, "still running " + std::to_string(kKillGraceNs / 1'000'000'000) +
-                      " s after stop");
+          Kill(c,
+               "still running " + std::to_string(kKillGraceNs / 1'000'000'000) + " s after stop");
         }
       }
     }
@@ -715,8 +715,7 @@ void Supervisor::Impl::Loop() {
             spdlog::info("SIGHUP: reloading {}", options.config_path);
             (void)Reload();
           } else {
-            BeginShutdown(std::string("SIG") + sigabbrev_np(static_cast<int>(info.ssi_signo)),
-                          now);
+            BeginShutdown(std::string("SIG") + sigabbrev_np(static_cast<int>(info.ssi_signo)), now);
           }
         }
       } else if (tag == kControlTag) {
@@ -739,9 +738,9 @@ Result<json> Supervisor::Impl::SendToModel(const std::string& model, shm::Contro
       continue;
     }
     for (uint32_t m = 0; m < c.status->num_models && m < shm::kMaxStatusModels; ++m) {
-      if (model == std::string_view(c.status->models[m].name,
-                                    strnlen(c.status->models[m].name,
-                                            sizeof(c.status->models[m].name)))) {
+      if (model ==
+          std::string_view(c.status->models[m].name,
+                           strnlen(c.status->models[m].name, sizeof(c.status->models[m].name)))) {
         ++found;
         sent += SendControl(c, {code, m, weight, value}) ? 1 : 0;
       }
@@ -761,8 +760,7 @@ Result<json> Supervisor::Impl::Reload() {
   sd_notify(0, "RELOADING=1");
   Result<NodeConfig> loaded = LoadNodeConfig(options.config_path, SchedulerEnvironment());
   if (!loaded.ok()) {
-    spdlog::error("reload refused; the node keeps its configuration:\n{}",
-                  loaded.error().message);
+    spdlog::error("reload refused; the node keeps its configuration:\n{}", loaded.error().message);
     sd_notify(0, "READY=1");
     return InvalidArgument("reload refused, the node keeps its configuration: " +
                            loaded.error().message);
@@ -842,7 +840,7 @@ json Supervisor::Impl::StatusJson() const {
                   {"index", c.index},
                   {"slot", c.slot},
                   {"pid", c.running() ? c.process.pid : 0},
-                  {"state", c.running() ? std::string(shm::ProcessStateName(c.state()))
+                  {"state", c.running()  ? std::string(shm::ProcessStateName(c.state()))
                             : c.finished ? "exited"
                                          : "restarting"},
                   {"generation", segment->generation(c.slot).load()},
@@ -909,8 +907,8 @@ Result<json> Supervisor::Impl::Handle(const ControlRequest& request) {
       return json{{"workers", workers}};
     }
     case ControlCommand::kSetPolicy: {
-      FERRY_ASSIGN_OR_RETURN(json sent, SendToModel(request.model, shm::ControlCode::kSetPolicy,
-                                                    request.weight, 0));
+      FERRY_ASSIGN_OR_RETURN(
+          json sent, SendToModel(request.model, shm::ControlCode::kSetPolicy, request.weight, 0));
       weight_overrides[request.model] = request.weight;
       spdlog::info("set_policy: model '{}' weight {}", request.model, request.weight);
       return sent;

@@ -47,9 +47,9 @@ inline constexpr int64_t kTickNs = 20'000'000;
 
 struct SupervisorOptions {
   std::string config_path;
-  std::string worker_binary;    // ferry-worker.
-  std::string hookhost_binary;  // ferry-hookhost.
-  std::string gpu_dir;          // Where GPUs are listed (devices.h).
+  std::string worker_binary;                // ferry-worker.
+  std::string hookhost_binary;              // ferry-hookhost.
+  std::string gpu_dir;                      // Where GPUs are listed (devices.h).
   std::vector<std::string> child_log_args;  // --log-format/--log-level passed on.
 };
 

@@ -45,9 +45,9 @@ TEST_CASE("control requests: every command round-trips through its encoding") {
   REQUIRE(back.ok());
   CHECK(back->discipline == Discipline::kEdf);
 
-  for (ControlCommand c : {ControlCommand::kStatus, ControlCommand::kSchedulerMetrics,
-                           ControlCommand::kControlStatus, ControlCommand::kCompact,
-                           ControlCommand::kReload, ControlCommand::kDrain}) {
+  for (ControlCommand c :
+       {ControlCommand::kStatus, ControlCommand::kSchedulerMetrics, ControlCommand::kControlStatus,
+        ControlCommand::kCompact, ControlCommand::kReload, ControlCommand::kDrain}) {
     ControlRequest plain;
     plain.command = c;
     line = EncodeControlRequest(plain);
@@ -210,7 +210,7 @@ TEST_CASE("control socket policy: root, ferryd's user and the group's members on
   PeerPolicy policy{1000, 2000};
   CHECK(policy.Allows(0, 0, {}));
   CHECK(policy.Allows(1000, 1000, {}));
-  CHECK(policy.Allows(1001, 2000, {}));        // Primary group.
+  CHECK(policy.Allows(1001, 2000, {}));         // Primary group.
   CHECK(policy.Allows(1001, 1001, {5, 2000}));  // Supplementary group.
   CHECK_FALSE(policy.Allows(1001, 1001, {5, 6}));
   CHECK_FALSE(policy.Allows(65534, 65534, {}));

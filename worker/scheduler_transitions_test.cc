@@ -370,7 +370,7 @@ TEST_CASE("max_batch_size and max_queue_depth change live, from the next decisio
   while (s.queued_requests() > 4) {
     ran += static_cast<int>(s.Next(0).dispatch.rows);
   }
-  CHECK(ran == 5);  // Every queued request ran.
+  CHECK(ran == 5);                                             // Every queued request ran.
   CHECK(s.Enqueue(0, QueuedRequest{0, 0, 1, 0, {}, 0}).ok());  // 4 + 1 <= 5.
   CHECK(s.Enqueue(0, QueuedRequest{0, 0, 1, 0, {}, 0}).error().code ==
         ErrorCode::kResourceExhausted);

@@ -1,11 +1,11 @@
 // ferryd end to end: real ferryd, ferry-worker and ferry-hookhost processes on a real segment,
 // controlled through the real control socket. Workers run the simulated backend (fast to
 // start, no GPU) unless a test says otherwise.
+#include <arpa/inet.h>
 #include <doctest/doctest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/un.h>
 
 #include <cstring>
@@ -226,8 +226,8 @@ TEST_CASE("a bad node file: exit 2 listing every error, nothing started") {
                                   "\"\ndevices = \"cpu:0\"\nhookhosts = 0\n[scheduler]\n"
                                   "discipline = \"lifo\"\n");
   std::string out = dir / "out.txt";
-  std::string command = std::string(FERRY_FERRYD_BINARY) + " --config " + (dir / "bad.toml") +
-                        " > " + out + " 2>&1";
+  std::string command =
+      std::string(FERRY_FERRYD_BINARY) + " --config " + (dir / "bad.toml") + " > " + out + " 2>&1";
   int status = std::system(command.c_str());
   CHECK(WEXITSTATUS(status) == 2);
   std::ifstream in(out);
@@ -300,9 +300,10 @@ TEST_CASE("control: set_policy, reload (good and bad), and re-applying after a r
 
   // A good reload: weights and discipline apply live, the rest is named.
   std::string text = ReadFileText(ferryd.config());
-  WriteFile(ferryd.config(), text + "discipline = \"fifo\"\nmax_queue_depth = 64\n"
-                                    "[scheduler.models.cnn]\nweight = 4.0\nmax_batch_size = 4\n"
-                                    "residency = \"pinned\"\n");
+  WriteFile(ferryd.config(), text +
+                                 "discipline = \"fifo\"\nmax_queue_depth = 64\n"
+                                 "[scheduler.models.cnn]\nweight = 4.0\nmax_batch_size = 4\n"
+                                 "residency = \"pinned\"\n");
   reply = ferryd.Call(Request(ControlCommand::kReload));
   REQUIRE(reply.ok());
   CHECK((*reply)["applied"].size() == 4);  // discipline, queue depth, cnn's cap and weight.

@@ -47,7 +47,8 @@ struct Direct {
   std::vector<uint8_t> Run(const std::string& model, int64_t rows, const std::vector<uint8_t>& in) {
     std::lock_guard<std::mutex> lock(mu);
     auto& [manifest, handle] = models.at(model);
-    int64_t size = *std::lower_bound(manifest->batch_sizes.begin(), manifest->batch_sizes.end(), rows);
+    int64_t size =
+        *std::lower_bound(manifest->batch_sizes.begin(), manifest->batch_sizes.end(), rows);
     std::vector<uint8_t> out(static_cast<size_t>(rows) * 10 * 4);
     BatchJob job{0, size, {{rows, {in}, {out}}}};
     REQUIRE(backend.Execute(handle, job).ok());
@@ -137,8 +138,7 @@ TEST_CASE("1,000 concurrent requests over 2 models through HTTP, every output ex
           first_failure = r.error().ToString();
           continue;
         }
-        bool same = r->outputs.size() == 1 &&
-                    r->outputs[0].shape == Shape{s.rows, 10} &&
+        bool same = r->outputs.size() == 1 && r->outputs[0].shape == Shape{s.rows, 10} &&
                     SameFloats(r->outputs[0].bytes, direct.Run(s.model, s.rows, s.input));
         ++(same ? exact : wrong);
       }
@@ -174,7 +174,8 @@ TEST_CASE("1,000 concurrent requests over 2 models through HTTP, every output ex
 
 TEST_CASE("errors through HTTP: unknown model, bad tensors, deadline, wrong method") {
   TempDir dir;
-  FerrydProcess ferryd(dir, kCpuNode, kSettings + std::string("[frontend]\nmax_request_bytes = 100000\n"));
+  FerrydProcess ferryd(dir, kCpuNode,
+                       kSettings + std::string("[frontend]\nmax_request_bytes = 100000\n"));
   REQUIRE_MESSAGE(ferryd.WaitReady(), ferryd.log());
   Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
   REQUIRE(client.ok());
@@ -195,10 +196,12 @@ TEST_CASE("errors through HTTP: unknown model, bad tensors, deadline, wrong meth
   frontend::HttpAnswer a = post("/v2/models/nosuch/infer", one_row + "}");
   CHECK(a.status == 404);
   CHECK(a.body.find("unknown model 'nosuch'") != std::string::npos);
-  a = post("/v2/models/mlp/infer", R"({"inputs":[{"name":"input","datatype":"FP32","shape":[1,3],"data":[1,2,3]}]})");
+  a = post("/v2/models/mlp/infer",
+           R"({"inputs":[{"name":"input","datatype":"FP32","shape":[1,3],"data":[1,2,3]}]})");
   CHECK(a.status == 400);
   CHECK(a.body.find("expected FP32 [-1, 784]") != std::string::npos);
-  a = post("/v2/models/mlp/infer", R"({"inputs":[{"name":"wrong","datatype":"FP32","shape":[1,784],"data":[]}]})");
+  a = post("/v2/models/mlp/infer",
+           R"({"inputs":[{"name":"wrong","datatype":"FP32","shape":[1,784],"data":[]}]})");
   CHECK(a.status == 400);
   a = post("/v2/models/mlp/infer", "{not json");
   CHECK(a.status == 400);
@@ -321,8 +324,8 @@ struct Load {
     std::lock_guard<std::mutex> lock(mu);
     std::string out = "exact " + std::to_string(exact) + " wrong " + std::to_string(wrong) +
                       " unavailable " + std::to_string(unavailable) + " other " +
-                      std::to_string(other_error) + " lost " + std::to_string(lost) +
-                      " refused " + std::to_string(refused);
+                      std::to_string(other_error) + " lost " + std::to_string(lost) + " refused " +
+                      std::to_string(refused);
     for (size_t i = 0; i < odd.size() && i < 5; ++i) {
       out += "\n  " + odd[i];
     }

@@ -4,19 +4,18 @@
 // Thread safety: one test thread.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <fcntl.h>
 
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <optional>
-#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -57,7 +56,8 @@ class FerrydProcess {
     WriteFile(config_, "[node]\nname = \"" + name_ + "\"\nmodel_repository = \"" +
                            ExampleRepository(dir) + "\"\nshm_size = \"64MiB\"\n" + node_extra +
                            "\n[node.listen]\nhttp = \"127.0.0.1:0\"\ngrpc = \"127.0.0.1:0\"\n"
-                           "metrics = \"127.0.0.1:0\"\n[supervisor]\ncontrol_socket = \"" + socket_ + "\"\n" + extra);
+                           "metrics = \"127.0.0.1:0\"\n[supervisor]\ncontrol_socket = \"" +
+                           socket_ + "\"\n" + extra);
     Start(std::move(flags));
   }
   // A ferryd still running (a failed test) is killed, and what it left in /dev/shm removed
