@@ -17,6 +17,8 @@
 namespace ferry::frontend {
 namespace {
 
+constexpr int kMaxGrpcThreads = 64;
+
 using inference::InferTensorContents;
 
 grpc::Status ToGrpc(const Error& e) {
@@ -471,6 +473,12 @@ Status GrpcFrontEnd::Start() {
   int limit = static_cast<int>(std::min<size_t>(s.max_message_bytes, INT32_MAX));
   builder.SetMaxReceiveMessageSize(limit);
   builder.SetMaxSendMessageSize(INT32_MAX);
+  // A sync server otherwise grows a thread per concurrent call: a client opening thousands of
+  // streams would exhaust the process. Calls beyond the bound wait (or are refused
+  // RESOURCE_EXHAUSTED by gRPC) instead.
+  grpc::ResourceQuota quota("ferry-hookhost");
+  quota.SetMaxThreads(kMaxGrpcThreads);
+  builder.SetResourceQuota(quota);
   s.server = builder.BuildAndStart();
   if (s.server == nullptr) {
     return Internal("the gRPC server did not start");

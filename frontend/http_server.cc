@@ -14,6 +14,7 @@
 #include <boost/beast/http/string_body.hpp>
 #include <cerrno>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <unordered_map>
 
@@ -91,18 +92,13 @@ std::string Serialize(const HttpResponse& r, bool close) {
   return out;
 }
 
+// The server's own refusals (malformed, too large, too slow, too many): {"error": ...}, closing.
 HttpResponse Plain(int status, std::string text) {
   HttpResponse r;
   r.status = status;
   r.headers.emplace_back("Content-Type", "application/json");
-  std::string escaped;
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      escaped += '\\';
-    }
-    escaped += (static_cast<unsigned char>(c) < 0x20) ? ' ' : c;
-  }
-  r.body = "{\"error\":\"" + escaped + "\"}";
+  r.body = nlohmann::json{{"error", std::move(text)}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
   r.close = true;
   return r;
 }
