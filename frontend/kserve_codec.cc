@@ -429,7 +429,7 @@ nlohmann::json ServerMetadata() {
 }
 
 int64_t MaxBatchSize(const Manifest& manifest) {
-  if (manifest.unbatched()) {
+  if (manifest.unbatched() || manifest.batch_sizes.empty()) {  // Empty: a pipeline.
     return 0;
   }
   for (const std::vector<TensorSpec>* list :

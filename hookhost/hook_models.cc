@@ -1,5 +1,7 @@
 #include "hookhost/hook_models.h"
 
+#include <algorithm>
+
 namespace ferry::hookhost {
 
 Result<std::vector<HookModel>> LoadHookModels(const std::string& dir) {
@@ -24,6 +26,8 @@ Result<std::vector<HookModel>> LoadHookModels(const std::string& dir) {
                                   ? "hooks.inputs but its plugin has no preprocess"
                               : !hooks.outputs.empty() && !(*instance)->has_postprocess()
                                   ? "hooks.outputs but its plugin has no postprocess"
+                              : m.manifest().pipeline() && !(*instance)->has_run()
+                                  ? "kind = \"pipeline\" but its plugin has no run (ABI version 2)"
                                   : "";
         if (missing.empty()) {
           m.plugin = std::move(*instance);
@@ -36,6 +40,24 @@ Result<std::vector<HookModel>> LoadHookModels(const std::string& dir) {
       }
     }
     models.push_back(std::move(m));
+  }
+  // A pipeline's calls: models of this repository that are not pipelines themselves.
+  for (HookModel& m : models) {
+    if (m.failure || !m.manifest().pipeline()) {
+      continue;
+    }
+    for (const std::string& call : m.manifest().calls) {
+      auto callee = std::find_if(models.begin(), models.end(),
+                                 [&](const HookModel& c) { return c.name == call; });
+      if (callee == models.end() || (callee->bundle && callee->manifest().pipeline())) {
+        m.failure = InvalidArgument(
+            "pipeline '" + m.name + "': [pipeline] calls '" + call +
+            (callee == models.end() ? "', which is not in the repository" : "', another pipeline"));
+        m.calls.clear();
+        break;
+      }
+      m.calls.push_back(callee->index);
+    }
   }
   return models;
 }

@@ -2,8 +2,9 @@
 // them, model/repository.h) with each bundle's hook plugin opened and created.
 //
 // A model whose bundle or plugin fails keeps its number and its error (a plugin without the
-// preprocess or postprocess its manifest's hooks.inputs / hooks.outputs need fails too); requests
-// for it are answered with that error, and the others serve.
+// preprocess or postprocess its manifest's hooks.inputs / hooks.outputs need fails too, as does
+// a pipeline whose plugin has no run or whose [pipeline] calls name a model that is missing or
+// a pipeline); requests for it are answered with that error, and the others serve.
 //
 // Thread safety: LoadHookModels runs before the sandbox (it opens files and dlopens plugins);
 // the result is immutable afterwards and safe for concurrent use.
@@ -26,7 +27,9 @@ struct HookModel {
   std::unique_ptr<Bundle> bundle;  // Null when it failed.
   std::optional<Error> failure;
   std::unique_ptr<PluginInstance> plugin;  // Null when the bundle has no hooks.
+  std::vector<uint32_t> calls;             // A pipeline's callees (indices), in manifest order.
 
+  bool pipeline() const { return bundle != nullptr && bundle->manifest.pipeline(); }
   const Manifest& manifest() const { return bundle->manifest; }  // REQUIRES: !failure.
 };
 

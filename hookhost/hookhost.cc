@@ -53,11 +53,23 @@ struct Pending {
   std::atomic<bool> answered{false};
   RequestTimings timings;
   int64_t start_ns = 0;
+  // A pipeline's model call: no hooks run, and it is answered on the transport thread (the
+  // pipeline's run waits for it on a hook thread, which must not be needed to answer it).
+  bool subcall = false;
+  uint32_t meta = 0;  // Non-zero: a committed call of pipeline run `meta` (DescriptorData::meta).
 };
 
 namespace {
 
 using PendingPtr = std::shared_ptr<Pending>;
+
+// One pipeline request's run, on its hook thread.
+struct PipelineRun {
+  PendingPtr pending;
+  uint32_t meta = 0;      // Its number: its committed calls carry it.
+  int calls_done = 0;     // Model calls answered so far (the first queue like new work).
+  int64_t waited_ns = 0;  // Inside host->call(), waiting (not the plugin's time).
+};
 
 // A hook thread's plugin call, watched by the transport for its time limit.
 struct CallSlot {
@@ -111,7 +123,9 @@ struct HookHost::Impl {
   Mutex handoff_mutex;
   std::deque<PendingPtr> outbox GUARDED_BY(handoff_mutex);
   std::deque<std::pair<size_t, shm::DescriptorData>> releases_in GUARDED_BY(handoff_mutex);
+  bool handoff_closed GUARDED_BY(handoff_mutex) = false;  // Stopping: hand-offs answered at once.
   std::atomic<bool> handoff_waiting{false};
+  std::atomic<uint32_t> next_meta{1};  // Pipeline run numbers (0 is skipped).
 
   // The hook thread pool.
   Mutex pool_mutex;
@@ -164,12 +178,34 @@ struct HookHost::Impl {
     self_waker.Notify();
   }
 
-  void Handoff(PendingPtr p) {
+  void Handoff(const PendingPtr& p) {
+    bool closed;
     {
       MutexLock lock(&handoff_mutex);
-      outbox.push_back(std::move(p));
+      closed = handoff_closed;
+      if (!closed) {
+        outbox.push_back(p);
+      }
+    }
+    if (closed) {
+      for (Piece& piece : p->pieces) {
+        FreeBlocks(piece.input_blocks);
+        piece.input_blocks.clear();
+      }
+      Answer(p, Unavailable("the hook host is stopping"));
+      return;
     }
     WakeTransport();
+  }
+
+  // Answers `p` where it is safe to: a pipeline's model call on this thread (its run waits on
+  // a hook thread), anything else on a hook thread.
+  void AnswerLater(const PendingPtr& p, Error error) {
+    if (p->subcall) {
+      Answer(p, std::move(error));
+    } else {
+      Post([this, p, e = std::move(error)] { Answer(p, e); });
+    }
   }
 
   void FreeBlocks(const std::vector<uint64_t>& blocks) {
@@ -313,7 +349,7 @@ struct HookHost::Impl {
     int64_t rows = 0;
     FERRY_ASSIGN_OR_RETURN(p->variant, MatchVariant(model.name, model.manifest(), inputs, &rows));
     p->model_rows = rows;
-    bool preserved = model.plugin == nullptr || !model.plugin->has_preprocess() ||
+    bool preserved = p->subcall || model.plugin == nullptr || !model.plugin->has_preprocess() ||
                      (model.plugin->preserves_rows() && model.manifest().hooks.preserves_rows);
     FERRY_ASSIGN_OR_RETURN(
         std::vector<int64_t> piece_rows,
@@ -415,7 +451,7 @@ struct HookHost::Impl {
       }
     }
     WakeTransport();
-    if (result.ok() && model.plugin != nullptr && model.plugin->has_postprocess()) {
+    if (result.ok() && !p->subcall && model.plugin != nullptr && model.plugin->has_postprocess()) {
       result = Postprocess(p, std::move(*result));
     }
     if (result.ok()) {
@@ -504,34 +540,206 @@ struct HookHost::Impl {
     InferResponse response;
     response.timings = joined.timings;
     if (s.ok()) {
-      for (size_t i = 0; i < produced.size(); ++i) {
-        const TensorSpec& spec = specs[i];
-        bool fits =
-            produced[i].dtype == spec.dtype && produced[i].shape.size() == spec.shape.size();
-        for (size_t k = 0; fits && k < spec.shape.size(); ++k) {
-          fits = spec.shape[k] == kBatchDim || spec.shape[k] == produced[i].shape[k];
-        }
-        if (!fits) {
-          s = Internal("plugin " + model.plugin->path() + " postprocess: output '" + spec.name +
-                       "' is " + DescribeTensor(produced[i].dtype, produced[i].shape) +
-                       ", the manifest declares " + DescribeTensor(spec.dtype, spec.shape));
-          break;
-        }
-        response.outputs.push_back({spec.name,
-                                    produced[i].dtype,
-                                    produced[i].shape,
-                                    {produced[i].bytes.begin(), produced[i].bytes.end()}});
-      }
+      s = TakeOutputs(model, "postprocess", specs, produced, &response.outputs);
     }
+    FreeProduced(produced);
+    if (!s.ok()) {
+      return s.error();
+    }
+    return response;
+  }
+
+  // A plugin's response tensors, each checked against its spec, copied into `*out`.
+  static Status TakeOutputs(const HookModel& model, std::string_view what,
+                            const std::vector<TensorSpec>& specs,
+                            const std::vector<AllocatedTensor>& produced,
+                            std::vector<ResponseTensor>* out) {
+    for (size_t i = 0; i < produced.size(); ++i) {
+      const TensorSpec& spec = specs[i];
+      bool fits = produced[i].dtype == spec.dtype && produced[i].shape.size() == spec.shape.size();
+      for (size_t k = 0; fits && k < spec.shape.size(); ++k) {
+        fits = spec.shape[k] == kBatchDim || spec.shape[k] == produced[i].shape[k];
+      }
+      if (!fits) {
+        return Internal("plugin " + model.plugin->path() + " " + std::string(what) + ": output '" +
+                        spec.name + "' is " + DescribeTensor(produced[i].dtype, produced[i].shape) +
+                        ", the manifest declares " + DescribeTensor(spec.dtype, spec.shape));
+      }
+      out->push_back({spec.name,
+                      produced[i].dtype,
+                      produced[i].shape,
+                      {produced[i].bytes.begin(), produced[i].bytes.end()}});
+    }
+    return OkStatus();
+  }
+
+  void FreeProduced(const std::vector<AllocatedTensor>& produced) {
     std::vector<uint64_t> blocks;
     for (const AllocatedTensor& t : produced) {
       blocks.push_back(t.block);
     }
     FreeBlocks(blocks);
-    if (!s.ok()) {
-      return s.error();
+  }
+
+  // --- Pipelines ---
+
+  // On a hook thread: a pipeline request's whole run (client tensors in `client` blocks).
+  void RunPipeline(const PendingPtr& p, std::vector<AllocatedTensor> client,
+                   std::vector<std::string> names) {
+    const HookModel& model = *p->model;
+    const std::vector<TensorSpec>& specs = model.manifest().outputs;
+    int64_t start = MonotonicNs();
+    std::vector<TensorView> inputs;
+    for (size_t i = 0; i < client.size(); ++i) {
+      inputs.push_back({names[i], client[i].dtype, client[i].shape, client[i].bytes});
     }
-    return response;
+    std::vector<std::string> wanted;
+    for (const TensorSpec& t : specs) {
+      wanted.push_back(t.name);
+    }
+    uint32_t meta = next_meta.fetch_add(1, std::memory_order_relaxed);
+    if (meta == 0) {
+      meta = next_meta.fetch_add(1, std::memory_order_relaxed);
+    }
+    PipelineRun run{p, meta};
+    std::vector<AllocatedTensor> produced;
+    Status s = WatchedCall(p, "run", &p->timings.plugin_ns, [&] {
+      return model.plugin->Run(
+          inputs, wanted,
+          [this](uint32_t, DType dtype, const Shape& shape) {
+            return AllocateTensor(dtype, shape);
+          },
+          [this, &run](std::span<const ModelCall> calls) { return CallModels(run, calls); },
+          &produced);
+    });
+    p->timings.plugin_ns -= run.waited_ns;
+    p->timings.postprocess_ns = MonotonicNs() - start;  // The whole run, waits included.
+    p->timings.pieces = run.calls_done;
+    FreeProduced(client);
+    InferResponse response;
+    if (s.ok()) {
+      s = TakeOutputs(model, "run", specs, produced, &response.outputs);
+    }
+    FreeProduced(produced);
+    if (!s.ok()) {
+      Answer(p, s.error());
+      return;
+    }
+    response.timings = p->timings;
+    response.timings.total_ns = MonotonicNs() - p->start_ns;
+    Answer(p, std::move(response));
+  }
+
+  // A pipeline run's host->call(): every call submitted at once, then waited for (that time
+  // is not the plugin's: its call_timeout_ms clock stops meanwhile).
+  Result<std::vector<std::vector<OwnedTensor>>> CallModels(PipelineRun& run,
+                                                           std::span<const ModelCall> calls) {
+    const PendingPtr& parent = run.pending;
+    const HookModel& pipeline = *parent->model;
+    if (parent->answered.load()) {
+      return DeadlineExceeded("pipeline '" + pipeline.name + "': already answered");
+    }
+    std::vector<const HookModel*> targets;
+    for (const ModelCall& call : calls) {
+      const HookModel* target = nullptr;
+      for (uint32_t index : pipeline.calls) {
+        if (models[index].name == call.model) {
+          target = &models[index];
+        }
+      }
+      if (target == nullptr) {
+        std::string listed;
+        for (const std::string& name : pipeline.manifest().calls) {
+          listed += (listed.empty() ? "" : ", ") + name;
+        }
+        return NotFound("pipeline '" + pipeline.name + "' called model '" + call.model +
+                        "'; its [pipeline] calls lists only " + listed);
+      }
+      targets.push_back(target);
+    }
+    // The run's first calls queue like new work; once one has answered, the pipeline is under
+    // way and its later calls are committed.
+    uint32_t meta = run.calls_done > 0 ? run.meta : 0;
+    std::vector<std::future<Result<InferResponse>>> futures;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      futures.push_back(SubmitCall(parent, *targets[i], calls[i], meta));
+    }
+    CallSlot* slot = t_call;
+    int64_t began = slot->started_ns.exchange(0, std::memory_order_acq_rel);
+    int64_t wait_start = MonotonicNs();
+    for (auto& f : futures) {
+      f.wait();  // Always answered: by the worker, its loss, the deadline or stopping.
+    }
+    int64_t waited = MonotonicNs() - wait_start;
+    run.waited_ns += waited;
+    if (began != 0) {
+      slot->started_ns.store(began + waited, std::memory_order_release);
+    }
+    run.calls_done += static_cast<int>(calls.size());
+    std::vector<std::vector<OwnedTensor>> outputs;
+    std::optional<Error> failed;
+    for (size_t i = 0; i < futures.size(); ++i) {
+      Result<InferResponse> r = futures[i].get();
+      if (!r.ok()) {
+        if (!failed) {
+          failed = Error{r.error().code, "pipeline '" + pipeline.name + "': model '" +
+                                             targets[i]->name + "': " + r.error().message};
+        }
+        continue;
+      }
+      RequestTimings& t = parent->timings;
+      t.queue_ns += r->timings.queue_ns;
+      t.compute_ns += r->timings.compute_ns;
+      t.batch_size = std::max(t.batch_size, r->timings.batch_size);
+      outputs.push_back(std::move(r->outputs));
+    }
+    if (failed) {
+      return *failed;
+    }
+    return outputs;
+  }
+
+  // Queues one model call of pipeline request `parent` (its inputs copied before this
+  // returns); the future is always set.
+  std::future<Result<InferResponse>> SubmitCall(const PendingPtr& parent, const HookModel& target,
+                                                const ModelCall& call, uint32_t meta) {
+    auto promise = std::make_shared<std::promise<Result<InferResponse>>>();
+    std::future<Result<InferResponse>> future = promise->get_future();
+    auto p = std::make_shared<Pending>();
+    p->done = [promise](Result<InferResponse> r) { promise->set_value(std::move(r)); };
+    p->start_ns = MonotonicNs();
+    p->deadline_ns = parent->deadline_ns;
+    p->trace_high = parent->trace_high;
+    p->trace_low = parent->trace_low;
+    p->subcall = true;
+    p->meta = meta;
+    p->model = &target;
+    pending_count.fetch_add(1, std::memory_order_relaxed);
+    if (target.failure) {
+      Answer(p,
+             Unavailable("model '" + target.name + "' failed to load: " + target.failure->message));
+      return future;
+    }
+    std::vector<TensorMeta> given;
+    for (const TensorView& t : call.inputs) {
+      given.push_back({std::string(t.name), t.dtype, t.shape, t.bytes.size()});
+    }
+    Result<std::vector<size_t>> order = OrderByName(target.name, target.manifest().inputs, given);
+    if (!order.ok()) {
+      Answer(p, order.error());
+      return future;
+    }
+    std::vector<TensorMeta> ordered;
+    std::vector<std::span<const uint8_t>> bytes;
+    for (size_t g : *order) {
+      ordered.push_back(given[g]);
+      bytes.push_back(call.inputs[g].bytes);
+    }
+    Status routed = Route(p, ordered, bytes);
+    if (!routed.ok()) {
+      Answer(p, routed.error());
+    }
+    return future;
   }
 
   // --- Transport thread ---
@@ -660,7 +868,7 @@ bool HookHost::Impl::SendWaiting(int64_t now) {
         piece.input_blocks.clear();
       }
       if (error) {
-        Post([this, p, e = *error] { Answer(p, e); });
+        AnswerLater(p, *error);
       }
       it = waiting.erase(it);
     };
@@ -712,6 +920,7 @@ bool HookHost::Impl::SendWaiting(int64_t now) {
       d.variant = p->variant;
       d.rows = static_cast<int32_t>(piece.rows);
       d.deadline_ns = p->deadline_ns;
+      d.meta = p->meta;
       d.trace_id_high = p->trace_high;
       d.trace_id_low = p->trace_low;
       d.num_tensors = static_cast<uint16_t>(piece.tensors.size());
@@ -776,7 +985,11 @@ void HookHost::Impl::CompletePiece(const PendingPtr& p, Piece& piece) {
   FreeBlocks(piece.input_blocks);  // The worker has finished reading them.
   piece.input_blocks.clear();
   if (--p->pieces_left == 0) {
-    Post([this, p] { Finish(p); });
+    if (p->subcall) {
+      Finish(p);  // No plugin runs: joining it here never waits on a hook thread.
+    } else {
+      Post([this, p] { Finish(p); });
+    }
   }
 }
 
@@ -863,6 +1076,24 @@ HookHost::~HookHost() {
   if (impl.transport.joinable()) {
     impl.transport.join();
   }
+  // What never reached a worker, or never came back, is answered now: a pipeline run waiting
+  // for its model calls returns, so its thread can be joined. Hand-offs from now on are
+  // answered at once.
+  Error stopping = Unavailable("the hook host is stopping");
+  {
+    MutexLock lock(&impl.handoff_mutex);
+    impl.handoff_closed = true;
+    for (PendingPtr& p : impl.outbox) {
+      impl.waiting.push_back(std::move(p));
+    }
+    impl.outbox.clear();
+  }
+  for (PendingPtr& p : impl.waiting) {
+    impl.Answer(p, stopping);
+  }
+  for (auto& [sequence, entry] : impl.inflight) {
+    impl.Answer(entry.first, stopping);
+  }
   {
     // A hook thread between its predicate check and its wait holds the lock: taking it here
     // means every thread has either seen `stopping` or is waiting for this notification.
@@ -882,21 +1113,6 @@ HookHost::~HookHost() {
   // The releases the pool queued last go back to the workers (their blocks are lent).
   impl.TakeHandoff();
   impl.PushReleases();
-  // What never reached a worker, or never came back, is answered now.
-  Error stopping = Unavailable("the hook host is stopping");
-  {
-    MutexLock lock(&impl.handoff_mutex);
-    for (PendingPtr& p : impl.outbox) {
-      impl.waiting.push_back(std::move(p));
-    }
-    impl.outbox.clear();
-  }
-  for (PendingPtr& p : impl.waiting) {
-    impl.Answer(p, stopping);
-  }
-  for (auto& [sequence, entry] : impl.inflight) {
-    impl.Answer(entry.first, stopping);
-  }
 }
 
 size_t HookHost::pending() const { return impl_->pending_count.load(std::memory_order_relaxed); }
@@ -946,7 +1162,8 @@ void HookHost::Submit(InferRequest request, InferCallback done) {
     return;
   }
   p->model = &*model;
-  bool preprocess = model->plugin != nullptr && model->plugin->has_preprocess();
+  bool pipeline = model->pipeline();  // Its client tensors are its [[inputs]], for its run().
+  bool preprocess = pipeline || (model->plugin != nullptr && model->plugin->has_preprocess());
   const std::vector<TensorSpec>& specs =
       preprocess ? model->manifest().client_inputs() : model->manifest().inputs;
   std::vector<TensorMeta> given;
@@ -1003,8 +1220,12 @@ void HookHost::Submit(InferRequest request, InferCallback done) {
     names.push_back(specs[i].name);
   }
   p->timings.validate_ns = MonotonicNs() - start;
-  impl.Post([&impl, p, client = std::move(client), names = std::move(names)]() mutable {
-    impl.Preprocess(p, std::move(client), std::move(names));
+  impl.Post([&impl, p, pipeline, client = std::move(client), names = std::move(names)]() mutable {
+    if (pipeline) {
+      impl.RunPipeline(p, std::move(client), std::move(names));
+    } else {
+      impl.Preprocess(p, std::move(client), std::move(names));
+    }
   });
 }
 

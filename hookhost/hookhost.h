@@ -6,6 +6,12 @@
 //   largest compiled size (all pieces or none) -> worker chosen (gateway.h) -> descriptors
 //   pushed -> completions -> pieces joined -> postprocess -> response -> blocks released.
 //
+// A pipeline request runs its plugin's run() on a hook thread; each model call it makes
+// follows the flow above from "split" on, without the callee's hooks, and is answered on the
+// transport thread (so runs waiting on every hook thread cannot deadlock). A run's first
+// calls queue like new work; its later calls are committed (DescriptorData::meta): the
+// worker dispatches them ahead of new work, at most one per run queued at a time.
+//
 // Threads: `threads` hook threads run validation, plugins, joining and the callbacks; one
 // transport thread owns every ring (it alone pushes submissions and releases and pops
 // completions), reads the workers' status snapshots for the gateway, notices workers that
@@ -56,14 +62,11 @@ struct InferRequest {
   uint64_t trace_id_low = 0;
 };
 
-struct ResponseTensor {
-  std::string name;
-  DType dtype = DType::kF32;
-  Shape shape;
-  std::vector<uint8_t> bytes;
-};
+using ResponseTensor = OwnedTensor;
 
-// Where a request's time went. The worker's figures are what it reported.
+// Where a request's time went. The worker's figures are what it reported. For a pipeline:
+// queue and compute summed over its model calls, postprocess_ns its whole run, plugin_ns the
+// run's own time (not its waits), pieces the model calls it made.
 struct RequestTimings {
   int64_t validate_ns = 0;     // Manifest checks and the copy into the arena.
   int64_t preprocess_ns = 0;   // The plugin's preprocess (0 without one).

@@ -1,5 +1,6 @@
 // Hook plugins (include/ferry/plugin.h): opening a shared object, checking its ABI, and calling
-// it without trusting it.
+// it without trusting it. Pipeline plugins (ABI version 2) also call back into the host: every
+// ferry_call they hand over is checked before it is used.
 //
 // A Plugin is one dlopen'ed object; a PluginInstance is its state for one model (create() with
 // the manifest's config). Calls translate ferry tensors to the C ABI and back; everything the
@@ -41,13 +42,16 @@ class Plugin {
 
   const ferry_plugin& table() const { return *table_; }
   const std::string& path() const { return path_; }
+  // 1 or 2: the ABI the plugin was built for (a version 1 table has no run()).
+  uint32_t version() const { return version_; }
 
  private:
-  Plugin(void* handle, int fd, const ferry_plugin* table, std::string path)
-      : handle_(handle), fd_(fd), table_(table), path_(std::move(path)) {}
+  Plugin(void* handle, int fd, const ferry_plugin* table, uint32_t version, std::string path)
+      : handle_(handle), fd_(fd), table_(table), version_(version), path_(std::move(path)) {}
   void* handle_;
   int fd_;  // The file it was loaded through, open while it is loaded.
   const ferry_plugin* table_;
+  uint32_t version_;
   std::string path_;
 };
 
@@ -71,6 +75,26 @@ struct AllocatedTensor {
 using OutputAllocator =
     std::function<std::optional<AllocatedTensor>(uint32_t index, DType dtype, const Shape& shape)>;
 
+// A tensor with its own bytes: a model call's output, a response's tensor.
+struct OwnedTensor {
+  std::string name;
+  DType dtype = DType::kF32;
+  Shape shape;
+  std::vector<uint8_t> bytes;
+};
+
+// One model call a pipeline asked for, checked: names within bounds, dtypes and ranks valid,
+// each tensor's bytes the size its dtype and shape say (its data pointer is the plugin's).
+struct ModelCall {
+  std::string model;
+  std::vector<TensorView> inputs;
+};
+
+// Runs model calls at once; returns each call's outputs (in its manifest's order), or the
+// error of one that failed. Runs on the plugin's thread, blocking.
+using ModelCaller =
+    std::function<Result<std::vector<std::vector<OwnedTensor>>>(std::span<const ModelCall>)>;
+
 class PluginInstance {
  public:
   // Calls create(config) (a NULL state is allowed). The plugin's error on failure.
@@ -85,6 +109,7 @@ class PluginInstance {
   }
   bool has_preprocess() const { return plugin_->table().preprocess != nullptr; }
   bool has_postprocess() const { return plugin_->table().postprocess != nullptr; }
+  bool has_run() const { return plugin_->version() >= 2 && plugin_->table().run != nullptr; }
   const std::string& path() const { return plugin_->path(); }
 
   // Runs preprocess / postprocess. `names` are the outputs expected, in order; on success
@@ -94,12 +119,20 @@ class PluginInstance {
                     const OutputAllocator& allocate, std::vector<AllocatedTensor>* out) const;
   Status Postprocess(std::span<const TensorView> inputs, std::span<const std::string> names,
                      const OutputAllocator& allocate, std::vector<AllocatedTensor>* out) const;
+  // Runs a pipeline's run(), its host->call() served by `call` (a malformed ferry_call is
+  // refused INVALID_ARGUMENT to the plugin, never read past its bounds). Outputs as above.
+  // REQUIRES: has_run().
+  Status Run(std::span<const TensorView> inputs, std::span<const std::string> names,
+             const OutputAllocator& allocate, const ModelCaller& call,
+             std::vector<AllocatedTensor>* out) const;
 
  private:
   PluginInstance(std::shared_ptr<Plugin> plugin, void* state)
       : plugin_(std::move(plugin)), state_(state) {}
-  using Entry = int32_t (*)(void*, const ferry_tensor*, uint32_t, ferry_outputs*, ferry_error*);
-  Status Call(Entry entry, std::string_view what, std::span<const TensorView> inputs,
+  // Calls the plugin: (state, tensors, count, outputs, error) -> code.
+  using Entry =
+      std::function<int32_t(void*, const ferry_tensor*, uint32_t, ferry_outputs*, ferry_error*)>;
+  Status Call(const Entry& entry, std::string_view what, std::span<const TensorView> inputs,
               std::span<const std::string> names, const OutputAllocator& allocate,
               std::vector<AllocatedTensor>* out) const;
 

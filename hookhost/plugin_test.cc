@@ -35,15 +35,25 @@ TEST_CASE("a plugin built for another ABI version is refused, naming both versio
   REQUIRE_FALSE(plugin.ok());
   CHECK(plugin.error().code == ErrorCode::kInvalidArgument);
   CHECK(plugin.error().message.find("old_abi.so") != std::string::npos);
-  CHECK(plugin.error().message.find("ABI version 2, this ferry-hookhost speaks version 1") !=
-        std::string::npos);
+  CHECK(plugin.error().message.find("ABI version 3 (through ferry_plugin_entry_v2), this "
+                                    "ferry-hookhost speaks versions 1 and 2") != std::string::npos);
+}
+
+TEST_CASE("a plugin built for ABI version 1 still loads: no run, hooks as before") {
+  Result<std::shared_ptr<Plugin>> plugin = Plugin::Open(PluginPath("v1"));
+  REQUIRE_MESSAGE(plugin.ok(), (plugin.ok() ? "" : plugin.error().message));
+  CHECK((*plugin)->version() == 1);
+  Result<std::unique_ptr<PluginInstance>> instance = PluginInstance::Create(*plugin, "");
+  REQUIRE(instance.ok());
+  CHECK_FALSE((*instance)->has_run());
+  CHECK_FALSE((*instance)->has_preprocess());
 }
 
 TEST_CASE("files that are not plugins are refused with their path, never loaded or waited on") {
   testing::TempDir dir;
   Result<std::shared_ptr<Plugin>> no_entry = Plugin::Open(PluginPath("no_entry"));
   REQUIRE_FALSE(no_entry.ok());
-  CHECK(no_entry.error().message.find("no ferry_plugin_entry_v1 symbol") != std::string::npos);
+  CHECK(no_entry.error().message.find("no ferry_plugin_entry_v2 symbol") != std::string::npos);
 
   std::string text = dir.path() + "/text.so";
   std::ofstream(text) << "not an ELF file\n";
@@ -75,7 +85,7 @@ TEST_CASE("two plugins loaded at once are two objects, each with its own table")
   REQUIRE(escape.ok());
   Result<std::shared_ptr<Plugin>> no_entry = Plugin::Open(PluginPath("no_entry"));
   REQUIRE_FALSE(no_entry.ok());
-  CHECK(no_entry.error().message.find("no ferry_plugin_entry_v1 symbol") != std::string::npos);
+  CHECK(no_entry.error().message.find("no ferry_plugin_entry_v2 symbol") != std::string::npos);
   Result<std::shared_ptr<Plugin>> again = Plugin::Open(PluginPath("escape"));
   REQUIRE(again.ok());
   CHECK(std::string((*again)->table().name) == "escape");
@@ -97,6 +107,113 @@ TEST_CASE("a plugin's error is read within its buffer and its code checked") {
   Error from_return = PluginError("p", FERRY_ERR_RESOURCE_EXHAUSTED, empty);
   CHECK(from_return.code == ErrorCode::kResourceExhausted);
   CHECK(from_return.message == "p: failed with code 3");
+}
+
+// A pipeline probe's run with a stand-in for the host's model calls: what the plugin asked
+// for, and what it answered.
+struct ProbeRun {
+  // What each call asked for, copied (the plugin's strings go when it is unloaded).
+  struct Seen {
+    std::string model;
+    std::string input;
+    Shape shape;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<Seen> seen;
+  Status status;
+  std::vector<AllocatedTensor> out;
+  std::vector<std::vector<uint8_t>> buffers;
+  int call_count = 0;
+
+  explicit ProbeRun(const std::string& action) {
+    std::shared_ptr<Plugin> plugin = Plugin::Open(PluginPath("pipeline_probe")).value();
+    std::unique_ptr<PluginInstance> instance = PluginInstance::Create(plugin, action).value();
+    REQUIRE(instance->has_run());
+    std::vector<float> x(2 * 784, 0.5f), f(2 * 64, 0.25f);
+    std::vector<TensorView> inputs{
+        {"x", DType::kF32, {2, 784}, {reinterpret_cast<const uint8_t*>(x.data()), x.size() * 4}},
+        {"f", DType::kF32, {2, 64}, {reinterpret_cast<const uint8_t*>(f.data()), f.size() * 4}}};
+    std::vector<std::string> names{"logits", "probs"};
+    buffers.resize(2);
+    OutputAllocator allocate = [this](uint32_t index, DType dtype, const Shape& shape) {
+      buffers[index].assign(TensorByteSize(dtype, shape).value(), 0);
+      return std::optional<AllocatedTensor>(AllocatedTensor{dtype, shape, buffers[index], index});
+    };
+    // Model m answers one FP32 [2, 10] output filled with m's call number.
+    ModelCaller caller =
+        [this](std::span<const ModelCall> calls) -> Result<std::vector<std::vector<OwnedTensor>>> {
+      ++call_count;
+      std::vector<std::vector<OwnedTensor>> results;
+      for (const ModelCall& call : calls) {
+        const TensorView& in = call.inputs.at(0);
+        seen.push_back(
+            {call.model, std::string(in.name), in.shape, {in.bytes.begin(), in.bytes.end()}});
+        std::vector<float> values(20, static_cast<float>(seen.size()));
+        std::vector<uint8_t> bytes(80);
+        std::memcpy(bytes.data(), values.data(), 80);
+        results.push_back({{"out", DType::kF32, {2, 10}, bytes}});
+      }
+      return results;
+    };
+    status = instance->Run(inputs, names, allocate, caller, &out);
+  }
+};
+
+TEST_CASE("a pipeline's model calls reach the host checked, and their outputs reach the plugin") {
+  for (const char* action : {"parallel", "sequential"}) {
+    CAPTURE(action);
+    ProbeRun run(action);
+    REQUIRE_MESSAGE(run.status.ok(), (run.status.ok() ? "" : run.status.error().message));
+    CHECK(run.call_count == (std::string(action) == "parallel" ? 1 : 2));
+    REQUIRE(run.seen.size() == 2);
+    CHECK(run.seen[0].model == "mlp");
+    CHECK(run.seen[0].input == "input");
+    CHECK(run.seen[0].shape == Shape{2, 784});
+    CHECK(run.seen[0].bytes.size() == 2 * 784 * 4);
+    float x0;
+    std::memcpy(&x0, run.seen[0].bytes.data(), 4);
+    CHECK(x0 == 0.5f);
+    CHECK(run.seen[1].model == "cnn_head");
+    CHECK(run.seen[1].input == "features");
+    CHECK(run.seen[1].shape == Shape{2, 64});
+    float first, second;
+    std::memcpy(&first, run.buffers[0].data(), 4);
+    std::memcpy(&second, run.buffers[1].data(), 4);
+    CHECK(first == 1.0f);  // Each call's outputs, still readable when the run answered.
+    CHECK(second == 2.0f);
+  }
+}
+
+TEST_CASE("malformed model calls are refused before the host acts on them; the run fails") {
+  for (const char* action : {"null_calls", "too_many", "zero", "null_model", "long_model",
+                             "lying_bytes", "null_data", "bad_dtype", "too_many_inputs"}) {
+    CAPTURE(action);
+    ProbeRun run(action);
+    REQUIRE_FALSE(run.status.ok());
+    CHECK(run.status.error().code == ErrorCode::kInvalidArgument);
+    CHECK(run.status.error().message.find("host->call") != std::string::npos);
+    CHECK(run.call_count == 0);
+  }
+}
+
+TEST_CASE("a model call's error reaches the plugin with its code, and the client through it") {
+  std::shared_ptr<Plugin> plugin = Plugin::Open(PluginPath("pipeline_probe")).value();
+  std::unique_ptr<PluginInstance> instance = PluginInstance::Create(plugin, "parallel").value();
+  std::vector<float> x(784), f(64);
+  std::vector<TensorView> inputs{
+      {"x", DType::kF32, {1, 784}, {reinterpret_cast<const uint8_t*>(x.data()), x.size() * 4}},
+      {"f", DType::kF32, {1, 64}, {reinterpret_cast<const uint8_t*>(f.data()), f.size() * 4}}};
+  std::vector<std::string> names{"logits", "probs"};
+  std::vector<AllocatedTensor> out;
+  Status s = instance->Run(
+      inputs, names, [](uint32_t, DType, const Shape&) { return std::nullopt; },
+      [](std::span<const ModelCall>) -> Result<std::vector<std::vector<OwnedTensor>>> {
+        return Unavailable("model 'mlp': no worker serves it");
+      },
+      &out);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.error().code == ErrorCode::kUnavailable);
+  CHECK(s.error().message.find("no worker serves it") != std::string::npos);
 }
 
 }  // namespace

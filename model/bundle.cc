@@ -52,11 +52,14 @@ Result<Bundle> LoadBundle(const std::string& dir) {
     return InvalidArgument(manifest_path + ": name '" + manifest.name +
                            "' differs from the bundle directory '" + dir_name + "'");
   }
-  FERRY_ASSIGN_OR_RETURN(SafetensorsFile weights,
-                         SafetensorsFile::Open((root / "weights.safetensors").string()));
-  Status program = ValidateProgram(manifest, weights.index());
-  if (!program.ok()) {
-    return InvalidArgument("bundle " + root.string() + ": " + program.error().message);
+  // A pipeline has no weights and no program: its plugin calls models that have.
+  SafetensorsFile weights = SafetensorsFile::Empty();
+  if (!manifest.pipeline()) {
+    FERRY_ASSIGN_OR_RETURN(weights, SafetensorsFile::Open((root / "weights.safetensors").string()));
+    Status program = ValidateProgram(manifest, weights.index());
+    if (!program.ok()) {
+      return InvalidArgument("bundle " + root.string() + ": " + program.error().message);
+    }
   }
   std::string plugin_path;
   if (!manifest.hooks.plugin.empty()) {

@@ -97,5 +97,31 @@ TEST_CASE("bundle-level mistakes are named") {
   CHECK(Contains(ErrorOf(bundle), "weights.safetensors: tensors cover"));
 }
 
+TEST_CASE("a pipeline bundle: manifest and plugin, no weights; the example ones load") {
+  testing::TempDir dir;
+  std::string target = dir / "image_pipeline";
+  std::filesystem::create_directories(target);
+  testing::WriteFile(target + "/manifest.toml", ReadAll("examples/pipelines/image_pipeline.toml"));
+  CHECK(Contains(ErrorOf(target), "hook plugin 'image_classify.so' is not a regular file"));
+  testing::WriteFile(target + "/image_classify.so", "");  // Loading it is the hook host's job.
+  Result<Bundle> bundle = LoadBundle(target);
+  REQUIRE_MESSAGE(bundle.ok(), (bundle.ok() ? "" : bundle.error().message));
+  CHECK(bundle->manifest.pipeline());
+  CHECK(bundle->weights.index().tensors.empty());
+  CHECK(bundle->plugin_path == std::filesystem::canonical(target + "/image_classify.so").string());
+  // The pipeline's two stages validate against the CNN's weights.
+  for (const char* stage : {"cnn_features", "cnn_head"}) {
+    CAPTURE(stage);
+    std::string stage_dir = dir / stage;
+    std::filesystem::create_directories(stage_dir);
+    std::filesystem::copy_file("examples/models/cnn/weights.safetensors",
+                               stage_dir + "/weights.safetensors");
+    testing::WriteFile(stage_dir + "/manifest.toml",
+                       ReadAll(std::string("examples/pipelines/") + stage + ".toml"));
+    Result<Bundle> b = LoadBundle(stage_dir);
+    CHECK_MESSAGE(b.ok(), (b.ok() ? "" : b.error().message));
+  }
+}
+
 }  // namespace
 }  // namespace ferry

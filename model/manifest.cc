@@ -247,58 +247,9 @@ std::optional<Op> ReadOp(TableReader& r) {
   return ok ? std::optional<Op>(op) : std::nullopt;
 }
 
-}  // namespace
-
-std::string_view OpKindName(OpKind kind) {
-  for (const OpInfo& info : kOps) {
-    if (info.kind == kind) {
-      return info.name;
-    }
-  }
-  return "?";
-}
-
-Shape TensorSpec::At(int64_t batch) const {
-  Shape out = shape;
-  for (int64_t& d : out) {
-    if (d == kBatchDim) {
-      d = batch;
-    }
-  }
-  return out;
-}
-
-bool Manifest::all_batched() const {
-  auto batched = [](const TensorSpec& t) { return t.batch_axis.has_value(); };
-  return std::all_of(inputs.begin(), inputs.end(), batched) &&
-         std::all_of(outputs.begin(), outputs.end(), batched);
-}
-
-Result<Manifest> ParseManifest(std::string_view text, const std::string& source) {
-  Diagnostics diagnostics;
-  std::optional<toml::table> root = ParseToml(text, source, &diagnostics);
-  if (!root) {
-    return diagnostics.ToError();
-  }
-  Manifest m;
-  TableReader r(*root, "", source, &diagnostics);
-  if (!r.String("name", &m.name) || !IsValidModelName(m.name)) {
-    r.ErrorAt("name", "missing or invalid model name (letters, digits, '_', '-', '.')");
-  }
-  r.Int("version", &m.version, 1, std::numeric_limits<int64_t>::max());
-  r.Enum<Precision>(
-      "precision", &m.precision,
-      {{"fp32", Precision::kFp32}, {"tf32", Precision::kTf32}, {"bf16", Precision::kBf16}});
-  m.inputs = ReadTensors(r, "inputs");
-  m.outputs = ReadTensors(r, "outputs");
-  for (const TensorSpec& out : m.outputs) {
-    for (const TensorSpec& in : m.inputs) {
-      if (in.name == out.name) {
-        r.ErrorAt("outputs", "'" + out.name + "' is both an input and an output");
-      }
-    }
-  }
-
+// A model's executable part: compiled sizes, shape variants, the program.
+void ReadExecutable(TableReader& r, Manifest* manifest) {
+  Manifest& m = *manifest;
   if (auto batching = r.Table("batching")) {
     if (batching->IntArray("sizes", &m.batch_sizes, 0, kMaxBatch)) {
       bool unbatched = m.batch_sizes == std::vector<int64_t>{0};
@@ -426,6 +377,109 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
       r.ErrorAt("outputs", "output '" + out.name + "' is not produced by the program");
     }
   }
+}
+
+// A pipeline's part: the models its plugin's run() may call, and nothing a program needs.
+void ReadPipeline(TableReader& r, Manifest* manifest) {
+  Manifest& m = *manifest;
+  for (const char* key : {"batching", "variants", "program"}) {
+    if (r.Raw(key) != nullptr) {
+      r.ErrorAt(key, "a pipeline has no " + std::string(key) +
+                         ": its plugin's run() calls models that do");
+    }
+  }
+  ShapeVariant base{"default", {}, {}};
+  for (const TensorSpec& t : m.inputs) {
+    base.inputs[t.name] = t.shape;
+  }
+  for (const TensorSpec& t : m.outputs) {
+    base.outputs[t.name] = t.shape;
+  }
+  m.variants.push_back(base);
+  auto pipeline = r.Table("pipeline");
+  if (!pipeline) {
+    r.ErrorAt("pipeline", "missing [pipeline] calls: the models the pipeline may call");
+    return;
+  }
+  if (pipeline->StringArray("calls", &m.calls)) {
+    std::set<std::string> seen;
+    if (m.calls.empty() || m.calls.size() > kMaxPipelineCalls) {
+      pipeline->ErrorAt("calls", "expected 1 to " + std::to_string(kMaxPipelineCalls) + " models");
+    }
+    for (const std::string& call : m.calls) {
+      if (!IsValidModelName(call)) {
+        pipeline->ErrorAt("calls", "'" + call + "' is not a valid model name");
+      } else if (call == m.name) {
+        pipeline->ErrorAt("calls", "a pipeline cannot call itself");
+      } else if (!seen.insert(call).second) {
+        pipeline->ErrorAt("calls", "'" + call + "' is listed twice");
+      }
+    }
+  } else if (pipeline->Raw("calls") == nullptr) {
+    pipeline->ErrorAt("calls", "missing: the models the pipeline may call");
+  }
+  pipeline->Finish();
+}
+
+}  // namespace
+
+std::string_view OpKindName(OpKind kind) {
+  for (const OpInfo& info : kOps) {
+    if (info.kind == kind) {
+      return info.name;
+    }
+  }
+  return "?";
+}
+
+Shape TensorSpec::At(int64_t batch) const {
+  Shape out = shape;
+  for (int64_t& d : out) {
+    if (d == kBatchDim) {
+      d = batch;
+    }
+  }
+  return out;
+}
+
+bool Manifest::all_batched() const {
+  auto batched = [](const TensorSpec& t) { return t.batch_axis.has_value(); };
+  return std::all_of(inputs.begin(), inputs.end(), batched) &&
+         std::all_of(outputs.begin(), outputs.end(), batched);
+}
+
+Result<Manifest> ParseManifest(std::string_view text, const std::string& source) {
+  Diagnostics diagnostics;
+  std::optional<toml::table> root = ParseToml(text, source, &diagnostics);
+  if (!root) {
+    return diagnostics.ToError();
+  }
+  Manifest m;
+  TableReader r(*root, "", source, &diagnostics);
+  if (!r.String("name", &m.name) || !IsValidModelName(m.name)) {
+    r.ErrorAt("name", "missing or invalid model name (letters, digits, '_', '-', '.')");
+  }
+  r.Int("version", &m.version, 1, std::numeric_limits<int64_t>::max());
+  r.Enum<ModelKind>("kind", &m.kind,
+                    {{"model", ModelKind::kModel}, {"pipeline", ModelKind::kPipeline}});
+  r.Enum<Precision>(
+      "precision", &m.precision,
+      {{"fp32", Precision::kFp32}, {"tf32", Precision::kTf32}, {"bf16", Precision::kBf16}});
+  m.inputs = ReadTensors(r, "inputs");
+  m.outputs = ReadTensors(r, "outputs");
+  for (const TensorSpec& out : m.outputs) {
+    for (const TensorSpec& in : m.inputs) {
+      if (in.name == out.name) {
+        r.ErrorAt("outputs", "'" + out.name + "' is both an input and an output");
+      }
+    }
+  }
+
+  if (m.kind == ModelKind::kPipeline) {
+    ReadPipeline(r, &m);
+  } else {
+    ReadExecutable(r, &m);
+  }
 
   if (auto hooks = r.Table("hooks")) {
     if (hooks->String("plugin", &m.hooks.plugin)) {
@@ -452,7 +506,17 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
                      "client tensors differ from the model's only through a plugin; set "
                      "hooks.plugin");
     }
+    if (m.kind == ModelKind::kPipeline) {
+      for (const char* key : {"inputs", "outputs", "preserves_rows"}) {
+        if (hooks->table().get(key) != nullptr) {
+          hooks->ErrorAt(key, "a pipeline's clients send its [[inputs]] and get its [[outputs]]");
+        }
+      }
+    }
     hooks->Finish();
+  }
+  if (m.kind == ModelKind::kPipeline && m.hooks.plugin.empty()) {
+    r.ErrorAt("hooks", "a pipeline needs [hooks] plugin: the plugin whose run() it is");
   }
   r.Finish();
   if (!diagnostics.empty()) {

@@ -30,6 +30,7 @@ inline constexpr size_t kMaxBatchSizes = 64;             // Compiled batch sizes
 inline constexpr size_t kMaxOps = 4096;                  // Program length.
 inline constexpr uint64_t kMaxInferenceSteps = 1 << 16;  // variants x sizes x ops.
 inline constexpr size_t kMaxHookConfigBytes = 64 << 10;  // [hooks] config.
+inline constexpr size_t kMaxPipelineCalls = 16;          // [pipeline] calls.
 
 // In a manifest shape, this marks the batch dimension ("shape = [-1, 784]").
 inline constexpr int64_t kBatchDim = -1;
@@ -96,9 +97,14 @@ struct ManifestHooks {
   std::vector<TensorSpec> outputs;
 };
 
+// A model runs a program on a worker; a pipeline runs its plugin's run() in the hook hosts,
+// which calls models (docs/bundles.md, "Pipelines").
+enum class ModelKind { kModel, kPipeline };
+
 struct Manifest {
   std::string name;
   int64_t version = 1;
+  ModelKind kind = ModelKind::kModel;
   Precision precision = Precision::kFp32;
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
@@ -107,7 +113,11 @@ struct Manifest {
   std::vector<ShapeVariant> variants;
   std::vector<Op> program;
   ManifestHooks hooks;
+  // A pipeline's [pipeline] calls: the models its run() may call (none of them a pipeline).
+  // A pipeline has no batch sizes, no program and one variant ("default").
+  std::vector<std::string> calls;
 
+  bool pipeline() const { return kind == ModelKind::kPipeline; }
   bool unbatched() const { return batch_sizes.size() == 1 && batch_sizes[0] == 0; }
   // The tensors clients send and receive: the hook's when declared, else the model's.
   const std::vector<TensorSpec>& client_inputs() const {

@@ -262,5 +262,66 @@ TEST_CASE("a tensor without a dtype is FP32") {
   CHECK(m->inputs[0].dtype == DType::kF32);
 }
 
+const std::string kPipeline = R"(
+name = "p"
+kind = "pipeline"
+[[inputs]]
+name = "x"
+dtype = "UINT8"
+shape = [-1, 4]
+[[outputs]]
+name = "y"
+dtype = "FP32"
+shape = [-1, 2]
+[pipeline]
+calls = ["a", "b"]
+[hooks]
+plugin = "p.so"
+config = "k=1"
+)";
+
+TEST_CASE("a pipeline: its interface, the models it calls, its plugin; no program") {
+  Result<Manifest> m = ParseManifest(kPipeline, "manifest.toml");
+  REQUIRE_MESSAGE(m.ok(), (m.ok() ? "" : m.error().message));
+  CHECK(m->pipeline());
+  CHECK(m->calls == std::vector<std::string>{"a", "b"});
+  CHECK(m->hooks.plugin == "p.so");
+  CHECK(m->program.empty());
+  CHECK(m->batch_sizes.empty());
+  REQUIRE(m->variants.size() == 1);  // "default": what metadata describes.
+  CHECK(m->variants[0].inputs.at("x") == Shape{-1, 4});
+  CHECK(m->client_inputs()[0].dtype == DType::kU8);
+  // A model is the default kind; a [pipeline] table in a model is an unknown key.
+  CHECK_FALSE(ParseManifest(kHead + kRelu, "m")->pipeline());
+  CHECK(Contains(ErrorOf(kHead + kRelu + "[pipeline]\ncalls = [\"a\"]\n"), "pipeline"));
+  CHECK(Contains(ErrorOf(R"(kind = "graph")" + kHead + kRelu), "kind"));
+}
+
+TEST_CASE("a pipeline's mistakes: each named at its key") {
+  auto with = [](const std::string& from, const std::string& to) {
+    std::string text = kPipeline;
+    size_t at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    return ErrorOf(text.replace(at, from.size(), to));
+  };
+  CHECK(Contains(with("calls = [\"a\", \"b\"]", "calls = []"), "pipeline.calls: expected 1 to 16"));
+  CHECK(Contains(with("calls = [\"a\", \"b\"]", "calls = [\"p\"]"), "cannot call itself"));
+  CHECK(Contains(with("calls = [\"a\", \"b\"]", "calls = [\"a\", \"a\"]"), "'a' is listed twice"));
+  CHECK(Contains(with("calls = [\"a\", \"b\"]", "calls = [\"../x\"]"), "not a valid model name"));
+  CHECK(Contains(with("[pipeline]\ncalls = [\"a\", \"b\"]\n", ""), "missing [pipeline] calls"));
+  CHECK(Contains(with("plugin = \"p.so\"\n", ""), "a pipeline needs [hooks] plugin"));
+  CHECK(
+      Contains(with("[hooks]", "[batching]\nsizes = [1]\n[hooks]"), "a pipeline has no batching"));
+  CHECK(Contains(
+      with("[hooks]", "[[program]]\nop = \"relu\"\ninput = \"x\"\noutput = \"y\"\n[hooks]"),
+      "a pipeline has no program"));
+  CHECK(Contains(with("config = \"k=1\"", "preserves_rows = false"), "hooks.preserves_rows"));
+  CHECK(Contains(with("config = \"k=1\"", "[[hooks.inputs]]\nname = \"z\"\nshape = [-1]"),
+                 "a pipeline's clients send its [[inputs]]"));
+  std::string many = "calls = [";
+  for (int i = 0; i < 17; ++i) many += "\"m" + std::to_string(i) + "\", ";
+  CHECK(Contains(with("calls = [\"a\", \"b\"]", many + "]"), "expected 1 to 16"));
+}
+
 }  // namespace
 }  // namespace ferry

@@ -16,6 +16,8 @@ class MappedFile {
   // NOT_FOUND naming the path when it cannot be opened; INVALID_ARGUMENT when it is not a
   // regular file.
   static Result<MappedFile> Open(const std::string& path);
+  // No file: zero bytes (a pipeline bundle's absent weights).
+  static MappedFile Empty() { return MappedFile("", nullptr, 0); }
 
   MappedFile(MappedFile&& other) noexcept;
   MappedFile& operator=(MappedFile&& other) noexcept;

@@ -60,6 +60,8 @@ Result<SafetensorsIndex> ParseSafetensors(std::span<const uint8_t> file, std::st
 class SafetensorsFile {
  public:
   static Result<SafetensorsFile> Open(const std::string& path);
+  // No tensors (a pipeline bundle has no weights).
+  static SafetensorsFile Empty() { return SafetensorsFile(MappedFile::Empty(), {}); }
 
   const SafetensorsIndex& index() const { return index_; }
   // The tensor's bytes inside the mapping. REQUIRES: `tensor` is from index().

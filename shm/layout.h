@@ -40,8 +40,8 @@
 namespace ferry::shm {
 
 inline constexpr uint64_t kMagic = 0x3179727265664653ULL;  // "SFferry1" little-endian.
-inline constexpr uint32_t kLayoutVersion = 3;              // 3: one object per writer.
-inline constexpr uint64_t kBlockAlignment = 256;           // DMA and cudaHostRegister friendly.
+inline constexpr uint32_t kLayoutVersion = 4;     // 3: one object per writer; 4: descriptor meta.
+inline constexpr uint64_t kBlockAlignment = 256;  // DMA and cudaHostRegister friendly.
 inline constexpr uint32_t kMaxTensors = 8;
 inline constexpr uint32_t kMaxRank = 8;
 inline constexpr uint32_t kMaxSlots = 256;
@@ -106,10 +106,15 @@ struct CompletionTimingData {
 struct DescriptorData {
   uint16_t kind;         // DescriptorKind.
   uint16_t num_tensors;  // Used entries of `tensors`.
-  uint32_t status;       // Completions: 0 ok, else an ErrorCode + 1.
-  uint32_t slot;         // Request id: the submitting slot,
-  uint32_t generation;   //   its generation,
-  uint64_t sequence;     //   and its sequence number.
+  union {
+    uint32_t status;  // Completions: 0 ok, else an ErrorCode + 1.
+    // Submissions: 0, or a pipeline's committed model call: the pipeline run's number in its
+    // hook host, dispatched ahead of new work (at most one per run queued at a time).
+    uint32_t meta;
+  };
+  uint32_t slot;        // Request id: the submitting slot,
+  uint32_t generation;  //   its generation,
+  uint64_t sequence;    //   and its sequence number.
   uint32_t model;
   union {
     int32_t variant;     // Submissions.

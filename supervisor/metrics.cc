@@ -128,7 +128,7 @@ std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters&
             [](const shm::ModelStatusData& d) { return d.loaded != 0 ? 1.0 : 0.0; });
   per_model("ferry_model_failed", "gauge", "1 when the model failed to load.",
             [](const shm::ModelStatusData& d) {
-              return d.state == static_cast<uint32_t>(shm::ModelLoadState::kReady) ? 0.0 : 1.0;
+              return d.state == static_cast<uint32_t>(shm::ModelLoadState::kFailed) ? 1.0 : 0.0;
             });
   per_model("ferry_model_weight", "gauge", "The model's fair-share weight.",
             [](const shm::ModelStatusData& d) { return d.weight; });

@@ -26,6 +26,17 @@ std::string ResidencyText(uint32_t value) {
              : "unknown";
 }
 
+std::string ModelStateText(uint32_t value) {
+  switch (static_cast<shm::ModelLoadState>(value)) {
+    case shm::ModelLoadState::kReady:
+      return "ready";
+    case shm::ModelLoadState::kPipeline:
+      return "pipeline";
+    default:
+      return "failed";
+  }
+}
+
 }  // namespace
 
 nlohmann::json ModelMetricsJson(const shm::ModelStatusData& m) {
@@ -47,14 +58,10 @@ nlohmann::json ModelMetricsJson(const shm::ModelStatusData& m) {
 }
 
 nlohmann::json ModelControlJson(const shm::ModelStatusData& m) {
-  nlohmann::json out = {
-      {"model", Field(m.name)},
-      {"state", m.state == static_cast<uint32_t>(shm::ModelLoadState::kReady) ? "ready" : "failed"},
-      {"weight", m.weight},
-      {"residency", ResidencyText(m.residency)},
-      {"loaded", m.loaded != 0},
-      {"effective_max_batch", m.effective_max_batch}};
-  if (m.state != static_cast<uint32_t>(shm::ModelLoadState::kReady)) {
+  nlohmann::json out = {{"model", Field(m.name)},  {"state", ModelStateText(m.state)},
+                        {"weight", m.weight},      {"residency", ResidencyText(m.residency)},
+                        {"loaded", m.loaded != 0}, {"effective_max_batch", m.effective_max_batch}};
+  if (m.state == static_cast<uint32_t>(shm::ModelLoadState::kFailed)) {
     out["error"] = Field(m.error);
   }
   return out;

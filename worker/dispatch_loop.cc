@@ -386,7 +386,16 @@ void DispatchLoop::Submit(uint32_t h, const shm::DescriptorData& d, int64_t now)
   if (d.deadline_ns != 0) {
     q.deadline = d.deadline_ns;
   }
-  Status queued = scheduler_->Enqueue(static_cast<int>(d.model), q);
+  Status queued;
+  // A pipeline's committed call jumps the scan, one per pipeline run; a second call of the
+  // same run queued meanwhile (a pipeline calling models at once) waits like new work.
+  uint64_t meta = uint64_t{d.slot} << 48 | uint64_t{d.generation & 0xffff} << 32 | d.meta;
+  if (d.meta != 0 && !scheduler_->CommittedPending(meta)) {
+    q.meta_id = meta;
+    queued = scheduler_->EnqueueCommitted(static_cast<int>(d.model), q);
+  } else {
+    queued = scheduler_->Enqueue(static_cast<int>(d.model), q);
+  }
   if (!queued.ok()) {
     FreeRequest(id);  // First: the id must not be live for the message block to be lent.
     CompleteError(h, d, queued.error());
@@ -792,9 +801,10 @@ void DispatchLoop::PublishStatus(shm::ProcessState state) {
     shm::CopyName(m.name, models_[i].name);
     shm::CopyName(m.wire_batch_input, mc.wire_batch_input);
     m.wire_batch_axis = mc.wire_batch_axis;
-    m.state = static_cast<uint32_t>(models_[i].failure ? shm::ModelLoadState::kFailed
-                                                       : shm::ModelLoadState::kReady);
-    if (models_[i].failure) {
+    m.state = static_cast<uint32_t>(models_[i].pipeline  ? shm::ModelLoadState::kPipeline
+                                    : models_[i].failure ? shm::ModelLoadState::kFailed
+                                                         : shm::ModelLoadState::kReady);
+    if (models_[i].failure && !models_[i].pipeline) {
       shm::CopyName(m.error, models_[i].failure->ToString());
     }
     m.residency = static_cast<uint32_t>(mc.residency);

@@ -56,6 +56,7 @@ struct LoopModel {
   const Bundle* bundle = nullptr;  // Null when the model failed to load.
   ModelHandle handle = -1;
   std::optional<Error> failure;  // Requests to a failed model get this error at once.
+  bool pipeline = false;         // A pipeline (failure says it runs in the hook hosts).
 };
 
 struct DispatchLoopOptions {

@@ -57,7 +57,7 @@ struct Fixture {
   std::thread thread;
   int exit_code = -1;
 
-  Fixture() {
+  explicit Fixture(DispatchLoopOptions options = {}) {
     std::vector<LoopModel> models;
     std::vector<ModelSpec> specs;
     for (const RepositoryModel& m : repo) {
@@ -66,7 +66,7 @@ struct Fixture {
     }
     scheduler.emplace(Scheduler::Create({}, std::move(specs)).value());
     loop = std::make_unique<DispatchLoop>(segment, segment.WorkerSlot(0), &backend, &*scheduler,
-                                          std::move(models));
+                                          std::move(models), options);
   }
   void Start() {
     thread = std::thread([this] { exit_code = loop->Run(); });
@@ -274,6 +274,51 @@ TEST_CASE("a hook host that stops reading completions gets no more submissions d
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   CHECK(answered == pushed);
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+TEST_CASE("a pipeline's committed call (descriptor meta) is dispatched ahead of older work") {
+  // No planning ahead: the next batch is decided when the running one ends, with all queued.
+  DispatchLoopOptions options;
+  options.plan_ahead = false;
+  Fixture f(options);
+  f.Start();
+  NodeDriver driver(f.segment, 0);
+  std::vector<uint8_t> image(3072 * 4);
+  auto submit = [&](uint32_t meta) {
+    Result<uint64_t> sequence =
+        driver.Submit(kCnn, 0, 1, {{DType::kF32, {1, 3, 32, 32}, image}}, 0, meta);
+    REQUIRE(sequence.ok());
+    return *sequence;
+  };
+  // A cnn batch (150 ms) executes while the rest arrive: plain work first, then two calls of
+  // pipeline run 7 (at most one per run is committed: the second queues like new work).
+  uint64_t running = submit(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  uint64_t plain = submit(0);
+  uint64_t committed = submit(7);
+  uint64_t second = submit(7);
+  std::vector<Completion> done;
+  for (int i = 0; i < 5000 && done.size() < 4; ++i) {
+    driver.Wait(1'000'000);
+    driver.Poll(&done);
+  }
+  REQUIRE(done.size() == 4);
+  for (const Completion& c : done) {
+    CHECK(c.status == 0);
+  }
+  CHECK(done[0].sequence == running);
+  // Without the commit the three would coalesce into one batch, oldest first.
+  CHECK(done[1].sequence == committed);
+  CHECK(done[1].batch_size == 1);
+  CHECK(done[2].sequence == plain);
+  CHECK(done[3].sequence == second);
+  CHECK(done[2].completed_ns - done[1].completed_ns > 100'000'000);  // Separate batches.
 }
 
 }  // namespace

@@ -5,7 +5,7 @@ namespace ferry {
 ModelSpec SpecForModel(const RepositoryModel& model) {
   ModelSpec spec;
   spec.name = model.name;
-  if (model.bundle == nullptr) {
+  if (model.bundle == nullptr || model.bundle->manifest.pipeline()) {
     spec.batch_sizes = {1};
     return spec;
   }

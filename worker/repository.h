@@ -9,8 +9,9 @@
 namespace ferry {
 
 // The scheduler's view of a model: its compiled sizes and variants, whether requests
-// coalesce, and the input a gateway counts rows on. A failed model gets a placeholder spec
-// (one size, one variant) so the numbering holds; nothing is ever queued for it.
+// coalesce, and the input a gateway counts rows on. A failed model or a pipeline (run by the
+// hook hosts) gets a placeholder spec (one size, one variant) so the numbering holds; nothing
+// is ever queued for it.
 ModelSpec SpecForModel(const RepositoryModel& model);
 
 }  // namespace ferry

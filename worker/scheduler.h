@@ -158,6 +158,8 @@ class Scheduler {
   // discipline scan. INVALID_ARGUMENT when that meta already has one pending, or for the
   // same faults Enqueue refuses.
   Status EnqueueCommitted(int model, QueuedRequest request);
+  // Whether meta `meta_id` has a committed sub-call queued (a second one then queues normally).
+  bool CommittedPending(uint64_t meta_id) const { return committed_metas_.count(meta_id) != 0; }
 
   // Control commands: checked now, applied at the start of the next decision.
   // NOT_FOUND for an unknown model; INVALID_ARGUMENT for weight <= 0.

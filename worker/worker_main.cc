@@ -175,7 +175,11 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
     model.name = entry.name;
     model.bundle = entry.bundle.get();
     model.failure = entry.failure;
-    if (model.bundle != nullptr) {
+    if (model.bundle != nullptr && model.bundle->manifest.pipeline()) {
+      model.pipeline = true;
+      model.failure = InvalidArgument("model '" + model.name +
+                                      "' is a pipeline: the hook hosts run it, not a worker");
+    } else if (model.bundle != nullptr) {
       Result<ModelHandle> handle = (*backend)->Load(*model.bundle);
       if (handle.ok()) {
         model.handle = *handle;
@@ -183,7 +187,7 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
         model.failure = handle.error();
       }
     }
-    if (model.failure) {
+    if (model.failure && !model.pipeline) {
       spdlog::error("model '{}' failed to load: {}", model.name, model.failure->ToString());
     }
     specs.push_back(SpecForModel(entry));

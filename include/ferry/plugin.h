@@ -1,13 +1,18 @@
-/* ferry hook plugin ABI, version 1. Installed as <ferry/plugin.h>.
+/* ferry hook plugin ABI, version 2. Installed as <ferry/plugin.h>.
  *
  * A hook plugin is a shared object a model bundle names in its manifest ([hooks] plugin). It
  * runs inside a sandboxed ferry-hookhost, never in a worker: before a request is queued
  * (preprocess: the client's tensors in, the model's input tensors out) and after it ran
  * (postprocess: that request's slice of the model's outputs in, the response tensors out).
  *
- * The plugin exports one C function, ferry_plugin_entry_v1, returning its function table.
+ * A pipeline plugin (version 2) serves a pipeline bundle (kind = "pipeline", no program): its
+ * run() gets the client's tensors and calls models through the host's call(), several at once
+ * if it likes, then writes the response. docs/hooks.md shows both kinds.
+ *
+ * The plugin exports one C function, ferry_plugin_entry_v2, returning its function table.
  * The host checks the table's abi_version and struct_size before using anything else, and
- * refuses a plugin built for another version with an error naming both versions.
+ * refuses a plugin built for another version with an error naming both versions. A version 1
+ * plugin (exporting ferry_plugin_entry_v1; its table is version 2's without run) still loads.
  *
  * Rules (the host enforces what it can; a plugin that breaks the others only harms its host):
  *  - Nothing throws across this boundary; every call reports failure through its return code
@@ -24,7 +29,9 @@
  *  - The host bounds each call by [hooks] call_timeout_ms: a call past it fails its request
  *    (DEADLINE_EXCEEDED); the thread it runs on is written off (a running call cannot be
  *    stopped) and replaced, and a hook host with too many stuck calls exits to be restarted.
- *  - Version 1 has no pipeline (meta model) entry point yet; it will come as version 2.
+ *  - run() may block in host->call(); the time spent waiting there does not count toward
+ *    call_timeout_ms, the plugin's own time does. A run holds one hook thread while it lasts,
+ *    so [hooks] threads bounds the pipeline runs in progress at once.
  */
 #ifndef FERRY_PLUGIN_H_
 #define FERRY_PLUGIN_H_
@@ -36,9 +43,11 @@
 extern "C" {
 #endif
 
-#define FERRY_PLUGIN_ABI_VERSION 1u
+#define FERRY_PLUGIN_ABI_VERSION 2u
 #define FERRY_MAX_RANK 8u
 #define FERRY_ERROR_MESSAGE_BYTES 256u
+#define FERRY_MAX_CALLS 16u       /* Model calls per host->call(). */
+#define FERRY_MAX_CALL_TENSORS 8u /* Inputs, and outputs, of one model call. */
 
 /* Data types: the KServe v2 names in comments. Values are part of the ABI. */
 typedef enum ferry_dtype {
@@ -57,11 +66,15 @@ typedef enum ferry_dtype {
   FERRY_F64 = 12   /* FP64 */
 } ferry_dtype;
 
-/* Error codes: the canonical set (gRPC numbering is not used; these are ferry's). */
+/* Error codes: the canonical set (gRPC numbering is not used; these are ferry's). A plugin
+ * may pass on the code a model call failed with: the client then sees that code. */
 enum {
   FERRY_OK = 0,
   FERRY_ERR_INVALID_ARGUMENT = 1,   /* The request's tensors are wrong for this plugin. */
-  FERRY_ERR_RESOURCE_EXHAUSTED = 3, /* allocate returned NULL. */
+  FERRY_ERR_NOT_FOUND = 2,          /* A model call named a model that does not exist. */
+  FERRY_ERR_RESOURCE_EXHAUSTED = 3, /* allocate returned NULL; queues or arenas full. */
+  FERRY_ERR_DEADLINE_EXCEEDED = 4,  /* The request's deadline passed during a model call. */
+  FERRY_ERR_UNAVAILABLE = 5,        /* A model call found no worker (restarting, draining). */
   FERRY_ERR_INTERNAL = 6            /* Anything else. */
 };
 
@@ -93,6 +106,28 @@ typedef struct ferry_outputs {
 
 #define FERRY_PLUGIN_PRESERVES_ROWS 1u /* preprocess maps client row i to model row i. */
 
+/* One model call from a pipeline's run (version 2). The plugin fills the inputs; the host
+ * fills the outputs. */
+typedef struct ferry_call {
+  const char* model;           /* A model the pipeline's manifest lists in [pipeline] calls. */
+  const ferry_tensor* inputs;  /* The model's own [[inputs]] (its hooks do not run), by name. */
+  uint32_t num_inputs;         /* <= FERRY_MAX_CALL_TENSORS */
+  uint32_t num_outputs;        /* Set by the host: the model's [[outputs]], in manifest order, */
+  const ferry_tensor* outputs; /* read-only, valid until run() returns. */
+} ferry_call;
+
+/* The host's side of a pipeline run. */
+typedef struct ferry_host {
+  void* host; /* Opaque; pass back unchanged. */
+  /* Runs `count` (1..FERRY_MAX_CALLS) model calls at once (each queued on a worker that serves
+   * its model, as one request with the pipeline request's deadline) and returns when every one
+   * has finished: FERRY_OK with every call's outputs set, or the code of a call that failed,
+   * with *error naming its model. The inputs are copied before call() returns. The first call
+   * of a run queues like any request; later ones are the pipeline's continuations and are
+   * dispatched ahead of new work (a pipeline that has started finishes first). */
+  int32_t (*call)(void* host, ferry_call* calls, uint32_t count, ferry_error* error);
+} ferry_host;
+
 typedef struct ferry_plugin {
   uint32_t abi_version; /* FERRY_PLUGIN_ABI_VERSION */
   uint32_t struct_size; /* sizeof(ferry_plugin) */
@@ -109,11 +144,18 @@ typedef struct ferry_plugin {
                         ferry_outputs* outputs, ferry_error* error);
   int32_t (*postprocess)(void* state, const ferry_tensor* outputs, uint32_t num_outputs,
                          ferry_outputs* response, ferry_error* error);
+
+  /* Version 2. A pipeline's whole request: the client's tensors in (its [[inputs]]), the
+   * response out (`outputs` lists its [[outputs]]), models called through `host` meanwhile.
+   * NULL in a hook plugin; required by a pipeline bundle. */
+  int32_t (*run)(void* state, const ferry_tensor* inputs, uint32_t num_inputs,
+                 const ferry_host* host, ferry_outputs* outputs, ferry_error* error);
 } ferry_plugin;
 
 /* The one symbol a plugin exports. */
 typedef const ferry_plugin* (*ferry_plugin_entry_fn)(void);
-#define FERRY_PLUGIN_ENTRY_SYMBOL "ferry_plugin_entry_v1"
+#define FERRY_PLUGIN_ENTRY_SYMBOL "ferry_plugin_entry_v2"
+#define FERRY_PLUGIN_ENTRY_SYMBOL_V1 "ferry_plugin_entry_v1"
 
 #ifdef __cplusplus
 }

@@ -3,10 +3,9 @@
  * the action succeeded (the test fails on that). Actions that cannot be refused (a wild
  * write) kill the host instead, which is the other allowed outcome. */
 #define _GNU_SOURCE
-#include <ferry/plugin.h>
-
 #include <errno.h>
 #include <fcntl.h>
+#include <ferry/plugin.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -90,8 +89,8 @@ static int32_t escape_preprocess(void* state, const ferry_tensor* inputs, uint32
     return report(error, fd >= 0, "io_uring_setup");
   }
   if (strcmp(action, "exec_memory") == 0) {
-    void* p = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
+    void* p =
+        mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return report(error, p != MAP_FAILED, "mmap PROT_EXEC");
   }
   if (strcmp(action, "kill_parent") == 0) {
@@ -117,8 +116,14 @@ static int32_t escape_preprocess(void* state, const ferry_tensor* inputs, uint32
   return FERRY_ERR_INVALID_ARGUMENT;
 }
 
-static const ferry_plugin kEscape = {
-    FERRY_PLUGIN_ABI_VERSION, sizeof(ferry_plugin), FERRY_PLUGIN_PRESERVES_ROWS, "escape",
-    escape_create, escape_destroy, escape_preprocess, NULL};
+static const ferry_plugin kEscape = {FERRY_PLUGIN_ABI_VERSION,
+                                     sizeof(ferry_plugin),
+                                     FERRY_PLUGIN_PRESERVES_ROWS,
+                                     "escape",
+                                     escape_create,
+                                     escape_destroy,
+                                     escape_preprocess,
+                                     NULL,
+                                     NULL};
 
-const ferry_plugin* ferry_plugin_entry_v1(void) { return &kEscape; }
+const ferry_plugin* ferry_plugin_entry_v2(void) { return &kEscape; }

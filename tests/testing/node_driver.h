@@ -64,7 +64,8 @@ class NodeDriver {
 
   // The sequence number, or RESOURCE_EXHAUSTED (arena) / UNAVAILABLE (ring full).
   Result<uint64_t> Submit(uint32_t model, int variant, int64_t rows,
-                          const std::vector<TensorInput>& inputs, int64_t deadline_ns = 0) {
+                          const std::vector<TensorInput>& inputs, int64_t deadline_ns = 0,
+                          uint32_t meta = 0) {
     FlushReleases();
     shm::DescriptorData d{};
     d.kind = static_cast<uint16_t>(shm::DescriptorKind::kSubmit);
@@ -76,6 +77,7 @@ class NodeDriver {
     d.variant = variant;
     d.rows = static_cast<int32_t>(rows);
     d.deadline_ns = deadline_ns;
+    d.meta = meta;
     d.num_tensors = static_cast<uint16_t>(inputs.size());
     std::vector<uint64_t> blocks;
     for (size_t i = 0; i < inputs.size(); ++i) {
