@@ -56,11 +56,11 @@ std::string FormatStatus(const json& s) {
                        Text(c, "restarts"), Text(c, "heartbeat_age_ms"), Text(c, "last_exit"),
                        c.contains("device") ? Text(c, "device") : "");
   }
-  out += fmt::format("\n{:<6} {:<20} {:<7} {:>7} {:<10} {:>7} {:>7}  {}\n", "WORKER", "MODEL",
+  out += fmt::format("\n{:<6} {:<20} {:<8} {:>7} {:<10} {:>7} {:>7}  {}\n", "WORKER", "MODEL",
                      "STATE", "WEIGHT", "RESIDENCY", "QUEUED", "OUTST.", "ERROR");
   for (const json& c : Array(s, "children")) {
     for (const json& m : Array(c, "models")) {
-      out += fmt::format("{:<6} {:<20} {:<7} {:>7} {:<10} {:>7} {:>7}  {}\n", Text(c, "index"),
+      out += fmt::format("{:<6} {:<20} {:<8} {:>7} {:<10} {:>7} {:>7}  {}\n", Text(c, "index"),
                          Text(m, "model"), Text(m, "state"), Text(m, "weight"),
                          Text(m, "residency"), Text(m, "queue_depth"), Text(m, "outstanding"),
                          m.contains("error") ? Text(m, "error") : "");

@@ -1,5 +1,6 @@
 #include "frontend/kserve_service.h"
 
+#include <algorithm>
 #include <charconv>
 #include <memory>
 #include <thread>
@@ -136,6 +137,10 @@ void KServeService::Submit(const hookhost::HookModel& model,
 bool KServeService::ModelReady(const hookhost::HookModel& model) const {
   if (model.failure || draining_.load()) {
     return false;
+  }
+  if (model.pipeline()) {  // Ready when every model it calls is.
+    return std::all_of(model.calls.begin(), model.calls.end(),
+                       [&](uint32_t callee) { return ModelReady(models_[callee]); });
   }
   for (uint32_t w = 0; w < segment_.workers(); ++w) {
     Result<shm::StatusSnapshotData> s = shm::ReadStatus(segment_, segment_.WorkerSlot(w), 16);

@@ -44,6 +44,7 @@ class KServeService {
 
   // Shared with the gRPC front end (grpc_service.h).
   const hookhost::HookModel* Find(std::string_view name) const;
+  // A worker serves it and the node is not draining; a pipeline: every model it calls is ready.
   bool ModelReady(const hookhost::HookModel& model) const;
   bool ServerReady() const;
   // Submits a parsed request (its spans must stay valid until this returns); `done` runs once,

@@ -3,14 +3,15 @@
 # shipped example node (two CPU workers, two sandboxed hook hosts, the example MLP and CNN),
 # calls it over HTTP as any KServe v2 client would, sends a burst of concurrent requests to
 # both models, shows the batch sizes they ran in and each model's share of compute time,
-# kills a worker and watches ferryd bring it back, and stops the node cleanly.
+# calls the example pipeline (the CNN as two chained models) beside the CNN served whole, kills
+# a worker and watches ferryd bring it back, and stops the node cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh >/dev/null
 cmake -S . -B build -G Ninja >/dev/null
 cmake --build build -j "$(nproc)" --target ferryd ferryctl ferry-worker ferry-hookhost ferry-load \
-  ferry-sim >/dev/null
+  ferry-sim image_classify >/dev/null
 
 dir=$(mktemp -d)
 pid=""
@@ -20,8 +21,24 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The repository: the example models, the hooked classifier (the CNN behind image_classify.so)
+# and the example pipeline with its two stages (docs/hookhost.md, "Pipelines").
+mkdir -p "$dir/models"
+ln -s "$PWD/examples/models/mlp" "$PWD/examples/models/cnn" "$dir/models/"
+bundle() {  # NAME MANIFEST [WEIGHTS_OF]
+  mkdir -p "$dir/models/$1"
+  cp "$2" "$dir/models/$1/manifest.toml"
+  if [[ -n "${3:-}" ]]; then cp "examples/models/$3/weights.safetensors" "$dir/models/$1/"; fi
+}
+bundle cnn_classify examples/hooks/cnn_classify.toml cnn
+bundle cnn_features examples/pipelines/cnn_features.toml cnn
+bundle cnn_head examples/pipelines/cnn_head.toml cnn
+bundle image_pipeline examples/pipelines/image_pipeline.toml
+cp build/examples/hooks/image_classify.so "$dir/models/cnn_classify/"
+cp build/examples/hooks/image_classify.so "$dir/models/image_pipeline/"
+
 # The example node file, with this run's control socket, free ports and absolute paths.
-sed -e "s#^model_repository = .*#model_repository = \"$PWD/examples/models\"#" \
+sed -e "s#^model_repository = .*#model_repository = \"$dir/models\"#" \
     -e 's#^http = .*#http = "127.0.0.1:0"#' -e 's#^grpc = .*#grpc = "127.0.0.1:0"#' \
     -e 's#^metrics = .*#metrics = "127.0.0.1:0"#' -e "s#^name = \"example\"#name = \"demo$$\"#" \
     examples/node.toml > "$dir/node.toml"
@@ -57,6 +74,17 @@ curl -sS -X POST "http://$address/v2/models/mlp/infer" \
   | python3 -c 'import json,sys; r=json.load(sys.stdin); o=r["outputs"][0]
 print("  id", r["id"], "->", o["name"], o["shape"], [round(x, 3) for x in o["data"]])
 print("  server timings (us):", {k: v for k, v in r["parameters"].items()})'
+
+echo
+echo "== the example pipeline: one UINT8 image through cnn_features then cnn_head (two models"
+echo "   chained by the plugin's run), beside cnn_classify (the same CNN as one model)"
+pixels=$(python3 -c 'print(",".join(str((i * 37) % 256) for i in range(32 * 32 * 3)))')
+for model in image_pipeline cnn_classify; do
+  curl -sS -X POST "http://$address/v2/models/$model/infer" \
+    -d "{\"inputs\":[{\"name\":\"image\",\"datatype\":\"UINT8\",\"shape\":[1,32,32,3],\"data\":[$pixels]}]}" \
+    | python3 -c 'import json,sys; r=json.load(sys.stdin); o={t["name"]: t["data"] for t in r["outputs"]}
+print("  %-15s classes %s scores %s" % (sys.argv[1], o["classes"], [round(x, 4) for x in o["scores"]]))' "$model"
+done
 
 echo
 echo "== a burst: 16 clients at once for 3 s, alternating the MLP and the CNN (binary tensors)"
