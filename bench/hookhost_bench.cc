@@ -8,6 +8,10 @@
 //   light:   one request in flight at a time: the hook host's added latency per request,
 //            total server time minus the time inside plugin calls minus the worker's queue
 //            and compute (what the worker reported): p50 and p99.
+//   pipeline: the example pipeline (the same plugin's run: the CNN as two chained model
+//            calls) against cnn_classify (one model) in the same run: requests/s with 4 hook
+//            threads and 64 in flight, and the light-load added latency of each; the ratios
+//            are what a pipeline's second call costs the hook host.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -41,14 +45,26 @@ std::string ReadAll(const std::string& path) {
   return s.str();
 }
 
-// A repository holding the example classifier bundle; returns the node file.
+// A repository holding the example classifier bundle and the example pipeline with its two
+// stages; returns the node file.
 std::string MakeNode(const testing::TempDir& dir) {
-  std::string bundle = dir / "models/cnn_classify";
-  fs::create_directories(bundle);
-  testing::WriteFile(bundle + "/manifest.toml", ReadAll("examples/hooks/cnn_classify.toml"));
-  fs::copy_file("examples/models/cnn/weights.safetensors", bundle + "/weights.safetensors");
-  fs::copy_file(std::string(FERRY_EXAMPLE_PLUGIN_DIR) + "/image_classify.so",
-                bundle + "/image_classify.so");
+  auto add = [&](const std::string& name, const std::string& manifest, bool weights,
+                 bool plugin) {
+    std::string bundle = dir / ("models/" + name);
+    fs::create_directories(bundle);
+    testing::WriteFile(bundle + "/manifest.toml", ReadAll(manifest));
+    if (weights) {
+      fs::copy_file("examples/models/cnn/weights.safetensors", bundle + "/weights.safetensors");
+    }
+    if (plugin) {
+      fs::copy_file(std::string(FERRY_EXAMPLE_PLUGIN_DIR) + "/image_classify.so",
+                    bundle + "/image_classify.so");
+    }
+  };
+  add("cnn_classify", "examples/hooks/cnn_classify.toml", true, true);
+  add("cnn_features", "examples/pipelines/cnn_features.toml", true, false);
+  add("cnn_head", "examples/pipelines/cnn_head.toml", true, false);
+  add("image_pipeline", "examples/pipelines/image_pipeline.toml", false, true);
   std::string config = dir / "node.toml";
   testing::WriteFile(config,
                      "[node]\nname = \"bench\"\ndevices = \"cpu:1\"\nbackend = \"sim\"\n"
@@ -94,16 +110,17 @@ std::vector<uint8_t> Image() {
   return image;
 }
 
-InferRequest Request(const std::vector<uint8_t>& image) {
+InferRequest Request(const std::vector<uint8_t>& image,
+                     const std::string& model = "cnn_classify") {
   InferRequest r;
-  r.model = "cnn_classify";
+  r.model = model;
   r.inputs.push_back({"image", DType::kU8, {1, 32, 32, 3}, image});
   return r;
 }
 
 // Requests/s through the hook host with `threads` hook threads and `inflight` in flight.
 double ThroughHookHost(const Node& node, const std::vector<HookModel>& models, int threads,
-                       int inflight, double seconds) {
+                       int inflight, double seconds, const std::string& model = "cnn_classify") {
   shm::Segment view = shm::Segment::Attach(node.name, 0).value();
   HookHostOptions options;
   options.threads = threads;
@@ -119,7 +136,7 @@ double ThroughHookHost(const Node& node, const std::vector<HookModel>& models, i
   std::condition_variable drained;
   std::function<void()> send = [&] {
     live.fetch_add(1);
-    host.Submit(Request(image), [&](Result<InferResponse> r) {
+    host.Submit(Request(image, model), [&](Result<InferResponse> r) {
       (r.ok() ? done : failed).fetch_add(1);
       if (!r.ok()) {
         std::lock_guard lock(error_mutex);
@@ -190,14 +207,15 @@ struct Light {
   double overhead_p50_us, overhead_p99_us, total_p50_us;
 };
 
-Light LightLoad(const Node& node, const std::vector<HookModel>& models, int count) {
+Light LightLoad(const Node& node, const std::vector<HookModel>& models, int count,
+                const std::string& model = "cnn_classify") {
   shm::Segment view = shm::Segment::Attach(node.name, 0).value();
   HookHost host(view, 0, models, HookHostOptions{});
   host.Start();
   std::vector<uint8_t> image = Image();
   std::vector<double> overhead, total;
   for (int i = 0; i < count + 50; ++i) {
-    Result<InferResponse> r = host.Submit(Request(image)).get();
+    Result<InferResponse> r = host.Submit(Request(image, model)).get();
     if (!r.ok()) {
       throw std::runtime_error(r.error().ToString());
     }
@@ -242,16 +260,19 @@ int Run(bool json, double seconds, int light_count) {
   using namespace ferry::hookhost;
   Node node;
   std::vector<HookModel> models = LoadHookModels(node.dir / "models").value();
-  if (models.empty() || models[0].failure || models[0].plugin == nullptr) {
-    std::cerr << "the classifier bundle did not load\n";
-    return 2;
+  for (const HookModel& m : models) {
+    if (m.failure) {
+      std::cerr << "bundle " << m.name << " did not load: " << m.failure->message << "\n";
+      return 2;
+    }
   }
+  const HookModel& classify = models[0];  // Name order: cnn_classify first.
   nlohmann::json out;
   out["machine"]["cpus"] = std::thread::hardware_concurrency();
   std::cout << (json ? "" : "threads  hookhost req/s  direct req/s  ratio\n");
   for (int threads : {1, 2, 4}) {
     double through = ThroughHookHost(node, models, threads, 64, seconds);
-    double direct = Direct(models[0], threads, seconds);
+    double direct = Direct(classify, threads, seconds);
     std::string key = std::to_string(threads);
     out["threads"][key] = {
         {"hookhost_rps", through}, {"direct_rps", direct}, {"ratio", through / direct}};
@@ -263,11 +284,26 @@ int Run(bool json, double seconds, int light_count) {
   out["light"] = {{"overhead_us_p50", light.overhead_p50_us},
                   {"overhead_us_p99", light.overhead_p99_us},
                   {"total_us_p50", light.total_p50_us}};
+  double whole_rps = ThroughHookHost(node, models, 4, 64, seconds);
+  double piped_rps = ThroughHookHost(node, models, 4, 64, seconds, "image_pipeline");
+  Light piped = LightLoad(node, models, light_count, "image_pipeline");
+  out["pipeline"] = {{"pipeline_rps", piped_rps},
+                     {"single_model_rps", whole_rps},
+                     {"rps_ratio", piped_rps / whole_rps},
+                     {"overhead_us_p50", piped.overhead_p50_us},
+                     {"overhead_us_p99", piped.overhead_p99_us},
+                     {"total_us_p50", piped.total_p50_us},
+                     {"overhead_ratio_p50", piped.overhead_p50_us / light.overhead_p50_us}};
   if (json) {
     std::cout << out.dump() << "\n";
   } else {
     std::printf("light load: added latency p50 %.1f us, p99 %.1f us (total p50 %.1f us)\n",
                 light.overhead_p50_us, light.overhead_p99_us, light.total_p50_us);
+    std::printf(
+        "pipeline (2 chained calls) vs cnn_classify (1 model), 4 threads: %.0f vs %.0f req/s "
+        "(%.3f); light-load added latency p50 %.1f us, p99 %.1f us (%.2fx), total p50 %.1f us\n",
+        piped_rps, whole_rps, piped_rps / whole_rps, piped.overhead_p50_us, piped.overhead_p99_us,
+        piped.overhead_p50_us / light.overhead_p50_us, piped.total_p50_us);
   }
   return 0;
 }
