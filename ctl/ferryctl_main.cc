@@ -47,6 +47,49 @@ int Call(const std::string& socket, const ControlRequest& request, bool json,
   return 0;
 }
 
+// After load / unload: waits until the node is ready again with every hook host restarted and
+// every worker serving `model` (loaded) or no longer listing it (unloaded). 0 when so; 1 when
+// a worker failed to load it (its error printed) or after two minutes.
+int WaitForModel(const std::string& socket, const std::string& model, bool loaded) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  std::string last;
+  while (std::chrono::steady_clock::now() < deadline) {
+    ferry::Result<nlohmann::json> status =
+        ferry::ctl::CallFerryd(socket, Plain(ControlCommand::kStatus));
+    if (!status.ok()) {
+      std::cerr << "ferryctl: " << status.error().ToString() << "\n";
+      return 1;
+    }
+    bool settled = status->value("ready", false) && !status->value("models_changing", true);
+    for (const nlohmann::json& child : status->value("children", nlohmann::json::array())) {
+      if (child.value("kind", "") != "worker") {
+        continue;
+      }
+      bool listed = false;
+      for (const nlohmann::json& m : child.value("models", nlohmann::json::array())) {
+        if (m.value("model", "") != model) {
+          continue;
+        }
+        listed = true;
+        if (loaded && m.value("state", "") == "failed") {
+          std::cerr << "ferryctl: worker " << child.value("index", 0) << " failed to load '"
+                    << model << "': " << m.value("error", "") << "\n";
+          return 1;
+        }
+      }
+      settled = settled && listed == loaded;
+    }
+    if (settled) {
+      std::cout << "model '" << model << "' " << (loaded ? "loaded" : "unloaded")
+                << "; the node is ready\n";
+      return 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::cerr << "ferryctl: the node did not settle within 2 minutes (see ferryctl status)\n";
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -92,6 +135,16 @@ int main(int argc, char** argv) {
       app.add_subcommand("reload", "Re-read the node file; apply what can change live");
   CLI::App* drain =
       app.add_subcommand("drain", "Stop the node: finish queued work, then stop every process");
+  std::string model_name;
+  bool no_wait = false;
+  CLI::App* load = app.add_subcommand(
+      "load", "Load a bundle of the model repository on the running node (workers keep running)");
+  load->add_option("MODEL", model_name, "the bundle's directory name")->required();
+  load->add_flag("--no-wait", no_wait, "return once ferryd accepted it");
+  CLI::App* unload = app.add_subcommand(
+      "unload", "Unload a model: new requests are refused, queued ones still run");
+  unload->add_option("MODEL", model_name)->required();
+  unload->add_flag("--no-wait", no_wait, "return once ferryd accepted it");
   double interval = 1.0;
   int iterations = 0;
   CLI::App* top = app.add_subcommand("top", "Per-model rates, batch sizes and GPU shares");
@@ -160,6 +213,16 @@ int main(int argc, char** argv) {
   }
   if (drain->parsed()) {
     return Call(socket, Plain(ControlCommand::kDrain), json, nullptr);
+  }
+  if (load->parsed() || unload->parsed()) {
+    ControlRequest change;
+    change.command = load->parsed() ? ControlCommand::kLoad : ControlCommand::kUnload;
+    change.model = model_name;
+    int code = Call(socket, change, json, nullptr);
+    if (code != 0 || no_wait) {
+      return code;
+    }
+    return WaitForModel(socket, model_name, load->parsed());
   }
   if (infer->parsed()) {
     infer_options.socket = socket;

@@ -5,7 +5,13 @@
 namespace ferry::hookhost {
 
 Result<std::vector<HookModel>> LoadHookModels(const std::string& dir) {
-  FERRY_ASSIGN_OR_RETURN(std::vector<RepositoryModel> repository, LoadRepository(dir));
+  FERRY_ASSIGN_OR_RETURN(std::vector<std::string> names, ListRepository(dir));
+  return LoadHookModels(dir, names);
+}
+
+Result<std::vector<HookModel>> LoadHookModels(const std::string& dir,
+                                              const std::vector<std::string>& table) {
+  FERRY_ASSIGN_OR_RETURN(std::vector<RepositoryModel> repository, LoadModelTable(dir, table));
   std::vector<HookModel> models;
   for (size_t i = 0; i < repository.size(); ++i) {
     RepositoryModel& r = repository[i];
@@ -13,6 +19,7 @@ Result<std::vector<HookModel>> LoadHookModels(const std::string& dir) {
     m.name = r.name;
     m.index = static_cast<uint32_t>(i);
     m.failure = std::move(r.failure);
+    m.unloaded = r.unloaded;
     m.bundle = std::move(r.bundle);
     if (m.bundle != nullptr && !m.bundle->plugin_path.empty()) {
       Result<std::shared_ptr<Plugin>> plugin = Plugin::Open(m.bundle->plugin_path);

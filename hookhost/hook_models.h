@@ -28,6 +28,7 @@ struct HookModel {
   std::optional<Error> failure;
   std::unique_ptr<PluginInstance> plugin;  // Null when the bundle has no hooks.
   std::vector<uint32_t> calls;             // A pipeline's callees (indices), in manifest order.
+  bool unloaded = false;                   // A placeholder for an unloaded index.
 
   bool pipeline() const { return bundle != nullptr && bundle->manifest.pipeline(); }
   const Manifest& manifest() const { return bundle->manifest; }  // REQUIRES: !failure.
@@ -35,5 +36,9 @@ struct HookModel {
 
 // Lists and loads the repository at `dir`, opening each bundle's plugin.
 Result<std::vector<HookModel>> LoadHookModels(const std::string& dir);
+// The same for the node's model table (model/repository.h LoadModelTable): an unloaded
+// index is a placeholder no request can name.
+Result<std::vector<HookModel>> LoadHookModels(const std::string& dir,
+                                              const std::vector<std::string>& table);
 
 }  // namespace ferry::hookhost

@@ -43,8 +43,9 @@ void Publish(shm::StatusWriter& status, shm::ProcessState state, uint32_t genera
   for (uint32_t m = 0; m < snapshot->num_models; ++m) {
     shm::ModelStatusData& out = snapshot->models[m];
     shm::CopyName(out.name, models[m].name);
-    out.state = static_cast<uint32_t>(models[m].failure ? shm::ModelLoadState::kFailed
-                                                        : shm::ModelLoadState::kReady);
+    out.state = static_cast<uint32_t>(models[m].unloaded  ? shm::ModelLoadState::kUnloaded
+                                      : models[m].failure ? shm::ModelLoadState::kFailed
+                                                          : shm::ModelLoadState::kReady);
     if (models[m].failure) {
       shm::CopyName(out.error, models[m].failure->message);
     }
@@ -115,7 +116,7 @@ struct FrontEnd {
 };
 
 int Main(const std::string& segment_name, uint32_t slot, const std::string& config_path,
-         int http_fd, int grpc_fd) {
+         int http_fd, int grpc_fd, const std::optional<std::string>& table) {
   Result<NodeConfig> config = LoadNodeConfig(config_path, SchedulerEnvironment());
   if (!config.ok()) {
     spdlog::error("invalid node file:\n{}", config.error().message);
@@ -135,7 +136,9 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
   shm::StatusWriter status(*segment, slot);
   Publish(status, shm::ProcessState::kStarting, generation, {});
 
-  Result<std::vector<HookModel>> models = LoadHookModels(config->node.model_repository);
+  Result<std::vector<HookModel>> models =
+      table ? LoadHookModels(config->node.model_repository, SplitModelTable(*table))
+            : LoadHookModels(config->node.model_repository);
   if (!models.ok()) {
     spdlog::error("{}", models.error().ToString());
     return 1;
@@ -245,6 +248,10 @@ int main(int argc, char** argv) {
   int grpc_fd = -1;
   app.add_option("--grpc-fd", grpc_fd,
                  "an inherited listening socket to serve KServe v2 gRPC on (with --http-fd)");
+  std::optional<std::string> table;
+  app.add_option("--models", table,
+                 "the node's model table, by index: names, '-' for an unloaded one (set by ferryd; "
+                 "default: the repository's bundles in name order)");
   ferry::LogFlags log_flags;
   ferry::AddLogFlags(app, &log_flags);
   CLI11_PARSE(app, argc, argv);
@@ -252,5 +259,5 @@ int main(int argc, char** argv) {
     std::cerr << status.error().ToString() << "\n";
     return 1;
   }
-  return ferry::hookhost::Main(segment, slot, config, http_fd, grpc_fd);
+  return ferry::hookhost::Main(segment, slot, config, http_fd, grpc_fd, table);
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "config/scheduler_config.h"
 
@@ -34,18 +35,53 @@ Result<std::vector<std::string>> ListRepository(const std::string& dir) {
   return names;
 }
 
+std::string UnloadedName(size_t index) { return "(unloaded " + std::to_string(index) + ")"; }
+
 Result<std::vector<RepositoryModel>> LoadRepository(const std::string& dir) {
   FERRY_ASSIGN_OR_RETURN(std::vector<std::string> names, ListRepository(dir));
+  return LoadModelTable(dir, names);
+}
+
+std::vector<std::string> SplitModelTable(std::string_view text) {
+  std::vector<std::string> out;
+  while (!text.empty()) {
+    size_t comma = text.find(',');
+    out.emplace_back(text.substr(0, comma));
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+  }
+  return out;
+}
+
+Result<std::vector<RepositoryModel>> LoadModelTable(const std::string& dir,
+                                                    const std::vector<std::string>& table) {
+  if (table.size() > kMaxRepositoryModels) {
+    return InvalidArgument("model table: " + std::to_string(table.size()) + " entries, more than " +
+                           std::to_string(kMaxRepositoryModels));
+  }
+  std::set<std::string> seen;
+  for (const std::string& name : table) {
+    if (name != "-" && (!IsValidModelName(name) || !seen.insert(name).second)) {
+      return InvalidArgument("model table: '" + name +
+                             "' is not a valid model name, or is listed twice");
+    }
+  }
   std::vector<RepositoryModel> models;
-  for (std::string& name : names) {
+  for (const std::string& name : table) {
     RepositoryModel model;
+    if (name == "-") {
+      model.name = UnloadedName(models.size());
+      model.unloaded = true;
+      model.failure = NotFound("model index " + std::to_string(models.size()) + " was unloaded");
+      models.push_back(std::move(model));
+      continue;
+    }
     Result<Bundle> bundle = LoadBundle(dir + "/" + name);
     if (bundle.ok()) {
       model.bundle = std::make_unique<Bundle>(std::move(*bundle));
     } else {
       model.failure = bundle.error();
     }
-    model.name = std::move(name);
+    model.name = name;
     models.push_back(std::move(model));
   }
   return models;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.h"
@@ -24,7 +25,12 @@ struct RepositoryModel {
   std::string name;
   std::unique_ptr<Bundle> bundle;  // Null when the bundle failed to load.
   std::optional<Error> failure;    // Why it failed.
+  bool unloaded = false;           // A placeholder keeping an unloaded model's index.
 };
+
+// An unloaded model's index keeps this name (never a valid model name, so no request and no
+// later load can match it).
+std::string UnloadedName(size_t index);
 
 // The sub-directories of `dir` whose names are valid model names, sorted. Other entries
 // (files, hidden or invalid names) are skipped. NOT_FOUND when `dir` is not a directory;
@@ -33,5 +39,14 @@ Result<std::vector<std::string>> ListRepository(const std::string& dir);
 
 // Lists and loads every bundle (failures kept per model, see above).
 Result<std::vector<RepositoryModel>> LoadRepository(const std::string& dir);
+
+// The node's model table as ferryd hands it to its children (--models): one entry per index,
+// a model name, or "-" for an index whose model was unloaded (a placeholder). Loads each
+// bundle from `dir`. INVALID_ARGUMENT for an entry that is neither, a name listed twice or
+// more than kMaxRepositoryModels entries.
+Result<std::vector<RepositoryModel>> LoadModelTable(const std::string& dir,
+                                                    const std::vector<std::string>& table);
+// Splits a --models value at commas ("" is an empty table).
+std::vector<std::string> SplitModelTable(std::string_view text);
 
 }  // namespace ferry

@@ -1,12 +1,23 @@
 #include "shm/control.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 
+#include "config/scheduler_config.h"
 #include "shm/descriptor.h"
 
 namespace ferry::shm {
+
+namespace {
+// Model names are at most 128 bytes (kMaxModelName); the field holds them with their NUL.
+constexpr size_t kMaxControlName = 136;
+static_assert(sizeof(DescriptorData::tensors) >= kMaxControlName);
+// Rings copy only the tensors a descriptor declares: a name spans this many.
+constexpr uint16_t kNameTensors =
+    (kMaxControlName + sizeof(TensorRefData) - 1) / sizeof(TensorRefData);
+}  // namespace
 
 DescriptorData EncodeControl(const ControlMessage& message, uint64_t sequence) {
   DescriptorData d{};
@@ -16,6 +27,13 @@ DescriptorData EncodeControl(const ControlMessage& message, uint64_t sequence) {
   d.rows = message.value;
   d.sequence = sequence;
   std::memcpy(&d.trace_id_low, &message.weight, sizeof(double));
+  auto* names = reinterpret_cast<char*>(d.tensors);
+  size_t n = std::min(message.name.size(), kMaxControlName - 1);
+  std::memcpy(names, message.name.data(), n);
+  names[n] = '\0';
+  if (!message.name.empty()) {
+    d.num_tensors = kNameTensors;
+  }
   return d;
 }
 
@@ -29,12 +47,25 @@ Result<ControlMessage> DecodeControl(const DescriptorData& d, uint32_t num_model
   m.value = d.rows;
   std::memcpy(&m.weight, &d.trace_id_low, sizeof(double));
   if (d.variant < static_cast<int32_t>(ControlCode::kStop) ||
-      d.variant > static_cast<int32_t>(ControlCode::kSetMaxQueueDepth)) {
+      d.variant > static_cast<int32_t>(ControlCode::kUnloadModel)) {
     return InvalidArgument(where + "unknown command " + std::to_string(d.variant));
   }
   m.code = static_cast<ControlCode>(d.variant);
   bool names_model = m.code == ControlCode::kSetPolicy || m.code == ControlCode::kSetResidency ||
-                     m.code == ControlCode::kSetMaxBatchSize;
+                     m.code == ControlCode::kSetMaxBatchSize || m.code == ControlCode::kUnloadModel;
+  if (m.code == ControlCode::kLoadModel) {
+    if (m.model != num_models) {
+      return InvalidArgument(where + "a load must name the next index, " +
+                             std::to_string(num_models) + ", not " + std::to_string(m.model));
+    }
+    const auto* names = reinterpret_cast<const char*>(d.tensors);
+    size_t length =
+        d.num_tensors < kNameTensors ? kMaxControlName : strnlen(names, kMaxControlName);
+    m.name.assign(names, length);
+    if (length == kMaxControlName || !IsValidModelName(m.name)) {
+      return InvalidArgument(where + "the model name to load is not a valid name");
+    }
+  }
   if (names_model && m.model >= num_models) {
     return InvalidArgument(where + "model " + std::to_string(m.model) + " out of range (" +
                            std::to_string(num_models) + " models)");

@@ -4,12 +4,14 @@
 //
 // Packing (kind = kControl): `variant` holds the command code, `model` the model index,
 // `rows` the residency or discipline, `trace_id_low` the weight as IEEE-754 bits, `sequence`
-// the supervisor's sequence number.
+// the supervisor's sequence number; a model name (kLoadModel) in the bytes of `tensors`,
+// NUL-terminated, `num_tensors` covering it (rings copy only the declared tensors).
 //
 // Thread safety: pure functions; safe for concurrent use.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "common/result.h"
 #include "shm/layout.h"
@@ -25,6 +27,8 @@ enum class ControlCode : int32_t {
   kSetDiscipline = 6,     // value = ferry::Discipline.
   kSetMaxBatchSize = 7,   // model, value = the cap (>= 1), or 0 for none.
   kSetMaxQueueDepth = 8,  // value >= 1, every model.
+  kLoadModel = 9,         // model = the new model's index (the next one), name: its bundle.
+  kUnloadModel = 10,      // model: refuse its new requests, serve its queued ones, free it.
 };
 
 struct ControlMessage {
@@ -32,11 +36,14 @@ struct ControlMessage {
   uint32_t model = 0;
   double weight = 0;
   int32_t value = 0;
+  std::string name;  // kLoadModel: a valid model name (model/bundle rules).
 };
 
 DescriptorData EncodeControl(const ControlMessage& message, uint64_t sequence);
 // INVALID_ARGUMENT naming the field for another kind, an unknown code, a model at or above
-// `num_models`, a weight that is not finite and positive, or a value out of its enum's range.
+// `num_models` (kLoadModel: other than `num_models`, the next index), a weight that is not
+// finite and positive, a value out of its enum's range, or a load's name not NUL-terminated
+// in its field or not a valid model name.
 Result<ControlMessage> DecodeControl(const DescriptorData& descriptor, uint32_t num_models);
 
 }  // namespace ferry::shm

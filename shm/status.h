@@ -40,7 +40,8 @@ enum class ProcessState : uint32_t {
 std::string_view ProcessStateName(ProcessState state);
 
 // kPipeline: a pipeline bundle, run by the hook hosts (a worker never executes it).
-enum class ModelLoadState : uint32_t { kReady = 0, kFailed = 1, kPipeline = 2 };
+// kUnloaded: an index whose model was unloaded (ferryctl unload); its name is a placeholder.
+enum class ModelLoadState : uint32_t { kReady = 0, kFailed = 1, kPipeline = 2, kUnloaded = 3 };
 
 // Fixed-size strings are NUL-terminated and truncated to fit.
 struct ModelStatusData {

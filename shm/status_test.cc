@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <thread>
 
 #include "shm/control.h"
@@ -142,10 +143,40 @@ TEST_CASE("control messages round-trip and hostile ones are refused") {
   CHECK(DecodeControl(EncodeControl({ControlCode::kSetMaxQueueDepth, 0, 0, 1}, 1), 1).ok());
   CHECK_FALSE(DecodeControl(EncodeControl({ControlCode::kSetMaxQueueDepth, 0, 0, 0}, 1), 1).ok());
   bad = EncodeControl({ControlCode::kStop, 0, 0, 0}, 1);
-  bad.variant = 9;
+  bad.variant = 11;
   CHECK_FALSE(DecodeControl(bad, 1).ok());
   // Stop names no model: any model field is ignored.
   CHECK(DecodeControl(EncodeControl({ControlCode::kStop, 77, 0, 0}, 1), 1).ok());
+}
+
+TEST_CASE("model table changes: a load names the next index and a valid name, within its field") {
+  ControlMessage load{ControlCode::kLoadModel, 3, 0, 0};
+  load.name = "resnet-50.v2";
+  Result<ControlMessage> back = DecodeControl(EncodeControl(load, 4), 3);
+  REQUIRE(back.ok());
+  CHECK(back->code == ControlCode::kLoadModel);
+  CHECK(back->model == 3);
+  CHECK(back->name == "resnet-50.v2");
+  CHECK(DecodeControl(EncodeControl(load, 4), 2).error().message ==
+        "control 4: a load must name the next index, 2, not 3");
+  CHECK_FALSE(DecodeControl(EncodeControl(load, 4), 4).ok());
+  for (const char* name : {"", "..", "a/b", "with space"}) {
+    CAPTURE(name);
+    load.name = name;
+    CHECK(DecodeControl(EncodeControl(load, 4), 3).error().message ==
+          "control 4: the model name to load is not a valid name");
+  }
+  // A name filling its field with no NUL, or a descriptor not declaring the bytes it holds.
+  load.name = "ok";
+  DescriptorData d = EncodeControl(load, 4);
+  std::memset(d.tensors, 'a', 136);
+  CHECK_FALSE(DecodeControl(d, 3).ok());
+  d = EncodeControl(load, 4);
+  d.num_tensors = 1;
+  CHECK_FALSE(DecodeControl(d, 3).ok());
+  // An unload names a model in range.
+  CHECK(DecodeControl(EncodeControl({ControlCode::kUnloadModel, 2, 0, 0}, 1), 3).ok());
+  CHECK_FALSE(DecodeControl(EncodeControl({ControlCode::kUnloadModel, 3, 0, 0}, 1), 3).ok());
 }
 
 }  // namespace

@@ -21,6 +21,8 @@ const std::vector<std::pair<std::string_view, ControlCommand>>& Commands() {
       {"compact", ControlCommand::kCompact},
       {"reload", ControlCommand::kReload},
       {"drain", ControlCommand::kDrain},
+      {"load", ControlCommand::kLoad},
+      {"unload", ControlCommand::kUnload},
   };
   return commands;
 }
@@ -34,6 +36,9 @@ std::set<std::string> ArgumentsOf(ControlCommand c) {
       return {"model", "level"};
     case ControlCommand::kSetDiscipline:
       return {"discipline"};
+    case ControlCommand::kLoad:
+    case ControlCommand::kUnload:
+      return {"model"};
     default:
       return {};
   }
@@ -164,6 +169,10 @@ std::string EncodeControlRequest(const ControlRequest& request) {
       break;
     case ControlCommand::kSetDiscipline:
       object["discipline"] = DisciplineName(request.discipline);
+      break;
+    case ControlCommand::kLoad:
+    case ControlCommand::kUnload:
+      object["model"] = request.model;
       break;
     default:
       break;

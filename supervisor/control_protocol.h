@@ -10,6 +10,8 @@
 //   {"v": 1, "cmd": "compact"}
 //   {"v": 1, "cmd": "reload"}
 //   {"v": 1, "cmd": "drain"}
+//   {"v": 1, "cmd": "load", "model": "NAME"}      (a bundle of the repository)
+//   {"v": 1, "cmd": "unload", "model": "NAME"}
 // The reply is one line: {"v": 1, "ok": true, "result": {...}} or
 // {"v": 1, "ok": false, "code": "INVALID_ARGUMENT", "error": "..."}. A connection may send
 // several requests, each answered in order. Unknown keys are errors (a typo is never ignored).
@@ -40,11 +42,13 @@ enum class ControlCommand {
   kCompact,
   kReload,
   kDrain,
+  kLoad,    // model: a bundle of the repository, added at the next index.
+  kUnload,  // model: a loaded model; its index stays taken.
 };
 
 struct ControlRequest {
   ControlCommand command = ControlCommand::kStatus;
-  std::string model;                          // set_policy, set_residency.
+  std::string model;                          // set_policy, set_residency, load, unload.
   double weight = 0;                          // set_policy: finite, > 0.
   Residency residency = Residency::kWarm;     // set_residency.
   Discipline discipline = Discipline::kFair;  // set_discipline.

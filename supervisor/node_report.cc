@@ -32,6 +32,8 @@ std::string ModelStateText(uint32_t value) {
       return "ready";
     case shm::ModelLoadState::kPipeline:
       return "pipeline";
+    case shm::ModelLoadState::kUnloaded:
+      return "unloaded";
     default:
       return "failed";
   }

@@ -9,12 +9,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <optional>
 #include <thread>
 
 #include "common/clock.h"
 #include "frontend/http_server.h"
+#include "model/bundle.h"
+#include "model/repository.h"
 #include "shm/control.h"
 #include "shm/recovery.h"
 #include "shm/ring.h"
@@ -62,6 +65,10 @@ struct Child {
   int64_t heartbeat_ns = 0;
   std::optional<shm::StatusSnapshotData> status;  // Last consistent read.
   bool ready_seen = false;  // This incarnation reported ready (live overrides re-applied).
+  // A hook host drained to pick up a new model table: restarted at once when it exits, not
+  // counted as a death.
+  bool refreshing = false;
+  int64_t refresh_since = 0;
 
   std::string Name() const {
     return (worker ? "worker " : "hook host ") + std::to_string(index) + " (slot " +
@@ -225,6 +232,12 @@ struct Supervisor::Impl {
   std::map<std::string, double> weight_overrides;
   std::map<std::string, std::optional<int64_t>> batch_overrides;  // nullopt: uncapped.
   std::optional<int64_t> queue_depth_override;
+  // The node's model table, by index: a model name, or "-" for an unloaded one. Children get
+  // it at every start (--models); workers follow loads and unloads live, hook hosts (which
+  // cannot open bundles inside their sandbox) are restarted one at a time.
+  std::vector<std::string> model_table;
+  std::deque<size_t> refresh_queue;       // Hook hosts (child indices) due for a restart.
+  std::optional<size_t> refresh_current;  // The one restarting now.
 
   ~Impl() {
     StopMetrics();
@@ -256,6 +269,13 @@ struct Supervisor::Impl {
   Result<json> Reload();
   Result<json> SendToModel(const std::string& model, shm::ControlCode code, double weight,
                            int32_t value);
+  Result<json> LoadModel(const std::string& name);
+  Result<json> UnloadModel(const std::string& name);
+  // Sends a model table change to every running worker; one whose control ring is full is
+  // killed (its successor starts with the new table) rather than left numbering differently.
+  size_t SendTableChange(const shm::ControlMessage& message);
+  void QueueHookhostRefresh();
+  void RefreshHookhosts(int64_t now);
   json StatusJson() const;
 };
 
@@ -326,6 +346,7 @@ Status Supervisor::Impl::Start() {
   shm::SegmentLayout layout{static_cast<uint32_t>(config.node.hookhosts),
                             static_cast<uint32_t>(devices.size()), kRingCapacity,
                             config.node.shm_size};
+  FERRY_ASSIGN_OR_RETURN(model_table, ListRepository(config.node.model_repository));
   FERRY_ASSIGN_OR_RETURN(shm::Segment created, shm::Segment::Create(name, layout));
   segment.emplace(std::move(created));
 
@@ -423,6 +444,11 @@ void Supervisor::Impl::StartChild(Child& c, int64_t now) {
   spec.args = {"--segment", segment->name(),    "--slot", std::to_string(c.slot),
                "--config",  options.config_path};
   spec.args.insert(spec.args.end(), options.child_log_args.begin(), options.child_log_args.end());
+  std::string table;
+  for (const std::string& entry : model_table) {
+    table += (table.empty() ? "" : ",") + entry;
+  }
+  spec.args.insert(spec.args.end(), {"--models", table});
   if (!c.worker) {
     // Only while running: nothing is restarted once stopping.
     spec.fds = {http->fd(), grpc->fd()};
@@ -472,6 +498,15 @@ void Supervisor::Impl::OnExit(Child& c, int64_t now) {
   if (phase != Phase::kRunning) {
     c.finished = true;
     spdlog::info("{} (pid {}) exited: {}", c.Name(), pid, c.last_exit);
+    return;
+  }
+  if (c.refreshing) {
+    c.refreshing = false;
+    c.kill_reason.clear();
+    c.waiting = true;
+    c.restart_at = now;
+    spdlog::info("{} (pid {}) drained for the new model table ({}); restarting it", c.Name(), pid,
+                 c.last_exit);
     return;
   }
   int64_t delay = c.policy.OnDeath(c.started_ns, now);
@@ -695,6 +730,7 @@ void Supervisor::Impl::Tick(int64_t now) {
       StartChild(c, now);
     }
   }
+  RefreshHookhosts(now);
   if (phase != Phase::kRunning) {
     AdvanceShutdown(now);
   }
@@ -754,6 +790,115 @@ Result<json> Supervisor::Impl::SendToModel(const std::string& model, shm::Contro
                        " worker(s) is full; retry");
   }
   return json{{"workers", sent}};
+}
+
+size_t Supervisor::Impl::SendTableChange(const shm::ControlMessage& message) {
+  size_t sent = 0;
+  for (Child& c : children) {
+    if (!c.worker || !c.running()) {
+      continue;  // A worker (re)starting now gets the new table on its command line.
+    }
+    if (SendControl(c, message)) {
+      ++sent;
+    } else {
+      Kill(c, "its control ring was full during a model table change");
+    }
+  }
+  return sent;
+}
+
+void Supervisor::Impl::QueueHookhostRefresh() {
+  for (size_t i = 0; i < children.size(); ++i) {
+    if (!children[i].worker &&
+        std::find(refresh_queue.begin(), refresh_queue.end(), i) == refresh_queue.end()) {
+      refresh_queue.push_back(i);
+    }
+  }
+}
+
+void Supervisor::Impl::RefreshHookhosts(int64_t now) {
+  if (phase != Phase::kRunning) {
+    refresh_queue.clear();
+    refresh_current.reset();
+    return;
+  }
+  if (refresh_current) {
+    Child& c = children[*refresh_current];
+    int64_t limit = static_cast<int64_t>(config.supervisor.drain_timeout_seconds * 1e9);
+    if (c.refreshing && c.running() && now - c.refresh_since > limit && c.kill_reason.empty()) {
+      Kill(c, "not drained " + std::to_string(limit / 1'000'000'000) +
+                  " s after a model table change");
+    }
+    if (c.refreshing || !c.ready()) {
+      return;  // Still draining, or its successor not ready yet: one at a time.
+    }
+    refresh_current.reset();
+  }
+  while (!refresh_queue.empty()) {
+    size_t next = refresh_queue.front();
+    refresh_queue.pop_front();
+    Child& c = children[next];
+    if (!c.running()) {
+      continue;  // It starts with the new table anyway.
+    }
+    if (SendControl(c, {shm::ControlCode::kDrain, 0, 0, 0})) {
+      c.refreshing = true;
+      c.refresh_since = now;
+    } else {
+      Kill(c, "its control ring was full during a model table change");
+    }
+    refresh_current = next;
+    return;
+  }
+}
+
+Result<json> Supervisor::Impl::LoadModel(const std::string& name) {
+  if (phase != Phase::kRunning) {
+    return Unavailable("the node is stopping");
+  }
+  auto found = std::find(model_table.begin(), model_table.end(), name);
+  if (found != model_table.end()) {
+    return InvalidArgument("model '" + name + "' is already loaded (index " +
+                           std::to_string(found - model_table.begin()) + ")");
+  }
+  if (model_table.size() >= kMaxRepositoryModels) {
+    return ResourceExhausted("the model table is full (" + std::to_string(kMaxRepositoryModels) +
+                             " indices, unloaded ones included); restart the node to renumber");
+  }
+  // Checked here, so a bundle that cannot load is refused before any process sees it.
+  Result<Bundle> bundle = LoadBundle(config.node.model_repository + "/" + name);
+  if (!bundle.ok()) {
+    return Error{bundle.error().code, "load '" + name + "': " + bundle.error().message};
+  }
+  auto index = static_cast<uint32_t>(model_table.size());
+  model_table.push_back(name);
+  shm::ControlMessage message{shm::ControlCode::kLoadModel, index, 0, 0};
+  message.name = name;
+  size_t workers = SendTableChange(message);
+  QueueHookhostRefresh();
+  spdlog::info(
+      "load: model '{}' as index {}; {} worker(s) loading it, hook hosts restarting one "
+      "at a time",
+      name, index, workers);
+  return json{{"model", name}, {"index", index}, {"workers", workers}};
+}
+
+Result<json> Supervisor::Impl::UnloadModel(const std::string& name) {
+  if (phase != Phase::kRunning) {
+    return Unavailable("the node is stopping");
+  }
+  auto found = std::find(model_table.begin(), model_table.end(), name);
+  if (found == model_table.end()) {
+    return NotFound("no model '" + name + "' is loaded");
+  }
+  auto index = static_cast<uint32_t>(found - model_table.begin());
+  *found = "-";
+  size_t workers = SendTableChange({shm::ControlCode::kUnloadModel, index, 0, 0});
+  weight_overrides.erase(name);
+  batch_overrides.erase(name);
+  QueueHookhostRefresh();
+  spdlog::info("unload: model '{}' (index {}); its queued requests still run", name, index);
+  return json{{"model", name}, {"index", index}, {"workers", workers}};
 }
 
 Result<json> Supervisor::Impl::Reload() {
@@ -871,6 +1016,8 @@ json Supervisor::Impl::StatusJson() const {
           {"state", state},
           {"live", true},
           {"ready", phase == Phase::kRunning && NodeReady()},
+          {"model_table", model_table},
+          {"models_changing", refresh_current.has_value() || !refresh_queue.empty()},
           {"segment", segment->name()},
           {"listen",
            {{"http", http ? http->bound() : bound_http},
@@ -949,6 +1096,10 @@ Result<json> Supervisor::Impl::Handle(const ControlRequest& request) {
     case ControlCommand::kDrain:
       BeginShutdown("ferryctl drain", MonotonicNs());
       return json{{"state", std::string(PhaseName(phase))}};
+    case ControlCommand::kLoad:
+      return LoadModel(request.model);
+    case ControlCommand::kUnload:
+      return UnloadModel(request.model);
   }
   return Internal("unhandled command");
 }

@@ -55,6 +55,20 @@ TEST_CASE("control requests: every command round-trips through its encoding") {
     REQUIRE(back.ok());
     CHECK(back->command == c);
   }
+  for (ControlCommand c : {ControlCommand::kLoad, ControlCommand::kUnload}) {
+    ControlRequest change;
+    change.command = c;
+    change.model = "resnet-50";
+    line = EncodeControlRequest(change);
+    back = ParseControlRequest(line.substr(0, line.size() - 1));
+    REQUIRE(back.ok());
+    CHECK(back->command == c);
+    CHECK(back->model == "resnet-50");
+  }
+  CHECK(ParseControlRequest(R"({"v": 1, "cmd": "load", "model": "../etc"})").error().message ==
+        "\"model\" is not a model name");
+  CHECK(ParseControlRequest(R"({"v": 1, "cmd": "unload"})").error().message ==
+        "\"model\" must be a string");
 }
 
 // Each hostile line is refused with a message naming what is wrong.

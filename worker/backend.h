@@ -66,6 +66,9 @@ class Backend {
   virtual Result<ExecutionTiming> Execute(ModelHandle model, const BatchJob& job) = 0;
   // OK, or the error that made the model fail.
   virtual Status ModelStatus(ModelHandle model) const = 0;
+  // Frees the model's executables and weights; its handle stays taken and fails from now on.
+  // REQUIRES: no batch in flight (the dispatch loop unloads between batches).
+  virtual void Unload(ModelHandle model) { (void)model; }
 
   // Asynchronous execution, so the dispatch loop drains rings and plans while batches run.
   // Batches execute one at a time in the order begun; up to MaxInFlight() may be begun and

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "model/repository.h"
 #include "shm/control.h"
 #include "shm/recovery.h"
 
@@ -189,7 +190,7 @@ bool DispatchLoop::Turn() {
   CheckHealth();
   bool clean =
       std::all_of(finished.begin(), finished.end(), [](const auto& f) { return f.second.ok(); });
-  if (!stopping_ && !unhealthy_ && clean && planned_ != nullptr &&
+  if (!stopping_ && !unhealthy_ && clean && planned_ != nullptr && !ModelChangeReady() &&
       static_cast<int>(inflight_.size()) < max_in_flight_) {
     Launch();
   }
@@ -200,6 +201,7 @@ bool DispatchLoop::Turn() {
   if (unhealthy_) {
     return false;
   }
+  ApplyModelChanges();
   int64_t now = MonotonicNs();
   for (uint32_t h = 0; h < submissions_.size(); ++h) {
     DrainSubmissions(h, now);
@@ -214,7 +216,8 @@ bool DispatchLoop::Turn() {
       (inflight_.empty() || scheduler_->queued_requests() > 0)) {
     Plan(now);
   }
-  if (!stopping_ && planned_ != nullptr && static_cast<int>(inflight_.size()) < max_in_flight_) {
+  if (!stopping_ && planned_ != nullptr && !ModelChangeReady() &&
+      static_cast<int>(inflight_.size()) < max_in_flight_) {
     Launch();
   }
   FlushCompletions();
@@ -242,8 +245,14 @@ bool DispatchLoop::Turn() {
 bool DispatchLoop::DrainControl() {
   shm::DescriptorData d{};
   while (control_.TryPop(&d) == shm::RingStatus::kOk) {
+    // A load names the next index, counting the loads decoded and not yet applied.
     Result<shm::ControlMessage> message =
-        shm::DecodeControl(d, static_cast<uint32_t>(models_.size()));
+        shm::DecodeControl(d, static_cast<uint32_t>(models_.size() + loads_.size()));
+    if (message.ok() && message->code != shm::ControlCode::kLoadModel &&
+        message->model >= models_.size()) {
+      message =
+          InvalidArgument("control: model " + std::to_string(message->model) + " is still loading");
+    }
     if (!message.ok()) {
       control_.CountInvalid();
       spdlog::warn("worker slot {}: {}", slot_, message.error().ToString());
@@ -277,12 +286,101 @@ bool DispatchLoop::DrainControl() {
       case shm::ControlCode::kSetMaxQueueDepth:
         applied = scheduler_->SetMaxQueueDepth(message->value);
         break;
+      case shm::ControlCode::kLoadModel:
+        if (!options_.loader) {
+          applied = Unavailable("this worker cannot load models");
+          break;
+        }
+        loads_.push_back(message->name);
+        break;
+      case shm::ControlCode::kUnloadModel:
+        UnloadModel(message->model);
+        break;
     }
     if (!applied.ok()) {
       spdlog::warn("worker slot {}: control refused: {}", slot_, applied.error().ToString());
     }
   }
   return true;
+}
+
+bool DispatchLoop::ModelChangeReady() const {
+  return !loads_.empty() || std::any_of(unloads_.begin(), unloads_.end(),
+                                        [this](uint32_t m) { return outstanding_[m] == 0; });
+}
+
+void DispatchLoop::ApplyModelChanges() {
+  if (!inflight_.empty() || !ModelChangeReady()) {
+    return;  // The backend is busy (launches wait meanwhile), or nothing to do.
+  }
+  while (!loads_.empty()) {
+    LoadModel(loads_.front());
+    loads_.pop_front();
+  }
+  for (auto it = unloads_.begin(); it != unloads_.end();) {
+    if (outstanding_[*it] != 0) {
+      ++it;
+      continue;
+    }
+    if (models_[*it].handle >= 0) {
+      backend_->Unload(models_[*it].handle);
+    }
+    spdlog::info("worker slot {}: model index {} freed", slot_, *it);
+    it = unloads_.erase(it);
+  }
+}
+
+void DispatchLoop::LoadModel(const std::string& name) {
+  LoadedModel loaded = options_.loader(name);
+  auto index = static_cast<uint32_t>(models_.size());
+  const Bundle* bundle = loaded.model.bundle;
+  if (!loaded.model.failure && bundle != nullptr &&
+      std::max(bundle->manifest.inputs.size(), bundle->manifest.outputs.size()) >
+          shm::kMaxTensors) {
+    loaded.model.failure =
+        InvalidArgument("model '" + name + "': more than " + std::to_string(shm::kMaxTensors) +
+                        " inputs or outputs cannot cross the rings");
+  }
+  Status added = scheduler_->AddModel(loaded.spec);
+  if (!added.ok()) {
+    // The index is taken all the same (every process numbers models alike): a placeholder.
+    loaded.model.failure = added.error();
+    ModelSpec placeholder;
+    placeholder.name = UnloadedName(index);
+    placeholder.batch_sizes = {1};
+    (void)scheduler_->AddModel(placeholder);
+  }
+  if (loaded.model.failure) {
+    spdlog::error("worker slot {}: model '{}' failed to load: {}", slot_, name,
+                  loaded.model.failure->ToString());
+  } else {
+    spdlog::info("worker slot {}: model '{}' loaded as index {}", slot_, name, index);
+  }
+  loaded_bundles_.push_back(std::move(loaded.bundle));
+  models_.push_back(std::move(loaded.model));
+  outstanding_.push_back(0);
+  errors_.push_back(0);
+  late_shed_.push_back(0);
+  for (shm::DescriptorRules& rules : submit_rules_) {
+    rules.num_models = static_cast<uint32_t>(models_.size());
+  }
+  for (shm::DescriptorRules& rules : release_rules_) {
+    rules.num_models = static_cast<uint32_t>(models_.size());
+  }
+}
+
+void DispatchLoop::UnloadModel(uint32_t index) {
+  LoopModel& model = models_[index];
+  if (model.unloaded) {
+    return;
+  }
+  spdlog::info("worker slot {}: model '{}' (index {}) unloaded; {} of its requests still run",
+               slot_, model.name, index, outstanding_[index]);
+  model.failure = NotFound("model '" + model.name + "' was unloaded");
+  model.unloaded = true;
+  model.name = UnloadedName(index);
+  scheduler_->RetireModel(static_cast<int>(index), model.name);
+  unloads_.push_back(index);
 }
 
 bool DispatchLoop::HookhostAlive(uint32_t h, uint32_t generation) const {
@@ -801,10 +899,11 @@ void DispatchLoop::PublishStatus(shm::ProcessState state) {
     shm::CopyName(m.name, models_[i].name);
     shm::CopyName(m.wire_batch_input, mc.wire_batch_input);
     m.wire_batch_axis = mc.wire_batch_axis;
-    m.state = static_cast<uint32_t>(models_[i].pipeline  ? shm::ModelLoadState::kPipeline
-                                    : models_[i].failure ? shm::ModelLoadState::kFailed
-                                                         : shm::ModelLoadState::kReady);
-    if (models_[i].failure && !models_[i].pipeline) {
+    m.state = static_cast<uint32_t>(models_[i].unloaded   ? shm::ModelLoadState::kUnloaded
+                                    : models_[i].pipeline ? shm::ModelLoadState::kPipeline
+                                    : models_[i].failure  ? shm::ModelLoadState::kFailed
+                                                          : shm::ModelLoadState::kReady);
+    if (models_[i].failure && !models_[i].pipeline && !models_[i].unloaded) {
       shm::CopyName(m.error, models_[i].failure->ToString());
     }
     m.residency = static_cast<uint32_t>(mc.residency);

@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -57,13 +58,25 @@ struct LoopModel {
   ModelHandle handle = -1;
   std::optional<Error> failure;  // Requests to a failed model get this error at once.
   bool pipeline = false;         // A pipeline (failure says it runs in the hook hosts).
+  bool unloaded = false;         // Unloaded (failure: NOT_FOUND); its queued requests still run.
 };
+
+// A model loaded into a running worker (ferryctl load): its loop entry, its scheduler spec and
+// the bundle both point into (owned by the loop from then on). A bundle or backend failure is
+// a model with `failure` set: its index is taken all the same.
+struct LoadedModel {
+  LoopModel model;
+  ModelSpec spec;
+  std::unique_ptr<Bundle> bundle;
+};
+using ModelLoader = std::function<LoadedModel(const std::string& name)>;
 
 struct DispatchLoopOptions {
   int64_t status_interval_ns = 5'000'000;  // Status snapshot and reaping period.
   int64_t idle_sleep_ns = 20'000'000;      // Longest doorbell sleep (the heartbeat's period).
   int spin_iterations = 2000;              // Ring checks before sleeping.
   bool plan_ahead = true;                  // Plan batch k+1 while batch k executes.
+  ModelLoader loader;                      // For kLoadModel; null: loads are refused.
 };
 
 class DispatchLoop {
@@ -118,6 +131,14 @@ class DispatchLoop {
   bool HasPendingCompletions() const;
   void AnswerShedAndFailed(const Dispatch& d);
   bool DrainControl();
+  // Model table changes (kLoadModel, kUnloadModel). A load, and freeing an unloaded model's
+  // executables once nothing of it is queued or executing, wait for the backend to be idle:
+  // no batch is begun meanwhile (the backend's model table is not safe to change under a
+  // running batch).
+  bool ModelChangeReady() const;
+  void ApplyModelChanges();
+  void LoadModel(const std::string& name);
+  void UnloadModel(uint32_t index);
   void DrainSubmissions(uint32_t h, int64_t now);
   void Submit(uint32_t h, const shm::DescriptorData& d, int64_t now);
   Status CheckInputs(const LoopModel& model, const shm::DescriptorData& d) const;
@@ -173,6 +194,9 @@ class DispatchLoop {
   std::vector<uint64_t> outstanding_;                       // Per model: queued or executing.
   std::vector<uint64_t> errors_;                            // Per model: backend errors.
   std::vector<uint64_t> late_shed_;  // Per model: deadline passed between planning and launch.
+  std::deque<std::string> loads_;    // Loads decoded, not yet applied (in index order).
+  std::vector<uint32_t> unloads_;    // Unloaded models whose executables are not freed yet.
+  std::vector<std::unique_ptr<Bundle>> loaded_bundles_;  // Of the models loaded while running.
 
   // Batches begun on the backend and not yet finished, oldest first (at most MaxInFlight),
   // the batch decided next, and spares whose vectors are reused.

@@ -3,13 +3,17 @@
 namespace ferry {
 
 ModelSpec SpecForModel(const RepositoryModel& model) {
+  return SpecForBundle(model.name, model.bundle.get());
+}
+
+ModelSpec SpecForBundle(const std::string& name, const Bundle* bundle) {
   ModelSpec spec;
-  spec.name = model.name;
-  if (model.bundle == nullptr || model.bundle->manifest.pipeline()) {
+  spec.name = name;
+  if (bundle == nullptr || bundle->manifest.pipeline()) {
     spec.batch_sizes = {1};
     return spec;
   }
-  const Manifest& manifest = model.bundle->manifest;
+  const Manifest& manifest = bundle->manifest;
   spec.batch_sizes = manifest.batch_sizes;
   spec.num_variants = static_cast<int>(manifest.variants.size());
   spec.coalescable = !manifest.unbatched() && manifest.all_batched();

@@ -13,5 +13,7 @@ namespace ferry {
 // hook hosts) gets a placeholder spec (one size, one variant) so the numbering holds; nothing
 // is ever queued for it.
 ModelSpec SpecForModel(const RepositoryModel& model);
+// The same for model `name` whose bundle is `bundle` (null: failed or unloaded).
+ModelSpec SpecForBundle(const std::string& name, const Bundle* bundle);
 
 }  // namespace ferry

@@ -16,6 +16,46 @@ Scheduler::ModelState::ModelState(ModelSpec s, double alpha, bool track_deadline
   counters.name = spec.name;
 }
 
+namespace {
+
+// Checks a model's sizes and variants; fills its configuration from `config`.
+Status PrepareSpec(const SchedulerConfig& config, ModelSpec* spec) {
+  const std::vector<int64_t>& sizes = spec->batch_sizes;
+  bool unbatched = sizes == std::vector<int64_t>{0};
+  bool ascending = !sizes.empty() && sizes[0] > 0 &&
+                   std::adjacent_find(sizes.begin(), sizes.end(),
+                                      [](int64_t a, int64_t b) { return a >= b; }) == sizes.end();
+  if (!unbatched && !ascending) {
+    return InvalidArgument("scheduler: model '" + spec->name +
+                           "': batch sizes must be ascending positive, or [0]");
+  }
+  if (spec->num_variants < 1) {
+    return InvalidArgument("scheduler: model '" + spec->name + "': no shape variants");
+  }
+  if (unbatched) {
+    spec->coalescable = false;
+  }
+  spec->config = config.ForModel(spec->name);
+  return OkStatus();
+}
+
+}  // namespace
+
+Status Scheduler::AddModel(ModelSpec spec) {
+  if (FindModel(spec.name) >= 0) {
+    return InvalidArgument("scheduler: model '" + spec.name + "' registered twice");
+  }
+  FERRY_RETURN_IF_ERROR(PrepareSpec(config_, &spec));
+  models_.emplace_back(std::move(spec), config_.cost_ema_alpha,
+                       config_.discipline == Discipline::kEdf);
+  active_slot_.push_back(-1);
+  return OkStatus();
+}
+
+void Scheduler::RetireModel(int index, std::string placeholder) {
+  models_[static_cast<size_t>(index)].spec.name = std::move(placeholder);
+}
+
 Result<Scheduler> Scheduler::Create(SchedulerConfig config, std::vector<ModelSpec> models,
                                     SchedulerOptions options) {
   if (models.empty()) {
@@ -38,22 +78,7 @@ Result<Scheduler> Scheduler::Create(SchedulerConfig config, std::vector<ModelSpe
     if (!names.insert(spec.name).second) {
       return InvalidArgument("scheduler: model '" + spec.name + "' registered twice");
     }
-    const std::vector<int64_t>& sizes = spec.batch_sizes;
-    bool unbatched = sizes == std::vector<int64_t>{0};
-    bool ascending = !sizes.empty() && sizes[0] > 0 &&
-                     std::adjacent_find(sizes.begin(), sizes.end(),
-                                        [](int64_t a, int64_t b) { return a >= b; }) == sizes.end();
-    if (!unbatched && !ascending) {
-      return InvalidArgument("scheduler: model '" + spec.name +
-                             "': batch sizes must be ascending positive, or [0]");
-    }
-    if (spec.num_variants < 1) {
-      return InvalidArgument("scheduler: model '" + spec.name + "': no shape variants");
-    }
-    if (unbatched) {
-      spec.coalescable = false;
-    }
-    spec.config = config.ForModel(spec.name);
+    FERRY_RETURN_IF_ERROR(PrepareSpec(config, &spec));
   }
   for (const auto& [name, unused] : config.models) {
     if (names.count(name) == 0) {

@@ -139,6 +139,14 @@ class Scheduler {
   static Result<Scheduler> Create(SchedulerConfig config, std::vector<ModelSpec> models,
                                   SchedulerOptions options = {});
 
+  // A model loaded on a running worker: the next index (num_models() before the call), with
+  // no queue and no history (it joins fair share like a model becoming backlogged).
+  // INVALID_ARGUMENT for a name already registered or sizes / variants Create refuses.
+  Status AddModel(ModelSpec spec);
+  // An unloaded model keeps its index (nothing is queued for it any more) under
+  // `placeholder`, so its name may be loaded again at another index.
+  void RetireModel(int index, std::string placeholder);
+
   // Index of the model called `name`, or -1.
   int FindModel(std::string_view name) const;
   const ModelSpec& model(int index) const { return models_[static_cast<size_t>(index)].spec; }

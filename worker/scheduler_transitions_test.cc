@@ -138,6 +138,41 @@ TEST_CASE("a third model joining two running ones waits at most the bound") {
   }
 }
 
+TEST_CASE(
+    "a model loaded on a running worker (AddModel) joins within the bound; unloaded, its "
+    "name is free again") {
+  std::vector<double> w = {1, 1, 1}, d = {0.001, 0.002, 0.0005};
+  Run run = MakeRun({{"a", 1}, {"b", 1}}, {d[0], d[1]});
+  run.Start(0);
+  run.Start(1);
+  run.RunFor(100);
+  run.longest_gap.clear();
+  REQUIRE(run.s.AddModel(Spec("c")).ok());  // Loaded after 100 s of the others.
+  REQUIRE(run.s.num_models() == 3);
+  run.cost[2] = d[2];
+  run.Start(2);
+  run.RunFor(5);
+  for (int i : {0, 1, 2}) {
+    CAPTURE(i);
+    CHECK(run.longest_gap[i] <= Bound(w, d, i, {0, 1, 2}));
+  }
+  run.busy.clear();
+  run.RunFor(5);
+  double total = run.busy[0] + run.busy[1] + run.busy[2];
+  CHECK(run.busy[2] / total == doctest::Approx(1.0 / 3).epsilon(0.06));
+  // A name in use is refused; a retired model's name may be loaded again, at a new index.
+  CHECK(run.s.AddModel(Spec("c")).error().message == "scheduler: model 'c' registered twice");
+  ModelSpec bad = Spec("e");
+  bad.batch_sizes = {4, 2};
+  CHECK_FALSE(run.s.AddModel(bad).ok());
+  run.Leave(2);
+  run.RunFor(1);  // Its queue runs out.
+  run.s.RetireModel(2, "(unloaded 2)");
+  CHECK(run.s.FindModel("c") == -1);
+  REQUIRE(run.s.AddModel(Spec("c")).ok());
+  CHECK(run.s.FindModel("c") == 3);
+}
+
 TEST_CASE("a model that pauses and returns neither locks others out nor is locked out") {
   std::vector<double> w = {1, 1}, d = {0.001, 0.001};
   Run run = MakeRun({{"a", 1}, {"b", 1}}, d);

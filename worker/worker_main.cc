@@ -126,8 +126,35 @@ void WarmUp(Backend& backend, Scheduler& scheduler, const std::vector<LoopModel>
   }
 }
 
+// A worker's entry for model `name` (bundle null: failed or unloaded, `failure` says why):
+// its executables built on `backend`, unless it is a pipeline.
+LoopModel MakeLoopModel(const std::string& name, const Bundle* bundle, std::optional<Error> failure,
+                        bool unloaded, Backend& backend) {
+  LoopModel model;
+  model.name = name;
+  model.bundle = bundle;
+  model.failure = std::move(failure);
+  model.unloaded = unloaded;
+  if (bundle != nullptr && bundle->manifest.pipeline()) {
+    model.pipeline = true;
+    model.failure =
+        InvalidArgument("model '" + name + "' is a pipeline: the hook hosts run it, not a worker");
+  } else if (bundle != nullptr) {
+    Result<ModelHandle> handle = backend.Load(*bundle);
+    if (handle.ok()) {
+      model.handle = *handle;
+    } else {
+      model.failure = handle.error();
+    }
+  }
+  if (model.failure && !model.pipeline && !model.unloaded) {
+    spdlog::error("model '{}' failed to load: {}", name, model.failure->ToString());
+  }
+  return model;
+}
+
 int Main(const std::string& segment_name, uint32_t slot, const std::string& config_path,
-         bool device_pinned) {
+         bool device_pinned, const std::optional<std::string>& table) {
   prctl(PR_SET_TIMERSLACK, 1UL);  // Sleeps until a batch's end must not overshoot by 50 us.
   Result<NodeConfig> config = LoadNodeConfig(config_path, SchedulerEnvironment());
   if (!config.ok()) {
@@ -157,7 +184,11 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
   starting->published_ns = MonotonicNs();
   status.Publish(*starting);
 
-  Result<std::vector<RepositoryModel>> repository = LoadRepository(config->node.model_repository);
+  // ferryd hands down the node's model table (models loaded and unloaded while it ran keep
+  // their indices); run alone, a worker lists the repository.
+  const std::string& dir = config->node.model_repository;
+  Result<std::vector<RepositoryModel>> repository =
+      table ? LoadModelTable(dir, SplitModelTable(*table)) : LoadRepository(dir);
   if (!repository.ok()) {
     spdlog::error("{}", repository.error().ToString());
     return 1;
@@ -171,27 +202,22 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
   std::vector<LoopModel> models;
   std::vector<ModelSpec> specs;
   for (const RepositoryModel& entry : *repository) {
-    LoopModel model;
-    model.name = entry.name;
-    model.bundle = entry.bundle.get();
-    model.failure = entry.failure;
-    if (model.bundle != nullptr && model.bundle->manifest.pipeline()) {
-      model.pipeline = true;
-      model.failure = InvalidArgument("model '" + model.name +
-                                      "' is a pipeline: the hook hosts run it, not a worker");
-    } else if (model.bundle != nullptr) {
-      Result<ModelHandle> handle = (*backend)->Load(*model.bundle);
-      if (handle.ok()) {
-        model.handle = *handle;
+    models.push_back(
+        MakeLoopModel(entry.name, entry.bundle.get(), entry.failure, entry.unloaded, **backend));
+    specs.push_back(SpecForModel(entry));
+  }
+  if (table) {
+    // Settings for a model unloaded since the node started (or not loaded yet) wait for it.
+    for (auto it = config->scheduler.models.begin(); it != config->scheduler.models.end();) {
+      bool listed = std::any_of(specs.begin(), specs.end(),
+                                [&](const ModelSpec& s) { return s.name == it->first; });
+      if (!listed) {
+        spdlog::warn("[scheduler.models.{}]: no such model is loaded now", it->first);
+        it = config->scheduler.models.erase(it);
       } else {
-        model.failure = handle.error();
+        ++it;
       }
     }
-    if (model.failure && !model.pipeline) {
-      spdlog::error("model '{}' failed to load: {}", model.name, model.failure->ToString());
-    }
-    specs.push_back(SpecForModel(entry));
-    models.push_back(std::move(model));
   }
   if (models.empty()) {
     spdlog::warn("model repository {} holds no model", config->node.model_repository);
@@ -207,7 +233,22 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
     spdlog::warn("{}", warning);
   }
   WarmUp(**backend, *scheduler, models);
-  DispatchLoop loop(*segment, slot, backend->get(), &*scheduler, std::move(models));
+  DispatchLoopOptions options;
+  Backend* running = backend->get();
+  options.loader = [running, &dir](const std::string& name) {
+    LoadedModel loaded;
+    Result<Bundle> bundle = LoadBundle(dir + "/" + name);
+    std::optional<Error> failure;
+    if (bundle.ok()) {
+      loaded.bundle = std::make_unique<Bundle>(std::move(*bundle));
+    } else {
+      failure = bundle.error();
+    }
+    loaded.model = MakeLoopModel(name, loaded.bundle.get(), failure, false, *running);
+    loaded.spec = SpecForBundle(name, loaded.bundle.get());
+    return loaded;
+  };
+  DispatchLoop loop(*segment, slot, backend->get(), &*scheduler, std::move(models), options);
   spdlog::info("worker slot {} serving {} models on {}", slot, scheduler->num_models(),
                (*backend)->name());
   return loop.Run();
@@ -228,6 +269,10 @@ int main(int argc, char** argv) {
   bool device_pinned = false;
   app.add_flag("--device-pinned", device_pinned,
                "CUDA_VISIBLE_DEVICES holds only this worker's GPU: use device 0 (set by ferryd)");
+  std::optional<std::string> table;
+  app.add_option("--models", table,
+                 "the node's model table, by index: names, '-' for an unloaded one (set by ferryd; "
+                 "default: the repository's bundles in name order)");
   ferry::LogFlags log_flags;
   ferry::AddLogFlags(app, &log_flags);
   CLI11_PARSE(app, argc, argv);
@@ -235,5 +280,5 @@ int main(int argc, char** argv) {
     std::cerr << status.error().ToString() << "\n";
     return 1;
   }
-  return ferry::Main(segment, slot, config, device_pinned);
+  return ferry::Main(segment, slot, config, device_pinned, table);
 }

@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -221,6 +222,142 @@ TEST_CASE("errors through HTTP: unknown model, bad tensors, deadline, wrong meth
   get = client->Request("GET", "/v2/models/mlp/versions/1/ready");
   REQUIRE(get.ok());
   CHECK(get->status == 200);
+  kill(ferryd.pid(), SIGTERM);
+  CHECK(ferryd.Wait() == 0);
+}
+
+// Whether every worker lists `model` with `state` (or, state empty, lists it not at all), the
+// node is ready and no hook host is still restarting for a model change.
+bool Settled(const json& status, const std::string& model, const std::string& state) {
+  if (status["state"] != "ready" || status["models_changing"].get<bool>()) {
+    return false;
+  }
+  for (const json& c : status["children"]) {
+    if (c["kind"] != "worker") continue;
+    bool found = false;
+    for (const json& m : c["models"]) {
+      if (m["model"] == model) found = m["state"] == state;
+    }
+    if (found != !state.empty()) return false;
+  }
+  return true;
+}
+
+std::vector<int> Pids(const json& status, const std::string& kind) {
+  std::vector<int> pids;
+  for (const json& c : status["children"]) {
+    if (c["kind"] == kind) pids.push_back(c["pid"].get<int>());
+  }
+  return pids;
+}
+
+TEST_CASE("load and unload on a running node: workers keep running, clients see the change") {
+  TempDir dir;
+  FerrydProcess ferryd(dir, kCpuNode, kSettings);
+  REQUIRE_MESSAGE(ferryd.WaitReady(), ferryd.log());
+  json before = *ferryd.Status();
+  CHECK(before["model_table"] == json::array({"cnn", "mlp"}));
+  // A new bundle appears in the repository: the MLP under another name.
+  std::string repo = dir / "models";
+  std::filesystem::create_directories(repo + "/mlp2");
+  std::ifstream in("examples/models/mlp/manifest.toml");
+  std::string manifest((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  manifest.replace(manifest.find("name = \"mlp\""), 12, "name = \"mlp2\"");
+  WriteFile(repo + "/mlp2/manifest.toml", manifest);
+  std::filesystem::copy_file("examples/models/mlp/weights.safetensors",
+                             repo + "/mlp2/weights.safetensors");
+  WriteFile(repo + "/broken/manifest.toml", "name = \"broken\"\n");
+  auto change = [&](supervisor::ControlCommand command, const std::string& model) {
+    supervisor::ControlRequest request;
+    request.command = command;
+    request.model = model;
+    return ferryd.Call(request);
+  };
+  Direct direct(repo);
+  std::mt19937 rng(5);
+  Sample sample = MakeSample(rng);
+  while (sample.model != "mlp") sample = MakeSample(rng);
+  std::vector<uint8_t> want = direct.Run("mlp", sample.rows, sample.input);
+  sample.model = "mlp2";
+  {
+    Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
+    REQUIRE(client.ok());
+    Result<frontend::InferAnswer> unknown = Send(*client, sample);
+    REQUIRE_FALSE(unknown.ok());
+    CHECK(unknown.error().code == ErrorCode::kNotFound);
+  }
+
+  Result<json> loaded = change(supervisor::ControlCommand::kLoad, "mlp2");
+  REQUIRE_MESSAGE(loaded.ok(), loaded.error().message);
+  CHECK((*loaded)["index"] == 2);
+  std::optional<json> after =
+      ferryd.StatusWhen([](const json& s) { return Settled(s, "mlp2", "ready"); });
+  REQUIRE_MESSAGE(after.has_value(), ferryd.log());
+  CHECK((*after)["model_table"] == json::array({"cnn", "mlp", "mlp2"}));
+  CHECK(Pids(*after, "worker") == Pids(before, "worker"));  // Not restarted.
+  for (int pid : Pids(*after, "hookhost")) {                // Restarted, one at a time.
+    for (int old : Pids(before, "hookhost")) CHECK(pid != old);
+  }
+  CHECK(ChildOf(*after, "worker", 0)["restarts"] == 0);
+  {
+    Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
+    REQUIRE(client.ok());
+    Result<frontend::InferAnswer> answer = Send(*client, sample);
+    REQUIRE_MESSAGE(answer.ok(), answer.error().message);
+    CHECK(SameFloats(answer->outputs.at(0).bytes, want));
+  }
+
+  // Refusals, each naming what is wrong; nothing changes.
+  Result<json> again = change(supervisor::ControlCommand::kLoad, "mlp2");
+  REQUIRE_FALSE(again.ok());
+  CHECK(again.error().message.find("'mlp2' is already loaded (index 2)") != std::string::npos);
+  Result<json> broken = change(supervisor::ControlCommand::kLoad, "broken");
+  REQUIRE_FALSE(broken.ok());
+  CHECK(broken.error().message.find("load 'broken'") != std::string::npos);
+  Result<json> absent = change(supervisor::ControlCommand::kLoad, "nosuch");
+  REQUIRE_FALSE(absent.ok());
+  CHECK(absent.error().code == ErrorCode::kNotFound);
+  Result<json> not_loaded = change(supervisor::ControlCommand::kUnload, "nosuch");
+  REQUIRE_FALSE(not_loaded.ok());
+  CHECK(not_loaded.error().message == "no model 'nosuch' is loaded");
+
+  // A worker restarted now starts with the table as it is, and serves mlp2 at index 2.
+  kill(ChildOf(*after, "worker", 1)["pid"].get<int>(), SIGKILL);
+  std::optional<json> restarted = ferryd.StatusWhen([](const json& s) {
+    return Settled(s, "mlp2", "ready") && ChildOf(s, "worker", 1)["restarts"] == 1;
+  });
+  REQUIRE_MESSAGE(restarted.has_value(), ferryd.log());
+
+  Result<json> unloaded = change(supervisor::ControlCommand::kUnload, "mlp2");
+  REQUIRE_MESSAGE(unloaded.ok(), unloaded.error().message);
+  std::optional<json> gone =
+      ferryd.StatusWhen([](const json& s) { return Settled(s, "mlp2", ""); });
+  REQUIRE_MESSAGE(gone.has_value(), ferryd.log());
+  CHECK((*gone)["model_table"] == json::array({"cnn", "mlp", "-"}));
+  CHECK(ChildOf(*gone, "worker", 0)["models"][2]["state"] == "unloaded");
+  {
+    Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
+    REQUIRE(client.ok());
+    Result<frontend::InferAnswer> answer = Send(*client, sample);
+    REQUIRE_FALSE(answer.ok());
+    CHECK(answer.error().code == ErrorCode::kNotFound);
+    sample.model = "mlp";
+    answer = Send(*client, sample);  // The others serve on.
+    CHECK_MESSAGE(answer.ok(), answer.error().message);
+    sample.model = "mlp2";
+  }
+  // Loaded again: a new index, serving.
+  Result<json> reloaded = change(supervisor::ControlCommand::kLoad, "mlp2");
+  REQUIRE_MESSAGE(reloaded.ok(), reloaded.error().message);
+  CHECK((*reloaded)["index"] == 3);
+  REQUIRE(ferryd.StatusWhen([](const json& s) { return Settled(s, "mlp2", "ready"); }));
+  {
+    Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
+    REQUIRE(client.ok());
+    Result<frontend::InferAnswer> answer = Send(*client, sample);
+    REQUIRE_MESSAGE(answer.ok(), answer.error().message);
+    CHECK(SameFloats(answer->outputs.at(0).bytes, want));
+  }
   kill(ferryd.pid(), SIGTERM);
   CHECK(ferryd.Wait() == 0);
 }

@@ -61,6 +61,17 @@ CpuBackend::CpuBackend(CpuOptions options)
       threads_(CpuThreads(options.threads)),
       pool_(options.mode == CpuMode::kReference ? threads_ : 1) {}
 
+void CpuBackend::Unload(ModelHandle handle) {
+  if (handle < 0 || static_cast<size_t>(handle) >= models_.size()) {
+    return;
+  }
+  Model& model = models_[static_cast<size_t>(handle)];
+  model.programs.clear();
+  model.weights.clear();
+  model.shapes.clear();
+  model.failure = NotFound("the model was unloaded");
+}
+
 Result<ModelHandle> CpuBackend::Load(const Bundle& bundle) {
   ModelHandle handle = static_cast<ModelHandle>(models_.size());
   models_.emplace_back();

@@ -45,6 +45,7 @@ class CpuBackend : public ThreadedBackend {
   Result<ModelHandle> Load(const Bundle& bundle) override;
   Result<ExecutionTiming> Execute(ModelHandle model, const BatchJob& job) override;
   Status ModelStatus(ModelHandle model) const override;
+  void Unload(ModelHandle model) override;
   unsigned threads() const { return threads_; }
 
  private:

@@ -698,6 +698,15 @@ Result<ModelHandle> CudaBackend::Load(const Bundle& bundle) {
   return handle;
 }
 
+void CudaBackend::Unload(ModelHandle model) {
+  if (model < 0 || static_cast<size_t>(model) >= impl_->models.size()) {
+    return;
+  }
+  Model& m = impl_->models[static_cast<size_t>(model)];
+  impl_->Release(m);
+  m.failure = NotFound("the model was unloaded");
+}
+
 Status CudaBackend::ModelStatus(ModelHandle model) const {
   if (model < 0 || static_cast<size_t>(model) >= impl_->models.size()) {
     return NotFound("cuda backend: no model " + std::to_string(model));

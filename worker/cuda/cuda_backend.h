@@ -71,6 +71,7 @@ class CudaBackend : public ThreadedBackend {
   Result<ModelHandle> Load(const Bundle& bundle) override;
   Result<ExecutionTiming> Execute(ModelHandle model, const BatchJob& job) override;
   Status ModelStatus(ModelHandle model) const override;
+  void Unload(ModelHandle model) override;
   bool Healthy() const override { return healthy(); }
 
   // Page-locks host memory (the shared-memory segment) for fast, async copies; undo with
