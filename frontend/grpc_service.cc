@@ -298,6 +298,27 @@ class Service final : public inference::GRPCInferenceService::Service {
     out->set_ready(kserve_->ModelReady(*model));
     return grpc::Status::OK;
   }
+  grpc::Status RepositoryIndex(grpc::ServerContext*, const inference::RepositoryIndexRequest* in,
+                               inference::RepositoryIndexResponse* out) override {
+    for (const nlohmann::json& entry : kserve_->RepositoryIndex(in->ready())) {
+      inference::RepositoryIndexResponse::ModelIndex* m = out->add_models();
+      m->set_name(entry.value("name", ""));
+      m->set_version(entry.value("version", ""));
+      m->set_state(entry.value("state", ""));
+      m->set_reason(entry.value("reason", ""));
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status RepositoryModelLoad(grpc::ServerContext*,
+                                   const inference::RepositoryModelLoadRequest*,
+                                   inference::RepositoryModelLoadResponse*) override {
+    return {grpc::StatusCode::PERMISSION_DENIED, KServeService::kModelControlRefusal};
+  }
+  grpc::Status RepositoryModelUnload(grpc::ServerContext*,
+                                     const inference::RepositoryModelUnloadRequest*,
+                                     inference::RepositoryModelUnloadResponse*) override {
+    return {grpc::StatusCode::PERMISSION_DENIED, KServeService::kModelControlRefusal};
+  }
   grpc::Status ServerMetadata(grpc::ServerContext*, const inference::ServerMetadataRequest*,
                               inference::ServerMetadataResponse* out) override {
     nlohmann::json meta = frontend::ServerMetadata();

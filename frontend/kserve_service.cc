@@ -95,7 +95,7 @@ KServeService::KServeService(const shm::Segment& segment,
 
 const hookhost::HookModel* KServeService::Find(std::string_view name) const {
   for (const hookhost::HookModel& m : models_) {
-    if (m.name == name) {
+    if (m.name == name && !m.unloaded) {
       return &m;
     }
   }
@@ -157,6 +157,30 @@ bool KServeService::ModelReady(const hookhost::HookModel& model) const {
   return false;
 }
 
+json KServeService::RepositoryIndex(bool ready_only) const {
+  json index = json::array();
+  for (const hookhost::HookModel& m : models_) {
+    if (m.unloaded) {
+      continue;
+    }
+    bool ready = ModelReady(m);
+    if (ready_only && !ready) {
+      continue;
+    }
+    json entry = {{"name", m.name}, {"state", ready ? "READY" : "UNAVAILABLE"}};
+    if (!m.failure) {
+      entry["version"] = std::to_string(m.manifest().version);
+    }
+    if (!ready) {
+      entry["reason"] = m.failure          ? m.failure->message
+                        : draining_.load() ? "this hook host is draining"
+                                           : "no worker serves it now";
+    }
+    index.push_back(entry);
+  }
+  return index;
+}
+
 bool KServeService::ServerReady() const {
   if (draining_.load()) {
     return false;
@@ -194,6 +218,25 @@ void KServeService::Handle(HttpRequest&& request, Responder respond) {
     } else {
       bool ready = ServerReady();
       respond(Json(ready ? 200 : 400, {{"ready", ready}}));
+    }
+    return;
+  }
+  if (parts[1] == "repository") {
+    if (!post) {
+      method_not_allowed();
+    } else if (parts.size() == 3 && parts[2] == "index") {
+      // The body is a flat object ({"ready": true}): anything deeper is not one (and is not
+      // handed to a recursive parser).
+      json body =
+          JsonDepthWithin(request.body, 4) ? json::parse(request.body, nullptr, false) : json();
+      bool ready_only = body.is_object() && body.value("ready", false);
+      respond(Json(200, RepositoryIndex(ready_only)));
+    } else if (parts.size() == 5 && parts[2] == "models" &&
+               (parts[4] == "load" || parts[4] == "unload")) {
+      respond(Json(403, {{"error", kModelControlRefusal}}));
+    } else {
+      respond(Json(404,
+                   {{"error", "no such endpoint: " + std::string(request.target.substr(0, 256))}}));
     }
     return;
   }

@@ -47,6 +47,13 @@ class KServeService {
   // A worker serves it and the node is not draining; a pipeline: every model it calls is ready.
   bool ModelReady(const hookhost::HookModel& model) const;
   bool ServerReady() const;
+  // The repository extension's index: one entry per model served ({name, version, state
+  // READY or UNAVAILABLE, reason}), only the ready ones when `ready_only`.
+  nlohmann::json RepositoryIndex(bool ready_only) const;
+  // Why the repository extension's load and unload are refused on this port.
+  static constexpr const char* kModelControlRefusal =
+      "model load and unload are not served on the KServe port: what a node serves is changed "
+      "through ferryd's control socket (ferryctl load / unload), whose peers are checked";
   // Submits a parsed request (its spans must stay valid until this returns); `done` runs once,
   // on a hook thread or here. UNAVAILABLE while draining or for a model that failed to load.
   void Submit(const hookhost::HookModel& model, const std::shared_ptr<ParsedInfer>& request,

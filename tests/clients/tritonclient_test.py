@@ -93,6 +93,16 @@ def main():
         check(False, "bad shape refused")
     except InferenceServerException as e:
         check("784" in str(e), "bad shape refused naming the expected shape")
+    # The repository extension: the index is served; load and unload are ferryctl's.
+    index = client.get_model_repository_index()
+    names = {m["name"]: m for m in index}
+    check(names.get("mlp", {}).get("state") == "READY" and "cnn" in names,
+          f"repository index lists the models, ready ({index})")
+    try:
+        client.load_model("mlp")
+        check(False, "repository load refused")
+    except InferenceServerException as e:
+        check("ferryctl load" in str(e), "repository load refused, naming ferryctl")
     grpc_checks(sys.argv[2])
     if failures:
         print(f"{len(failures)} check(s) failed")
@@ -135,6 +145,15 @@ def grpc_checks(address):
         ok = error is None and float(np.abs(result.as_numpy("logits") - want[i:i + 1]).max()) < 1e-4
         check(ok and result.get_response().id == str(i), f"gRPC stream answer {i} in order and exact")
     client.stop_stream()
+    index = client.get_model_repository_index()
+    check(sorted(m.name for m in index.models) == ["cnn", "mlp"] and
+          all(m.state == "READY" for m in index.models), "gRPC repository index")
+    try:
+        client.unload_model("mlp")
+        check(False, "gRPC repository unload refused")
+    except InferenceServerException as e:
+        check("PERMISSION_DENIED" in str(e.status()) or "ferryctl" in str(e),
+              "gRPC repository unload refused")
     try:
         client.infer("nosuch", [inp])
         check(False, "gRPC unknown model refused")

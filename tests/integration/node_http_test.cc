@@ -302,6 +302,22 @@ TEST_CASE("load and unload on a running node: workers keep running, clients see 
   {
     Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
     REQUIRE(client.ok());
+    // The repository extension lists it; its load and unload are refused on this port.
+    Result<frontend::HttpAnswer> index = client->Request("POST", "/v2/repository/index", "");
+    REQUIRE(index.ok());
+    CHECK(index->status == 200);
+    json listed = json::parse(index->body);
+    CHECK(listed.size() == 3);
+    CHECK(listed[2] == json{{"name", "mlp2"}, {"state", "READY"}, {"version", "1"}});
+    Result<frontend::HttpAnswer> refused =
+        client->Request("POST", "/v2/repository/models/mlp2/unload", "{}");
+    REQUIRE(refused.ok());
+    CHECK_MESSAGE(refused->status == 403, refused->body);
+    CHECK(refused->body.find("ferryctl load / unload") != std::string::npos);
+    index =
+        client->Request("POST", "/v2/repository/index", std::string(100, '[') + "{\"ready\":1}");
+    REQUIRE(index.ok());
+    CHECK(index->status == 200);  // A hostile body is no filter, and no crash.
     Result<frontend::InferAnswer> answer = Send(*client, sample);
     REQUIRE_MESSAGE(answer.ok(), answer.error().message);
     CHECK(SameFloats(answer->outputs.at(0).bytes, want));
