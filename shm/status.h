@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -42,6 +43,15 @@ std::string_view ProcessStateName(ProcessState state);
 // kPipeline: a pipeline bundle, run by the hook hosts (a worker never executes it).
 // kUnloaded: an index whose model was unloaded (ferryctl unload); its name is a placeholder.
 enum class ModelLoadState : uint32_t { kReady = 0, kFailed = 1, kPipeline = 2, kUnloaded = 3 };
+
+// Histogram bounds (Prometheus `le`) of the queue wait (ns) and of dispatched batch sizes.
+inline constexpr int64_t kQueueWaitBoundsNs[] = {
+    100'000,       250'000,       500'000,       1'000'000,     2'500'000,   5'000'000,
+    10'000'000,    25'000'000,    50'000'000,    100'000'000,   250'000'000, 500'000'000,
+    1'000'000'000, 2'500'000'000, 5'000'000'000, 10'000'000'000};
+inline constexpr int64_t kBatchSizeBounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+inline constexpr size_t kQueueWaitBuckets = std::size(kQueueWaitBoundsNs);
+inline constexpr size_t kBatchSizeBuckets = std::size(kBatchSizeBounds);
 
 // Fixed-size strings are NUL-terminated and truncated to fit.
 struct ModelStatusData {
@@ -68,6 +78,15 @@ struct ModelStatusData {
   int64_t queue_wait_p50_ns;
   int64_t queue_wait_p99_ns;
   int64_t effective_max_batch;
+  // Cumulative since the worker started: requests dispatched with a queue wait <= each bound,
+  // their count and summed wait; dispatches at a compiled size <= each bound, their count and
+  // summed size.
+  uint64_t queue_wait_le[kQueueWaitBuckets];
+  uint64_t queue_wait_count;
+  int64_t queue_wait_sum_ns;
+  uint64_t batch_size_le[kBatchSizeBuckets];
+  uint64_t batch_size_count;
+  uint64_t batch_size_sum;
 };
 
 struct StatusSnapshotData {

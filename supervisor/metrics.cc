@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <map>
+#include <span>
 
 #include "shm/status.h"
 
@@ -34,7 +35,12 @@ class Writer {
     out_ += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
   }
   void Sample(const std::map<std::string, std::string>& labels, double value) {
-    out_ += current_;
+    SampleAs("", labels, value);
+  }
+  // A sample of the current family under `suffix` (a histogram's _bucket, _sum, _count).
+  void SampleAs(const char* suffix, const std::map<std::string, std::string>& labels,
+                double value) {
+    out_ += current_ + suffix;
     if (!labels.empty()) {
       out_ += "{";
       bool first = true;
@@ -72,14 +78,41 @@ std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters&
     }
   }
   Writer out;
-  auto per_model = [&](const std::string& name, const char* type, const char* help, auto value) {
-    out.Family(name, type, help);
+  // Every model a worker lists, but the placeholders of unloaded ones.
+  auto each_model = [&](auto visit) {
     for (const WorkerView& w : workers) {
       for (uint32_t m = 0; m < w.status.num_models && m < shm::kMaxStatusModels; ++m) {
-        out.Sample({{"model", Name(w.status.models[m])}, {"gpu", std::to_string(w.index)}},
-                   value(w.status.models[m]));
+        if (w.status.models[m].state != static_cast<uint32_t>(shm::ModelLoadState::kUnloaded)) {
+          visit(w, w.status.models[m]);
+        }
       }
     }
+  };
+  auto per_model = [&](const std::string& name, const char* type, const char* help, auto value) {
+    out.Family(name, type, help);
+    each_model([&](const WorkerView& w, const shm::ModelStatusData& d) {
+      out.Sample({{"model", Name(d)}, {"gpu", std::to_string(w.index)}}, value(d));
+    });
+  };
+  // A cumulative histogram per model: `le` holds counts at each of `bounds` (scaled into the
+  // label by `unit`), then +Inf, _sum and _count.
+  auto histogram = [&](const std::string& name, const char* help, std::span<const int64_t> bounds,
+                       double unit, auto le, auto count, auto sum) {
+    out.Family(name, "histogram", help);
+    each_model([&](const WorkerView& w, const shm::ModelStatusData& d) {
+      std::string gpu = std::to_string(w.index);
+      for (size_t b = 0; b < bounds.size(); ++b) {
+        out.SampleAs("_bucket",
+                     {{"model", Name(d)},
+                      {"gpu", gpu},
+                      {"le", fmt::format("{}", static_cast<double>(bounds[b]) * unit)}},
+                     static_cast<double>(le(d)[b]));
+      }
+      out.SampleAs("_bucket", {{"model", Name(d)}, {"gpu", gpu}, {"le", "+Inf"}},
+                   static_cast<double>(count(d)));
+      out.SampleAs("_sum", {{"model", Name(d)}, {"gpu", gpu}}, sum(d));
+      out.SampleAs("_count", {{"model", Name(d)}, {"gpu", gpu}}, static_cast<double>(count(d)));
+    });
   };
   out.Family("ferry_requests_total", "counter",
              "Requests answered by the workers, by outcome: success, rejected (queue full or "
@@ -88,6 +121,9 @@ std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters&
   for (const WorkerView& w : workers) {
     for (uint32_t m = 0; m < w.status.num_models && m < shm::kMaxStatusModels; ++m) {
       const shm::ModelStatusData& d = w.status.models[m];
+      if (d.state == static_cast<uint32_t>(shm::ModelLoadState::kUnloaded)) {
+        continue;
+      }
       for (auto [outcome, value] : {std::pair<const char*, uint64_t>{"success", d.requests_served},
                                     {"rejected", d.rejected},
                                     {"shed", d.shed},
@@ -112,6 +148,20 @@ std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters&
             [](const shm::ModelStatusData& d) {
               return static_cast<double>(d.queue_wait_p99_ns) * 1e-9;
             });
+  histogram(
+      "ferry_queue_wait_seconds",
+      "Time requests waited in the worker's queue before their batch began, since the worker "
+      "started (a bucket's count is exact to 1/8 of an octave).",
+      shm::kQueueWaitBoundsNs, 1e-9, [](const shm::ModelStatusData& d) { return d.queue_wait_le; },
+      [](const shm::ModelStatusData& d) { return d.queue_wait_count; },
+      [](const shm::ModelStatusData& d) {
+        return static_cast<double>(d.queue_wait_sum_ns) * 1e-9;
+      });
+  histogram(
+      "ferry_batch_size", "The compiled batch size of each dispatch, since the worker started.",
+      shm::kBatchSizeBounds, 1.0, [](const shm::ModelStatusData& d) { return d.batch_size_le; },
+      [](const shm::ModelStatusData& d) { return d.batch_size_count; },
+      [](const shm::ModelStatusData& d) { return static_cast<double>(d.batch_size_sum); });
   per_model("ferry_compute_seconds_total", "counter", "Execution time spent on the model.",
             [](const shm::ModelStatusData& d) { return d.total_compute_seconds; });
   per_model("ferry_compute_share", "gauge",

@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include "worker/wait_histogram.h"
 
 namespace ferry {
@@ -38,8 +40,17 @@ TEST_CASE("queue-wait percentiles come from a bounded histogram within a bucket"
   CHECK(h.count() == 1000);
   CHECK(h.Percentile(0.5) == doctest::Approx(500'000).epsilon(0.1));
   CHECK(h.Percentile(0.99) == doctest::Approx(990'000).epsilon(0.1));
+  // Prometheus buckets: whole sub-buckets at or below a bound (1/8 octave late at most).
+  CHECK(h.CountAtMost(0) == 0);
+  CHECK(h.CountAtMost(1'024'000) == 1000);  // A bucket bound: 1 us * 2^10.
+  CHECK(h.CountAtMost(1'000'000) >= 940);   // (960, 1024] us straddles 1 ms: counted above it.
+  CHECK(h.CountAtMost(100'000) >= 88);
+  CHECK(h.CountAtMost(100'000) <= 100);
+  CHECK(h.sum_ns() == int64_t{500500} * 1000);
   h.Record(int64_t{1} << 62);  // Far beyond the last bucket: clamped, not lost.
   CHECK(h.count() == 1001);
+  h.Record(std::numeric_limits<int64_t>::max());
+  CHECK(h.sum_ns() == std::numeric_limits<int64_t>::max());  // Saturates.
 }
 
 }  // namespace

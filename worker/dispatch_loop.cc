@@ -923,6 +923,20 @@ void DispatchLoop::PublishStatus(shm::ProcessState state) {
     m.errors = errors_[i];
     m.queue_wait_p50_ns = mm.queue_wait_p50_ns;
     m.queue_wait_p99_ns = mm.queue_wait_p99_ns;
+    for (size_t b = 0; b < shm::kQueueWaitBuckets && b < mm.queue_wait_le.size(); ++b) {
+      m.queue_wait_le[b] = mm.queue_wait_le[b];
+    }
+    m.queue_wait_count = mm.queue_wait_count;
+    m.queue_wait_sum_ns = mm.queue_wait_sum_ns;
+    for (const auto& [size, dispatches] : mm.batch_size_histogram) {
+      for (size_t b = 0; b < shm::kBatchSizeBuckets; ++b) {
+        if (size <= shm::kBatchSizeBounds[b]) {
+          m.batch_size_le[b] += dispatches;
+        }
+      }
+      m.batch_size_count += dispatches;
+      m.batch_size_sum += static_cast<uint64_t>(size) * dispatches;
+    }
     m.effective_max_batch = mm.effective_max_batch;
   }
   status_.Publish(s);

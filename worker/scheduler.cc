@@ -4,6 +4,8 @@
 #include <cmath>
 #include <set>
 
+#include "shm/status.h"
+
 namespace ferry {
 
 Scheduler::ModelState::ModelState(ModelSpec s, double alpha, bool track_deadlines)
@@ -729,6 +731,11 @@ std::vector<ModelMetrics> Scheduler::Metrics(Nanos now) const {
     metrics.queue_depth = m.queue.size();
     metrics.queue_wait_p50_ns = m.waits.Percentile(0.50);
     metrics.queue_wait_p99_ns = m.waits.Percentile(0.99);
+    for (int64_t bound : shm::kQueueWaitBoundsNs) {
+      metrics.queue_wait_le.push_back(m.waits.CountAtMost(bound));
+    }
+    metrics.queue_wait_count = m.waits.count();
+    metrics.queue_wait_sum_ns = m.waits.sum_ns();
     for (size_t i = 0; i < m.spec.batch_sizes.size(); ++i) {
       if (m.size_counts[i] > 0) {
         metrics.batch_size_histogram[m.spec.batch_sizes[i]] = m.size_counts[i];

@@ -98,6 +98,10 @@ struct ModelMetrics {
   int64_t queue_wait_p50_ns = 0;
   int64_t queue_wait_p99_ns = 0;
   std::map<int64_t, uint64_t> batch_size_histogram;  // Compiled size -> dispatches.
+  // Requests dispatched with a queue wait <= shm::kQueueWaitBoundsNs[i]; all of them; the sum.
+  std::vector<uint64_t> queue_wait_le;
+  uint64_t queue_wait_count = 0;
+  int64_t queue_wait_sum_ns = 0;
   int64_t effective_max_batch = 0;
   Residency residency = Residency::kWarm;
   uint64_t rejected = 0;  // Queue full.

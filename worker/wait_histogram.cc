@@ -1,6 +1,7 @@
 #include "worker/wait_histogram.h"
 
 #include <cmath>
+#include <limits>
 
 namespace ferry {
 
@@ -35,6 +36,17 @@ int64_t WaitHistogram::UpperBound(int bucket) {
 void WaitHistogram::Record(int64_t nanos) {
   ++buckets_[static_cast<size_t>(BucketOf(nanos))];
   ++count_;
+  if (nanos > 0 && __builtin_add_overflow(sum_ns_, nanos, &sum_ns_)) {
+    sum_ns_ = std::numeric_limits<int64_t>::max();
+  }
+}
+
+uint64_t WaitHistogram::CountAtMost(int64_t nanos) const {
+  uint64_t n = 0;
+  for (int b = 0; b < kBuckets && UpperBound(b) <= nanos; ++b) {
+    n += buckets_[static_cast<size_t>(b)];
+  }
+  return n;
 }
 
 int64_t WaitHistogram::Percentile(double fraction) const {

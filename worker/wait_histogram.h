@@ -21,6 +21,10 @@ class WaitHistogram {
   // nanoseconds; 0 when empty. REQUIRES: 0 <= fraction <= 1.
   int64_t Percentile(double fraction) const;
   uint64_t count() const { return count_; }
+  int64_t sum_ns() const { return sum_ns_; }
+  // Records whose bucket lies wholly at or below `nanos` (a record in the bucket straddling
+  // it counts at the next bound up: at most 1/8 of an octave late).
+  uint64_t CountAtMost(int64_t nanos) const;
 
  private:
   static int BucketOf(int64_t nanos);
@@ -28,6 +32,7 @@ class WaitHistogram {
 
   std::array<uint64_t, kBuckets> buckets_{};
   uint64_t count_ = 0;
+  int64_t sum_ns_ = 0;  // Saturating.
 };
 
 }  // namespace ferry

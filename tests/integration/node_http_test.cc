@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "ctl/npy.h"
@@ -169,6 +170,44 @@ TEST_CASE("1,000 concurrent requests over 2 models through HTTP, every output ex
   }
   CHECK(served == kThreads * kPerThread);
   CHECK(dispatches < served);
+  // /metrics: the histograms agree with the counters: every request's queue wait and every
+  // dispatch's batch size counted once, buckets cumulative, +Inf = _count.
+  Result<json> status = ferryd.Status();
+  REQUIRE(status.ok());
+  Result<HttpClient> scrape =
+      HttpClient::Connect((*status)["listen"]["metrics"].get<std::string>());
+  REQUIRE(scrape.ok());
+  Result<frontend::HttpAnswer> page = scrape->Request("GET", "/metrics");
+  REQUIRE(page.ok());
+  std::map<std::string, double> sums;  // Family suffix -> summed over models and gpus.
+  std::map<std::string, double> last_bucket;
+  bool monotone = true;
+  std::istringstream lines(page->body);
+  for (std::string line; std::getline(lines, line);) {
+    for (const char* family : {"ferry_queue_wait_seconds", "ferry_batch_size"}) {
+      std::string f(family);
+      if (line.rfind(f + "_", 0) != 0) continue;
+      std::string series = line.substr(0, line.rfind(' '));
+      double value = std::stod(line.substr(line.rfind(' ') + 1));
+      std::string suffix = line.substr(f.size(), line.find('{') - f.size());
+      if (suffix == "_bucket") {
+        size_t le = series.find("le=\"");
+        std::string key = series.substr(0, le) + series.substr(series.find('"', le + 4) + 1);
+        monotone = monotone && value >= last_bucket[key];
+        last_bucket[key] = value;
+        if (series.find("le=\"+Inf\"") != std::string::npos) sums[f + "_inf"] += value;
+      } else {
+        sums[f + suffix] += value;
+      }
+    }
+  }
+  CHECK(monotone);
+  CHECK(sums["ferry_queue_wait_seconds_count"] == kThreads * kPerThread);
+  CHECK(sums["ferry_queue_wait_seconds_inf"] == kThreads * kPerThread);
+  CHECK(sums["ferry_queue_wait_seconds_sum"] > 0);
+  CHECK(sums["ferry_batch_size_count"] == static_cast<double>(dispatches));
+  CHECK(sums["ferry_batch_size_inf"] == static_cast<double>(dispatches));
+  CHECK(sums["ferry_batch_size_sum"] >= static_cast<double>(dispatches));
   kill(ferryd.pid(), SIGTERM);
   CHECK(ferryd.Wait() == 0);
 }
