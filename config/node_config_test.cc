@@ -401,3 +401,23 @@ TEST_CASE("[supervisor] and [frontend]: defaults, values at their edges, each mi
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+TEST_CASE("model names: letters, digits, '_', '-', '.', never starting with '-' or '.'") {
+  for (const char* ok : {"mlp", "resnet-50.v2", "_x", "9lives"}) {
+    CAPTURE(ok);
+    CHECK(IsValidModelName(ok));
+  }
+  // "-" marks an unloaded index in ferryd's model table; ".", ".." leave the repository.
+  for (const char* bad : {"", "-", "-x", ".", "..", ".hidden", "a/b", "a b", "é"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(IsValidModelName(bad));
+  }
+  CHECK_FALSE(IsValidModelName(std::string(129, 'a')));
+  CHECK(IsValidModelName(std::string(128, 'a')));
+}
+
+}  // namespace
+}  // namespace ferry

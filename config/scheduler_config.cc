@@ -6,7 +6,10 @@
 namespace ferry {
 
 bool IsValidModelName(std::string_view name) {
-  return !name.empty() && name.size() <= 128 && name != "." && name != ".." &&
+  // The first character is a letter, digit or '_': never ".", "..", "-" (an unloaded index in
+  // ferryd's model table) or an option-like "-x".
+  return !name.empty() && name.size() <= 128 &&
+         (std::isalnum(static_cast<unsigned char>(name[0])) || name[0] == '_') &&
          std::all_of(name.begin(), name.end(), [](unsigned char ch) {
            return std::isalnum(ch) || ch == '_' || ch == '-' || ch == '.';
          });

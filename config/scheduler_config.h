@@ -43,7 +43,8 @@ enum class BatchSizing {
 std::string_view BatchSizingName(BatchSizing b);
 
 // A model's name, as a bundle directory and in [scheduler.models.NAME]: 1 to 128 letters,
-// digits, '_', '-' or '.', and neither "." nor "..", so it can never leave the repository.
+// digits, '_', '-' or '.', the first a letter, digit or '_' (so never "." or "..", which
+// would leave the repository, nor "-", an unloaded index in ferryd's model table).
 bool IsValidModelName(std::string_view name);
 
 struct ModelSchedulingConfig {

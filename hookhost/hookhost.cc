@@ -57,11 +57,19 @@ struct Pending {
   // pipeline's run waits for it on a hook thread, which must not be needed to answer it).
   bool subcall = false;
   uint32_t meta = 0;  // Non-zero: a committed call of pipeline run `meta` (DescriptorData::meta).
+  std::atomic<bool> run_released{false};  // A pipeline run's admission slot was given back.
 };
 
 namespace {
 
 using PendingPtr = std::shared_ptr<Pending>;
+
+// A pipeline request admitted, waiting for a run slot.
+struct QueuedRun {
+  PendingPtr pending;
+  std::vector<AllocatedTensor> client;
+  std::vector<std::string> names;
+};
 
 // One pipeline request's run, on its hook thread.
 struct PipelineRun {
@@ -126,6 +134,13 @@ struct HookHost::Impl {
   bool handoff_closed GUARDED_BY(handoff_mutex) = false;  // Stopping: hand-offs answered at once.
   std::atomic<bool> handoff_waiting{false};
   std::atomic<uint32_t> next_meta{1};  // Pipeline run numbers (0 is skipped).
+
+  // Pipeline runs in progress at once: at most max(1, threads / 2), so ordinary requests keep
+  // hook threads to be joined and answered on (a run holds its thread while its calls are
+  // out); the others wait here, holding no thread.
+  Mutex runs_mutex;
+  int runs_active GUARDED_BY(runs_mutex) = 0;
+  std::deque<QueuedRun> runs_waiting GUARDED_BY(runs_mutex);
 
   // The hook thread pool.
   Mutex pool_mutex;
@@ -583,6 +598,49 @@ struct HookHost::Impl {
 
   // --- Pipelines ---
 
+  int RunLimit() const { return std::max(1, options.threads / 2); }
+
+  void AdmitRun(QueuedRun run) {
+    {
+      MutexLock lock(&runs_mutex);
+      if (runs_active >= RunLimit()) {
+        runs_waiting.push_back(std::move(run));
+        return;
+      }
+      ++runs_active;
+    }
+    PostRun(std::move(run));
+  }
+
+  void PostRun(QueuedRun run) {
+    Post([this, run = std::move(run)]() mutable {
+      PendingPtr p = run.pending;
+      RunPipeline(p, std::move(run.client), std::move(run.names));
+      ReleaseRun(p);
+    });
+  }
+
+  // Gives `p`'s run slot to the next waiting run, once (a run written off past its time limit
+  // gives it back then, and not again if it ever returns).
+  void ReleaseRun(const PendingPtr& p) {
+    if (p->run_released.exchange(true)) {
+      return;
+    }
+    std::optional<QueuedRun> next;
+    {
+      MutexLock lock(&runs_mutex);
+      if (runs_waiting.empty()) {
+        --runs_active;
+      } else {
+        next = std::move(runs_waiting.front());
+        runs_waiting.pop_front();
+      }
+    }
+    if (next) {
+      PostRun(std::move(*next));
+    }
+  }
+
   // On a hook thread: a pipeline request's whole run (client tensors in `client` blocks).
   void RunPipeline(const PendingPtr& p, std::vector<AllocatedTensor> client,
                    std::vector<std::string> names) {
@@ -664,7 +722,7 @@ struct HookHost::Impl {
     for (size_t i = 0; i < calls.size(); ++i) {
       futures.push_back(SubmitCall(parent, *targets[i], calls[i], meta));
     }
-    CallSlot* slot = t_call;
+    CallSlot* slot = t_call;  // Set: PluginInstance::Run serves calls on run()'s thread only.
     int64_t began = slot->started_ns.exchange(0, std::memory_order_acq_rel);
     int64_t wait_start = MonotonicNs();
     for (auto& f : futures) {
@@ -1048,6 +1106,9 @@ void HookHost::Impl::CheckCallTimeouts(int64_t now) {
   }
   for (auto& [p, what] : overran) {
     StartThread();  // A stand-in, so the pool keeps its size.
+    if (p->model->pipeline() && !p->subcall) {
+      ReleaseRun(p);  // Its run slot goes to the next run.
+    }
     spdlog::error("hook host slot {}: model '{}': plugin {} ran past call_timeout_ms ({} ms)", slot,
                   p->model->name, what, options.call_timeout_ms);
     Post([this, p = p, what = what] {
@@ -1093,6 +1154,14 @@ HookHost::~HookHost() {
   }
   for (auto& [sequence, entry] : impl.inflight) {
     impl.Answer(entry.first, stopping);
+  }
+  std::deque<QueuedRun> runs;
+  {
+    MutexLock lock(&impl.runs_mutex);
+    runs.swap(impl.runs_waiting);
+  }
+  for (QueuedRun& run : runs) {
+    impl.Answer(run.pending, stopping);
   }
   {
     // A hook thread between its predicate check and its wait holds the lock: taking it here
@@ -1220,12 +1289,12 @@ void HookHost::Submit(InferRequest request, InferCallback done) {
     names.push_back(specs[i].name);
   }
   p->timings.validate_ns = MonotonicNs() - start;
-  impl.Post([&impl, p, pipeline, client = std::move(client), names = std::move(names)]() mutable {
-    if (pipeline) {
-      impl.RunPipeline(p, std::move(client), std::move(names));
-    } else {
-      impl.Preprocess(p, std::move(client), std::move(names));
-    }
+  if (pipeline) {
+    impl.AdmitRun({p, std::move(client), std::move(names)});
+    return;
+  }
+  impl.Post([&impl, p, client = std::move(client), names = std::move(names)]() mutable {
+    impl.Preprocess(p, std::move(client), std::move(names));
   });
 }
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <thread>
 
 #include "common/file.h"
 
@@ -224,6 +225,7 @@ namespace {
 // A pipeline run's host->call(): the plugin's ferry_calls checked, the caller's outputs kept
 // alive (and pointed at) until the run returns.
 struct RunContext {
+  std::thread::id thread;  // run()'s: host->call is served on it alone.
   const ModelCaller* call;
   std::deque<std::vector<OwnedTensor>> outputs;
   std::deque<std::vector<ferry_tensor>> views;
@@ -249,8 +251,9 @@ std::optional<std::string> ReadName(const char* name) {
   return std::string(name, length);
 }
 
-// The plugin's ferry_call as a ModelCall, or why it is malformed.
-Result<ModelCall> CheckCall(const ferry_call& c, uint32_t index) {
+// The plugin's ferry_call as a ModelCall, or why it is malformed. `c` is a copy (the plugin
+// could change its own while this checks); each input is copied before it is checked too.
+Result<ModelCall> CheckCall(const ferry_call c, uint32_t index) {
   std::string which = "call " + std::to_string(index);
   std::optional<std::string> model = ReadName(c.model);
   if (!model) {
@@ -264,7 +267,7 @@ Result<ModelCall> CheckCall(const ferry_call& c, uint32_t index) {
   }
   ModelCall call{*model, {}};
   for (uint32_t i = 0; i < c.num_inputs; ++i) {
-    const ferry_tensor& t = c.inputs[i];
+    const ferry_tensor t = c.inputs[i];
     std::optional<std::string> name = ReadName(t.name);
     if (!name || t.dtype > FERRY_F64 || t.rank > FERRY_MAX_RANK) {
       return InvalidArgument(which + ": input " + std::to_string(i) +
@@ -287,6 +290,10 @@ Result<ModelCall> CheckCall(const ferry_call& c, uint32_t index) {
 
 int32_t CallTrampoline(void* host, ferry_call* calls, uint32_t count, ferry_error* error) {
   auto* run = static_cast<RunContext*>(host);
+  if (run != nullptr && std::this_thread::get_id() != run->thread) {
+    return Refuse(error, FERRY_ERR_INVALID_ARGUMENT,
+                  "host->call: only from the thread running run(), one call at a time");
+  }
   if (run == nullptr || calls == nullptr || count == 0 || count > FERRY_MAX_CALLS) {
     return Refuse(error, FERRY_ERR_INVALID_ARGUMENT,
                   "host->call: 1 to " + std::to_string(FERRY_MAX_CALLS) + " calls, got " +
@@ -327,7 +334,7 @@ int32_t CallTrampoline(void* host, ferry_call* calls, uint32_t count, ferry_erro
 Status PluginInstance::Run(std::span<const TensorView> inputs, std::span<const std::string> names,
                            const OutputAllocator& allocate, const ModelCaller& call,
                            std::vector<AllocatedTensor>* out) const {
-  RunContext context{&call, {}, {}};
+  RunContext context{std::this_thread::get_id(), &call, {}, {}};
   ferry_host host{&context, &CallTrampoline};
   auto run = plugin_->table().run;
   return Call([run, &host](

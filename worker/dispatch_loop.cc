@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -248,6 +249,11 @@ bool DispatchLoop::DrainControl() {
     // A load names the next index, counting the loads decoded and not yet applied.
     Result<shm::ControlMessage> message =
         shm::DecodeControl(d, static_cast<uint32_t>(models_.size() + loads_.size()));
+    if (message.ok() && message->code == shm::ControlCode::kUnloadModel &&
+        message->model >= models_.size()) {
+      unload_after_load_.push_back(message->model);  // Its load is decoded, not applied yet.
+      continue;
+    }
     if (message.ok() && message->code != shm::ControlCode::kLoadModel &&
         message->model >= models_.size()) {
       message =
@@ -317,6 +323,10 @@ void DispatchLoop::ApplyModelChanges() {
     LoadModel(loads_.front());
     loads_.pop_front();
   }
+  for (uint32_t index : unload_after_load_) {
+    UnloadModel(index);
+  }
+  unload_after_load_.clear();
   for (auto it = unloads_.begin(); it != unloads_.end();) {
     if (outstanding_[*it] != 0) {
       ++it;
@@ -331,7 +341,18 @@ void DispatchLoop::ApplyModelChanges() {
 }
 
 void DispatchLoop::LoadModel(const std::string& name) {
+  // A load (weights read and uploaded, every executable built) may take a while: the
+  // heartbeat goes on meanwhile, so ferryd does not take the pause for a hung device.
+  std::atomic<bool> loading{true};
+  std::thread beat([this, &loading] {
+    while (loading.load()) {
+      status_.Beat();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
   LoadedModel loaded = options_.loader(name);
+  loading.store(false);
+  beat.join();
   auto index = static_cast<uint32_t>(models_.size());
   const Bundle* bundle = loaded.model.bundle;
   if (!loaded.model.failure && bundle != nullptr &&

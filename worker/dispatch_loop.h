@@ -196,6 +196,7 @@ class DispatchLoop {
   std::vector<uint64_t> late_shed_;  // Per model: deadline passed between planning and launch.
   std::deque<std::string> loads_;    // Loads decoded, not yet applied (in index order).
   std::vector<uint32_t> unloads_;    // Unloaded models whose executables are not freed yet.
+  std::vector<uint32_t> unload_after_load_;              // Unloads of indices still in loads_.
   std::vector<std::unique_ptr<Bundle>> loaded_bundles_;  // Of the models loaded while running.
 
   // Batches begun on the backend and not yet finished, oldest first (at most MaxInFlight),

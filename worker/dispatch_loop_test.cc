@@ -7,6 +7,7 @@
 #include <atomic>
 #include <thread>
 
+#include "model/bundle.h"
 #include "tests/testing/node_driver.h"
 #include "tests/testing/shm_name.h"
 #include "worker/repository.h"
@@ -319,6 +320,80 @@ TEST_CASE("a pipeline's committed call (descriptor meta) is dispatched ahead of 
   CHECK(done[2].sequence == plain);
   CHECK(done[3].sequence == second);
   CHECK(done[2].completed_ns - done[1].completed_ns > 100'000'000);  // Separate batches.
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// Loads any name as the example mlp's bundle, on the fixture's backend (set once built).
+DispatchLoopOptions LoadingOptions(std::shared_ptr<Backend*> backend) {
+  DispatchLoopOptions options;
+  options.loader = [backend](const std::string& name) {
+    LoadedModel loaded;
+    loaded.bundle = std::make_unique<Bundle>(LoadBundle("examples/models/mlp").value());
+    loaded.model.name = name;
+    loaded.model.bundle = loaded.bundle.get();
+    loaded.model.handle = (*backend)->Load(*loaded.bundle).value();
+    loaded.spec = SpecForBundle(name, loaded.bundle.get());
+    return loaded;
+  };
+  return options;
+}
+
+shm::ModelStatusData ModelStatus(const Fixture& f, uint32_t index) {
+  for (int i = 0; i < 400; ++i) {
+    Result<shm::StatusSnapshotData> s = shm::ReadStatus(f.segment, f.segment.WorkerSlot(0));
+    if (s.ok() && s->num_models > index) {
+      return s->models[index];
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  FAIL("model index " << index << " never appeared");
+  return {};
+}
+
+TEST_CASE(
+    "models loaded live serve at the next indices; an unload decoded before its load "
+    "was applied still unloads it") {
+  auto backend = std::make_shared<Backend*>(nullptr);
+  Fixture f(LoadingOptions(backend));
+  *backend = &f.backend;
+  // All three decoded in the loop's first turn, before any load is applied.
+  shm::ControlMessage load{shm::ControlCode::kLoadModel, 2, 0, 0};
+  load.name = "mlp2";
+  REQUIRE(testing::SendControl(f.segment, f.segment.WorkerSlot(0), load));
+  REQUIRE(testing::SendControl(f.segment, f.segment.WorkerSlot(0),
+                               {shm::ControlCode::kUnloadModel, 2, 0, 0}));
+  load.model = 3;
+  load.name = "mlp3";
+  REQUIRE(testing::SendControl(f.segment, f.segment.WorkerSlot(0), load));
+  f.Start();
+  NodeDriver driver(f.segment, 0);
+  shm::ModelStatusData ready = ModelStatus(f, 3);
+  for (int i = 0; i < 400 && ready.state != static_cast<uint32_t>(shm::ModelLoadState::kReady);
+       ++i) {
+    ready = ModelStatus(f, 3);
+  }
+  CHECK(ready.state == static_cast<uint32_t>(shm::ModelLoadState::kReady));
+  CHECK(std::string(ready.name) == "mlp3");
+  shm::ModelStatusData gone = ModelStatus(f, 2);
+  CHECK(gone.state == static_cast<uint32_t>(shm::ModelLoadState::kUnloaded));
+  CHECK(std::string(gone.name) == "(unloaded 2)");
+  // The unloaded index is refused NOT_FOUND; the loaded one serves.
+  std::vector<uint8_t> row(784 * 4);
+  REQUIRE(driver.Submit(2, 0, 1, {{DType::kF32, {1, 784}, row}}).ok());
+  REQUIRE(driver.Submit(3, 0, 1, {{DType::kF32, {1, 784}, row}}).ok());
+  std::vector<Completion> done;
+  for (int i = 0; i < 5000 && done.size() < 2; ++i) {
+    driver.Wait(1'000'000);
+    driver.Poll(&done);
+  }
+  REQUIRE(done.size() == 2);  // The refusal comes at once, the run after its batch.
+  CHECK(done[0].code() == ErrorCode::kNotFound);
+  CHECK(done[1].status == 0);
 }
 
 }  // namespace

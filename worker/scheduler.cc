@@ -83,7 +83,7 @@ Result<Scheduler> Scheduler::Create(SchedulerConfig config, std::vector<ModelSpe
     FERRY_RETURN_IF_ERROR(PrepareSpec(config, &spec));
   }
   for (const auto& [name, unused] : config.models) {
-    if (names.count(name) == 0) {
+    if (names.count(name) == 0 && !options.settings_for_later_models) {
       return InvalidArgument("scheduler.models." + name + ": no such model is loaded");
     }
   }

@@ -58,6 +58,9 @@ namespace ferry {
 struct SchedulerOptions {
   bool coalesce = true;      // false: one request per dispatch (the "no coalescing" baseline).
   bool round_robin = false;  // true: plain round-robin over models with work (baseline).
+  // [scheduler.models.NAME] for a model not registered is kept for a later AddModel (a worker
+  // following ferryd's model table) instead of refused.
+  bool settings_for_later_models = false;
 };
 
 // A control command applied at the start of a decision; returned by Next() so the dispatch
@@ -207,7 +210,7 @@ class Scheduler {
   const SchedulerConfig& config() const { return config_; }
   // Requests still to be answered: queued, or expired and waiting to be returned as shed by
   // the next decision. A caller loops on Next() while this is non-zero.
-  size_t queued_requests() const { return queued_ + expired_.size(); }
+  size_t queued_requests() const { return queued_ + expired_.size() + committed_.size(); }
   size_t queue_depth(int model) const { return models_[static_cast<size_t>(model)].queue.size(); }
 
  private:

@@ -206,25 +206,16 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
         MakeLoopModel(entry.name, entry.bundle.get(), entry.failure, entry.unloaded, **backend));
     specs.push_back(SpecForModel(entry));
   }
-  if (table) {
-    // Settings for a model unloaded since the node started (or not loaded yet) wait for it.
-    for (auto it = config->scheduler.models.begin(); it != config->scheduler.models.end();) {
-      bool listed = std::any_of(specs.begin(), specs.end(),
-                                [&](const ModelSpec& s) { return s.name == it->first; });
-      if (!listed) {
-        spdlog::warn("[scheduler.models.{}]: no such model is loaded now", it->first);
-        it = config->scheduler.models.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
+  // Under ferryd, settings for a model unloaded since the node started (or not loaded yet)
+  // wait for its load.
+  SchedulerOptions scheduler_options;
+  scheduler_options.settings_for_later_models = table.has_value();
   if (models.empty()) {
     spdlog::warn("model repository {} holds no model", config->node.model_repository);
   }
-  Result<Scheduler> scheduler = specs.empty()
-                                    ? Result<Scheduler>(InvalidArgument("no models to serve"))
-                                    : Scheduler::Create(config->scheduler, std::move(specs));
+  Result<Scheduler> scheduler =
+      specs.empty() ? Result<Scheduler>(InvalidArgument("no models to serve"))
+                    : Scheduler::Create(config->scheduler, std::move(specs), scheduler_options);
   if (!scheduler.ok()) {
     spdlog::error("{}", scheduler.error().ToString());
     return 1;

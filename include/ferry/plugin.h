@@ -124,7 +124,8 @@ typedef struct ferry_host {
    * has finished: FERRY_OK with every call's outputs set, or the code of a call that failed,
    * with *error naming its model. The inputs are copied before call() returns. The first call
    * of a run queues like any request; later ones are the pipeline's continuations and are
-   * dispatched ahead of new work (a pipeline that has started finishes first). */
+   * dispatched ahead of new work (a pipeline that has started finishes first). Only from the
+   * thread running run(), one call at a time (from another thread: INVALID_ARGUMENT). */
   int32_t (*call)(void* host, ferry_call* calls, uint32_t count, ferry_error* error);
 } ferry_host;
 

@@ -703,7 +703,9 @@ void CudaBackend::Unload(ModelHandle model) {
     return;
   }
   Model& m = impl_->models[static_cast<size_t>(model)];
-  impl_->Release(m);
+  if (impl_->Select().ok()) {  // Device memory is freed on the backend's device.
+    impl_->Release(m);
+  }
   m.failure = NotFound("the model was unloaded");
 }
 
