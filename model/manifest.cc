@@ -247,6 +247,18 @@ std::optional<Op> ReadOp(TableReader& r) {
   return ok ? std::optional<Op>(op) : std::nullopt;
 }
 
+// "default": the shapes declared under [[inputs]] and [[outputs]].
+ShapeVariant DefaultVariant(const Manifest& m) {
+  ShapeVariant base{"default", {}, {}};
+  for (const TensorSpec& t : m.inputs) {
+    base.inputs[t.name] = t.shape;
+  }
+  for (const TensorSpec& t : m.outputs) {
+    base.outputs[t.name] = t.shape;
+  }
+  return base;
+}
+
 // A model's executable part: compiled sizes, shape variants, the program.
 void ReadExecutable(TableReader& r, Manifest* manifest) {
   Manifest& m = *manifest;
@@ -283,13 +295,7 @@ void ReadExecutable(TableReader& r, Manifest* manifest) {
     r.ErrorAt("batching", "missing [batching] sizes");
   }
 
-  ShapeVariant base{"default", {}, {}};
-  for (const TensorSpec& t : m.inputs) {
-    base.inputs[t.name] = t.shape;
-  }
-  for (const TensorSpec& t : m.outputs) {
-    base.outputs[t.name] = t.shape;
-  }
+  const ShapeVariant base = DefaultVariant(m);
   m.variants.push_back(base);
   std::vector<TableReader> variant_tables;
   if (!TooMany(r, "variants", kMaxVariants - 1)) {
@@ -388,14 +394,7 @@ void ReadPipeline(TableReader& r, Manifest* manifest) {
                          ": its plugin's run() calls models that do");
     }
   }
-  ShapeVariant base{"default", {}, {}};
-  for (const TensorSpec& t : m.inputs) {
-    base.inputs[t.name] = t.shape;
-  }
-  for (const TensorSpec& t : m.outputs) {
-    base.outputs[t.name] = t.shape;
-  }
-  m.variants.push_back(base);
+  m.variants.push_back(DefaultVariant(m));
   auto pipeline = r.Table("pipeline");
   if (!pipeline) {
     r.ErrorAt("pipeline", "missing [pipeline] calls: the models the pipeline may call");
