@@ -780,7 +780,7 @@ struct HookHost::Impl {
     }
     std::vector<TensorMeta> given;
     for (const TensorView& t : call.inputs) {
-      given.push_back({std::string(t.name), t.dtype, t.shape, t.bytes.size()});
+      given.push_back({t.name, t.dtype, t.shape, t.bytes.size()});  // Valid during the call.
     }
     Result<std::vector<size_t>> order = OrderByName(target.name, target.manifest().inputs, given);
     if (!order.ok()) {
