@@ -47,12 +47,14 @@ Result<ControlMessage> DecodeControl(const DescriptorData& d, uint32_t num_model
   m.value = d.rows;
   std::memcpy(&m.weight, &d.trace_id_low, sizeof(double));
   if (d.variant < static_cast<int32_t>(ControlCode::kStop) ||
-      d.variant > static_cast<int32_t>(ControlCode::kUnloadModel)) {
+      d.variant > static_cast<int32_t>(ControlCode::kSetResidencyFloor)) {
     return InvalidArgument(where + "unknown command " + std::to_string(d.variant));
   }
   m.code = static_cast<ControlCode>(d.variant);
   bool names_model = m.code == ControlCode::kSetPolicy || m.code == ControlCode::kSetResidency ||
-                     m.code == ControlCode::kSetMaxBatchSize || m.code == ControlCode::kUnloadModel;
+                     m.code == ControlCode::kSetMaxBatchSize ||
+                     m.code == ControlCode::kUnloadModel ||
+                     m.code == ControlCode::kSetResidencyFloor;
   if (m.code == ControlCode::kLoadModel) {
     if (m.model != num_models) {
       return InvalidArgument(where + "a load must name the next index, " +
@@ -74,7 +76,8 @@ Result<ControlMessage> DecodeControl(const DescriptorData& d, uint32_t num_model
     return InvalidArgument(where + "weight must be finite and > 0");
   }
   // Residency: pinned, warm, on_demand; discipline: fair, fifo, edf.
-  bool ranged = m.code == ControlCode::kSetResidency || m.code == ControlCode::kSetDiscipline;
+  bool ranged = m.code == ControlCode::kSetResidency || m.code == ControlCode::kSetDiscipline ||
+                m.code == ControlCode::kSetResidencyFloor;
   if (ranged && (m.value < 0 || m.value > 2)) {
     return InvalidArgument(where + "value " + std::to_string(m.value) + " out of range");
   }

@@ -19,16 +19,18 @@
 namespace ferry::shm {
 
 enum class ControlCode : int32_t {
-  kStop = 1,              // Fail queued requests (UNAVAILABLE), finish the execution, exit 0.
-  kDrain = 2,             // Refuse new submissions, serve every queued one, then exit 0.
-  kSetPolicy = 3,         // model, weight > 0.
-  kSetResidency = 4,      // model, value = ferry::Residency (external residency mode only).
-  kCompact = 5,           // Compact the weight arena.
-  kSetDiscipline = 6,     // value = ferry::Discipline.
-  kSetMaxBatchSize = 7,   // model, value = the cap (>= 1), or 0 for none.
-  kSetMaxQueueDepth = 8,  // value >= 1, every model.
-  kLoadModel = 9,         // model = the new model's index (the next one), name: its bundle.
-  kUnloadModel = 10,      // model: refuse its new requests, serve its queued ones, free it.
+  kStop = 1,                // Fail queued requests (UNAVAILABLE), finish the execution, exit 0.
+  kDrain = 2,               // Refuse new submissions, serve every queued one, then exit 0.
+  kSetPolicy = 3,           // model, weight > 0.
+  kSetResidency = 4,        // model, value = ferry::Residency (external residency mode only).
+  kCompact = 5,             // Compact the weight arena.
+  kSetDiscipline = 6,       // value = ferry::Discipline.
+  kSetMaxBatchSize = 7,     // model, value = the cap (>= 1), or 0 for none.
+  kSetMaxQueueDepth = 8,    // value >= 1, every model.
+  kLoadModel = 9,           // model = the new model's index (the next one), name: its bundle.
+  kUnloadModel = 10,        // model: refuse its new requests, serve its queued ones, free it.
+  kSetResidencyFloor = 11,  // model, value = ferry::Residency: the node file's level changed by
+                            // a reload (managed residency mode).
 };
 
 struct ControlMessage {

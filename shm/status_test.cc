@@ -143,7 +143,7 @@ TEST_CASE("control messages round-trip and hostile ones are refused") {
   CHECK(DecodeControl(EncodeControl({ControlCode::kSetMaxQueueDepth, 0, 0, 1}, 1), 1).ok());
   CHECK_FALSE(DecodeControl(EncodeControl({ControlCode::kSetMaxQueueDepth, 0, 0, 0}, 1), 1).ok());
   bad = EncodeControl({ControlCode::kStop, 0, 0, 0}, 1);
-  bad.variant = 11;
+  bad.variant = 12;
   CHECK_FALSE(DecodeControl(bad, 1).ok());
   // Stop names no model: any model field is ignored.
   CHECK(DecodeControl(EncodeControl({ControlCode::kStop, 77, 0, 0}, 1), 1).ok());
@@ -174,6 +174,10 @@ TEST_CASE("model table changes: a load names the next index and a valid name, wi
   d = EncodeControl(load, 4);
   d.num_tensors = 1;
   CHECK_FALSE(DecodeControl(d, 3).ok());
+  // A residency floor names a model in range and a level.
+  CHECK(DecodeControl(EncodeControl({ControlCode::kSetResidencyFloor, 2, 0, 0}, 1), 3).ok());
+  CHECK_FALSE(DecodeControl(EncodeControl({ControlCode::kSetResidencyFloor, 2, 0, 3}, 1), 3).ok());
+  CHECK_FALSE(DecodeControl(EncodeControl({ControlCode::kSetResidencyFloor, 3, 0, 0}, 1), 3).ok());
   // An unload names a model in range.
   CHECK(DecodeControl(EncodeControl({ControlCode::kUnloadModel, 2, 0, 0}, 1), 3).ok());
   CHECK_FALSE(DecodeControl(EncodeControl({ControlCode::kUnloadModel, 3, 0, 0}, 1), 3).ok());

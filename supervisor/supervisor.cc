@@ -151,7 +151,8 @@ std::vector<std::string> RestartNeeded(const NodeConfig& a, const NodeConfig& b)
     ModelSchedulingConfig none;
     const ModelSchedulingConfig& m = p == s.models.end() ? none : p->second;
     const ModelSchedulingConfig& n = q == t.models.end() ? none : q->second;
-    if (m.residency != n.residency) {
+    // Managed mode applies a new floor live (Reload); external mode's controller owns it.
+    if (m.residency != n.residency && s.residency_mode == ResidencyMode::kExternal) {
       out.push_back("scheduler.models." + name + ".residency");
     }
   }
@@ -191,6 +192,10 @@ Result<std::map<std::string, int>> ActivatedSockets() {
     return *error;
   }
   return out;
+}
+
+Residency ResidencyOf(const SchedulerConfig& config, const std::string& model) {
+  return config.ForModel(model).residency;
 }
 
 std::optional<int64_t> CapOf(const SchedulerConfig& config, const std::string& model) {
@@ -959,6 +964,20 @@ Result<json> Supervisor::Impl::Reload() {
       weight_overrides[name] = after;
       (void)SendToModel(name, shm::ControlCode::kSetPolicy, after, 0);
       applied.push_back("scheduler.models." + name + ".weight = " + std::to_string(after));
+    }
+  }
+  if (config.scheduler.residency_mode == ResidencyMode::kManaged &&
+      loaded->scheduler.residency_mode == ResidencyMode::kManaged) {
+    for (const auto& [name, unused] : names) {
+      Residency before = ResidencyOf(config.scheduler, name);
+      Residency after = ResidencyOf(loaded->scheduler, name);
+      if (before != after) {
+        (void)SendToModel(name, shm::ControlCode::kSetResidencyFloor, 0,
+                          static_cast<int32_t>(after));
+        config.scheduler.models[name].residency = after;
+        applied.push_back("scheduler.models." + name +
+                          ".residency = " + std::string(ResidencyName(after)));
+      }
     }
   }
   // Only what was applied is taken; the rest stays as started until ferryd restarts.

@@ -278,6 +278,10 @@ bool DispatchLoop::DrainControl() {
         applied = scheduler_->SetResidency(models_[message->model].name,
                                            static_cast<Residency>(message->value));
         break;
+      case shm::ControlCode::kSetResidencyFloor:
+        applied = scheduler_->SetResidencyFloor(models_[message->model].name,
+                                                static_cast<Residency>(message->value));
+        break;
       case shm::ControlCode::kCompact:
         applied = scheduler_->Compact({});
         break;

@@ -233,6 +233,22 @@ Status Scheduler::SetResidency(std::string_view model, Residency residency) {
   return OkStatus();
 }
 
+Status Scheduler::SetResidencyFloor(std::string_view model, Residency residency) {
+  if (config_.residency_mode != ResidencyMode::kManaged) {
+    return InvalidArgument("residency floor: only in residency_mode = \"managed\"");
+  }
+  int index = FindModel(model);
+  if (index < 0) {
+    return NotFound("residency floor: no model '" + std::string(model) + "'");
+  }
+  ControlCommand command;
+  command.kind = ControlCommand::Kind::kSetResidency;
+  command.model = index;
+  command.residency = residency;
+  pending_controls_.push_back(command);
+  return OkStatus();
+}
+
 Status Scheduler::Compact(const std::vector<std::string>& reload) {
   ControlCommand command;
   command.kind = ControlCommand::Kind::kCompact;

@@ -173,6 +173,10 @@ class Scheduler {
   // discipline scan. INVALID_ARGUMENT when that meta already has one pending, or for the
   // same faults Enqueue refuses.
   Status EnqueueCommitted(int model, QueuedRequest request);
+  // Managed residency mode: the model's residency floor (the node file's level) changed by a
+  // reload; applied at the next decision. INVALID_ARGUMENT in external mode (the outside
+  // controller owns residency there), NOT_FOUND for an unknown model.
+  Status SetResidencyFloor(std::string_view model, Residency residency);
   // Whether meta `meta_id` has a committed sub-call queued (a second one then queues normally).
   bool CommittedPending(uint64_t meta_id) const { return committed_metas_.count(meta_id) != 0; }
 

@@ -543,6 +543,20 @@ TEST_CASE("set_residency works only in externally-managed mode") {
   CHECK(external.Compact({"b"}).error().code == ErrorCode::kNotFound);
 }
 
+TEST_CASE("a reload's residency floor applies only in managed mode, from the next decision") {
+  Scheduler managed = Make({Spec("a")});
+  REQUIRE(managed.SetResidencyFloor("a", Residency::kPinned).ok());
+  CHECK(managed.GetControlStatus().models[0].residency == Residency::kWarm);
+  (void)managed.Next(0);
+  CHECK(managed.GetControlStatus().models[0].residency == Residency::kPinned);
+  CHECK(managed.SetResidencyFloor("zzz", Residency::kPinned).error().code == ErrorCode::kNotFound);
+  SchedulerConfig config;
+  config.residency_mode = ResidencyMode::kExternal;
+  Scheduler external = Make({Spec("a")}, config);
+  CHECK(external.SetResidencyFloor("a", Residency::kPinned).error().code ==
+        ErrorCode::kInvalidArgument);
+}
+
 TEST_CASE("cost learning: the EMA starts at the first measurement and follows alpha") {
   SchedulerConfig config;
   config.cost_ema_alpha = 0.5;

@@ -298,17 +298,26 @@ TEST_CASE("control: set_policy, reload (good and bad), and re-applying after a r
   REQUIRE(ferryd.StatusWhen([&](const json& s) { return Restarted(s, "worker", 0, pid); }));
   CHECK(eventually([&] { return weight_of(0, "mlp") == 3.5; }));
 
-  // A good reload: weights and discipline apply live, the rest is named.
+  // A good reload: weights, discipline, caps, queue depth and (managed mode) residency apply
+  // live; what cannot is named.
   std::string text = ReadFileText(ferryd.config());
   WriteFile(ferryd.config(), text +
                                  "discipline = \"fifo\"\nmax_queue_depth = 64\n"
                                  "[scheduler.models.cnn]\nweight = 4.0\nmax_batch_size = 4\n"
-                                 "residency = \"pinned\"\n");
+                                 "residency = \"pinned\"\n[gateway]\nmode = \"round_robin\"\n");
   reply = ferryd.Call(Request(ControlCommand::kReload));
   REQUIRE(reply.ok());
-  CHECK((*reply)["applied"].size() == 4);  // discipline, queue depth, cnn's cap and weight.
+  // discipline, queue depth, cnn's cap, weight and residency.
+  CHECK((*reply)["applied"].size() == 5);
+  CHECK((*reply)["applied"].dump().find("scheduler.models.cnn.residency = pinned") !=
+        std::string::npos);
   REQUIRE((*reply)["restart_needed"].size() == 1);
-  CHECK((*reply)["restart_needed"][0] == "scheduler.models.cnn.residency");
+  CHECK((*reply)["restart_needed"][0] == "gateway.mode");
+  CHECK(eventually([&] {
+    Result<json> c = ferryd.Call(ControlCommand::kControlStatus);
+    return c.ok() && (*c)["workers"][1]["models"][0]["model"] == "cnn" &&
+           (*c)["workers"][1]["models"][0]["residency"] == "pinned";
+  }));
   CHECK(eventually([&] { return weight_of(1, "cnn") == 4.0; }));
   CHECK(eventually([&] {
     Result<json> c = ferryd.Call(ControlCommand::kControlStatus);
