@@ -48,8 +48,7 @@ std::string ReadAll(const std::string& path) {
 // A repository holding the example classifier bundle and the example pipeline with its two
 // stages; returns the node file.
 std::string MakeNode(const testing::TempDir& dir) {
-  auto add = [&](const std::string& name, const std::string& manifest, bool weights,
-                 bool plugin) {
+  auto add = [&](const std::string& name, const std::string& manifest, bool weights, bool plugin) {
     std::string bundle = dir / ("models/" + name);
     fs::create_directories(bundle);
     testing::WriteFile(bundle + "/manifest.toml", ReadAll(manifest));
@@ -110,8 +109,7 @@ std::vector<uint8_t> Image() {
   return image;
 }
 
-InferRequest Request(const std::vector<uint8_t>& image,
-                     const std::string& model = "cnn_classify") {
+InferRequest Request(const std::vector<uint8_t>& image, const std::string& model = "cnn_classify") {
   InferRequest r;
   r.model = model;
   r.inputs.push_back({"image", DType::kU8, {1, 32, 32, 3}, image});

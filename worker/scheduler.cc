@@ -221,25 +221,21 @@ Status Scheduler::SetResidency(std::string_view model, Residency residency) {
         "set_residency: only in residency_mode = \"external\"; this worker "
         "manages residency itself");
   }
-  int index = FindModel(model);
-  if (index < 0) {
-    return NotFound("set_residency: no model '" + std::string(model) + "'");
-  }
-  ControlCommand command;
-  command.kind = ControlCommand::Kind::kSetResidency;
-  command.model = index;
-  command.residency = residency;
-  pending_controls_.push_back(command);
-  return OkStatus();
+  return QueueResidency("set_residency", model, residency);
 }
 
 Status Scheduler::SetResidencyFloor(std::string_view model, Residency residency) {
   if (config_.residency_mode != ResidencyMode::kManaged) {
     return InvalidArgument("residency floor: only in residency_mode = \"managed\"");
   }
+  return QueueResidency("residency floor", model, residency);
+}
+
+Status Scheduler::QueueResidency(std::string_view what, std::string_view model,
+                                 Residency residency) {
   int index = FindModel(model);
   if (index < 0) {
-    return NotFound("residency floor: no model '" + std::string(model) + "'");
+    return NotFound(std::string(what) + ": no model '" + std::string(model) + "'");
   }
   ControlCommand command;
   command.kind = ControlCommand::Kind::kSetResidency;

@@ -259,6 +259,9 @@ class Scheduler {
   // The learned worst cost (max of recent runs) of the dispatch model m would run next;
   // nullopt while that (variant, size) has never been measured.
   std::optional<double> NextDispatchCost(const ModelState& m) const;
+  // SetResidency and SetResidencyFloor once their mode is checked: `model` found, the level
+  // queued for the next decision.
+  Status QueueResidency(std::string_view what, std::string_view model, Residency residency);
   int SelectFair() const;
   int SelectFifo() const;
   int SelectEdf(Nanos now) const;

@@ -12,6 +12,7 @@
 #include <future>
 #include <random>
 
+#include "frontend/kserve_service.h"
 #include "hookhost/hookhost.h"
 #include "model/safetensors.h"
 #include "tests/testing/hookhost_test.h"
@@ -78,6 +79,10 @@ struct PipelineNode {
               probe_so);
     AddBundle(repo, "calls_pipeline",
               ProbeManifest("calls_pipeline", "parallel", "[\"image_pipeline\"]"), "", probe_so);
+    // A stage whose bundle does not load, and a pipeline calling it (loaded, never ready).
+    AddBundle(repo, "broken_stage", "name = \"broken_stage\"\n", "", "");
+    AddBundle(repo, "calls_broken", ProbeManifest("calls_broken", "parallel", "[\"broken_stage\"]"),
+              "", probe_so);
     worker = testing::StartWorker(FERRY_WORKER_BINARY, name, segment.WorkerSlot(0), config);
     REQUIRE(testing::WaitReady(segment, segment.WorkerSlot(0), worker, 120));
   }
@@ -276,6 +281,40 @@ TEST_CASE("a worker reports a pipeline as one and refuses to execute it") {
   REQUIRE(done.size() == 1);
   CHECK(done[0].code() == ErrorCode::kInvalidArgument);
   CHECK(done[0].message.find("is a pipeline") != std::string::npos);
+}
+
+TEST_CASE("a pipeline is ready when every model it calls is; the repository index says so") {
+  PipelineNode node;
+  Local local(node, 1);
+  frontend::KServeService service(local.view, local.models, local.host.get(), 1 << 20);
+  auto find = [&](const std::string& name) {
+    const HookModel* m = service.Find(name);
+    REQUIRE(m != nullptr);
+    return m;
+  };
+  CHECK(service.ModelReady(*find("image_pipeline")));
+  CHECK_FALSE(find("calls_broken")->failure.has_value());  // It loaded: its callee exists.
+  CHECK_FALSE(service.ModelReady(*find("calls_broken")));  // But that callee never serves.
+  nlohmann::json index = service.RepositoryIndex(false);
+  std::map<std::string, std::string> state;
+  for (const nlohmann::json& m : index) {
+    state[m["name"].get<std::string>()] = m["state"].get<std::string>();
+  }
+  CHECK(state["image_pipeline"] == "READY");
+  CHECK(state["calls_broken"] == "UNAVAILABLE");
+  CHECK(state["broken_stage"] == "UNAVAILABLE");
+  for (const nlohmann::json& m : service.RepositoryIndex(true)) {
+    CHECK(m["state"] == "READY");
+  }
+  // Its run (the probe's) calls models it does not list: NOT_FOUND, naming the model.
+  std::vector<uint8_t> x(784 * 4), f(64 * 4);
+  InferRequest r;
+  r.model = "calls_broken";
+  r.inputs.push_back({"x", DType::kF32, {1, 784}, x});
+  r.inputs.push_back({"f", DType::kF32, {1, 64}, f});
+  Result<InferResponse> answer = Get(local.host->Submit(std::move(r)));
+  REQUIRE_FALSE(answer.ok());
+  CHECK(answer.error().message.find("called model 'mlp'") != std::string::npos);
 }
 
 }  // namespace
