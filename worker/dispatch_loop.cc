@@ -74,6 +74,21 @@ uint32_t SaturatingMicros(double us) {
 
 }  // namespace
 
+namespace {
+
+// A descriptor names at most kMaxTensors tensors each way: a model with more fails.
+void RefuseOversizeInterface(LoopModel& model) {
+  if (!model.failure && model.bundle != nullptr &&
+      std::max(model.bundle->manifest.inputs.size(), model.bundle->manifest.outputs.size()) >
+          shm::kMaxTensors) {
+    model.failure = InvalidArgument("model '" + model.name + "': more than " +
+                                    std::to_string(shm::kMaxTensors) +
+                                    " inputs or outputs cannot cross the rings");
+  }
+}
+
+}  // namespace
+
 DispatchLoop::DispatchLoop(const shm::Segment& segment, uint32_t worker_slot, Backend* backend,
                            Scheduler* scheduler, std::vector<LoopModel> models,
                            DispatchLoopOptions options)
@@ -94,14 +109,7 @@ DispatchLoop::DispatchLoop(const shm::Segment& segment, uint32_t worker_slot, Ba
       max_in_flight_(std::max(1, backend->MaxInFlight())),
       snapshot_(std::make_unique<shm::StatusSnapshotData>()) {
   for (LoopModel& model : models_) {
-    // A descriptor names at most kMaxTensors tensors each way.
-    if (!model.failure && model.bundle != nullptr &&
-        std::max(model.bundle->manifest.inputs.size(), model.bundle->manifest.outputs.size()) >
-            shm::kMaxTensors) {
-      model.failure = InvalidArgument("model '" + model.name + "': more than " +
-                                      std::to_string(shm::kMaxTensors) +
-                                      " inputs or outputs cannot cross the rings");
-    }
+    RefuseOversizeInterface(model);
   }
   uint32_t worker = worker_slot - segment.hookhosts();
   auto num_models = static_cast<uint32_t>(models_.size());
@@ -358,14 +366,7 @@ void DispatchLoop::LoadModel(const std::string& name) {
   loading.store(false);
   beat.join();
   auto index = static_cast<uint32_t>(models_.size());
-  const Bundle* bundle = loaded.model.bundle;
-  if (!loaded.model.failure && bundle != nullptr &&
-      std::max(bundle->manifest.inputs.size(), bundle->manifest.outputs.size()) >
-          shm::kMaxTensors) {
-    loaded.model.failure =
-        InvalidArgument("model '" + name + "': more than " + std::to_string(shm::kMaxTensors) +
-                        " inputs or outputs cannot cross the rings");
-  }
+  RefuseOversizeInterface(loaded.model);
   Status added = scheduler_->AddModel(loaded.spec);
   if (!added.ok()) {
     // The index is taken all the same (every process numbers models alike): a placeholder.

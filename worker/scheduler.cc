@@ -743,9 +743,7 @@ std::vector<ModelMetrics> Scheduler::Metrics(Nanos now) const {
     metrics.queue_depth = m.queue.size();
     metrics.queue_wait_p50_ns = m.waits.Percentile(0.50);
     metrics.queue_wait_p99_ns = m.waits.Percentile(0.99);
-    for (int64_t bound : shm::kQueueWaitBoundsNs) {
-      metrics.queue_wait_le.push_back(m.waits.CountAtMost(bound));
-    }
+    metrics.queue_wait_le = m.waits.CountsAtMost(shm::kQueueWaitBoundsNs);
     metrics.queue_wait_count = m.waits.count();
     metrics.queue_wait_sum_ns = m.waits.sum_ns();
     for (size_t i = 0; i < m.spec.batch_sizes.size(); ++i) {

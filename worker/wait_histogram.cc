@@ -42,11 +42,21 @@ void WaitHistogram::Record(int64_t nanos) {
 }
 
 uint64_t WaitHistogram::CountAtMost(int64_t nanos) const {
+  return CountsAtMost(std::span(&nanos, 1))[0];
+}
+
+std::vector<uint64_t> WaitHistogram::CountsAtMost(std::span<const int64_t> bounds) const {
+  std::vector<uint64_t> out;
+  out.reserve(bounds.size());
   uint64_t n = 0;
-  for (int b = 0; b < kBuckets && UpperBound(b) <= nanos; ++b) {
-    n += buckets_[static_cast<size_t>(b)];
+  int b = 0;
+  for (int64_t bound : bounds) {
+    for (; b < kBuckets && UpperBound(b) <= bound; ++b) {
+      n += buckets_[static_cast<size_t>(b)];
+    }
+    out.push_back(n);
   }
-  return n;
+  return out;
 }
 
 int64_t WaitHistogram::Percentile(double fraction) const {

@@ -7,6 +7,8 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 namespace ferry {
 
@@ -25,6 +27,8 @@ class WaitHistogram {
   // Records whose bucket lies wholly at or below `nanos` (a record in the bucket straddling
   // it counts at the next bound up: at most 1/8 of an octave late).
   uint64_t CountAtMost(int64_t nanos) const;
+  // CountAtMost for each of `bounds` (ascending), in one pass over the buckets.
+  std::vector<uint64_t> CountsAtMost(std::span<const int64_t> bounds) const;
 
  private:
   static int BucketOf(int64_t nanos);
