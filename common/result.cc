@@ -19,6 +19,8 @@ std::string_view ErrorCodeName(ErrorCode code) {
       return "UNAVAILABLE";
     case ErrorCode::kInternal:
       return "INTERNAL";
+    case ErrorCode::kCancelled:
+      return "CANCELLED";
   }
   return "UNKNOWN";
 }

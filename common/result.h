@@ -23,7 +23,9 @@ enum class ErrorCode {
   kDeadlineExceeded,   // 504: the request's deadline passed.
   kUnavailable,        // 503: a worker or hook host was lost.
   kInternal,           // 500: a bug or an impossible environment.
+  kCancelled,          // 499: the client left (closed its connection, cancelled its call).
 };
+inline constexpr ErrorCode kLastErrorCode = ErrorCode::kCancelled;
 
 // "INVALID_ARGUMENT", "NOT_FOUND", ...
 std::string_view ErrorCodeName(ErrorCode code);
@@ -50,6 +52,7 @@ inline Error Unavailable(std::string message) {
   return {ErrorCode::kUnavailable, std::move(message)};
 }
 inline Error Internal(std::string message) { return {ErrorCode::kInternal, std::move(message)}; }
+inline Error Cancelled(std::string message) { return {ErrorCode::kCancelled, std::move(message)}; }
 
 // Reports a Result used against its REQUIRES (value() of an error, error() of a success) and
 // aborts, in every build: a test checking `error().code` of a Result that is wrongly OK must

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <limits>
 #include <optional>
+#include <set>
 
 #include "config/scheduler_config_reader.h"
 #include "config/toml_reader.h"
@@ -313,6 +314,19 @@ static void ReadFrontend(TableReader& r, FrontendSettings* f) {
   r.Int("max_connections", &f->max_connections, 1, 65536);
   r.Double("request_timeout_seconds", &f->request_timeout_seconds, {0.1, 3600, false, false});
   r.Double("idle_timeout_seconds", &f->idle_timeout_seconds, {0.1, 86'400, false, false});
+  if (r.StringArray("tenants", &f->tenants)) {
+    std::set<std::string> seen;
+    for (const std::string& tenant : f->tenants) {
+      if (!IsValidModelName(tenant) || !seen.insert(tenant).second) {
+        r.ErrorAt("tenants", "'" + tenant.substr(0, 64) +
+                                 "' is not a tenant name (letters, digits, '_', '-', '.'; "
+                                 "at most 128 bytes), or is listed twice");
+      }
+    }
+    if (f->tenants.size() > kMaxTenants) {
+      r.ErrorAt("tenants", "at most " + std::to_string(kMaxTenants) + " tenants");
+    }
+  }
   r.Finish();
 }
 

@@ -136,6 +136,10 @@ struct SupervisorSettings {
   double start_timeout_seconds = 600;
 };
 
+// Tenants a node file may declare; shared memory sizes its per-tenant counters by it
+// (shm::kMaxTenants, checked where both are seen).
+inline constexpr size_t kMaxTenants = 16;
+
 // The KServe front end in every hook host ([frontend]).
 struct FrontendSettings {
   // Largest request body in bytes (JSON and binary tensors together); larger gets 413.
@@ -147,6 +151,10 @@ struct FrontendSettings {
   double request_timeout_seconds = 30;
   // An idle keep-alive connection is closed after this. 0.1..86400. Default 60.
   double idle_timeout_seconds = 60;
+  // The tenants a request may name (the "tenant" parameter or the Ferry-Tenant header /
+  // metadata); another name is refused (400), so clients cannot grow the metrics' label
+  // sets. At most 16 names, each as a model name. Default none: naming a tenant is refused.
+  std::vector<std::string> tenants;
 };
 
 struct NodeConfig {

@@ -421,3 +421,26 @@ TEST_CASE("model names: letters, digits, '_', '-', '.', never starting with '-' 
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+TEST_CASE("[frontend] tenants: up to 16 distinct names; none by default") {
+  CHECK(Parse("").value().frontend.tenants.empty());
+  Result<NodeConfig> two = Parse("[frontend]\ntenants = [\"acme\", \"globex-2\"]\n");
+  REQUIRE(two.ok());
+  CHECK(two->frontend.tenants == std::vector<std::string>{"acme", "globex-2"});
+  std::string sixteen = "[frontend]\ntenants = [";
+  for (int i = 0; i < 16; ++i) {
+    sixteen += (i == 0 ? "\"t" : ", \"t") + std::to_string(i) + "\"";
+  }
+  CHECK(Parse(sixteen + "]\n").ok());
+  CHECK(Contains(ErrorOf(sixteen + ", \"t16\"]\n"), "at most 16 tenants"));
+  CHECK(Contains(ErrorOf("[frontend]\ntenants = [\"a\", \"a\"]\n"), "or is listed twice"));
+  CHECK(Contains(ErrorOf("[frontend]\ntenants = [\"a b\"]\n"), "'a b' is not a tenant name"));
+  CHECK(Contains(ErrorOf("[frontend]\ntenants = [\"-\"]\n"), "frontend.tenants"));
+  CHECK(Contains(ErrorOf("[frontend]\ntenants = \"acme\"\n"), "frontend.tenants"));
+}
+
+}  // namespace
+}  // namespace ferry

@@ -42,6 +42,9 @@ grpc::Status ToGrpc(const Error& e) {
     case ErrorCode::kInternal:
       code = grpc::StatusCode::INTERNAL;
       break;
+    case ErrorCode::kCancelled:
+      code = grpc::StatusCode::CANCELLED;
+      break;
   }
   return grpc::Status(code, e.message);
 }
@@ -144,6 +147,18 @@ Result<int64_t> IntParam(const Map& params, const char* key) {
   return InvalidArgument(std::string("parameter \"") + key + "\" must be an integer");
 }
 
+template <typename Map>
+Result<std::string> StringParam(const Map& params, const char* key) {
+  auto it = params.find(key);
+  if (it == params.end()) {
+    return std::string();
+  }
+  if (it->second.parameter_choice_case() != inference::InferParameter::kStringParam) {
+    return InvalidArgument(std::string("parameter \"") + key + "\" must be a string");
+  }
+  return it->second.string_param().substr(0, 256);
+}
+
 }  // namespace
 
 Result<ParsedInfer> ParseGrpcInfer(const inference::ModelInferRequest& request) {
@@ -154,6 +169,7 @@ Result<ParsedInfer> ParseGrpcInfer(const inference::ModelInferRequest& request) 
     return InvalidArgument("parameter \"timeout\" must be >= 0 (microseconds)");
   }
   FERRY_ASSIGN_OR_RETURN(parsed.priority, IntParam(request.parameters(), "priority"));
+  FERRY_ASSIGN_OR_RETURN(parsed.tenant, StringParam(request.parameters(), "tenant"));
   int n = request.inputs_size();
   if (n < 1 || n > 64) {
     return InvalidArgument("a request needs 1 to 64 inputs, got " + std::to_string(n));
@@ -431,10 +447,30 @@ class Service final : public inference::GRPCInferenceService::Service {
 
   Result<inference::ModelInferResponse> Infer(grpc::ServerContext* context,
                                               const inference::ModelInferRequest& in) {
-    FERRY_ASSIGN_OR_RETURN(const hookhost::HookModel* model,
-                           Lookup(in.model_name(), in.model_version()));
-    FERRY_ASSIGN_OR_RETURN(ParsedInfer parsed, ParseGrpcInfer(in));
-    auto state = std::make_shared<ParsedInfer>(std::move(parsed));
+    Result<const hookhost::HookModel*> found = Lookup(in.model_name(), in.model_version());
+    if (!found.ok()) {
+      kserve_->CountRefused(nullptr, found.error());
+      return found.error();
+    }
+    const hookhost::HookModel* model = *found;
+    Result<ParsedInfer> parsed = ParseGrpcInfer(in);
+    if (!parsed.ok()) {
+      kserve_->CountRefused(model, parsed.error());
+      return parsed.error();
+    }
+    auto state = std::make_shared<ParsedInfer>(std::move(*parsed));
+    const auto& metadata = context->client_metadata();
+    if (auto tenant = metadata.find("ferry-tenant"); tenant != metadata.end()) {
+      std::string name(tenant->second.data(), std::min<size_t>(tenant->second.size(), 256));
+      if (!state->tenant.empty() && state->tenant != name) {
+        Error mismatch = InvalidArgument(
+            "the ferry-tenant metadata and the \"tenant\" parameter name different tenants");
+        kserve_->CountRefused(model, mismatch);
+        return mismatch;
+      }
+      state->tenant = std::move(name);
+    }
+    state->request.cancel = std::make_shared<CancelSignal>();
     // A gRPC deadline, when sooner, becomes the request's.
     auto deadline = context->deadline();
     if (deadline != std::chrono::system_clock::time_point::max()) {
@@ -451,7 +487,14 @@ class Service final : public inference::GRPCInferenceService::Service {
     kserve_->Submit(*model, state, [&promise](Result<hookhost::InferResponse> r) {
       promise.set_value(std::move(r));
     });
-    Result<hookhost::InferResponse> result = future.get();  // Answered exactly once.
+    // Answered exactly once; a call the client cancels (or whose connection drops) cancels
+    // the request, which is then answered CANCELLED at once.
+    while (future.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+      if (context->IsCancelled()) {
+        state->request.cancel->Fire();
+      }
+    }
+    Result<hookhost::InferResponse> result = future.get();
     if (!result.ok()) {
       return result.error();
     }

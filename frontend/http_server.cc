@@ -71,6 +71,8 @@ struct Connection {
   uint64_t next_write = 0;
   std::map<uint64_t, HttpResponse> answered;  // Not yet written (waiting for earlier ones).
   size_t in_flight = 0;                       // Dispatched, not answered.
+  // The cancel signal of each request dispatched and not answered, by sequence.
+  std::unordered_map<uint64_t, std::shared_ptr<CancelSignal>> cancels;
   std::string out;
   bool stop_reading = false;  // No further request is read (close, error, drain).
   bool close_when_written = false;
@@ -138,6 +140,8 @@ std::string_view StatusText(int status) {
       return "429 Too Many Requests";
     case 431:
       return "431 Request Header Fields Too Large";
+    case 499:
+      return "499 Client Closed Request";
     case 500:
       return "500 Internal Server Error";
     case 501:
@@ -175,6 +179,8 @@ struct HttpServer::Impl {
   void WriteAnswered(Connection& c);
   void Flush(Connection& c);
   void CloseConnection(uint64_t id);
+  // The client left: every request of `c` still unanswered is cancelled.
+  void ClientLeft(Connection& c);
   void TakeAnswers();
   void Sweep(int64_t now);
   void Watch(uint64_t id, Connection& c, bool write);
@@ -246,6 +252,8 @@ void HttpServer::Impl::Dispatch(uint64_t id, Connection& c, Parser& parser) {
   bool keep_alive = message.keep_alive() && !draining.load();
   uint64_t sequence = c.next_sequence++;
   ++c.in_flight;
+  request.cancel = std::make_shared<CancelSignal>();
+  c.cancels.emplace(sequence, request.cancel);
   ++stats.requests;
   if (!keep_alive) {
     c.stop_reading = true;
@@ -327,6 +335,9 @@ void HttpServer::Impl::Read(uint64_t id, Connection& c, int64_t now) {
     break;
   }
   Parse(id, c, now);
+  if (c.peer_closed) {
+    ClientLeft(c);
+  }
   if (c.peer_closed && c.parser && c.parser->got_some()) {
     c.parser.reset();  // A request cut off by its client: nothing to answer.
     c.request_started = 0;
@@ -366,11 +377,20 @@ void HttpServer::Impl::Flush(Connection& c) {
   }
 }
 
+void HttpServer::Impl::ClientLeft(Connection& c) {
+  std::unordered_map<uint64_t, std::shared_ptr<CancelSignal>> cancels;
+  cancels.swap(c.cancels);
+  for (auto& [sequence, signal] : cancels) {
+    signal->Fire();  // The answer still comes (CANCELLED) and is dropped or written.
+  }
+}
+
 void HttpServer::Impl::CloseConnection(uint64_t id) {
   auto it = connections.find(id);
   if (it == connections.end()) {
     return;
   }
+  ClientLeft(it->second);
   epoll_ctl(epoll_fd, EPOLL_CTL_DEL, it->second.fd, nullptr);
   close(it->second.fd);
   connections.erase(it);
@@ -391,6 +411,7 @@ void HttpServer::Impl::TakeAnswers() {
     }
     Connection& c = it->second;
     --c.in_flight;
+    c.cancels.erase(a.sequence);
     c.answered[a.sequence] = std::move(a.response);
   }
 }

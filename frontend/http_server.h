@@ -25,6 +25,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/cancel_signal.h"
+
 namespace ferry::frontend {
 
 struct HttpRequest {
@@ -32,6 +34,10 @@ struct HttpRequest {
   std::string target;                                        // "/v2/models/mlp/infer"
   std::vector<std::pair<std::string, std::string>> headers;  // As received.
   std::string body;
+  // Fired when the client closes its connection (or it fails) before this request's answer
+  // was handed back: a client that left. A half-close (shutdown(SHUT_WR)) counts as leaving,
+  // as nginx takes it (HTTP/1.1 clients close when they give up).
+  std::shared_ptr<CancelSignal> cancel;
 
   // The first header named `name` (case-insensitive), or nullptr.
   const std::string* Header(std::string_view name) const;

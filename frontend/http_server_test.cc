@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 namespace ferry::frontend {
@@ -242,6 +243,68 @@ TEST_CASE("Expect: 100-continue gets its interim answer; drain answers what was 
   CHECK(s.server->Drained());  // The idle keep-alive connection was closed.
   CHECK(recv(fd, buffer, 1, 0) <= 0);
   close(fd);
+}
+
+}  // namespace
+}  // namespace ferry::frontend
+
+namespace ferry::frontend {
+namespace {
+
+TEST_CASE("a client that closes its connection cancels its unanswered requests, not others") {
+  // Requests are held (answered later by the test); /fast ones are answered at once.
+  std::mutex mu;
+  std::vector<std::pair<std::shared_ptr<CancelSignal>, Responder>> held;
+  Server s({}, [&](HttpRequest&& r, Responder respond) {
+    if (r.target == "/fast") {
+      respond(HttpResponse{200, {}, "{}", false});
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    held.emplace_back(r.cancel, std::move(respond));
+  });
+  auto held_count = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return held.size();
+  };
+  int leaving = s.Connect();
+  int staying = s.Connect();
+  Send(leaving,
+       "GET /fast HTTP/1.1\r\nHost: x\r\n\r\nGET /a HTTP/1.1\r\nHost: x\r\n\r\n"
+       "GET /b HTTP/1.1\r\nHost: x\r\n\r\n");
+  CHECK(ReadResponses(leaving, 1).find("200 OK") != std::string::npos);
+  Send(staying, "GET /c HTTP/1.1\r\nHost: x\r\n\r\n");
+  for (int i = 0; i < 1000 && held_count() < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  REQUIRE(held_count() == 3);
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto& [signal, respond] : held) {
+    REQUIRE(signal != nullptr);
+    CHECK_FALSE(signal->fired());
+  }
+  close(leaving);
+  // Fired on the server's thread when it reads the close.
+  auto fired = [&](size_t i) {
+    for (int k = 0; k < 1000 && !held[i].first->fired(); ++k) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return held[i].first->fired();
+  };
+  CHECK(fired(0));
+  CHECK(fired(1));
+  CHECK_FALSE(held[2].first->fired());
+  // A signal fired before anyone subscribed runs the action at once.
+  bool ran = false;
+  held[0].first->Subscribe([&] { ran = true; });
+  CHECK(ran);
+  // The staying client is still served.
+  held[2].second(HttpResponse{200, {}, "{\"c\":1}", false});
+  CHECK(ReadResponses(staying, 1).find("{\"c\":1}") != std::string::npos);
+  // Answers for the gone connection go nowhere, harmlessly.
+  held[0].second(HttpResponse{499, {}, "{}", false});
+  held[1].second(HttpResponse{499, {}, "{}", false});
+  close(staying);
 }
 
 }  // namespace

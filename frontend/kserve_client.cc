@@ -20,6 +20,8 @@ ErrorCode CodeForStatus(int status) {
       return ErrorCode::kDeadlineExceeded;
     case 503:
       return ErrorCode::kUnavailable;
+    case 499:
+      return ErrorCode::kCancelled;
     default:
       return ErrorCode::kInternal;
   }

@@ -168,6 +168,22 @@ Result<bool> BoolParameter(const json& object, const char* key) {
   return it->get<bool>();
 }
 
+// A parameter's string value, "" when absent; INVALID_ARGUMENT when mistyped.
+Result<std::string> StringParameter(const json& object, const char* key) {
+  auto params = object.find("parameters");
+  if (params == object.end() || !params->is_object()) {
+    return std::string();
+  }
+  auto it = params->find(key);
+  if (it == params->end()) {
+    return std::string();
+  }
+  if (!it->is_string()) {
+    return InvalidArgument(std::string("parameter \"") + key + "\" must be a string");
+  }
+  return it->get<std::string>().substr(0, 256);
+}
+
 Result<int64_t> IntParameter(const json& object, const char* key, int64_t absent) {
   auto params = object.find("parameters");
   if (params == object.end() || !params->is_object()) {
@@ -246,6 +262,7 @@ Result<ParsedInfer> ParseInferRequest(std::string_view header, std::string_view 
     return InvalidArgument("parameter \"timeout\" must be >= 0 (microseconds)");
   }
   FERRY_ASSIGN_OR_RETURN(parsed.priority, IntParameter(doc, "priority", 0));
+  FERRY_ASSIGN_OR_RETURN(parsed.tenant, StringParameter(doc, "tenant"));
   auto inputs = doc.find("inputs");
   if (inputs == doc.end() || !inputs->is_array() || inputs->empty() || inputs->size() > 64) {
     return InvalidArgument("\"inputs\" must be an array of 1 to 64 tensors");

@@ -40,7 +40,8 @@ struct ParsedInfer {
   std::vector<RequestedOutput> outputs;  // Empty: every output, JSON unless binary_default.
   bool binary_default = false;           // "binary_data_output".
   int64_t timeout_us = 0;                // "timeout" parameter: 0 = none.
-  int64_t priority = 0;                  // "priority" parameter (parsed; not yet scheduled).
+  int64_t priority = 0;                  // "priority" parameter: 0 default, 1 most urgent.
+  std::string tenant;                    // "tenant" parameter (or header): "" = none.
 };
 
 // `header` is the JSON part, `binary` what follows it (Inference-Header-Content-Length).

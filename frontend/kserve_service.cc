@@ -80,6 +80,9 @@ HttpResponse ErrorResponse(const Error& error) {
     case ErrorCode::kInternal:
       status = 500;
       break;
+    case ErrorCode::kCancelled:
+      status = 499;  // nginx's "client closed request": the client left; nobody reads it.
+      break;
   }
   HttpResponse r = Json(status, {{"error", error.message}});
   if (status == 429 || status == 503) {
@@ -90,8 +93,13 @@ HttpResponse ErrorResponse(const Error& error) {
 
 KServeService::KServeService(const shm::Segment& segment,
                              const std::vector<hookhost::HookModel>& models,
-                             hookhost::HookHost* host, size_t max_request_bytes)
-    : segment_(segment), models_(models), host_(host), max_request_bytes_(max_request_bytes) {}
+                             hookhost::HookHost* host, size_t max_request_bytes,
+                             std::vector<std::string> tenants)
+    : segment_(segment),
+      models_(models),
+      host_(host),
+      max_request_bytes_(max_request_bytes),
+      tenants_(std::move(tenants)) {}
 
 const hookhost::HookModel* KServeService::Find(std::string_view name) const {
   for (const hookhost::HookModel& m : models_) {
@@ -119,19 +127,52 @@ void KServeService::Submit(const hookhost::HookModel& model,
     std::atomic<int>* n;
     ~Leave() { n->fetch_sub(1); }
   } leave{&submitting_};
-  if (draining_.load()) {
+  if (draining_.load()) {  // The host may be gone already: not counted.
     done(Unavailable("this hook host is draining; retry on another"));
     return;
   }
+  auto refuse = [&](Error error) {
+    host_->CountRefused(&model, error);
+    done(std::move(error));
+  };
   if (model.failure) {
-    done(Unavailable("model '" + model.name + "' failed to load: " + model.failure->message));
+    refuse(Unavailable("model '" + model.name + "' failed to load: " + model.failure->message));
     return;
+  }
+  if (request->priority < 0 || request->priority > shm::kMaxPriority) {
+    refuse(InvalidArgument("parameter \"priority\" is " + std::to_string(request->priority) +
+                           ": 0 (the default level) or 1 (most urgent) to " +
+                           std::to_string(shm::kMaxPriority)));
+    return;
+  }
+  request->request.priority = static_cast<uint32_t>(request->priority);
+  if (!request->tenant.empty()) {
+    auto it = std::find(tenants_.begin(), tenants_.end(), request->tenant);
+    if (it == tenants_.end()) {
+      std::string declared;
+      for (const std::string& t : tenants_) {
+        declared += (declared.empty() ? "" : ", ") + t;
+      }
+      refuse(InvalidArgument("tenant '" + request->tenant.substr(0, 64) +
+                             "' is not declared in the node file's [frontend] tenants (" +
+                             (declared.empty() ? "none" : declared) + ")"));
+      return;
+    }
+    request->request.tenant = static_cast<uint32_t>(it - tenants_.begin()) + 1;
   }
   request->request.model = model.name;
   if (request->timeout_us > 0) {
     request->request.deadline_ns = MonotonicNs() + request->timeout_us * 1000;
   }
   host_->Submit(request->request, std::move(done));
+}
+
+void KServeService::CountRefused(const hookhost::HookModel* model, const Error& error) {
+  submitting_.fetch_add(1);  // As Submit: the host is not destroyed meanwhile.
+  if (!draining_.load()) {
+    host_->CountRefused(model, error);
+  }
+  submitting_.fetch_sub(1);
 }
 
 bool KServeService::ModelReady(const hookhost::HookModel& model) const {
@@ -247,7 +288,11 @@ void KServeService::Handle(HttpRequest&& request, Responder respond) {
   }
   const hookhost::HookModel* model = Find(parts[2]);
   if (model == nullptr) {
-    respond(Json(404, {{"error", "unknown model '" + std::string(parts[2].substr(0, 128)) + "'"}}));
+    Error unknown = NotFound("unknown model '" + std::string(parts[2].substr(0, 128)) + "'");
+    if (parts.back() == "infer") {
+      CountRefused(nullptr, unknown);
+    }
+    respond(ErrorResponse(unknown));
     return;
   }
   size_t next = 3;
@@ -297,23 +342,29 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
     respond(ErrorResponse(Unavailable("this hook host is draining; retry on another")));
     return;
   }
+  // A request refused before it reaches the flow, counted with the answered ones; `status`
+  // overrides the code's HTTP status.
+  auto refuse = [&](const Error& error, int status = 0) {
+    CountRefused(&model, error);
+    HttpResponse r = ErrorResponse(error);
+    if (status != 0) {
+      r = Json(status, {{"error", error.message}});
+    }
+    respond(std::move(r));
+  };
   // The body must outlive the submission (input spans point into it).
   auto body = std::make_shared<std::string>(std::move(request.body));
   if (const std::string* ce = request.Header("Content-Encoding")) {
     std::optional<Encoding> encoding = ParseContentEncoding(*ce);
     if (!encoding) {
-      HttpResponse r = Json(415, {{"error", "Content-Encoding '" + ce->substr(0, 32) +
-                                                "' is not supported (gzip, deflate, identity)"}});
-      respond(std::move(r));
+      refuse(InvalidArgument("Content-Encoding '" + ce->substr(0, 32) +
+                             "' is not supported (gzip, deflate, identity)"),
+             415);
       return;
     }
     Result<std::string> inflated = Inflate(*body, *encoding, max_request_bytes_);
     if (!inflated.ok()) {
-      HttpResponse r = ErrorResponse(inflated.error());
-      if (inflated.error().code == ErrorCode::kResourceExhausted) {
-        r = Json(413, {{"error", inflated.error().message}});
-      }
-      respond(std::move(r));
+      refuse(inflated.error(), inflated.error().code == ErrorCode::kResourceExhausted ? 413 : 0);
       return;
     }
     *body = std::move(*inflated);
@@ -330,9 +381,9 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
                                      header_length->data() + header_length->size(), json_bytes);
     if (ec != std::errc() || end != header_length->data() + header_length->size() ||
         json_bytes > body->size()) {
-      respond(ErrorResponse(InvalidArgument(
-          "Inference-Header-Content-Length '" + header_length->substr(0, 32) +
-          "' is not a length within the body of " + std::to_string(body->size()) + " bytes")));
+      refuse(InvalidArgument("Inference-Header-Content-Length '" + header_length->substr(0, 32) +
+                             "' is not a length within the body of " +
+                             std::to_string(body->size()) + " bytes"));
       return;
     }
     std::string_view all(*body);
@@ -342,10 +393,19 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
     parsed = ParseInferRequest(*body, {});
   }
   if (!parsed.ok()) {
-    respond(ErrorResponse(parsed.error()));
+    refuse(parsed.error());
     return;
   }
   auto state = std::make_shared<ParsedInfer>(std::move(*parsed));
+  if (const std::string* tenant = request.Header("Ferry-Tenant")) {
+    if (!state->tenant.empty() && state->tenant != *tenant) {
+      refuse(InvalidArgument(
+          "the Ferry-Tenant header and the \"tenant\" parameter name different tenants"));
+      return;
+    }
+    state->tenant = tenant->substr(0, 256);
+  }
+  state->request.cancel = std::move(request.cancel);
   std::string traceparent;
   if (const std::string* tp = request.Header("traceparent");
       tp != nullptr &&

@@ -11,11 +11,14 @@
 //
 // Errors: {"error": "..."} with INVALID_ARGUMENT 400, NOT_FOUND 404, RESOURCE_EXHAUSTED 429
 // (+ Retry-After), DEADLINE_EXCEEDED 504, UNAVAILABLE 503 (+ Retry-After), INTERNAL 500;
-// an unknown path 404, a wrong method 405. Ready: the hook host is not draining, and some
-// worker reports ready with the model loaded. A W3C traceparent header is accepted, its trace
-// id carried with the request and echoed in the response's traceparent. Bodies may be
-// compressed both ways (compression.h): Content-Encoding gzip/deflate on the request (415 for
-// another), Accept-Encoding on the answer.
+// an unknown path 404, a wrong method 405; CANCELLED 499 (nobody reads it: the client left).
+// Priority: the "priority" parameter, 0 (default) or 1 (most urgent) .. 3. Tenant: the
+// "tenant" parameter or the Ferry-Tenant header (both: they must agree), one of the node
+// file's [frontend] tenants. A client closing its connection cancels its requests. Ready: the hook
+// host is not draining, and some worker reports ready with the model loaded. A W3C traceparent
+// header is accepted, its trace id carried with the request and echoed in the response's
+// traceparent. Bodies may be compressed both ways (compression.h): Content-Encoding gzip/deflate on
+// the request (415 for another), Accept-Encoding on the answer.
 //
 // Thread safety: Handle is called from the HTTP thread; answers come from hook threads.
 // Lifetime: the segment, models and host outlive the service and its answers.
@@ -36,9 +39,11 @@ namespace ferry::frontend {
 
 class KServeService {
  public:
-  // `max_request_bytes` also bounds what a compressed body may inflate to.
+  // `max_request_bytes` also bounds what a compressed body may inflate to; `tenants` are the
+  // names a request may give as its tenant ([frontend] tenants).
   KServeService(const shm::Segment& segment, const std::vector<hookhost::HookModel>& models,
-                hookhost::HookHost* host, size_t max_request_bytes);
+                hookhost::HookHost* host, size_t max_request_bytes,
+                std::vector<std::string> tenants = {});
 
   void Handle(HttpRequest&& request, Responder respond);
 
@@ -55,13 +60,18 @@ class KServeService {
       "model load and unload are not served on the KServe port: what a node serves is changed "
       "through ferryd's control socket (ferryctl load / unload), whose peers are checked";
   // Submits a parsed request (its spans must stay valid until this returns); `done` runs once,
-  // on a hook thread or here. UNAVAILABLE while draining or for a model that failed to load.
+  // on a hook thread or here. UNAVAILABLE while draining or for a model that failed to load;
+  // INVALID_ARGUMENT for a priority outside 0..3 or a tenant not declared.
   void Submit(const hookhost::HookModel& model, const std::shared_ptr<ParsedInfer>& request,
               hookhost::InferCallback done);
   // Draining: readiness reports false and infer requests get 503. Returns once no call into
   // the hook host is in progress (from HTTP's or gRPC's threads); from then on the service
   // never calls it, so the hook host may be destroyed.
   void SetDraining();
+  // A request for `model` refused before Submit (unparsable, mistyped; nullptr: an infer for
+  // a model not served), counted by the host with the answered ones; not once draining (the
+  // host may be gone).
+  void CountRefused(const hookhost::HookModel* model, const Error& error);
 
  private:
   void Infer(const hookhost::HookModel& model, HttpRequest&& request, Responder respond);
@@ -70,6 +80,7 @@ class KServeService {
   const std::vector<hookhost::HookModel>& models_;
   hookhost::HookHost* host_;
   size_t max_request_bytes_;
+  std::vector<std::string> tenants_;
   std::atomic<bool> draining_{false};
   std::atomic<int> submitting_{0};  // Calls between the draining check and the host's return.
 };

@@ -20,6 +20,8 @@
 namespace ferry::hookhost {
 namespace {
 
+static_assert(kMaxTenants == shm::kMaxTenants, "the node file's tenants fit shared memory");
+
 constexpr int64_t kViewRefreshNs = 5'000'000;  // Workers publish their status every 5 ms.
 // A status that cannot be read whole for this long (a writer that died mid-publish) makes
 // its worker ineligible; shorter, the last view stands.
@@ -45,6 +47,8 @@ struct Pending {
   int64_t model_rows = 0;  // After preprocess (the rows the worker runs).
   int64_t deadline_ns = 0;
   uint64_t trace_high = 0, trace_low = 0;
+  uint32_t priority = 0;  // DescriptorData::priority.
+  uint32_t tenant = 0;    // DescriptorData::tenant.
   std::vector<Piece> pieces;
   uint64_t output_bytes = 0;  // Of the largest piece, in the worker's arena.
   size_t worker = 0;
@@ -57,6 +61,7 @@ struct Pending {
   // pipeline's run waits for it on a hook thread, which must not be needed to answer it).
   bool subcall = false;
   uint32_t meta = 0;  // Non-zero: a committed call of pipeline run `meta` (DescriptorData::meta).
+  std::shared_ptr<Pending> parent;        // A model call's pipeline request (cancelled with it).
   std::atomic<bool> run_released{false};  // A pipeline run's admission slot was given back.
 };
 
@@ -99,6 +104,7 @@ struct HookHost::Impl {
         models(models),
         options(std::move(options)),
         arena(segment, slot),
+        counters(segment.frontend_counters(slot)),
         gateway(this->options.gateway, models.size()),
         self_waker(segment, slot, slot) {
     for (uint32_t w = 0; w < segment.workers(); ++w) {
@@ -109,7 +115,7 @@ struct HookHost::Impl {
       state.generation = segment.generation(state.slot).load(std::memory_order_acquire);
       workers.push_back(state);
     }
-    releases.resize(workers.size());
+    notices.resize(workers.size());
     views.assign(models.size(), std::vector<WorkerView>(workers.size()));
   }
 
@@ -126,11 +132,13 @@ struct HookHost::Impl {
 
   Mutex arena_mutex;
   shm::Arena arena GUARDED_BY(arena_mutex);
+  shm::FrontEndCountersData& counters;  // In this hook host's own object (status.h).
 
   // Hook threads -> transport.
   Mutex handoff_mutex;
   std::deque<PendingPtr> outbox GUARDED_BY(handoff_mutex);
   std::deque<std::pair<size_t, shm::DescriptorData>> releases_in GUARDED_BY(handoff_mutex);
+  std::deque<PendingPtr> cancels_in GUARDED_BY(handoff_mutex);  // Answered CANCELLED already.
   bool handoff_closed GUARDED_BY(handoff_mutex) = false;  // Stopping: hand-offs answered at once.
   std::atomic<bool> handoff_waiting{false};
   std::atomic<uint32_t> next_meta{1};  // Pipeline run numbers (0 is skipped).
@@ -162,9 +170,11 @@ struct HookHost::Impl {
   std::vector<shm::RingProducer> submit;
   std::vector<shm::RingConsumer> complete;
   std::vector<WorkerState> workers;
-  std::vector<std::vector<WorkerView>> views;             // [model][worker], every 5 ms.
-  std::vector<std::deque<shm::DescriptorData>> releases;  // Per worker, waiting for space.
-  std::deque<PendingPtr> waiting;                         // Prepared, not yet sent.
+  std::vector<std::vector<WorkerView>> views;  // [model][worker], every 5 ms.
+  // Per worker: releases and cancels waiting for submission-ring space.
+  std::vector<std::deque<shm::DescriptorData>> notices;
+  std::deque<PendingPtr> waiting;   // Prepared, not yet sent.
+  std::vector<PendingPtr> cancels;  // Cancelled requests whose pieces in flight get a kCancel.
   std::unordered_map<uint64_t, std::pair<PendingPtr, size_t>> inflight;  // sequence -> piece.
   uint64_t next_sequence = 1;
   int64_t views_at = 0;
@@ -177,7 +187,26 @@ struct HookHost::Impl {
       return;
     }
     pending_count.fetch_sub(1, std::memory_order_relaxed);
+    if (!p->subcall) {
+      Count(p->model, p->tenant, result.ok() ? std::nullopt : std::optional(result.error().code),
+            result.ok() ? result->timings.plugin_ns : p->timings.plugin_ns);
+    }
     p->done(std::move(result));
+  }
+
+  // A client request answered: its outcome (nullopt: success) and its plugins' time.
+  void Count(const HookModel* model, uint32_t tenant, std::optional<ErrorCode> code,
+             int64_t plugin_ns) {
+    size_t outcome = code ? static_cast<size_t>(*code) + 1 : 0;
+    if (model == nullptr || model->index >= shm::kMaxStatusModels) {
+      counters.unrouted[outcome].fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    shm::RequestCountsData& c =
+        counters.models[model->index][std::min<uint32_t>(tenant, shm::kMaxTenants)];
+    c.answered[outcome].fetch_add(1, std::memory_order_relaxed);
+    c.plugin_ns.fetch_add(static_cast<uint64_t>(std::max<int64_t>(plugin_ns, 0)),
+                          std::memory_order_relaxed);
   }
 
   void Post(std::function<void()> task) {
@@ -769,6 +798,9 @@ struct HookHost::Impl {
     p->deadline_ns = parent->deadline_ns;
     p->trace_high = parent->trace_high;
     p->trace_low = parent->trace_low;
+    p->priority = parent->priority;
+    p->tenant = parent->tenant;
+    p->parent = parent;
     p->subcall = true;
     p->meta = meta;
     p->model = &target;
@@ -809,6 +841,7 @@ struct HookHost::Impl {
         RefreshViews(now);
       }
       busy |= SendWaiting(now);
+      SendCancels();
       busy |= PollCompletions();
       busy |= PushReleases();
       CheckWorkerRestarts();
@@ -835,21 +868,30 @@ struct HookHost::Impl {
   bool TakeHandoff() {
     handoff_waiting.store(false, std::memory_order_relaxed);
     MutexLock lock(&handoff_mutex);
-    bool any = !outbox.empty() || !releases_in.empty();
+    bool any = !outbox.empty() || !releases_in.empty() || !cancels_in.empty();
     while (!outbox.empty()) {
       waiting.push_back(std::move(outbox.front()));
       outbox.pop_front();
     }
+    while (!cancels_in.empty()) {
+      cancels.push_back(std::move(cancels_in.front()));
+      cancels_in.pop_front();
+    }
     while (!releases_in.empty()) {
       auto& [worker, release] = releases_in.front();
-      releases[worker].push_back(release);
+      notices[worker].push_back(release);
       releases_in.pop_front();
     }
     return any;
   }
 
+  // From the thread firing InferRequest::cancel: answers `p` CANCELLED and has the transport
+  // take back what it sent of it.
+  void Cancel(const PendingPtr& p);
+
   void RefreshViews(int64_t now);
   bool SendWaiting(int64_t now);
+  void SendCancels();
   bool PollCompletions();
   void CompletePiece(const PendingPtr& p, Piece& piece);
   bool PushReleases();
@@ -934,6 +976,11 @@ bool HookHost::Impl::SendWaiting(int64_t now) {
       drop(std::nullopt);
       continue;
     }
+    if (p->parent != nullptr && p->parent->answered.load()) {
+      drop(Cancelled("pipeline '" + p->parent->model->name + "' was answered before its call to '" +
+                     p->model->name + "' was sent"));
+      continue;
+    }
     if (p->deadline_ns != 0 && now >= p->deadline_ns) {
       drop(DeadlineExceeded("model '" + p->model->name +
                             "': the deadline passed before a worker could take it"));
@@ -979,9 +1026,11 @@ bool HookHost::Impl::SendWaiting(int64_t now) {
       d.rows = static_cast<int32_t>(piece.rows);
       d.deadline_ns = p->deadline_ns;
       d.meta = p->meta;
+      d.priority = static_cast<uint8_t>(p->priority);
+      d.tenant = static_cast<uint16_t>(p->tenant);
       d.trace_id_high = p->trace_high;
       d.trace_id_low = p->trace_low;
-      d.num_tensors = static_cast<uint16_t>(piece.tensors.size());
+      d.num_tensors = static_cast<uint8_t>(piece.tensors.size());
       std::copy(piece.tensors.begin(), piece.tensors.end(), d.tensors);
       inflight[piece.sequence] = {p, i};
       // Space was checked and this thread is the ring's only producer.
@@ -995,6 +1044,52 @@ bool HookHost::Impl::SendWaiting(int64_t now) {
     it = waiting.erase(it);
   }
   return sent;
+}
+
+void HookHost::Impl::Cancel(const PendingPtr& p) {
+  if (p->answered.load()) {
+    return;
+  }
+  Answer(p, Cancelled("model '" + p->model->name + "': the client left; request cancelled"));
+  {
+    MutexLock lock(&handoff_mutex);
+    if (handoff_closed) {
+      return;  // Stopping: every worker answers (or drops) what it holds anyway.
+    }
+    cancels_in.push_back(p);
+  }
+  WakeTransport();
+}
+
+void HookHost::Impl::SendCancels() {
+  for (const PendingPtr& p : cancels) {
+    auto notice = [&](const Pending& q, const Piece& piece) {
+      shm::DescriptorData d{};
+      d.kind = static_cast<uint16_t>(shm::DescriptorKind::kCancel);
+      d.slot = slot;
+      d.generation = generation;
+      d.sender_generation = generation;
+      d.sequence = piece.sequence;
+      d.model = static_cast<uint16_t>(q.model->index);
+      notices[q.worker].push_back(d);
+    };
+    if (!p->model->pipeline()) {
+      for (const Piece& piece : p->pieces) {
+        auto it = inflight.find(piece.sequence);
+        if (piece.sequence != 0 && it != inflight.end() && it->second.first == p) {
+          notice(*p, piece);
+        }
+      }
+      continue;
+    }
+    for (const auto& [sequence, entry] : inflight) {  // A pipeline's model calls in flight.
+      const auto& [q, i] = entry;
+      if (q->parent == p) {
+        notice(*q, q->pieces[i]);
+      }
+    }
+  }
+  cancels.clear();
 }
 
 bool HookHost::Impl::PollCompletions() {
@@ -1017,8 +1112,10 @@ bool HookHost::Impl::PollCompletions() {
       Piece& piece = p->pieces[i];
       piece.completion = d;
       if (d.status != 0) {
-        auto code = static_cast<ErrorCode>(
-            std::min<uint32_t>(d.status - 1, static_cast<uint32_t>(ErrorCode::kInternal)));
+        // A status no code has (a hostile worker's) is INTERNAL.
+        auto code = d.status - 1 <= static_cast<uint32_t>(kLastErrorCode)
+                        ? static_cast<ErrorCode>(d.status - 1)
+                        : ErrorCode::kInternal;
         std::string message = "the worker gave no reason";
         if (d.num_tensors == 1 && d.tensors[0].dtype == static_cast<uint16_t>(DType::kU8)) {
           std::span<uint8_t> bytes = shm::TensorBytes(segment, d.tensors[0]);
@@ -1054,8 +1151,8 @@ void HookHost::Impl::CompletePiece(const PendingPtr& p, Piece& piece) {
 bool HookHost::Impl::PushReleases() {
   bool any = false;
   for (size_t w = 0; w < workers.size(); ++w) {
-    while (!releases[w].empty() && submit[w].TryPush(releases[w].front()) == shm::RingStatus::kOk) {
-      releases[w].pop_front();
+    while (!notices[w].empty() && submit[w].TryPush(notices[w].front()) == shm::RingStatus::kOk) {
+      notices[w].pop_front();
       any = true;
     }
   }
@@ -1069,7 +1166,7 @@ void HookHost::Impl::CheckWorkerRestarts() {
       continue;
     }
     workers[w].generation = current;
-    releases[w].clear();  // The successor lent this hook host nothing.
+    notices[w].clear();  // The successor lent this hook host nothing and queued nothing of it.
     for (auto it = inflight.begin(); it != inflight.end();) {
       auto [p, i] = it->second;
       if (p->worker != w) {
@@ -1188,6 +1285,10 @@ size_t HookHost::pending() const { return impl_->pending_count.load(std::memory_
 bool HookHost::healthy() const {
   return impl_->stuck.load(std::memory_order_relaxed) < impl_->options.threads;
 }
+void HookHost::CountRefused(const HookModel* model, const Error& error) {
+  impl_->Count(model, 0, error.code, 0);
+}
+
 uint64_t HookHost::timed_out_calls() const {
   return impl_->timed_out.load(std::memory_order_relaxed);
 }
@@ -1209,6 +1310,8 @@ void HookHost::Submit(InferRequest request, InferCallback done) {
   p->deadline_ns = request.deadline_ns;
   p->trace_high = request.trace_id_high;
   p->trace_low = request.trace_id_low;
+  p->priority = std::min<uint32_t>(request.priority, shm::kMaxPriority);
+  p->tenant = std::min<uint32_t>(request.tenant, shm::kMaxTenants);
   if (impl.pending_count.fetch_add(1, std::memory_order_relaxed) >= impl.options.max_pending) {
     impl.Answer(p, ResourceExhausted("hook host: " + std::to_string(impl.options.max_pending) +
                                      " requests pending, its limit (retry in " +
@@ -1231,6 +1334,13 @@ void HookHost::Submit(InferRequest request, InferCallback done) {
     return;
   }
   p->model = &*model;
+  if (request.cancel != nullptr) {
+    request.cancel->Subscribe([&impl, weak = std::weak_ptr<Pending>(p)] {
+      if (PendingPtr pending = weak.lock()) {
+        impl.Cancel(pending);
+      }
+    });
+  }
   bool pipeline = model->pipeline();  // Its client tensors are its [[inputs]], for its run().
   bool preprocess = pipeline || (model->plugin != nullptr && model->plugin->has_preprocess());
   const std::vector<TensorSpec>& specs =

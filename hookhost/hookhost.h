@@ -22,7 +22,17 @@
 // worker has answered the piece that reads them, plugin output blocks once copied into the
 // response, a worker's output blocks released back to it after they were read.
 //
-// Thread safety: Submit, pending() and healthy() are safe from any thread. Start once.
+// Cancellation (InferRequest::cancel): the request is answered CANCELLED at once; a piece
+// already sent is followed by a kCancel descriptor, and the worker drops it if it is still
+// queued (else it runs and its answer is discarded). A pipeline's model calls in flight are
+// cancelled with it, and its run's next host->call fails.
+//
+// Counting: every client request answered, by model, tenant and outcome, and its plugins'
+// time, in this hook host's shared-memory counters (shm::FrontEndCountersData; ferryd serves
+// them as ferry_frontend_* metrics).
+//
+// Thread safety: Submit, CountRefused, pending() and healthy() are safe from any thread.
+// Start once.
 // Lifetimes: the segment and the models outlive the HookHost; the destructor stops the
 // threads, hands the last releases to the workers and answers every pending request
 // UNAVAILABLE. A plugin call written off past its time limit must not return after that (its
@@ -39,6 +49,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/cancel_signal.h"
 #include "common/mutex.h"
 #include "common/result.h"
 #include "config/node_config.h"
@@ -60,6 +71,15 @@ struct InferRequest {
   int64_t deadline_ns = 0;  // CLOCK_MONOTONIC (common/clock.h); 0 = none.
   uint64_t trace_id_high = 0;
   uint64_t trace_id_low = 0;
+  // 0: the default level; 1 (most urgent) .. shm::kMaxPriority. The worker dispatches a model's
+  // queued requests by level, then age. REQUIRES: <= shm::kMaxPriority (the front end checks).
+  uint32_t priority = 0;
+  // The node's tenant number (1-based into [frontend] tenants), 0 = none. REQUIRES: <=
+  // shm::kMaxTenants.
+  uint32_t tenant = 0;
+  // Fired when the client leaves: the request is answered CANCELLED at once, and its pieces
+  // still queued at a worker are taken out of the queue there (counted as cancelled).
+  std::shared_ptr<CancelSignal> cancel;
 };
 
 using ResponseTensor = OwnedTensor;
@@ -113,6 +133,10 @@ class HookHost {
   size_t pending() const;
   // False once `threads` plugin calls are stuck past their limit: restart this process.
   bool healthy() const;
+  // A request for `model` the front end refused before submitting it (unparsable, a bad
+  // parameter; nullptr: a model not served): counted with the answered ones
+  // (shm::FrontEndCountersData).
+  void CountRefused(const HookModel* model, const Error& error);
   // Plugin calls that ran past call_timeout_ms.
   uint64_t timed_out_calls() const;
 

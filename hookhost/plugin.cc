@@ -26,6 +26,7 @@ static_assert(FERRY_ERR_RESOURCE_EXHAUSTED == static_cast<int>(ErrorCode::kResou
 static_assert(FERRY_ERR_DEADLINE_EXCEEDED == static_cast<int>(ErrorCode::kDeadlineExceeded) + 1);
 static_assert(FERRY_ERR_UNAVAILABLE == static_cast<int>(ErrorCode::kUnavailable) + 1);
 static_assert(FERRY_ERR_INTERNAL == static_cast<int>(ErrorCode::kInternal) + 1);
+static_assert(FERRY_ERR_CANCELLED == static_cast<int>(ErrorCode::kCancelled) + 1);
 static_assert(FERRY_MAX_RANK == 8);
 
 namespace {
@@ -103,7 +104,7 @@ Error PluginError(std::string_view who, int32_t returned, const ferry_error& err
   int32_t code = error.code != FERRY_OK ? error.code : returned;
   // FERRY_ERR_* values are ErrorCode + 1; anything else is INTERNAL.
   ErrorCode ferry_code = ErrorCode::kInternal;
-  if (code >= FERRY_ERR_INVALID_ARGUMENT && code <= FERRY_ERR_INTERNAL) {
+  if (code >= FERRY_ERR_INVALID_ARGUMENT && code <= FERRY_ERR_CANCELLED) {
     ferry_code = static_cast<ErrorCode>(code - 1);
   }
   size_t length = strnlen(error.message, sizeof(error.message));

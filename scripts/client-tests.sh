@@ -25,37 +25,45 @@ trap cleanup EXIT
 mkdir "$dir/models"
 ln -s "$PWD/examples/models/mlp" "$dir/models/mlp"
 ln -s "$PWD/examples/models/cnn" "$dir/models/cnn"
-cat > "$dir/node.toml" <<TOML
+# Starts ferryd on node file $1 (written under $dir with name $2 and the extra keys in $3 and
+# $4: [node] keys, then tables); sets pid, address, grpc_address, metrics_address.
+start_node() {
+  cat > "$dir/$1" <<TOML
 [node]
-name = "$name"
-devices = "cpu:2"
+name = "$2"
 hookhosts = 2
 model_repository = "$dir/models"
 shm_size = "64MiB"
+$3
 [node.listen]
 http = "127.0.0.1:0"
 grpc = "127.0.0.1:0"
 metrics = "127.0.0.1:0"
 [supervisor]
-control_socket = "$dir/control.sock"
+control_socket = "$dir/$2.sock"
 [cpu]
 pin = false
+$4
 TOML
-"$build/supervisor/ferryd" --config "$dir/node.toml" > "$dir/ferryd.log" 2>&1 &
-pid=$!
-ctl=("$build/ctl/ferryctl" --socket "$dir/control.sock" --json)
-for _ in $(seq 300); do
-  state=$("${ctl[@]}" status 2>/dev/null | "$venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>/dev/null || true)
-  [[ "$state" == ready ]] && break
-  sleep 0.1
-done
-if [[ "$state" != ready ]]; then
-  echo "the node did not become ready:"; cat "$dir/ferryd.log"; exit 1
-fi
-address=$("${ctl[@]}" status | "$venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["listen"]["http"])')
-grpc_address=$("${ctl[@]}" status | "$venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["listen"]["grpc"])')
-echo "node ready, HTTP on $address, gRPC on $grpc_address"
+  "$build/supervisor/ferryd" --config "$dir/$1" > "$dir/$2.log" 2>&1 &
+  pid=$!
+  ctl=("$build/ctl/ferryctl" --socket "$dir/$2.sock" --json)
+  for _ in $(seq 300); do
+    state=$("${ctl[@]}" status 2>/dev/null | "$venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>/dev/null || true)
+    [[ "$state" == ready ]] && break
+    sleep 0.1
+  done
+  if [[ "$state" != ready ]]; then
+    echo "the node did not become ready:"; cat "$dir/$2.log"; exit 1
+  fi
+  listen() { "${ctl[@]}" status | "$venv/bin/python" -c "import json,sys; print(json.load(sys.stdin)['listen']['$1'])"; }
+  address=$(listen http)
+  grpc_address=$(listen grpc)
+  metrics_address=$(listen metrics)
+  echo "node ready, HTTP on $address, gRPC on $grpc_address"
+}
 
+start_node node.toml "$name" 'devices = "cpu:2"' ""
 "$venv/bin/python" tests/clients/tritonclient_test.py "$address" "$grpc_address"
 
 # curl: JSON in, JSON out; health; an error body.
@@ -67,6 +75,18 @@ code=$(curl -s -o /dev/null -w '%{http_code}' "http://$address/v2/health/ready")
 err=$(curl -s "http://$address/v2/models/nosuch/ready" -w ' %{http_code}')
 [[ "$err" == *"404" && "$err" == *'"error"'* ]] || { echo "curl unknown model: $err"; exit 1; }
 echo "curl checks passed"
+kill -TERM "$pid"
+wait "$pid"
+pid=""
+
+# Cancellation: one simulated worker taking 1.5 s per batch, so requests wait in its queue.
+start_node cancel.toml "${name}c" 'devices = "cpu:1"
+backend = "sim"' '[sim]
+fixed_us = 1500000
+per_row_us = 0
+[scheduler]
+discipline = "fifo"'
+"$venv/bin/python" tests/clients/cancel_test.py "$address" "$grpc_address" "$metrics_address"
 kill -TERM "$pid"
 wait "$pid"
 pid=""

@@ -18,7 +18,7 @@ Status ValidateDescriptor(const DescriptorData& d, const DescriptorRules& rules)
            std::to_string(d.sequence) + ": ";
   };
   if (d.kind < static_cast<uint16_t>(DescriptorKind::kSubmit) ||
-      d.kind > static_cast<uint16_t>(DescriptorKind::kControl)) {
+      d.kind > static_cast<uint16_t>(DescriptorKind::kCancel)) {
     return InvalidArgument(who() + "unknown kind " + std::to_string(d.kind));
   }
   if ((rules.allowed_kinds & KindBit(static_cast<DescriptorKind>(d.kind))) == 0) {
@@ -32,11 +32,16 @@ Status ValidateDescriptor(const DescriptorData& d, const DescriptorRules& rules)
     return InvalidArgument(who() + std::to_string(d.num_tensors) + " tensors, more than " +
                            std::to_string(kMaxTensors));
   }
-  if (d.kind == static_cast<uint16_t>(DescriptorKind::kSubmit)) {
-    if (d.model >= rules.num_models) {
-      return InvalidArgument(who() + "model " + std::to_string(d.model) + " out of range (" +
-                             std::to_string(rules.num_models) + " models)");
-    }
+  bool submit = d.kind == static_cast<uint16_t>(DescriptorKind::kSubmit);
+  bool cancel = d.kind == static_cast<uint16_t>(DescriptorKind::kCancel);
+  if ((submit || cancel) && d.model >= rules.num_models) {
+    return InvalidArgument(who() + "model " + std::to_string(d.model) + " out of range (" +
+                           std::to_string(rules.num_models) + " models)");
+  }
+  if (cancel && d.num_tensors != 0) {
+    return InvalidArgument(who() + "a cancel names no tensor");
+  }
+  if (submit) {
     if (d.rows < 1 || d.rows > kMaxRowsPerRequest) {
       return InvalidArgument(who() + "rows " + std::to_string(d.rows) + " out of range");
     }
@@ -49,7 +54,11 @@ Status ValidateDescriptor(const DescriptorData& d, const DescriptorRules& rules)
     if (d.num_tensors == 0) {
       return InvalidArgument(who() + "a submission names no tensor");
     }
+    if (d.priority > kMaxPriority) {
+      return InvalidArgument(who() + "priority " + std::to_string(d.priority) + " out of range");
+    }
   }
+
   for (uint32_t i = 0; i < d.num_tensors; ++i) {
     const TensorRefData& t = d.tensors[i];
     auto at = [&] { return who() + "tensor " + std::to_string(i) + ": "; };

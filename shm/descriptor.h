@@ -3,7 +3,7 @@
 // A descriptor comes from another process that may be buggy or malicious. The consumer pops
 // a private copy (ring.h) and validates that copy, so nothing can change between check and
 // use: a kind this ring carries; a request id naming the right slot; counts within bounds
-// (a submission names at least one tensor); each
+// (a submission names at least one tensor, a cancel none; a priority within kMaxPriority); each
 // tensor in a partition the sender may name, 256-byte aligned, inside the partition with no
 // overflow, and with shape x dtype size == bytes. A bad descriptor is answered with an error
 // completion and counted; nothing reads outside the segment.
@@ -28,14 +28,16 @@ enum class DescriptorKind : uint16_t {
   kCompletion = 2,  // Worker -> hook host: a request's outcome and output tensors.
   kRelease = 3,     // Hook host -> worker: done with a completion's output blocks.
   kControl = 4,     // Supervisor -> process.
+  kCancel = 5,      // Hook host -> worker: drop a queued request (its client left).
 };
 
 inline constexpr int64_t kMaxRowsPerRequest = int64_t{1} << 20;
 
 inline constexpr uint32_t KindBit(DescriptorKind kind) { return 1u << static_cast<uint32_t>(kind); }
 // The kinds each ring carries: a descriptor of another kind is rejected.
-inline constexpr uint32_t kSubmissionRingKinds =
-    KindBit(DescriptorKind::kSubmit) | KindBit(DescriptorKind::kRelease);
+inline constexpr uint32_t kSubmissionRingKinds = KindBit(DescriptorKind::kSubmit) |
+                                                 KindBit(DescriptorKind::kRelease) |
+                                                 KindBit(DescriptorKind::kCancel);
 inline constexpr uint32_t kCompletionRingKinds = KindBit(DescriptorKind::kCompletion);
 inline constexpr uint32_t kControlRingKinds = KindBit(DescriptorKind::kControl);
 

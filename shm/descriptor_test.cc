@@ -115,9 +115,9 @@ TEST_CASE("every limit holds at its boundary: the largest accepted, the smallest
   d = Good();
   d.kind = 0;  // Below the first kind.
   CHECK(ErrorOf(d).find("unknown kind 0") != std::string::npos);
-  d.kind = static_cast<uint16_t>(DescriptorKind::kControl) + 1;
+  d.kind = static_cast<uint16_t>(DescriptorKind::kCancel) + 1;
   CHECK(ErrorOf(d).find("unknown kind") != std::string::npos);
-  // The last kind is known: refused only because this ring does not take it.
+  // A known kind: refused only because this ring does not take it.
   d.kind = static_cast<uint16_t>(DescriptorKind::kControl);
   CHECK(ErrorOf(d).find("does not belong on this ring") != std::string::npos);
   DescriptorRules control = Rules();
@@ -202,6 +202,29 @@ TEST_CASE("a release or completion needs no tensor, and its tensors are checked 
   d.num_tensors = 1;
   d.tensors[0].offset = 100;
   CHECK_FALSE(ValidateDescriptor(d, rules).ok());
+}
+
+TEST_CASE("a cancel names a model in range and no tensor; a submission's priority is a level") {
+  DescriptorData d = Good();
+  d.kind = static_cast<uint16_t>(DescriptorKind::kCancel);
+  d.num_tensors = 0;
+  CHECK(ValidateDescriptor(d, Rules()).ok());
+  d.num_tensors = 1;
+  CHECK(ErrorOf(d) == "descriptor from slot 1 seq 9: a cancel names no tensor");
+  d.num_tensors = 0;
+  d.model = 4;
+  CHECK(ErrorOf(d).find("model 4 out of range") != std::string::npos);
+  d = Good();
+  d.priority = kMaxPriority;
+  CHECK(ValidateDescriptor(d, Rules()).ok());
+  d.priority = kMaxPriority + 1;
+  CHECK(ErrorOf(d) == "descriptor from slot 1 seq 9: priority 4 out of range");
+  d = Good();
+  d.kind = static_cast<uint16_t>(DescriptorKind::kCancel);
+  d.num_tensors = 0;
+  DescriptorRules completions = Rules();
+  completions.allowed_kinds = kCompletionRingKinds;
+  CHECK_FALSE(ValidateDescriptor(d, completions).ok());  // Only on submission rings.
 }
 
 TEST_CASE("random bytes are rejected or describe memory inside the partition") {

@@ -40,11 +40,19 @@
 namespace ferry::shm {
 
 inline constexpr uint64_t kMagic = 0x3179727265664653ULL;  // "SFferry1" little-endian.
-inline constexpr uint32_t kLayoutVersion = 4;     // 3: one object per writer; 4: descriptor meta.
+// 3: one object per writer; 4: descriptor meta; 5: priority, tenant, cancel, front-end counters.
+inline constexpr uint32_t kLayoutVersion = 5;
 inline constexpr uint64_t kBlockAlignment = 256;  // DMA and cudaHostRegister friendly.
 inline constexpr uint32_t kMaxTensors = 8;
 inline constexpr uint32_t kMaxRank = 8;
 inline constexpr uint32_t kMaxSlots = 256;
+// A submission's priority: 1 is the most urgent, kMaxPriority the least; 0 means the default
+// level, kDefaultPriority. The worker dispatches a model's queued requests by level, then age.
+inline constexpr uint32_t kMaxPriority = 3;
+inline constexpr uint32_t kDefaultPriority = 2;
+// Tenants a node file may declare ([frontend] tenants); a submission's tenant is 1-based into
+// that list, 0 for none.
+inline constexpr uint32_t kMaxTenants = 16;
 // Hook hosts and workers each: a sleeper waits on one word per peer of the other kind, its
 // own and the supervisor's, and futex_waitv takes at most 128 words.
 inline constexpr uint32_t kMaxPerKind = 126;
@@ -104,8 +112,9 @@ struct CompletionTimingData {
 
 // One fixed-size message on a ring. Untrusted when read: see descriptor.h.
 struct DescriptorData {
-  uint16_t kind;         // DescriptorKind.
-  uint16_t num_tensors;  // Used entries of `tensors`.
+  uint16_t kind;        // DescriptorKind.
+  uint8_t num_tensors;  // Used entries of `tensors`.
+  uint8_t priority;     // Submissions: 0 (default) or 1..kMaxPriority.
   union {
     uint32_t status;  // Completions: 0 ok, else an ErrorCode + 1.
     // Submissions: 0, or a pipeline's committed model call: the pipeline run's number in its
@@ -115,7 +124,8 @@ struct DescriptorData {
   uint32_t slot;        // Request id: the submitting slot,
   uint32_t generation;  //   its generation,
   uint64_t sequence;    //   and its sequence number.
-  uint32_t model;
+  uint16_t model;
+  uint16_t tenant;  // Submissions: 1-based into the node's tenants, 0 = none.
   union {
     int32_t variant;     // Submissions.
     int32_t batch_size;  // Completions: the compiled size the request ran in (0: none).

@@ -19,7 +19,8 @@ uint64_t RingStride(uint32_t capacity) {
   return AlignUp(sizeof(RingTailData), 64) + uint64_t{capacity} * sizeof(DescriptorData);
 }
 
-SlotObjectLayout SlotObject(uint32_t rings_in, uint32_t rings_out, uint32_t capacity) {
+SlotObjectLayout SlotObject(uint32_t rings_in, uint32_t rings_out, uint32_t capacity,
+                            bool hookhost) {
   SlotObjectLayout l;
   l.rings_in = rings_in;
   l.rings_out = rings_out;
@@ -30,6 +31,10 @@ SlotObjectLayout SlotObject(uint32_t rings_in, uint32_t rings_out, uint32_t capa
   offset = AlignUp(offset + sizeof(BellData), 64);
   l.status_offset = offset;
   offset = AlignUp(offset + sizeof(StatusData), 64);
+  if (hookhost) {
+    l.counters_offset = offset;
+    offset = AlignUp(offset + sizeof(FrontEndCountersData), 64);
+  }
   l.heads_offset = offset;
   offset += uint64_t{rings_in} * AlignUp(sizeof(RingHeadData), 64);
   l.tails_offset = AlignUp(offset, 64);
@@ -50,8 +55,8 @@ bool ValidSlotCounts(uint64_t hookhosts, uint64_t workers) {
 bool ComputeLayout(const SegmentLayout& in, SegmentOffsets* out) {
   uint32_t slots = in.hookhosts + in.workers;
   SegmentOffsets c;
-  c.hookhost = SlotObject(in.workers + 1, in.workers, in.ring_capacity);
-  c.worker = SlotObject(in.hookhosts + 1, in.hookhosts, in.ring_capacity);
+  c.hookhost = SlotObject(in.workers + 1, in.workers, in.ring_capacity, true);
+  c.worker = SlotObject(in.hookhosts + 1, in.hookhosts, in.ring_capacity, false);
   uint64_t offset = AlignUp(sizeof(SegmentHeaderData), 64);
   c.generations_offset = offset;
   offset = AlignUp(offset + slots * sizeof(std::atomic<uint32_t>), 64);
@@ -144,6 +149,9 @@ Result<Segment> Segment::Create(const std::string& name, const SegmentLayout& la
     new (base + l.accounting_offset) AccountingData{};
     new (base + l.bell_offset) BellData{};
     new (base + l.status_offset) StatusData{};
+    if (l.counters_offset != 0) {
+      new (base + l.counters_offset) FrontEndCountersData{};
+    }
     for (uint32_t r = 0; r < l.rings_in; ++r) {
       auto* head =
           new (base + l.heads_offset + r * AlignUp(sizeof(RingHeadData), 64)) RingHeadData{};
@@ -360,6 +368,10 @@ BellData& Segment::bell(uint32_t slot) const {
 }
 StatusData& Segment::status(uint32_t slot) const {
   return *reinterpret_cast<StatusData*>(Base(slot) + SlotLayout(slot).status_offset);
+}
+
+FrontEndCountersData& Segment::frontend_counters(uint32_t slot) const {
+  return *reinterpret_cast<FrontEndCountersData*>(Base(slot) + SlotLayout(slot).counters_offset);
 }
 RingHeadData& Segment::ring_head(uint32_t ring) const {
   uint32_t consumer = RingConsumerSlot(ring);

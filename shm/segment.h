@@ -31,7 +31,8 @@
 
 namespace ferry::shm {
 
-struct StatusData;  // shm/status.h
+struct StatusData;            // shm/status.h
+struct FrontEndCountersData;  // shm/status.h
 
 struct SegmentLayout {
   uint32_t hookhosts = 1;
@@ -47,6 +48,7 @@ struct SlotObjectLayout {
   uint64_t accounting_offset = 0;
   uint64_t bell_offset = 0;
   uint64_t status_offset = 0;
+  uint64_t counters_offset = 0;  // Hook hosts: FrontEndCountersData (workers: 0, none).
   uint64_t heads_offset = 0;
   uint64_t tails_offset = 0;
   uint64_t partition_offset = 0;
@@ -130,6 +132,8 @@ class Segment {
   AccountingData& accounting(uint32_t slot) const;
   BellData& bell(uint32_t slot) const;  // A slot, or kSupervisor.
   StatusData& status(uint32_t slot) const;
+  // REQUIRES: a hook host slot.
+  FrontEndCountersData& frontend_counters(uint32_t slot) const;
   RingHeadData& ring_head(uint32_t ring) const;  // In the consumer's object.
   RingTailData& ring_tail(uint32_t ring) const;  // In the producer's object.
   DescriptorData* descriptors(uint32_t ring) const;

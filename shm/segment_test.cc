@@ -160,8 +160,8 @@ TEST_CASE("attaching to another layout version or a foreign segment is a clear e
   header.layout_version = 7;
   Result<Segment> attached = Segment::Attach(n.name, 0);
   REQUIRE_FALSE(attached.ok());
-  CHECK(attached.error().message.find("layout version 7, this build speaks 4") !=
-        std::string::npos);
+  CHECK(attached.error().message.find("layout version 7, this build speaks " +
+                                      std::to_string(kLayoutVersion)) != std::string::npos);
   header.layout_version = kLayoutVersion;
   header.magic = 1;
   CHECK(Segment::Attach(n.name, 0).error().message.find("bad magic") != std::string::npos);

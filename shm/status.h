@@ -74,7 +74,8 @@ struct ModelStatusData {
   uint64_t rejected;
   uint64_t shed;
   uint64_t failed;
-  uint64_t errors;  // Requests failed by a backend error.
+  uint64_t cancelled;  // Taken out of the queue because their client left.
+  uint64_t errors;     // Requests failed by a backend error.
   int64_t queue_wait_p50_ns;
   int64_t queue_wait_p99_ns;
   int64_t effective_max_batch;
@@ -105,7 +106,27 @@ struct StatusSnapshotData {
   int64_t host_gap_p50_ns;
   int64_t host_gap_p99_ns;
   uint64_t host_gap_samples;
+  // Workers, per tenant (index: the node's tenant number, 0 = none): requests served and
+  // their share of execution time (a batch's time split over its requests by rows).
+  uint64_t tenant_requests[kMaxTenants + 1];
+  double tenant_compute_seconds[kMaxTenants + 1];
   ModelStatusData models[kMaxStatusModels];
+};
+
+// What a hook host answered, per model (its wire index, below kMaxStatusModels) and tenant
+// (0 = none): requests by outcome (index 0: success, else the ErrorCode + 1) and the time its
+// plugins ran for them. In hook host objects only. Written by the hook host's threads (relaxed
+// atomics), read by ferryd for /metrics as untrusted numbers. Cumulative across the hook
+// host's restarts (ResetSlot leaves them), as Prometheus counters should be.
+inline constexpr size_t kOutcomes = static_cast<size_t>(kLastErrorCode) + 2;
+struct RequestCountsData {
+  std::atomic<uint64_t> answered[kOutcomes];
+  std::atomic<uint64_t> plugin_ns;
+};
+struct FrontEndCountersData {
+  RequestCountsData models[kMaxStatusModels][kMaxTenants + 1];
+  // Answered before a model was found (an unknown model; the hook host full or stopping).
+  std::atomic<uint64_t> unrouted[kOutcomes];
 };
 
 struct StatusData {

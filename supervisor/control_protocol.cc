@@ -211,7 +211,8 @@ Result<nlohmann::json> DecodeReply(std::string_view line) {
                             : "(no message)";
   for (ErrorCode c :
        {ErrorCode::kInvalidArgument, ErrorCode::kNotFound, ErrorCode::kResourceExhausted,
-        ErrorCode::kDeadlineExceeded, ErrorCode::kUnavailable, ErrorCode::kInternal}) {
+        ErrorCode::kDeadlineExceeded, ErrorCode::kUnavailable, ErrorCode::kInternal,
+        ErrorCode::kCancelled}) {
     if (ErrorCodeName(c) == code) {
       return Error{c, message};
     }

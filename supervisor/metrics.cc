@@ -63,6 +63,71 @@ std::string Name(const shm::ModelStatusData& m) {
   return std::string(m.name, strnlen(m.name, sizeof(m.name)));
 }
 
+// The hook hosts' counters (shm::FrontEndCountersData), summed over hook hosts, per model
+// (named from a worker's snapshot: wire indices are the node's) and tenant.
+template <typename WithTenant>
+void RenderFrontEnd(const shm::Segment& segment, const shm::StatusSnapshotData* names,
+                    WithTenant with_tenant, size_t tenants, Writer& out) {
+  size_t models = names == nullptr ? 0 : std::min<size_t>(names->num_models, shm::kMaxStatusModels);
+  tenants = std::min<size_t>(tenants, shm::kMaxTenants);
+  auto sum = [&](size_t m, size_t t, auto field) {
+    double total = 0;
+    for (uint32_t h = 0; h < segment.hookhosts(); ++h) {
+      const shm::RequestCountsData& c =
+          segment.frontend_counters(segment.HookhostSlot(h)).models[m][t];
+      total += static_cast<double>(field(c));
+    }
+    return total;
+  };
+  auto served = [&](size_t m) {
+    return names->models[m].state != static_cast<uint32_t>(shm::ModelLoadState::kUnloaded);
+  };
+  out.Family("ferry_frontend_requests_total", "counter",
+             "Client requests the hook hosts answered, by model, tenant and code (OK, or the "
+             "error's code: INVALID_ARGUMENT, NOT_FOUND, RESOURCE_EXHAUSTED, "
+             "DEADLINE_EXCEEDED, UNAVAILABLE, INTERNAL, CANCELLED).");
+  for (size_t m = 0; m < models; ++m) {
+    if (!served(m)) {
+      continue;
+    }
+    for (size_t t = 0; t <= tenants; ++t) {
+      for (size_t o = 0; o < shm::kOutcomes; ++o) {
+        std::string code =
+            o == 0 ? "OK" : std::string(ErrorCodeName(static_cast<ErrorCode>(o - 1)));
+        out.Sample(with_tenant({{"model", Name(names->models[m])}, {"code", code}}, t),
+                   sum(m, t, [&](const shm::RequestCountsData& c) {
+                     return c.answered[o].load(std::memory_order_relaxed);
+                   }));
+      }
+    }
+  }
+  out.Family("ferry_frontend_unrouted_requests_total", "counter",
+             "Client requests answered before a model was found (an unknown model, a hook host "
+             "full or stopping), by code.");
+  for (size_t o = 1; o < shm::kOutcomes; ++o) {
+    double total = 0;
+    for (uint32_t h = 0; h < segment.hookhosts(); ++h) {
+      total += static_cast<double>(segment.frontend_counters(segment.HookhostSlot(h))
+                                       .unrouted[o]
+                                       .load(std::memory_order_relaxed));
+    }
+    out.Sample({{"code", std::string(ErrorCodeName(static_cast<ErrorCode>(o - 1)))}}, total);
+  }
+  out.Family("ferry_frontend_plugin_seconds_total", "counter",
+             "Time the model's preprocess, postprocess and run plugins ran for client requests.");
+  for (size_t m = 0; m < models; ++m) {
+    if (!served(m)) {
+      continue;
+    }
+    for (size_t t = 0; t <= tenants; ++t) {
+      out.Sample(with_tenant({{"model", Name(names->models[m])}}, t),
+                 sum(m, t, [](const shm::RequestCountsData& c) {
+                   return c.plugin_ns.load(std::memory_order_relaxed);
+                 }) * 1e-9);
+    }
+  }
+}
+
 }  // namespace
 
 std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters& counters) {
@@ -116,8 +181,8 @@ std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters&
   };
   out.Family("ferry_requests_total", "counter",
              "Requests answered by the workers, by outcome: success, rejected (queue full or "
-             "invalid), shed (deadline could not be met), failed (could not run), error "
-             "(backend error).");
+             "invalid), shed (deadline could not be met), failed (could not run), cancelled "
+             "(taken out of the queue: the client left), error (backend error).");
   for (const WorkerView& w : workers) {
     for (uint32_t m = 0; m < w.status.num_models && m < shm::kMaxStatusModels; ++m) {
       const shm::ModelStatusData& d = w.status.models[m];
@@ -128,6 +193,7 @@ std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters&
                                     {"rejected", d.rejected},
                                     {"shed", d.shed},
                                     {"failed", d.failed},
+                                    {"cancelled", d.cancelled},
                                     {"error", d.errors}}) {
         out.Sample({{"model", Name(d)}, {"gpu", std::to_string(w.index)}, {"outcome", outcome}},
                    static_cast<double>(value));
@@ -200,6 +266,33 @@ std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters&
     out.Sample({{"gpu", std::to_string(w.index)}},
                static_cast<double>(w.status.host_gap_p99_ns) * 1e-9);
   }
+
+  // Tenant n's label, or none for tenant 0 (and any number ferryd never declared).
+  auto with_tenant = [&](std::map<std::string, std::string> labels, size_t tenant) {
+    if (tenant >= 1 && tenant <= counters.tenants.size()) {
+      labels["tenant"] = counters.tenants[tenant - 1];
+    }
+    return labels;
+  };
+  out.Family("ferry_tenant_requests_total", "counter",
+             "Requests the worker executed, by tenant (none: requests that named no tenant).");
+  for (const WorkerView& w : workers) {
+    for (size_t t = 0; t <= std::min<size_t>(counters.tenants.size(), shm::kMaxTenants); ++t) {
+      out.Sample(with_tenant({{"gpu", std::to_string(w.index)}}, t),
+                 static_cast<double>(w.status.tenant_requests[t]));
+    }
+  }
+  out.Family("ferry_tenant_compute_seconds_total", "counter",
+             "Execution time spent on each tenant's requests (a batch's time split over its "
+             "requests by rows).");
+  for (const WorkerView& w : workers) {
+    for (size_t t = 0; t <= std::min<size_t>(counters.tenants.size(), shm::kMaxTenants); ++t) {
+      out.Sample(with_tenant({{"gpu", std::to_string(w.index)}}, t),
+                 w.status.tenant_compute_seconds[t]);
+    }
+  }
+  RenderFrontEnd(segment, workers.empty() ? nullptr : &workers.front().status, with_tenant,
+                 counters.tenants.size(), out);
 
   auto kind = [&](uint32_t slot) { return segment.IsWorkerSlot(slot) ? "worker" : "hookhost"; };
   auto index = [&](uint32_t slot) {

@@ -19,10 +19,12 @@ namespace ferry::supervisor {
 
 // What ferryd knows of its children beyond shared memory, updated by its main thread.
 struct SupervisorCounters {
-  explicit SupervisorCounters(size_t slots) : restarts(slots), up(slots) {}
+  explicit SupervisorCounters(size_t slots, std::vector<std::string> tenant_names = {})
+      : restarts(slots), up(slots), tenants(std::move(tenant_names)) {}
   std::vector<std::atomic<uint64_t>> restarts;  // By slot.
   std::vector<std::atomic<bool>> up;            // By slot: running and ready.
   std::atomic<bool> ready{false};
+  std::vector<std::string> tenants;  // [frontend] tenants: tenant number n is tenants[n - 1].
 };
 
 std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters& counters);

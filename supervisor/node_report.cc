@@ -52,6 +52,7 @@ nlohmann::json ModelMetricsJson(const shm::ModelStatusData& m) {
           {"rejected", m.rejected},
           {"shed", m.shed},
           {"failed", m.failed},
+          {"cancelled", m.cancelled},
           {"errors", m.errors},
           {"compute_seconds", m.total_compute_seconds},
           {"recent_compute_share", m.recent_compute},

@@ -122,6 +122,12 @@ std::vector<std::string> RestartNeeded(const NodeConfig& a, const NodeConfig& b)
             a.supervisor.control_group == b.supervisor.control_group,
         "supervisor.control_socket/control_group");
   check(a.gateway.mode == b.gateway.mode, "gateway.mode");
+  check(a.frontend.max_request_bytes == b.frontend.max_request_bytes &&
+            a.frontend.max_connections == b.frontend.max_connections &&
+            a.frontend.request_timeout_seconds == b.frontend.request_timeout_seconds &&
+            a.frontend.idle_timeout_seconds == b.frontend.idle_timeout_seconds &&
+            a.frontend.tenants == b.frontend.tenants,
+        "frontend");
   check(a.hooks.sandbox == b.hooks.sandbox && a.hooks.threads == b.hooks.threads &&
             a.hooks.call_timeout_ms == b.hooks.call_timeout_ms &&
             a.hooks.max_pending == b.hooks.max_pending,
@@ -407,7 +413,7 @@ Status Supervisor::Impl::Start() {
 }
 
 Status Supervisor::Impl::StartMetrics() {
-  counters = std::make_unique<SupervisorCounters>(segment->num_slots());
+  counters = std::make_unique<SupervisorCounters>(segment->num_slots(), config.frontend.tenants);
   frontend::HttpServerOptions options;
   options.max_body_bytes = 1024;
   options.max_connections = 64;

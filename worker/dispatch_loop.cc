@@ -122,7 +122,8 @@ DispatchLoop::DispatchLoop(const shm::Segment& segment, uint32_t worker_slot, Ba
                              num_models,
                              {hook_slot},
                              segment.partition_bytes(),
-                             shm::KindBit(shm::DescriptorKind::kSubmit)});
+                             shm::KindBit(shm::DescriptorKind::kSubmit) |
+                                 shm::KindBit(shm::DescriptorKind::kCancel)});
     release_rules_.push_back({hook_slot,
                               num_models,
                               {slot_},
@@ -424,13 +425,18 @@ void DispatchLoop::DrainSubmissions(uint32_t h, int64_t now) {
                        submissions_[h].TryPop(&d) == shm::RingStatus::kOk;
        ++n) {
     bool release = d.kind == static_cast<uint16_t>(shm::DescriptorKind::kRelease);
+    bool cancel = d.kind == static_cast<uint16_t>(shm::DescriptorKind::kCancel);
     Status valid = shm::ValidateDescriptor(d, release ? release_rules_[h] : submit_rules_[h]);
     if (!valid.ok()) {
       submissions_[h].CountInvalid();
       ++invalid_;
-      if (!release) {
+      if (!release && !cancel) {
         CompleteError(h, d, valid.error());
       }
+      continue;
+    }
+    if (cancel) {
+      Cancel(h, d);
       continue;
     }
     if (release) {
@@ -506,6 +512,8 @@ void DispatchLoop::Submit(uint32_t h, const shm::DescriptorData& d, int64_t now)
   q.variant = d.variant;
   q.rows = d.rows;
   q.arrival = now;
+  q.priority = d.priority == 0 ? kDefaultPriority : d.priority;
+  q.tenant = d.tenant;
   requests_[id].arrival_ns = now;
   if (d.deadline_ns != 0) {
     q.deadline = d.deadline_ns;
@@ -528,6 +536,21 @@ void DispatchLoop::Submit(uint32_t h, const shm::DescriptorData& d, int64_t now)
   ++outstanding_[d.model];
 }
 
+void DispatchLoop::Cancel(uint32_t h, const shm::DescriptorData& d) {
+  auto it = live_.find({d.slot, d.generation, d.sequence});
+  if (it == live_.end()) {
+    return;  // Answered already (or never submitted): nothing to take back.
+  }
+  uint32_t id = it->second;
+  const Request& r = requests_[id];
+  // The request id is the sender's, but the model must be the one it was queued under.
+  if (r.hookhost != h || r.model != static_cast<int>(d.model) || !scheduler_->Cancel(r.model, id)) {
+    return;  // Planned or executing: it runs and is answered as usual.
+  }
+  FailRequest(id, Cancelled("model '" + models_[static_cast<size_t>(r.model)].name +
+                            "': cancelled while queued (the client left)"));
+}
+
 uint32_t DispatchLoop::NewRequest(uint32_t h, int model, const shm::DescriptorData& d) {
   uint32_t id;
   if (!free_ids_.empty()) {
@@ -542,7 +565,7 @@ uint32_t DispatchLoop::NewRequest(uint32_t h, int model, const shm::DescriptorDa
   r.model = model;
   r.descriptor = d;
   r.has_block = false;
-  live_.insert({d.slot, d.generation, d.sequence});
+  live_.emplace(RequestKey{d.slot, d.generation, d.sequence}, id);
   return id;
 }
 
@@ -717,8 +740,17 @@ void DispatchLoop::AnswerBatch(std::unique_ptr<Batch> batch,
   if (!timing.ok()) {
     FailBatch(*batch, timing.error());
   } else {
+    int64_t batch_rows = 0;
+    for (uint32_t id : batch->members) {
+      batch_rows += requests_[id].descriptor.rows;
+    }
     for (uint32_t id : batch->members) {
       Request& r = requests_[id];
+      uint32_t tenant = std::min<uint32_t>(r.descriptor.tenant, shm::kMaxTenants);
+      ++tenant_requests_[tenant];
+      tenant_compute_seconds_[tenant] += timing->compute_seconds *
+                                         static_cast<double>(r.descriptor.rows) /
+                                         static_cast<double>(std::max<int64_t>(batch_rows, 1));
       if (HookhostAlive(r.hookhost, r.descriptor.generation)) {
         CompleteOk(r, *batch, *timing);
         r.has_block = false;  // Lent to the hook host until it releases it.
@@ -917,6 +949,9 @@ void DispatchLoop::PublishStatus(shm::ProcessState state) {
   s.host_gap_p50_ns = host_gaps_.Percentile(0.5);
   s.host_gap_p99_ns = host_gaps_.Percentile(0.99);
   s.host_gap_samples = host_gaps_.count();
+  std::copy(std::begin(tenant_requests_), std::end(tenant_requests_), s.tenant_requests);
+  std::copy(std::begin(tenant_compute_seconds_), std::end(tenant_compute_seconds_),
+            s.tenant_compute_seconds);
   for (uint32_t i = 0; i < s.num_models; ++i) {
     shm::ModelStatusData& m = s.models[i];
     const ModelMetrics& mm = metrics[i];
@@ -946,6 +981,7 @@ void DispatchLoop::PublishStatus(shm::ProcessState state) {
     m.rejected = mm.rejected;
     m.shed = mm.shed + late_shed_[i];
     m.failed = mm.failed;
+    m.cancelled = mm.cancelled;
     m.errors = errors_[i];
     m.queue_wait_p50_ns = mm.queue_wait_p50_ns;
     m.queue_wait_p99_ns = mm.queue_wait_p99_ns;

@@ -39,7 +39,6 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "shm/arena.h"
@@ -141,6 +140,9 @@ class DispatchLoop {
   void UnloadModel(uint32_t index);
   void DrainSubmissions(uint32_t h, int64_t now);
   void Submit(uint32_t h, const shm::DescriptorData& d, int64_t now);
+  // A hook host's kCancel: the request leaves its queue and is answered CANCELLED, if it is
+  // still queued; otherwise nothing happens (it runs, or was answered).
+  void Cancel(uint32_t h, const shm::DescriptorData& d);
   Status CheckInputs(const LoopModel& model, const shm::DescriptorData& d) const;
   void Plan(int64_t now);
   void Launch();
@@ -190,13 +192,17 @@ class DispatchLoop {
   std::vector<Request> requests_;  // Indexed by request id (QueuedRequest::payload).
   std::vector<uint32_t> free_ids_;
   std::unordered_map<RequestKey, uint64_t, KeyHash> lent_;  // Completion blocks not released.
-  std::unordered_set<RequestKey, KeyHash> live_;            // Ids queued or executing.
+  std::unordered_map<RequestKey, uint32_t, KeyHash> live_;  // Queued or executing -> id.
   std::vector<uint64_t> outstanding_;                       // Per model: queued or executing.
   std::vector<uint64_t> errors_;                            // Per model: backend errors.
   std::vector<uint64_t> late_shed_;  // Per model: deadline passed between planning and launch.
-  std::deque<std::string> loads_;    // Loads decoded, not yet applied (in index order).
-  std::vector<uint32_t> unloads_;    // Unloaded models whose executables are not freed yet.
-  std::vector<uint32_t> unload_after_load_;              // Unloads of indices still in loads_.
+  // Per tenant (0: none): requests served and their share of execution time (a batch's time
+  // split over its members by rows).
+  uint64_t tenant_requests_[shm::kMaxTenants + 1] = {};
+  double tenant_compute_seconds_[shm::kMaxTenants + 1] = {};
+  std::deque<std::string> loads_;            // Loads decoded, not yet applied (in index order).
+  std::vector<uint32_t> unloads_;            // Unloaded models whose executables are not freed yet.
+  std::vector<uint32_t> unload_after_load_;  // Unloads of indices still in loads_.
   std::vector<std::unique_ptr<Bundle>> loaded_bundles_;  // Of the models loaded while running.
 
   // Batches begun on the backend and not yet finished, oldest first (at most MaxInFlight),

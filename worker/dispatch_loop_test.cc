@@ -398,3 +398,101 @@ TEST_CASE(
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+std::vector<Completion> WaitFor(NodeDriver& driver, size_t count) {
+  std::vector<Completion> done;
+  for (int i = 0; i < 5000 && done.size() < count; ++i) {
+    driver.Wait(1'000'000);
+    driver.Poll(&done);
+  }
+  return done;
+}
+
+TEST_CASE("a cancel takes a queued request out (CANCELLED, counted); one executing runs on") {
+  DispatchLoopOptions options;
+  options.plan_ahead = false;  // The queued requests stay queued while the first executes.
+  Fixture f(options);
+  f.Start();
+  NodeDriver driver(f.segment, 0);
+  std::vector<uint8_t> image(3072 * 4);
+  auto submit = [&] {
+    Result<uint64_t> sequence = driver.Submit(kCnn, 0, 1, {{DType::kF32, {1, 3, 32, 32}, image}});
+    REQUIRE(sequence.ok());
+    return *sequence;
+  };
+  uint64_t running = submit();  // A cnn batch executes for 150 ms.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  uint64_t cancelled = submit();
+  uint64_t kept = submit();
+  REQUIRE(driver.Cancel(kCnn, cancelled));
+  REQUIRE(driver.Cancel(kCnn, running));     // Executing: too late, it runs.
+  REQUIRE(driver.Cancel(kMlp, kept));        // The wrong model: not this request's.
+  REQUIRE(driver.Cancel(kCnn, kept + 100));  // No such request.
+  std::vector<Completion> done = WaitFor(driver, 3);
+  REQUIRE(done.size() == 3);
+  // The cancelled one is answered at once, before the batch executing finishes.
+  CHECK(done[0].sequence == cancelled);
+  CHECK(done[0].code() == ErrorCode::kCancelled);
+  CHECK(done[0].message.find("cancelled while queued") != std::string::npos);
+  CHECK(done[1].sequence == running);
+  CHECK(done[1].status == 0);
+  CHECK(done[2].sequence == kept);
+  CHECK(done[2].status == 0);
+  shm::ModelStatusData cnn = ModelStatus(f, kCnn);
+  for (int i = 0; i < 200 && (cnn.requests_served < 2 || cnn.outstanding != 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    cnn = ModelStatus(f, kCnn);
+  }
+  CHECK(cnn.cancelled == 1);
+  CHECK(cnn.requests_served == 2);
+  CHECK(cnn.outstanding == 0);
+  // Cancels are not invalid descriptors, even when they find nothing.
+  CHECK(shm::ReadStatus(f.segment, f.segment.WorkerSlot(0)).value().invalid_descriptors == 0);
+}
+
+TEST_CASE("queued requests run by priority level, then age; execution time is split by tenant") {
+  DispatchLoopOptions options;
+  options.plan_ahead = false;
+  Fixture f(options);
+  f.Start();
+  NodeDriver driver(f.segment, 0);
+  std::vector<uint8_t> image(3072 * 4);
+  auto submit = [&](uint32_t priority, uint32_t tenant) {
+    Result<uint64_t> sequence =
+        driver.Submit(kCnn, 0, 1, {{DType::kF32, {1, 3, 32, 32}, image}}, 0, 0, priority, tenant);
+    REQUIRE(sequence.ok());
+    return *sequence;
+  };
+  submit(0, 0);  // Executes while the others queue.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  uint64_t background = submit(3, 1);
+  uint64_t normal = submit(0, 2);  // 0: the default level, 2.
+  uint64_t urgent = submit(1, 2);
+  uint64_t normal_later = submit(2, 2);
+  std::vector<Completion> done = WaitFor(driver, 5);
+  REQUIRE(done.size() == 5);
+  // One batch (they coalesce) in queue order: level 1, then level 2 by age, then level 3.
+  std::vector<uint64_t> order;
+  for (size_t i = 1; i < done.size(); ++i) {
+    CHECK(done[i].status == 0);
+    order.push_back(done[i].sequence);
+  }
+  CHECK(order == std::vector<uint64_t>{urgent, normal, normal_later, background});
+  shm::StatusSnapshotData s = shm::ReadStatus(f.segment, f.segment.WorkerSlot(0)).value();
+  for (int i = 0; i < 200 && s.tenant_requests[1] + s.tenant_requests[2] < 4; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    s = shm::ReadStatus(f.segment, f.segment.WorkerSlot(0)).value();
+  }
+  CHECK(s.tenant_requests[0] == 1);
+  CHECK(s.tenant_requests[1] == 1);
+  CHECK(s.tenant_requests[2] == 3);
+  // The second batch's time, split by rows: tenant 2 had 3 of its 4 rows.
+  CHECK(s.tenant_compute_seconds[2] == doctest::Approx(3 * s.tenant_compute_seconds[1]));
+  CHECK(s.tenant_compute_seconds[0] > 0.1);  // The first batch, alone: 150 ms.
+}
+
+}  // namespace
+}  // namespace ferry

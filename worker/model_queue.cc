@@ -24,13 +24,44 @@ void ModelQueue::Push(QueuedRequest request) {
     std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
   }
   rows_ += request.rows;
+  ++level_count_[request.priority];
   if (request.variant >= 0) {
     if (static_cast<size_t>(request.variant) >= variant_rows_.size()) {
       variant_rows_.resize(static_cast<size_t>(request.variant) + 1, 0);
     }
     variant_rows_[static_cast<size_t>(request.variant)] += request.rows;
   }
-  requests_.push_back(std::move(request));
+  if (requests_.empty() || requests_.back().priority <= request.priority) {
+    requests_.push_back(std::move(request));
+    return;
+  }
+  auto at = std::upper_bound(
+      requests_.begin(), requests_.end(), request.priority,
+      [](int priority, const QueuedRequest& queued) { return priority < queued.priority; });
+  requests_.insert(at, std::move(request));
+}
+
+Nanos ModelQueue::oldest_arrival() const {
+  // Each level is in arrival order and the levels follow one another: the oldest request is
+  // the first of some level.
+  Nanos oldest = std::numeric_limits<Nanos>::max();
+  size_t first = 0;
+  for (int level = kHighestPriority; level <= kLowestPriority; ++level) {
+    if (level_count_[level] > 0) {
+      oldest = std::min(oldest, requests_[first].arrival);
+      first += level_count_[level];
+    }
+  }
+  return oldest;
+}
+
+std::optional<size_t> ModelQueue::Find(uint64_t payload) const {
+  for (size_t i = 0; i < requests_.size(); ++i) {
+    if (requests_[i].payload == payload) {
+      return i;
+    }
+  }
+  return std::nullopt;
 }
 
 void ModelQueue::Forget(const QueuedRequest& request) {
@@ -46,6 +77,7 @@ void ModelQueue::Forget(const QueuedRequest& request) {
     }
   }
   rows_ -= request.rows;
+  --level_count_[request.priority];
   if (request.variant >= 0) {
     variant_rows_[static_cast<size_t>(request.variant)] -= request.rows;
   }

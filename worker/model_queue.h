@@ -1,5 +1,6 @@
-// One model's FIFO queue of requests, with what the disciplines need cheaply:
-// the oldest arrival (the front), the most urgent deadline, and the queued row count.
+// One model's queue of requests, ordered by priority level (scheduler_types.h) and, within a
+// level, by arrival; with what the disciplines need cheaply: the front (the most urgent
+// level's oldest request), the most urgent deadline, and the queued row count.
 //
 // Thread safety: requires external synchronization.
 #pragma once
@@ -22,10 +23,15 @@ class ModelQueue {
   // Starts (rebuilding the index from the queued requests) or stops indexing deadlines.
   void TrackDeadlines(bool on);
 
+  // Behind every queued request of the same or a more urgent level: O(1) when it is of the
+  // least urgent level queued (the common case: one level), else O(log n) plus the move.
+  // REQUIRES: request.priority in kHighestPriority..kLowestPriority (Scheduler checks it).
   void Push(QueuedRequest request);
   QueuedRequest PopFront();
   // Removes the request at `index` (0 = front). REQUIRES: index < size().
   QueuedRequest RemoveAt(size_t index);
+  // The index of the request whose payload is `payload`, or nullopt (a linear scan).
+  std::optional<size_t> Find(uint64_t payload) const;
   // Moves every request whose deadline is at or before `now` to `out` (in queue order), in
   // one pass that leaves the others in order. Returns the earliest deadline left (or max).
   Nanos RemoveExpired(Nanos now, std::vector<QueuedRequest>* out);
@@ -34,6 +40,9 @@ class ModelQueue {
   size_t size() const { return requests_.size(); }
   const QueuedRequest& at(size_t index) const { return requests_[index]; }
   const QueuedRequest& front() const { return requests_.front(); }
+  // The earliest arrival queued, whatever its level (fifo's and fair's tie-break use it, so
+  // levels never change which model runs next). REQUIRES: !empty().
+  Nanos oldest_arrival() const;
   int64_t queued_rows() const { return rows_; }
   // Rows queued with shape variant `variant` (0 for kNoCompiledProgram or an unseen one).
   int64_t variant_rows(int variant) const {
@@ -63,7 +72,8 @@ class ModelQueue {
   mutable std::vector<Nanos> removed_;
   mutable Nanos passed_ = std::numeric_limits<Nanos>::min();
   int64_t rows_ = 0;
-  std::vector<int64_t> variant_rows_;  // By variant index.
+  std::vector<int64_t> variant_rows_;                 // By variant index.
+  size_t level_count_[kLowestPriority + 1] = {};  // Requests queued per priority level.
 };
 
 }  // namespace ferry

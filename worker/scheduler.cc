@@ -118,6 +118,12 @@ Status Scheduler::CheckRequest(int model, const QueuedRequest& request) const {
   if (request.rows < 1) {
     return InvalidArgument("model '" + m.spec.name + "': a request needs at least one row");
   }
+  if (request.priority < kHighestPriority || request.priority > kLowestPriority) {
+    return InvalidArgument("model '" + m.spec.name + "': priority " +
+                           std::to_string(request.priority) + " is not a level (" +
+                           std::to_string(kHighestPriority) + ".." +
+                           std::to_string(kLowestPriority) + ")");
+  }
   if (request.variant != kNoCompiledProgram &&
       (request.variant < 0 || request.variant >= m.spec.num_variants)) {
     return InvalidArgument("model '" + m.spec.name + "': no shape variant " +
@@ -169,6 +175,30 @@ Status Scheduler::EnqueueCommitted(int model, QueuedRequest request) {
   }
   committed_.push_back({model, std::move(request)});
   return OkStatus();
+}
+
+bool Scheduler::Cancel(int model, uint64_t payload) {
+  if (model < 0 || static_cast<size_t>(model) >= models_.size()) {
+    return false;
+  }
+  ModelState& m = models_[static_cast<size_t>(model)];
+  if (std::optional<size_t> at = m.queue.Find(payload)) {
+    m.queue.RemoveAt(*at);
+    m.effective_cost_stale = true;
+    --queued_;
+    DeactivateIfEmpty(model);
+    ++m.counters.cancelled;
+    return true;
+  }
+  for (auto it = committed_.begin(); it != committed_.end(); ++it) {
+    if (it->model == model && it->request.payload == payload) {
+      committed_metas_.erase(it->request.meta_id);
+      committed_.erase(it);
+      ++m.counters.cancelled;
+      return true;
+    }
+  }
+  return false;
 }
 
 Status Scheduler::SetPolicy(std::string_view model, double weight) {
@@ -345,10 +375,11 @@ double Scheduler::EffectiveCost(const ModelState& m) const {
 namespace {
 
 // Deterministic tie-break: the older front request, then the name.
-bool Before(const QueuedRequest& a, const std::string& a_name, const QueuedRequest& b,
+// Whether model queue `a` goes before `b` by age: the older oldest request, then the name.
+bool Before(const ModelQueue& a, const std::string& a_name, const ModelQueue& b,
             const std::string& b_name) {
-  if (a.arrival != b.arrival) {
-    return a.arrival < b.arrival;
+  if (a.oldest_arrival() != b.oldest_arrival()) {
+    return a.oldest_arrival() < b.oldest_arrival();
   }
   return a_name < b_name;
 }
@@ -367,7 +398,7 @@ int Scheduler::SelectFair() const {
       double cost = EffectiveCost(m), best_cost = EffectiveCost(b);
       better = cost != best_cost
                    ? cost < best_cost
-                   : Before(m.queue.front(), m.spec.name, b.queue.front(), b.spec.name);
+                   : Before(m.queue, m.spec.name, b.queue, b.spec.name);
     }
     if (better) {
       best = index;
@@ -382,7 +413,7 @@ int Scheduler::SelectFifo() const {
   for (int index : active_) {
     const ModelState& m = models_[static_cast<size_t>(index)];
     if (best < 0 ||
-        Before(m.queue.front(), m.spec.name, models_[static_cast<size_t>(best)].queue.front(),
+        Before(m.queue, m.spec.name, models_[static_cast<size_t>(best)].queue,
                models_[static_cast<size_t>(best)].spec.name)) {
       best = index;
     }
@@ -405,7 +436,7 @@ int Scheduler::SelectEdf(Nanos now) const {
       return *deadline < *other_deadline;
     }
     const ModelState& b = models_[static_cast<size_t>(other)];
-    return Before(m.queue.front(), m.spec.name, b.queue.front(), b.spec.name);
+    return Before(m.queue, m.spec.name, b.queue, b.spec.name);
   };
   for (int index : active_) {
     const ModelState& m = models_[static_cast<size_t>(index)];

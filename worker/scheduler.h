@@ -107,9 +107,10 @@ struct ModelMetrics {
   int64_t queue_wait_sum_ns = 0;
   int64_t effective_max_batch = 0;
   Residency residency = Residency::kWarm;
-  uint64_t rejected = 0;  // Queue full.
-  uint64_t shed = 0;      // Dropped for their deadline.
-  uint64_t failed = 0;    // Could not run (no compiled program, too many rows).
+  uint64_t rejected = 0;   // Queue full.
+  uint64_t shed = 0;       // Dropped for their deadline.
+  uint64_t failed = 0;     // Could not run (no compiled program, too many rows).
+  uint64_t cancelled = 0;  // Taken out of the queue because their client left.
 };
 
 struct ModelControlStatus {
@@ -173,6 +174,11 @@ class Scheduler {
   // discipline scan. INVALID_ARGUMENT when that meta already has one pending, or for the
   // same faults Enqueue refuses.
   Status EnqueueCommitted(int model, QueuedRequest request);
+  // Takes request `payload` of model `model` out of its queue (or the committed calls) if it
+  // is still there, counting it cancelled; the caller answers it. False when it is not queued
+  // (already dispatched, shed, or never queued): it then runs or was answered as usual. A
+  // linear scan of the model's queue (cancellations are rare).
+  bool Cancel(int model, uint64_t payload);
   // Managed residency mode: the model's residency floor (the node file's level) changed by a
   // reload; applied at the next decision. INVALID_ARGUMENT in external mode (the outside
   // controller owns residency there), NOT_FOUND for an unknown model.

@@ -646,3 +646,85 @@ TEST_CASE("the round-robin baseline visits models with work in turn") {
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+QueuedRequest Prio(Nanos arrival, int priority, uint64_t payload) {
+  QueuedRequest r = Req(arrival, 1, {}, payload);
+  r.priority = priority;
+  return r;
+}
+
+std::vector<uint64_t> Payloads(Scheduler& s, Nanos now) {
+  std::vector<uint64_t> out;
+  while (s.queued_requests() > 0) {
+    Decision d = s.Next(now);
+    for (const QueuedRequest& r : d.dispatch.requests) {
+      out.push_back(r.payload);
+    }
+    if (d.dispatch.runs()) {
+      s.Complete(d.dispatch, 0.001, now);
+    }
+  }
+  return out;
+}
+
+TEST_CASE("a model's queue runs by priority level, then age; a bad level is refused") {
+  Scheduler s = Make({Spec("a", {1})});
+  Push(s, 0, Prio(1, kLowestPriority, 10));
+  Push(s, 0, Prio(2, kDefaultPriority, 20));
+  Push(s, 0, Prio(3, kHighestPriority, 30));
+  Push(s, 0, Prio(4, kDefaultPriority, 40));
+  Push(s, 0, Prio(5, kHighestPriority, 50));
+  CHECK(Payloads(s, 10) == std::vector<uint64_t>{30, 50, 20, 40, 10});
+  CHECK(s.Enqueue(0, Prio(6, 0, 1)).error().message ==
+        "model 'a': priority 0 is not a level (1..3)");
+  CHECK_FALSE(s.Enqueue(0, Prio(6, 4, 1)).ok());
+}
+
+TEST_CASE("priority levels never change which model runs next (fifo and fair use the oldest)") {
+  for (Discipline discipline : {Discipline::kFifo, Discipline::kFair}) {
+    SchedulerConfig config;
+    config.discipline = discipline;
+    Scheduler s = Make({Spec("a", {1}), Spec("b", {1})}, config);
+    Push(s, 0, Prio(1, kDefaultPriority, 10));  // a's oldest is the oldest of all...
+    Push(s, 1, Prio(5, kDefaultPriority, 20));  // ...b's is next...
+    Push(s, 0, Prio(9, kHighestPriority, 30));  // ...and a's urgent one is newest.
+    Decision d = s.Next(10);
+    CAPTURE(DisciplineName(discipline));
+    CHECK(d.dispatch.model == 0);
+    REQUIRE(d.dispatch.requests.size() == 1);
+    CHECK(d.dispatch.requests[0].payload == 30);  // Inside a: the urgent one first.
+  }
+}
+
+TEST_CASE("cancel takes a request out of its queue (or the committed calls), once, counted") {
+  Scheduler s = Make({Spec("a", {1, 8}), Spec("b", {1})});
+  Push(s, 0, Req(1, 1, {}, 1));
+  Push(s, 0, Req(2, 1, {}, 2));
+  Push(s, 1, Req(3, 1, {}, 3));
+  QueuedRequest sub = Req(4, 1, {}, 4);
+  sub.meta_id = 9;
+  REQUIRE(s.EnqueueCommitted(0, sub).ok());
+  CHECK(s.queued_requests() == 4);
+  CHECK(s.Cancel(1, 3));               // b's only request: b has no work left.
+  CHECK_FALSE(s.Cancel(1, 3));         // Once.
+  CHECK_FALSE(s.Cancel(1, 2));         // Not b's.
+  CHECK_FALSE(s.Cancel(5, 2));         // No such model.
+  CHECK(s.Cancel(0, 4));               // The committed call...
+  CHECK_FALSE(s.CommittedPending(9));  // ...and its meta may commit again.
+  CHECK(s.queued_requests() == 2);
+  Decision d = s.Next(10);
+  CHECK(d.dispatch.model == 0);
+  CHECK(d.dispatch.requests.size() == 2);
+  CHECK_FALSE(s.Cancel(0, 1));  // Dispatched: too late.
+  s.Complete(d.dispatch, 0.001, 10);
+  CHECK_FALSE(s.Next(11).dispatch.runs());
+  CHECK(s.Metrics(11)[0].cancelled == 1);
+  CHECK(s.Metrics(11)[1].cancelled == 1);
+  CHECK(s.Metrics(11)[1].queue_depth == 0);
+}
+
+}  // namespace
+}  // namespace ferry

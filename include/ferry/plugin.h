@@ -75,7 +75,8 @@ enum {
   FERRY_ERR_RESOURCE_EXHAUSTED = 3, /* allocate returned NULL; queues or arenas full. */
   FERRY_ERR_DEADLINE_EXCEEDED = 4,  /* The request's deadline passed during a model call. */
   FERRY_ERR_UNAVAILABLE = 5,        /* A model call found no worker (restarting, draining). */
-  FERRY_ERR_INTERNAL = 6            /* Anything else. */
+  FERRY_ERR_INTERNAL = 6,           /* Anything else. */
+  FERRY_ERR_CANCELLED = 7           /* A model call's client left: the request was cancelled. */
 };
 
 typedef struct ferry_error {

@@ -36,13 +36,15 @@ struct FlowNode {
   shm::Segment segment;
   std::vector<pid_t> pids;
 
-  explicit FlowNode(uint32_t workers, const std::string& extra = "")
+  // `node_keys` go into [node] (backend = "sim"), `extra` after it.
+  explicit FlowNode(uint32_t workers, const std::string& extra = "",
+                    const std::string& node_keys = "")
       : config(testing::NodeFile(dir, "[cpu]\nthreads = 1\npin = false\n" + extra)),
         segment(shm::Segment::Create(name, {2, workers, 256, 64 << 20}).value()) {
     // NodeFile wrote the repository and devices = "cpu:1"; this node has `workers`.
     std::string text = "[node]\nname = \"t\"\ndevices = \"cpu:" + std::to_string(workers) +
-                       "\"\nmodel_repository = \"" + dir / "models" +
-                       "\"\n[cpu]\nthreads = 1\npin = false\n" + extra;
+                       "\"\nmodel_repository = \"" + dir / "models" + "\"\n" + node_keys +
+                       "[cpu]\nthreads = 1\npin = false\n" + extra;
     testing::WriteFile(config, text);
     for (uint32_t w = 0; w < workers; ++w) {
       pids.push_back(
@@ -383,6 +385,74 @@ TEST_CASE(
   int code = 0;
   waitpid(wrong, &code, 0);
   CHECK(WEXITSTATUS(code) == 1);
+}
+
+}  // namespace
+}  // namespace ferry::hookhost
+
+namespace ferry::hookhost {
+namespace {
+
+TEST_CASE(
+    "a cancelled request is answered at once and leaves the worker's queue; priority and "
+    "tenant reach the worker; the hook host counts every answer") {
+  // Every batch takes 200 ms, so requests behind the first stay queued.
+  FlowNode node(1, "[sim]\nfixed_us = 200000\nper_row_us = 0\n", "backend = \"sim\"\n");
+  Host host(node, GatewayMode::kLeastOutstanding);
+  std::vector<uint8_t> input(784 * 4);
+  auto send = [&](std::shared_ptr<CancelSignal> cancel, uint32_t priority, uint32_t tenant) {
+    InferRequest r = Request("mlp", Shape{1, 784}, input, "input");
+    r.cancel = std::move(cancel);
+    r.priority = priority;
+    r.tenant = tenant;
+    return host.host->Submit(std::move(r));
+  };
+  auto running = send(nullptr, 0, 0);  // Executes first.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto planned = send(nullptr, 1, 2);  // Decided next while the first executes.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto cancel = std::make_shared<CancelSignal>();
+  auto queued = send(cancel, 0, 0);  // Waits in the worker's queue.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  int64_t fired = MonotonicNs();
+  cancel->Fire();
+  Result<InferResponse> r = Get(queued);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == ErrorCode::kCancelled);
+  CHECK(MonotonicNs() - fired < 50'000'000);  // Not after the batches ahead of it.
+  CHECK(Get(running).ok());
+  CHECK(Get(planned).ok());
+  // The worker took it out of its queue and counted it; it ran the other two only.
+  shm::StatusSnapshotData s = shm::ReadStatus(node.segment, node.segment.WorkerSlot(0)).value();
+  for (int i = 0; i < 200 && (s.models[kMlp].outstanding != 0 || s.tenant_requests[2] == 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    s = shm::ReadStatus(node.segment, node.segment.WorkerSlot(0)).value();
+  }
+  CHECK(s.models[kMlp].cancelled == 1);
+  CHECK(s.models[kMlp].requests_served == 2);
+  CHECK(s.tenant_requests[2] == 1);  // The tenant travelled with the request.
+  // Every block came back, the cancelled request's input too (freed once the worker answered).
+  for (int i = 0; i < 200 && host.view.accounting(0).bytes_in_use.load() != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(host.view.accounting(0).bytes_in_use.load() == 0);
+  // The hook host's counters: two answered OK (tenants 0 and 2), one CANCELLED.
+  const shm::FrontEndCountersData& counters = node.segment.frontend_counters(0);
+  auto answered = [&](uint32_t tenant, std::optional<ErrorCode> code) {
+    size_t outcome = code ? static_cast<size_t>(*code) + 1 : 0;
+    return counters.models[kMlp][tenant].answered[outcome].load();
+  };
+  CHECK(answered(0, std::nullopt) == 1);
+  CHECK(answered(2, std::nullopt) == 1);
+  CHECK(answered(0, ErrorCode::kCancelled) == 1);
+  // A request for a model nobody serves is counted as unrouted.
+  CHECK_FALSE(Get(host.host->Submit(Request("nope", Shape{1}, input, "x"))).ok());
+  CHECK(counters.unrouted[static_cast<size_t>(ErrorCode::kNotFound) + 1].load() == 1);
+  // A signal fired after the answer does nothing.
+  auto late = std::make_shared<CancelSignal>();
+  CHECK(Get(send(late, 0, 0)).ok());
+  late->Fire();
+  CHECK(answered(0, ErrorCode::kCancelled) == 1);
 }
 
 }  // namespace

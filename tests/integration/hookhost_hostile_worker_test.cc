@@ -134,7 +134,7 @@ TEST_CASE("completions a worker forges are refused or fail only their request") 
   REQUIRE(worker.completions.TryPush(bad_status) == shm::RingStatus::kOk);
   Result<InferResponse> odd = Get(second);
   REQUIRE_FALSE(odd.ok());
-  CHECK(odd.error().code == ErrorCode::kInternal);
+  CHECK(odd.error().code == ErrorCode::kInternal);  // Not clamped to the last code.
   CHECK(odd.error().message == "the worker gave no reason");
 
   std::future<Result<InferResponse>> third = host.Submit(Mlp(input));

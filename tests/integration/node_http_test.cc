@@ -215,7 +215,8 @@ TEST_CASE("1,000 concurrent requests over 2 models through HTTP, every output ex
 TEST_CASE("errors through HTTP: unknown model, bad tensors, deadline, wrong method") {
   TempDir dir;
   FerrydProcess ferryd(dir, kCpuNode,
-                       kSettings + std::string("[frontend]\nmax_request_bytes = 100000\n"));
+                       kSettings + std::string("[frontend]\nmax_request_bytes = 100000\n"
+                                               "tenants = [\"acme\", \"globex\"]\n"));
   REQUIRE_MESSAGE(ferryd.WaitReady(), ferryd.log());
   Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
   REQUIRE(client.ok());
@@ -252,6 +253,73 @@ TEST_CASE("errors through HTTP: unknown model, bad tensors, deadline, wrong meth
   CHECK(a.status == 504);
   a = post("/v2/models/mlp/infer", one_row + "}");
   CHECK(a.status == 200);
+  // Priority: a level or 0; tenant: a declared one, by parameter or header (agreeing).
+  a = post("/v2/models/mlp/infer", one_row + R"(,"parameters":{"priority":4}})");
+  CHECK(a.status == 400);
+  CHECK(a.body.find("parameter \\\"priority\\\" is 4: 0 (the default level) or 1") !=
+        std::string::npos);
+  a = post("/v2/models/mlp/infer", one_row + R"(,"parameters":{"priority":1,"tenant":"acme"}})");
+  CHECK(a.status == 200);
+  a = post("/v2/models/mlp/infer", one_row + R"(,"parameters":{"tenant":"initech"}})");
+  CHECK(a.status == 400);
+  CHECK(a.body.find("tenant 'initech' is not declared in the node file's [frontend] tenants "
+                    "(acme, globex)") != std::string::npos);
+  a = post("/v2/models/mlp/infer", one_row + R"(,"parameters":{"tenant":7}})");
+  CHECK(a.status == 400);
+  Result<frontend::HttpAnswer> tagged =
+      client->Request("POST", "/v2/models/mlp/infer", one_row + "}", {{"Ferry-Tenant", "globex"}});
+  REQUIRE(tagged.ok());
+  CHECK(tagged->status == 200);
+  tagged = client->Request("POST", "/v2/models/mlp/infer",
+                           one_row + R"(,"parameters":{"tenant":"acme"}})",
+                           {{"Ferry-Tenant", "globex"}});
+  REQUIRE(tagged.ok());
+  CHECK(tagged->status == 400);
+  // /metrics counts every answer by model, tenant and code, and the workers' time by tenant.
+  Result<json> status = ferryd.Status();
+  REQUIRE(status.ok());
+  Result<HttpClient> metrics_client =
+      HttpClient::Connect((*status)["listen"]["metrics"].get<std::string>());
+  REQUIRE(metrics_client.ok());
+  // The workers' counts are in their status snapshots, published every 5 ms.
+  auto acme_requests = [](const std::string& text) {
+    double total = 0;
+    for (const char* gpu : {"0", "1"}) {
+      std::string key =
+          std::string("ferry_tenant_requests_total{gpu=\"") + gpu + "\",tenant=\"acme\"} ";
+      size_t at = text.find(key);
+      REQUIRE(at != std::string::npos);
+      total += std::stod(text.substr(at + key.size()));
+    }
+    return total;
+  };
+  Result<frontend::HttpAnswer> metrics = metrics_client->Request("GET", "/metrics");
+  REQUIRE(metrics.ok());
+  for (int i = 0; i < 100 && acme_requests(metrics->body) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    metrics = metrics_client->Request("GET", "/metrics");
+    REQUIRE(metrics.ok());
+  }
+  CHECK(acme_requests(metrics->body) == 1);
+  for (const char* line :
+       {"ferry_frontend_requests_total{code=\"OK\",model=\"mlp\",tenant=\"acme\"} 1",
+        "ferry_frontend_requests_total{code=\"OK\",model=\"mlp\",tenant=\"globex\"} 1",
+        "ferry_frontend_requests_total{code=\"OK\",model=\"mlp\"} 1",
+        "ferry_frontend_requests_total{code=\"DEADLINE_EXCEEDED\",model=\"mlp\"} 1",
+        "ferry_frontend_unrouted_requests_total{code=\"NOT_FOUND\"} 1",
+        "ferry_frontend_plugin_seconds_total{model=\"cnn\",tenant=\"globex\"} 0",
+        "ferry_requests_total{gpu=\"0\",model=\"mlp\",outcome=\"cancelled\"} 0"}) {
+    CHECK_MESSAGE(metrics->body.find(line) != std::string::npos, line);
+  }
+  // Bad tensors, bad JSON, a bad priority, an undeclared tenant, a mistyped one, a mismatch.
+  CHECK(metrics->body.find(
+            "ferry_frontend_requests_total{code=\"INVALID_ARGUMENT\",model=\"mlp\"} 7") !=
+        std::string::npos);
+  WriteFile(dir / "metrics.txt", metrics->body);
+  std::string promtool = "promtool check metrics < " + (dir / "metrics.txt") + " > " +
+                         (dir / "promtool.txt") + " 2>&1";
+  int promtool_status = std::system(promtool.c_str());
+  CHECK_MESSAGE(WEXITSTATUS(promtool_status) == 0, ReadFileText(dir / "promtool.txt"));
   Result<frontend::HttpAnswer> get = client->Request("GET", "/v2/models/mlp/infer");
   REQUIRE(get.ok());
   CHECK(get->status == 405);

@@ -65,7 +65,7 @@ class NodeDriver {
   // The sequence number, or RESOURCE_EXHAUSTED (arena) / UNAVAILABLE (ring full).
   Result<uint64_t> Submit(uint32_t model, int variant, int64_t rows,
                           const std::vector<TensorInput>& inputs, int64_t deadline_ns = 0,
-                          uint32_t meta = 0) {
+                          uint32_t meta = 0, uint32_t priority = 0, uint32_t tenant = 0) {
     FlushReleases();
     shm::DescriptorData d{};
     d.kind = static_cast<uint16_t>(shm::DescriptorKind::kSubmit);
@@ -73,12 +73,14 @@ class NodeDriver {
     d.generation = generation_;
     d.sender_generation = generation_;
     d.sequence = next_sequence_;
-    d.model = model;
+    d.model = static_cast<uint16_t>(model);
     d.variant = variant;
     d.rows = static_cast<int32_t>(rows);
     d.deadline_ns = deadline_ns;
     d.meta = meta;
-    d.num_tensors = static_cast<uint16_t>(inputs.size());
+    d.priority = static_cast<uint8_t>(priority);
+    d.tenant = static_cast<uint16_t>(tenant);
+    d.num_tensors = static_cast<uint8_t>(inputs.size());
     std::vector<uint64_t> blocks;
     for (size_t i = 0; i < inputs.size(); ++i) {
       Result<shm::Block> block = arena_.Allocate(std::max<size_t>(inputs[i].bytes.size(), 1));
@@ -94,6 +96,18 @@ class NodeDriver {
                                         inputs[i].dtype, inputs[i].shape);
     }
     return Push(d, std::move(blocks));
+  }
+
+  // Asks the worker to drop request `sequence` of `model` if it is still queued (kCancel).
+  bool Cancel(uint32_t model, uint64_t sequence) {
+    shm::DescriptorData d{};
+    d.kind = static_cast<uint16_t>(shm::DescriptorKind::kCancel);
+    d.slot = slot_;
+    d.generation = generation_;
+    d.sender_generation = generation_;
+    d.sequence = sequence;
+    d.model = static_cast<uint16_t>(model);
+    return submit_.TryPush(d) == shm::RingStatus::kOk;
   }
 
   // Pushes a descriptor as given (hostile tests); `blocks` are freed when it completes.

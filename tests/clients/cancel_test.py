@@ -1,0 +1,101 @@
+"""Cancellation as clients do it, against a node whose workers take 1.5 s per batch (the sim
+backend): a tritonclient gRPC call cancelled while its request waits in a worker's queue, and a
+curl request whose client gives up (closes its connection) the same way. Both requests must
+leave the worker's queue unexecuted: /metrics counts them cancelled at the worker and at the
+hook hosts, and the worker executes only the others.
+
+    cancel_test.py HTTP_ADDRESS GRPC_ADDRESS METRICS_ADDRESS
+"""
+import queue
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def metric_sum(text, name, **labels):
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{"):
+            continue
+        got = dict(re.findall(r'(\w+)="([^"]*)"', line[:line.index("}")]))
+        if all(got.get(k) == v for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def main():
+    http, grpc_address, metrics = sys.argv[1:4]
+    client = grpcclient.InferenceServerClient(grpc_address)
+    done = queue.Queue()
+
+    def send(tag):
+        inp = grpcclient.InferInput("input", [1, 784], "FP32")
+        inp.set_data_from_numpy(np.zeros((1, 784), np.float32))
+        # tritonclient calls back with keywords: callback(result=..., error=...).
+        return client.async_infer(
+            "mlp", [inp], callback=lambda result, error: done.put((tag, result, error)))
+
+    # A executes (1.5 s), B is decided next, C waits in the queue until it is cancelled.
+    send("running")
+    time.sleep(0.2)
+    send("next")
+    time.sleep(0.2)
+    waiting = send("cancelled")
+    time.sleep(0.2)
+    waiting.cancel()
+    answers = {}
+    for _ in range(3):
+        tag, result, error = done.get(timeout=30)
+        answers[tag] = error
+    check(answers["running"] is None and answers["next"] is None, "gRPC: the others are served")
+    check(answers["cancelled"] is not None and "CANCELLED" in str(answers["cancelled"].status()),
+          "gRPC: the cancelled call ends CANCELLED")
+
+    # curl gives up after 0.4 s on a request queued behind two 1.5 s batches.
+    send("running")
+    time.sleep(0.2)
+    send("next")
+    time.sleep(0.2)
+    body = '{"inputs":[{"name":"input","datatype":"FP32","shape":[1,784],"data":[' + \
+        ",".join(["0"] * 784) + "]}]}"
+    curl = subprocess.run(["curl", "-sS", "-m", "0.4", "-X", "POST", "-d", body,
+                           f"http://{http}/v2/models/mlp/infer"], capture_output=True, text=True)
+    check(curl.returncode == 28, f"curl timed out as intended (exit {curl.returncode})")
+    for _ in range(2):
+        tag, result, error = done.get(timeout=30)
+        check(error is None, f"HTTP round: {tag} served")
+
+    # The worker took both out of its queue; it executed only the four others.
+    deadline = time.time() + 10
+    while True:
+        text = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10).read().decode()
+        cancelled = metric_sum(text, "ferry_requests_total", model="mlp", outcome="cancelled")
+        served = metric_sum(text, "ferry_requests_total", model="mlp", outcome="success")
+        if (cancelled >= 2 and served >= 4) or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    check(cancelled == 2, f"the worker counted 2 cancelled (got {cancelled:g})")
+    check(served == 4, f"the worker executed the 4 others only (got {served:g})")
+    check(metric_sum(text, "ferry_frontend_requests_total", model="mlp", code="CANCELLED") == 2,
+          "the hook hosts counted 2 answered CANCELLED")
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
+    print("all cancellation checks passed")
+
+
+if __name__ == "__main__":
+    main()
