@@ -63,8 +63,8 @@ struct FrontEnd {
 
   Status Start(const shm::Segment& segment, const std::vector<HookModel>& models, HookHost* host,
                int fd, int grpc_fd, const FrontendSettings& settings) {
-    service = std::make_unique<frontend::KServeService>(segment, models, host,
-                                                        settings.max_request_bytes, settings.tenants);
+    service = std::make_unique<frontend::KServeService>(
+        segment, models, host, settings.max_request_bytes, settings.tenants);
     frontend::HttpServerOptions options;
     options.max_body_bytes = settings.max_request_bytes;
     options.max_connections = static_cast<size_t>(settings.max_connections);

@@ -209,10 +209,9 @@ Result<nlohmann::json> DecodeReply(std::string_view line) {
   std::string message = object.contains("error") && object["error"].is_string()
                             ? object["error"].get<std::string>()
                             : "(no message)";
-  for (ErrorCode c :
-       {ErrorCode::kInvalidArgument, ErrorCode::kNotFound, ErrorCode::kResourceExhausted,
-        ErrorCode::kDeadlineExceeded, ErrorCode::kUnavailable, ErrorCode::kInternal,
-        ErrorCode::kCancelled}) {
+  for (ErrorCode c : {ErrorCode::kInvalidArgument, ErrorCode::kNotFound,
+                      ErrorCode::kResourceExhausted, ErrorCode::kDeadlineExceeded,
+                      ErrorCode::kUnavailable, ErrorCode::kInternal, ErrorCode::kCancelled}) {
     if (ErrorCodeName(c) == code) {
       return Error{c, message};
     }

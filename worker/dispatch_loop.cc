@@ -118,12 +118,12 @@ DispatchLoop::DispatchLoop(const shm::Segment& segment, uint32_t worker_slot, Ba
     submissions_.emplace_back(segment, segment.SubmissionRing(h, worker));
     completions_.emplace_back(segment, segment.CompletionRing(worker, h));
     pending_.emplace_back();
-    submit_rules_.push_back({hook_slot,
-                             num_models,
-                             {hook_slot},
-                             segment.partition_bytes(),
-                             shm::KindBit(shm::DescriptorKind::kSubmit) |
-                                 shm::KindBit(shm::DescriptorKind::kCancel)});
+    submit_rules_.push_back(
+        {hook_slot,
+         num_models,
+         {hook_slot},
+         segment.partition_bytes(),
+         shm::KindBit(shm::DescriptorKind::kSubmit) | shm::KindBit(shm::DescriptorKind::kCancel)});
     release_rules_.push_back({hook_slot,
                               num_models,
                               {slot_},

@@ -72,7 +72,7 @@ class ModelQueue {
   mutable std::vector<Nanos> removed_;
   mutable Nanos passed_ = std::numeric_limits<Nanos>::min();
   int64_t rows_ = 0;
-  std::vector<int64_t> variant_rows_;                 // By variant index.
+  std::vector<int64_t> variant_rows_;             // By variant index.
   size_t level_count_[kLowestPriority + 1] = {};  // Requests queued per priority level.
 };
 

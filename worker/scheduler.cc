@@ -396,9 +396,8 @@ int Scheduler::SelectFair() const {
     if (!better && tag == best_tag) {
       const ModelState& b = models_[static_cast<size_t>(best)];
       double cost = EffectiveCost(m), best_cost = EffectiveCost(b);
-      better = cost != best_cost
-                   ? cost < best_cost
-                   : Before(m.queue, m.spec.name, b.queue, b.spec.name);
+      better =
+          cost != best_cost ? cost < best_cost : Before(m.queue, m.spec.name, b.queue, b.spec.name);
     }
     if (better) {
       best = index;
@@ -412,9 +411,8 @@ int Scheduler::SelectFifo() const {
   int best = -1;
   for (int index : active_) {
     const ModelState& m = models_[static_cast<size_t>(index)];
-    if (best < 0 ||
-        Before(m.queue, m.spec.name, models_[static_cast<size_t>(best)].queue,
-               models_[static_cast<size_t>(best)].spec.name)) {
+    if (best < 0 || Before(m.queue, m.spec.name, models_[static_cast<size_t>(best)].queue,
+                           models_[static_cast<size_t>(best)].spec.name)) {
       best = index;
     }
   }
