@@ -9,6 +9,8 @@
 // live as long as the signal or until it ran.
 #pragma once
 
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <utility>
 
@@ -35,10 +37,16 @@ class CancelSignal {
     }
   }
 
-  // REQUIRES: at most one subscription per signal. Runs `action` now when already fired.
+  // REQUIRES: at most one subscription per signal (checked: a second aborts, as it would
+  // silently drop the first's cancellation). Runs `action` now when already fired.
   void Subscribe(std::function<void()> action) {
     {
       MutexLock lock(&mu_);
+      if (subscribed_) {
+        std::fprintf(stderr, "ferry: CancelSignal subscribed twice\n");
+        std::abort();
+      }
+      subscribed_ = true;
       if (!fired_) {
         action_ = std::move(action);
         return;
@@ -55,6 +63,7 @@ class CancelSignal {
  private:
   mutable Mutex mu_;
   bool fired_ GUARDED_BY(mu_) = false;
+  bool subscribed_ GUARDED_BY(mu_) = false;
   std::function<void()> action_ GUARDED_BY(mu_);
 };
 

@@ -77,7 +77,7 @@ struct Connection {
   bool stop_reading = false;  // No further request is read (close, error, drain).
   bool close_when_written = false;
   bool peer_closed = false;
-  bool writing = false;  // EPOLLOUT registered.
+  uint32_t events = EPOLLIN | EPOLLRDHUP;  // Registered with epoll.
 };
 
 std::string Serialize(const HttpResponse& r, bool close) {
@@ -172,7 +172,8 @@ struct HttpServer::Impl {
   HttpServerStats stats;
 
   void Accept(int64_t now);
-  void Read(uint64_t id, Connection& c, int64_t now);
+  // `events`: what epoll reported for the connection.
+  void Read(uint64_t id, Connection& c, int64_t now, uint32_t events);
   void Parse(uint64_t id, Connection& c, int64_t now);
   void Dispatch(uint64_t id, Connection& c, Parser& parser);
   void Fail(Connection& c, int status, std::string why);
@@ -187,14 +188,20 @@ struct HttpServer::Impl {
 };
 
 void HttpServer::Impl::Watch(uint64_t id, Connection& c, bool write) {
-  if (write == c.writing) {
+  // Input while reading; once reading stopped, only the peer's close (bytes it sends then
+  // are not read, and level-triggered EPOLLIN would fire for them forever); nothing after it.
+  uint32_t input = c.peer_closed    ? 0u
+                   : c.stop_reading ? static_cast<uint32_t>(EPOLLRDHUP)
+                                    : static_cast<uint32_t>(EPOLLIN | EPOLLRDHUP);
+  uint32_t want = input | (write ? static_cast<uint32_t>(EPOLLOUT) : 0u);
+  if (want == c.events) {
     return;
   }
   epoll_event e{};
-  e.events = EPOLLIN | EPOLLRDHUP | (write ? static_cast<uint32_t>(EPOLLOUT) : 0u);
+  e.events = want;
   e.data.u64 = id;
   epoll_ctl(epoll_fd, EPOLL_CTL_MOD, c.fd, &e);
-  c.writing = write;
+  c.events = want;
 }
 
 void HttpServer::Impl::Accept(int64_t now) {
@@ -316,7 +323,16 @@ void HttpServer::Impl::Parse(uint64_t id, Connection& c, int64_t now) {
   }
 }
 
-void HttpServer::Impl::Read(uint64_t id, Connection& c, int64_t now) {
+void HttpServer::Impl::Read(uint64_t id, Connection& c, int64_t now, uint32_t events) {
+  if (c.stop_reading) {
+    // Nothing more is read (a last request, Connection: close), but a client that leaves
+    // still cancels what it is waiting for.
+    if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+      c.peer_closed = true;
+      ClientLeft(c);
+    }
+    return;
+  }
   char buffer[65536];
   // Reads only what a request may still need: a connection over its limits stops here.
   while (!c.stop_reading && c.in.size() < options.max_header_bytes + options.max_body_bytes) {
@@ -500,7 +516,7 @@ void HttpServer::Run() {
         s.TakeAnswers();
       } else if (auto it = s.connections.find(tag); it != s.connections.end()) {
         if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-          s.Read(tag, it->second, now);
+          s.Read(tag, it->second, now, events[i].events);
         }
       }
     }

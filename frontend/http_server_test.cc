@@ -278,7 +278,7 @@ TEST_CASE("a client that closes its connection cancels its unanswered requests, 
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   REQUIRE(held_count() == 3);
-  std::lock_guard<std::mutex> lock(mu);
+  std::unique_lock<std::mutex> lock(mu);
   for (auto& [signal, respond] : held) {
     REQUIRE(signal != nullptr);
     CHECK_FALSE(signal->fired());
@@ -305,6 +305,20 @@ TEST_CASE("a client that closes its connection cancels its unanswered requests, 
   held[0].second(HttpResponse{499, {}, "{}", false});
   held[1].second(HttpResponse{499, {}, "{}", false});
   close(staying);
+
+  // A last request (Connection: close: nothing more is read) still sees its client leave.
+  int last = s.Connect();
+  Send(last, "GET /d HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  lock.unlock();
+  for (int i = 0; i < 1000 && held_count() < 4; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  lock.lock();
+  REQUIRE(held.size() == 4);
+  CHECK_FALSE(held[3].first->fired());
+  close(last);
+  CHECK(fired(3));
+  held[3].second(HttpResponse{499, {}, "{}", false});
 }
 
 }  // namespace

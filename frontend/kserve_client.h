@@ -39,7 +39,7 @@ struct InferAnswer {
 
 // A 200 answer's outputs (binary or JSON data); otherwise the error the server sent, its code
 // from the HTTP status (400 INVALID_ARGUMENT, 404 NOT_FOUND, 429 RESOURCE_EXHAUSTED,
-// 504 DEADLINE_EXCEEDED, 503 UNAVAILABLE, else INTERNAL).
+// 504 DEADLINE_EXCEEDED, 503 UNAVAILABLE, 499 CANCELLED, else INTERNAL).
 Result<InferAnswer> ReadInferAnswer(const HttpAnswer& answer);
 
 }  // namespace ferry::frontend

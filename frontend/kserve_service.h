@@ -20,7 +20,8 @@
 // traceparent. Bodies may be compressed both ways (compression.h): Content-Encoding gzip/deflate on
 // the request (415 for another), Accept-Encoding on the answer.
 //
-// Thread safety: Handle is called from the HTTP thread; answers come from hook threads.
+// Thread safety: Handle is called from the HTTP thread; answers come from hook threads (a
+// cancelled request's from the thread that fired its cancel signal: HTTP's or gRPC's).
 // Lifetime: the segment, models and host outlive the service and its answers.
 #pragma once
 

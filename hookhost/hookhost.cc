@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/clock.h"
 #include "hookhost/gateway.h"
@@ -95,6 +96,14 @@ struct CallSlot {
 
 }  // namespace
 
+// What a cancel action (InferRequest::cancel) holds of its hook host: the HookHost may be
+// destroyed while a front-end thread still fires signals; the destructor clears `impl` first,
+// waiting for a cancel in progress.
+struct CancelGate {
+  Mutex mu;
+  HookHost::Impl* impl GUARDED_BY(mu) = nullptr;
+};
+
 struct HookHost::Impl {
   Impl(const shm::Segment& segment, uint32_t hookhost, const std::vector<HookModel>& models,
        HookHostOptions options)
@@ -142,6 +151,7 @@ struct HookHost::Impl {
   bool handoff_closed GUARDED_BY(handoff_mutex) = false;  // Stopping: hand-offs answered at once.
   std::atomic<bool> handoff_waiting{false};
   std::atomic<uint32_t> next_meta{1};  // Pipeline run numbers (0 is skipped).
+  std::shared_ptr<CancelGate> cancel_gate = std::make_shared<CancelGate>();
 
   // Pipeline runs in progress at once: at most max(1, threads / 2), so ordinary requests keep
   // hook threads to be joined and answered on (a run holds its thread while its calls are
@@ -181,15 +191,20 @@ struct HookHost::Impl {
   int64_t repacked_at = 0;
   std::thread transport;
 
-  // Answers `p` once: the callback runs on the calling thread.
-  void Answer(const PendingPtr& p, Result<InferResponse> result) {
+  // Answers `p` once: the callback runs on the calling thread. `plugin_ns` (counted as its
+  // plugins' time) defaults to what the result, or for an error `p`, says; a thread that
+  // does not own `p`'s timings (a cancel) passes 0.
+  void Answer(const PendingPtr& p, Result<InferResponse> result, int64_t plugin_ns = -1) {
     if (p->answered.exchange(true)) {
       return;
     }
     pending_count.fetch_sub(1, std::memory_order_relaxed);
     if (!p->subcall) {
+      if (plugin_ns < 0) {
+        plugin_ns = result.ok() ? result->timings.plugin_ns : p->timings.plugin_ns;
+      }
       Count(p->model, p->tenant, result.ok() ? std::nullopt : std::optional(result.error().code),
-            result.ok() ? result->timings.plugin_ns : p->timings.plugin_ns);
+            plugin_ns);
     }
     p->done(std::move(result));
   }
@@ -495,7 +510,8 @@ struct HookHost::Impl {
       }
     }
     WakeTransport();
-    if (result.ok() && !p->subcall && model.plugin != nullptr && model.plugin->has_postprocess()) {
+    if (result.ok() && !p->subcall && !p->answered.load() && model.plugin != nullptr &&
+        model.plugin->has_postprocess()) {
       result = Postprocess(p, std::move(*result));
     }
     if (result.ok()) {
@@ -644,7 +660,11 @@ struct HookHost::Impl {
   void PostRun(QueuedRun run) {
     Post([this, run = std::move(run)]() mutable {
       PendingPtr p = run.pending;
-      RunPipeline(p, std::move(run.client), std::move(run.names));
+      if (p->answered.load()) {
+        FreeProduced(run.client);  // Cancelled while it waited for a run slot.
+      } else {
+        RunPipeline(p, std::move(run.client), std::move(run.names));
+      }
       ReleaseRun(p);
     });
   }
@@ -723,8 +743,8 @@ struct HookHost::Impl {
                                                            std::span<const ModelCall> calls) {
     const PendingPtr& parent = run.pending;
     const HookModel& pipeline = *parent->model;
-    if (parent->answered.load()) {
-      return DeadlineExceeded("pipeline '" + pipeline.name + "': already answered");
+    if (parent->answered.load()) {  // Its client left, or it ran past its time limit.
+      return Cancelled("pipeline '" + pipeline.name + "': its request was already answered");
     }
     std::vector<const HookModel*> targets;
     for (const ModelCall& call : calls) {
@@ -1021,7 +1041,7 @@ bool HookHost::Impl::SendWaiting(int64_t now) {
       d.generation = generation;
       d.sender_generation = generation;
       d.sequence = piece.sequence = next_sequence++;
-      d.model = static_cast<uint32_t>(model);
+      d.model = static_cast<uint16_t>(model);
       d.variant = p->variant;
       d.rows = static_cast<int32_t>(piece.rows);
       d.deadline_ns = p->deadline_ns;
@@ -1050,7 +1070,7 @@ void HookHost::Impl::Cancel(const PendingPtr& p) {
   if (p->answered.load()) {
     return;
   }
-  Answer(p, Cancelled("model '" + p->model->name + "': the client left; request cancelled"));
+  Answer(p, Cancelled("model '" + p->model->name + "': the client left; request cancelled"), 0);
   {
     MutexLock lock(&handoff_mutex);
     if (handoff_closed) {
@@ -1062,32 +1082,28 @@ void HookHost::Impl::Cancel(const PendingPtr& p) {
 }
 
 void HookHost::Impl::SendCancels() {
+  if (cancels.empty()) {
+    return;
+  }
+  // Only what this thread owns is read: `inflight` (a cancelled request's own pieces may still
+  // be being made on a hook thread). One pass for every cancel taken together.
+  std::unordered_set<const Pending*> cancelled;
   for (const PendingPtr& p : cancels) {
-    auto notice = [&](const Pending& q, const Piece& piece) {
-      shm::DescriptorData d{};
-      d.kind = static_cast<uint16_t>(shm::DescriptorKind::kCancel);
-      d.slot = slot;
-      d.generation = generation;
-      d.sender_generation = generation;
-      d.sequence = piece.sequence;
-      d.model = static_cast<uint16_t>(q.model->index);
-      notices[q.worker].push_back(d);
-    };
-    if (!p->model->pipeline()) {
-      for (const Piece& piece : p->pieces) {
-        auto it = inflight.find(piece.sequence);
-        if (piece.sequence != 0 && it != inflight.end() && it->second.first == p) {
-          notice(*p, piece);
-        }
-      }
-      continue;
+    cancelled.insert(p.get());
+  }
+  for (const auto& [sequence, entry] : inflight) {
+    const Pending& q = *entry.first;
+    if (cancelled.count(&q) == 0 && (q.parent == nullptr || cancelled.count(q.parent.get()) == 0)) {
+      continue;  // Neither cancelled nor a model call of a cancelled pipeline.
     }
-    for (const auto& [sequence, entry] : inflight) {  // A pipeline's model calls in flight.
-      const auto& [q, i] = entry;
-      if (q->parent == p) {
-        notice(*q, q->pieces[i]);
-      }
-    }
+    shm::DescriptorData d{};
+    d.kind = static_cast<uint16_t>(shm::DescriptorKind::kCancel);
+    d.slot = slot;
+    d.generation = generation;
+    d.sender_generation = generation;
+    d.sequence = sequence;
+    d.model = static_cast<uint16_t>(q.model->index);
+    notices[q.worker].push_back(d);
   }
   cancels.clear();
 }
@@ -1218,7 +1234,10 @@ void HookHost::Impl::CheckCallTimeouts(int64_t now) {
 
 HookHost::HookHost(const shm::Segment& segment, uint32_t hookhost,
                    const std::vector<HookModel>& models, HookHostOptions options)
-    : impl_(std::make_unique<Impl>(segment, hookhost, models, std::move(options))) {}
+    : impl_(std::make_unique<Impl>(segment, hookhost, models, std::move(options))) {
+  MutexLock lock(&impl_->cancel_gate->mu);
+  impl_->cancel_gate->impl = impl_.get();
+}
 
 void HookHost::Start() {
   for (int i = 0; i < impl_->options.threads; ++i) {
@@ -1229,6 +1248,10 @@ void HookHost::Start() {
 
 HookHost::~HookHost() {
   Impl& impl = *impl_;
+  {
+    MutexLock lock(&impl.cancel_gate->mu);  // No cancel runs from now on.
+    impl.cancel_gate->impl = nullptr;
+  }
   impl.stopping.store(true, std::memory_order_release);
   impl.WakeTransport();
   if (impl.transport.joinable()) {
@@ -1335,9 +1358,11 @@ void HookHost::Submit(InferRequest request, InferCallback done) {
   }
   p->model = &*model;
   if (request.cancel != nullptr) {
-    request.cancel->Subscribe([&impl, weak = std::weak_ptr<Pending>(p)] {
-      if (PendingPtr pending = weak.lock()) {
-        impl.Cancel(pending);
+    request.cancel->Subscribe([gate = impl.cancel_gate, weak = std::weak_ptr<Pending>(p)] {
+      MutexLock lock(&gate->mu);
+      PendingPtr pending = weak.lock();
+      if (gate->impl != nullptr && pending != nullptr) {
+        gate->impl->Cancel(pending);
       }
     });
   }

@@ -23,7 +23,7 @@ DescriptorData EncodeControl(const ControlMessage& message, uint64_t sequence) {
   DescriptorData d{};
   d.kind = static_cast<uint16_t>(DescriptorKind::kControl);
   d.variant = static_cast<int32_t>(message.code);
-  d.model = message.model;
+  d.model = static_cast<uint16_t>(message.model);
   d.rows = message.value;
   d.sequence = sequence;
   std::memcpy(&d.trace_id_low, &message.weight, sizeof(double));

@@ -57,6 +57,9 @@ Status ValidateDescriptor(const DescriptorData& d, const DescriptorRules& rules)
     if (d.priority > kMaxPriority) {
       return InvalidArgument(who() + "priority " + std::to_string(d.priority) + " out of range");
     }
+    if (d.tenant > kMaxTenants) {
+      return InvalidArgument(who() + "tenant " + std::to_string(d.tenant) + " out of range");
+    }
   }
 
   for (uint32_t i = 0; i < d.num_tensors; ++i) {

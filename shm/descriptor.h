@@ -3,7 +3,8 @@
 // A descriptor comes from another process that may be buggy or malicious. The consumer pops
 // a private copy (ring.h) and validates that copy, so nothing can change between check and
 // use: a kind this ring carries; a request id naming the right slot; counts within bounds
-// (a submission names at least one tensor, a cancel none; a priority within kMaxPriority); each
+// (a submission names at least one tensor, a cancel none; a priority within kMaxPriority and a
+// tenant within kMaxTenants); each
 // tensor in a partition the sender may name, 256-byte aligned, inside the partition with no
 // overflow, and with shape x dtype size == bytes. A bad descriptor is answered with an error
 // completion and counted; nothing reads outside the segment.

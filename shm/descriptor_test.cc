@@ -204,7 +204,7 @@ TEST_CASE("a release or completion needs no tensor, and its tensors are checked 
   CHECK_FALSE(ValidateDescriptor(d, rules).ok());
 }
 
-TEST_CASE("a cancel names a model in range and no tensor; a submission's priority is a level") {
+TEST_CASE("a cancel names a model in range and no tensor; a submission's priority and tenant") {
   DescriptorData d = Good();
   d.kind = static_cast<uint16_t>(DescriptorKind::kCancel);
   d.num_tensors = 0;
@@ -219,6 +219,11 @@ TEST_CASE("a cancel names a model in range and no tensor; a submission's priorit
   CHECK(ValidateDescriptor(d, Rules()).ok());
   d.priority = kMaxPriority + 1;
   CHECK(ErrorOf(d) == "descriptor from slot 1 seq 9: priority 4 out of range");
+  d = Good();
+  d.tenant = kMaxTenants;
+  CHECK(ValidateDescriptor(d, Rules()).ok());
+  d.tenant = kMaxTenants + 1;
+  CHECK(ErrorOf(d) == "descriptor from slot 1 seq 9: tenant 17 out of range");
   d = Good();
   d.kind = static_cast<uint16_t>(DescriptorKind::kCancel);
   d.num_tensors = 0;

@@ -291,7 +291,14 @@ std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters&
                  w.status.tenant_compute_seconds[t]);
     }
   }
-  RenderFrontEnd(segment, workers.empty() ? nullptr : &workers.front().status, with_tenant,
+  // Model names from the worker listing the most (one starting lists none yet).
+  const WorkerView* names = nullptr;
+  for (const WorkerView& w : workers) {
+    if (names == nullptr || w.status.num_models > names->status.num_models) {
+      names = &w;
+    }
+  }
+  RenderFrontEnd(segment, names == nullptr ? nullptr : &names->status, with_tenant,
                  counters.tenants.size(), out);
 
   auto kind = [&](uint32_t slot) { return segment.IsWorkerSlot(slot) ? "worker" : "hookhost"; };

@@ -16,6 +16,9 @@
 namespace ferry {
 namespace {
 
+static_assert(shm::kMaxPriority == kLowestPriority && shm::kDefaultPriority == kDefaultPriority,
+              "descriptor priorities are the scheduler's levels");
+
 constexpr uint32_t ErrorStatus(ErrorCode code) { return static_cast<uint32_t>(code) + 1; }
 constexpr size_t kMaxMessageBytes = 1024;
 
@@ -746,7 +749,7 @@ void DispatchLoop::AnswerBatch(std::unique_ptr<Batch> batch,
     }
     for (uint32_t id : batch->members) {
       Request& r = requests_[id];
-      uint32_t tenant = std::min<uint32_t>(r.descriptor.tenant, shm::kMaxTenants);
+      uint32_t tenant = r.descriptor.tenant;  // Validated: <= kMaxTenants.
       ++tenant_requests_[tenant];
       tenant_compute_seconds_[tenant] += timing->compute_seconds *
                                          static_cast<double>(r.descriptor.rows) /

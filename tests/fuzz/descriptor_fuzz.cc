@@ -32,6 +32,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::memcpy(&d, data, std::min(size, sizeof(d)));
   ferry::shm::DescriptorRules rules{0, 4, {0, 1}, segment.partition_bytes()};
   if (ferry::shm::ValidateDescriptor(d, rules).ok()) {
+    // What the consumers index with must be in range.
+    bool submit = d.kind == static_cast<uint16_t>(ferry::shm::DescriptorKind::kSubmit);
+    bool cancel = d.kind == static_cast<uint16_t>(ferry::shm::DescriptorKind::kCancel);
+    if ((submit && (d.priority > ferry::shm::kMaxPriority || d.tenant > ferry::shm::kMaxTenants ||
+                    d.model >= rules.num_models)) ||
+        (cancel && (d.num_tensors != 0 || d.model >= rules.num_models))) {
+      std::abort();
+    }
     volatile uint8_t sink = 0;
     for (uint32_t i = 0; i < d.num_tensors; ++i) {
       std::span<uint8_t> bytes = ferry::shm::TensorBytes(segment, d.tensors[i]);

@@ -419,7 +419,8 @@ TEST_CASE(
   Result<InferResponse> r = Get(queued);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().code == ErrorCode::kCancelled);
-  CHECK(MonotonicNs() - fired < 50'000'000);  // Not after the batches ahead of it.
+  // Not after the batches ahead of it (400 ms of execution).
+  CHECK(MonotonicNs() - fired < 250'000'000);
   CHECK(Get(running).ok());
   CHECK(Get(planned).ok());
   // The worker took it out of its queue and counted it; it ran the other two only.

@@ -319,3 +319,57 @@ TEST_CASE("a pipeline is ready when every model it calls is; the repository inde
 
 }  // namespace
 }  // namespace ferry::hookhost
+
+namespace ferry::hookhost {
+namespace {
+
+TEST_CASE("a cancelled pipeline request is answered at once; a run not begun never runs") {
+  PipelineNode node;
+  Local local(node, 1);  // One run at a time: the later requests wait for a run slot.
+  std::vector<uint8_t> images(8 * 32 * 32 * 3, 128);
+  std::vector<std::future<Result<InferResponse>>> kept, cancelled;
+  std::vector<std::shared_ptr<CancelSignal>> signals;
+  for (int i = 0; i < 8; ++i) {
+    InferRequest r = Images("image_pipeline", images, 8);
+    if (i >= 4) {
+      r.cancel = signals.emplace_back(std::make_shared<CancelSignal>());
+    }
+    (i < 4 ? kept : cancelled).push_back(local.host->Submit(std::move(r)));
+  }
+  for (const std::shared_ptr<CancelSignal>& signal : signals) {
+    signal->Fire();
+  }
+  for (auto& future : cancelled) {
+    Result<InferResponse> r = Get(future);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == ErrorCode::kCancelled);
+  }
+  for (auto& future : kept) {
+    Result<InferResponse> r = Get(future);
+    CHECK_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
+  }
+  WaitBlocksBack(node, local);
+  // Only the four kept runs called their stages (the worker publishes every 5 ms).
+  auto served = [&](const char* model) {
+    return shm::ReadStatus(node.segment, node.segment.WorkerSlot(0))
+        .value()
+        .models[local.Index(model)]
+        .requests_served;
+  };
+  for (int i = 0; i < 200 && served("cnn_head") < 4; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // Nothing more comes.
+  shm::StatusSnapshotData s = shm::ReadStatus(node.segment, node.segment.WorkerSlot(0)).value();
+  CHECK(s.models[local.Index("cnn_features")].requests_served == 4);
+  CHECK(s.models[local.Index("cnn_head")].requests_served == 4);
+  const shm::FrontEndCountersData& counters = node.segment.frontend_counters(0);
+  uint32_t pipeline = local.Index("image_pipeline");
+  CHECK(counters.models[pipeline][0].answered[0].load() == 4);
+  CHECK(counters.models[pipeline][0]
+            .answered[static_cast<size_t>(ErrorCode::kCancelled) + 1]
+            .load() == 4);
+}
+
+}  // namespace
+}  // namespace ferry::hookhost
