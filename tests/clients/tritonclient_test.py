@@ -159,6 +159,19 @@ def grpc_checks(address):
         check(False, "gRPC unknown model refused")
     except InferenceServerException as e:
         check("NOT_FOUND" in str(e.status()), "gRPC unknown model refused with NOT_FOUND")
+    # Priority: a level (1 most urgent .. 3) or 0; a tenant must be declared (none here).
+    ok_inp = grpcclient.InferInput("input", [1, 784], "FP32")
+    ok_inp.set_data_from_numpy(np.zeros((1, 784), np.float32))
+    check(client.infer("mlp", [ok_inp], priority=1).as_numpy("logits").shape == (1, 10),
+          "gRPC priority 1 served")
+    for what, kwargs in [("priority 7", {"priority": 7}),
+                         ("an undeclared tenant (metadata)", {"headers": {"ferry-tenant": "acme"}}),
+                         ("an undeclared tenant (parameter)", {"parameters": {"tenant": "acme"}})]:
+        try:
+            client.infer("mlp", [ok_inp], **kwargs)
+            check(False, f"gRPC {what} refused")
+        except InferenceServerException as e:
+            check("INVALID_ARGUMENT" in str(e.status()), f"gRPC {what} refused: {e.message()[:80]}")
     bad = grpcclient.InferInput("input", [1, 3], "FP32")
     bad.set_data_from_numpy(np.zeros((1, 3), np.float32))
     try:
