@@ -12,6 +12,7 @@
 
 #include "frontend/http_client.h"
 #include "shm/segment.h"
+#include "shm/status.h"
 #include "supervisor/control_server.h"
 #include "tests/testing/ferryd_process.h"
 
@@ -128,12 +129,19 @@ TEST_CASE("a killed worker or hook host is reset and restarted; a stopped worker
     CHECK(view->accounting(view->WorkerSlot(0)).bytes_in_use.load() == 0);
   }
   SUBCASE("SIGKILL of a hook host") {
+    // Its request counters are cumulative: ResetSlot leaves them for its successor.
+    Result<shm::Segment> view = shm::Segment::Attach(segment, shm::kSupervisor);
+    REQUIRE(view.ok());
+    std::atomic<uint64_t>& answered =
+        view->frontend_counters(view->HookhostSlot(1)).models[0][0].answered[0];
+    answered.fetch_add(5);
     int64_t pid = PidOf(*ready, "hookhost", 1);
     kill(static_cast<pid_t>(pid), SIGKILL);
     std::optional<json> back =
         ferryd.StatusWhen([&](const json& s) { return Restarted(s, "hookhost", 1, pid); });
     REQUIRE_MESSAGE(back, ferryd.log());
     CHECK(ChildOf(*back, "hookhost", 1)["last_exit"] == "killed by SIGKILL");
+    CHECK(answered.load() >= 5);
   }
   SUBCASE("SIGSTOP of a worker: the heartbeat watchdog kills and restarts it") {
     int64_t pid = PidOf(*ready, "worker", 1);
