@@ -217,6 +217,7 @@ struct HookHost::Impl {
       counters.unrouted[outcome].fetch_add(1, std::memory_order_relaxed);
       return;
     }
+    // Submit refuses larger tenants; the clamp keeps a shared-memory index in bounds anyway.
     shm::RequestCountsData& c =
         counters.models[model->index][std::min<uint32_t>(tenant, shm::kMaxTenants)];
     c.answered[outcome].fetch_add(1, std::memory_order_relaxed);
@@ -905,6 +906,18 @@ struct HookHost::Impl {
     return any;
   }
 
+  // A descriptor of `kind` for request `sequence` of `model`, from this incarnation.
+  shm::DescriptorData Addressed(shm::DescriptorKind kind, uint64_t sequence, size_t model) const {
+    shm::DescriptorData d{};
+    d.kind = static_cast<uint16_t>(kind);
+    d.slot = slot;
+    d.generation = generation;
+    d.sender_generation = generation;
+    d.sequence = sequence;
+    d.model = static_cast<uint16_t>(model);
+    return d;
+  }
+
   // From the thread firing InferRequest::cancel: answers `p` CANCELLED and has the transport
   // take back what it sent of it.
   void Cancel(const PendingPtr& p);
@@ -1035,13 +1048,8 @@ bool HookHost::Impl::SendWaiting(int64_t now) {
     p->worker = w;
     for (size_t i = 0; i < p->pieces.size(); ++i) {
       Piece& piece = p->pieces[i];
-      shm::DescriptorData d{};
-      d.kind = static_cast<uint16_t>(shm::DescriptorKind::kSubmit);
-      d.slot = slot;
-      d.generation = generation;
-      d.sender_generation = generation;
-      d.sequence = piece.sequence = next_sequence++;
-      d.model = static_cast<uint16_t>(model);
+      piece.sequence = next_sequence++;
+      shm::DescriptorData d = Addressed(shm::DescriptorKind::kSubmit, piece.sequence, model);
       d.variant = p->variant;
       d.rows = static_cast<int32_t>(piece.rows);
       d.deadline_ns = p->deadline_ns;
@@ -1096,14 +1104,7 @@ void HookHost::Impl::SendCancels() {
     if (cancelled.count(&q) == 0 && (q.parent == nullptr || cancelled.count(q.parent.get()) == 0)) {
       continue;  // Neither cancelled nor a model call of a cancelled pipeline.
     }
-    shm::DescriptorData d{};
-    d.kind = static_cast<uint16_t>(shm::DescriptorKind::kCancel);
-    d.slot = slot;
-    d.generation = generation;
-    d.sender_generation = generation;
-    d.sequence = sequence;
-    d.model = static_cast<uint16_t>(q.model->index);
-    notices[q.worker].push_back(d);
+    notices[q.worker].push_back(Addressed(shm::DescriptorKind::kCancel, sequence, q.model->index));
   }
   cancels.clear();
 }
@@ -1333,8 +1334,8 @@ void HookHost::Submit(InferRequest request, InferCallback done) {
   p->deadline_ns = request.deadline_ns;
   p->trace_high = request.trace_id_high;
   p->trace_low = request.trace_id_low;
-  p->priority = std::min<uint32_t>(request.priority, shm::kMaxPriority);
-  p->tenant = std::min<uint32_t>(request.tenant, shm::kMaxTenants);
+  p->priority = request.priority;
+  p->tenant = request.tenant;
   if (impl.pending_count.fetch_add(1, std::memory_order_relaxed) >= impl.options.max_pending) {
     impl.Answer(p, ResourceExhausted("hook host: " + std::to_string(impl.options.max_pending) +
                                      " requests pending, its limit (retry in " +
@@ -1357,6 +1358,14 @@ void HookHost::Submit(InferRequest request, InferCallback done) {
     return;
   }
   p->model = &*model;
+  if (p->priority > shm::kMaxPriority || p->tenant > shm::kMaxTenants) {
+    std::string what = "priority " + std::to_string(p->priority) + " (0.." +
+                       std::to_string(shm::kMaxPriority) + "), tenant " +
+                       std::to_string(p->tenant) + " (0.." + std::to_string(shm::kMaxTenants) + ")";
+    p->tenant = 0;  // Counted under no tenant.
+    impl.Answer(p, InvalidArgument("model '" + model->name + "': out of range: " + what));
+    return;
+  }
   if (request.cancel != nullptr) {
     request.cancel->Subscribe([gate = impl.cancel_gate, weak = std::weak_ptr<Pending>(p)] {
       MutexLock lock(&gate->mu);

@@ -72,10 +72,10 @@ struct InferRequest {
   uint64_t trace_id_high = 0;
   uint64_t trace_id_low = 0;
   // 0: the default level; 1 (most urgent) .. shm::kMaxPriority. The worker dispatches a model's
-  // queued requests by level, then age. REQUIRES: <= shm::kMaxPriority (the front end checks).
+  // queued requests by level, then age. Beyond the range: INVALID_ARGUMENT.
   uint32_t priority = 0;
-  // The node's tenant number (1-based into [frontend] tenants), 0 = none. REQUIRES: <=
-  // shm::kMaxTenants.
+  // The node's tenant number (1-based into [frontend] tenants), 0 = none. Beyond
+  // shm::kMaxTenants: INVALID_ARGUMENT.
   uint32_t tenant = 0;
   // Fired when the client leaves: the request is answered CANCELLED at once, and its pieces
   // still queued at a worker are taken out of the queue there (counted as cancelled).

@@ -100,6 +100,23 @@ std::vector<Completion> RunOne(NodeDriver& driver, uint32_t model) {
   return done;
 }
 
+// No planning ahead: the next batch is decided when the running one ends, with all queued.
+DispatchLoopOptions NoPlanAhead() {
+  DispatchLoopOptions options;
+  options.plan_ahead = false;
+  return options;
+}
+
+// One cnn row (a 150 ms batch on FaultyBackend); returns its sequence.
+uint64_t SubmitCnn(NodeDriver& driver, uint32_t meta = 0, uint32_t priority = 0,
+                   uint32_t tenant = 0) {
+  static const std::vector<uint8_t> image(3072 * 4);
+  Result<uint64_t> sequence =
+      driver.Submit(kCnn, 0, 1, {{DType::kF32, {1, 3, 32, 32}, image}}, 0, meta, priority, tenant);
+  REQUIRE(sequence.ok());
+  return *sequence;
+}
+
 TEST_CASE(
     "a backend error fails that batch's requests (INTERNAL, message kept) and the model, "
     "not the worker") {
@@ -284,19 +301,10 @@ namespace ferry {
 namespace {
 
 TEST_CASE("a pipeline's committed call (descriptor meta) is dispatched ahead of older work") {
-  // No planning ahead: the next batch is decided when the running one ends, with all queued.
-  DispatchLoopOptions options;
-  options.plan_ahead = false;
-  Fixture f(options);
+  Fixture f(NoPlanAhead());
   f.Start();
   NodeDriver driver(f.segment, 0);
-  std::vector<uint8_t> image(3072 * 4);
-  auto submit = [&](uint32_t meta) {
-    Result<uint64_t> sequence =
-        driver.Submit(kCnn, 0, 1, {{DType::kF32, {1, 3, 32, 32}, image}}, 0, meta);
-    REQUIRE(sequence.ok());
-    return *sequence;
-  };
+  auto submit = [&](uint32_t meta) { return SubmitCnn(driver, meta); };
   // A cnn batch (150 ms) executes while the rest arrive: plain work first, then two calls of
   // pipeline run 7 (at most one per run is committed: the second queues like new work).
   uint64_t running = submit(0);
@@ -412,17 +420,10 @@ std::vector<Completion> WaitFor(NodeDriver& driver, size_t count) {
 }
 
 TEST_CASE("a cancel takes a queued request out (CANCELLED, counted); one executing runs on") {
-  DispatchLoopOptions options;
-  options.plan_ahead = false;  // The queued requests stay queued while the first executes.
-  Fixture f(options);
+  Fixture f(NoPlanAhead());  // The queued requests stay queued while the first executes.
   f.Start();
   NodeDriver driver(f.segment, 0);
-  std::vector<uint8_t> image(3072 * 4);
-  auto submit = [&] {
-    Result<uint64_t> sequence = driver.Submit(kCnn, 0, 1, {{DType::kF32, {1, 3, 32, 32}, image}});
-    REQUIRE(sequence.ok());
-    return *sequence;
-  };
+  auto submit = [&] { return SubmitCnn(driver); };
   uint64_t running = submit();  // A cnn batch executes for 150 ms.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   uint64_t cancelled = submit();
@@ -454,17 +455,11 @@ TEST_CASE("a cancel takes a queued request out (CANCELLED, counted); one executi
 }
 
 TEST_CASE("queued requests run by priority level, then age; execution time is split by tenant") {
-  DispatchLoopOptions options;
-  options.plan_ahead = false;
-  Fixture f(options);
+  Fixture f(NoPlanAhead());
   f.Start();
   NodeDriver driver(f.segment, 0);
-  std::vector<uint8_t> image(3072 * 4);
   auto submit = [&](uint32_t priority, uint32_t tenant) {
-    Result<uint64_t> sequence =
-        driver.Submit(kCnn, 0, 1, {{DType::kF32, {1, 3, 32, 32}, image}}, 0, 0, priority, tenant);
-    REQUIRE(sequence.ok());
-    return *sequence;
+    return SubmitCnn(driver, 0, priority, tenant);
   };
   submit(0, 0);  // Executes while the others queue.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));

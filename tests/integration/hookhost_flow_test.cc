@@ -449,6 +449,14 @@ TEST_CASE(
   // A request for a model nobody serves is counted as unrouted.
   CHECK_FALSE(Get(host.host->Submit(Request("nope", Shape{1}, input, "x"))).ok());
   CHECK(counters.unrouted[static_cast<size_t>(ErrorCode::kNotFound) + 1].load() == 1);
+  // Out-of-range levels and tenants are refused, not clamped.
+  for (auto [priority, tenant] :
+       {std::pair<uint32_t, uint32_t>{shm::kMaxPriority + 1, 0}, {0, shm::kMaxTenants + 1}}) {
+    Result<InferResponse> refused = Get(send(nullptr, priority, tenant));
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().code == ErrorCode::kInvalidArgument);
+    CHECK(refused.error().message.find("out of range") != std::string::npos);
+  }
   // A signal fired after the answer does nothing.
   auto late = std::make_shared<CancelSignal>();
   CHECK(Get(send(late, 0, 0)).ok());
