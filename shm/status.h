@@ -63,6 +63,7 @@ struct ModelStatusData {
   int32_t wire_batch_axis;
   uint32_t loaded;  // Weights resident on the device now.
   double weight;
+  double load_seconds;  // How long the backend took to load it (weights up, executables built).
   double total_compute_seconds;
   double recent_compute;
   uint64_t queue_depth;
@@ -101,6 +102,13 @@ struct StatusSnapshotData {
   uint64_t device_memory_in_use;
   uint64_t dispatches;
   uint64_t invalid_descriptors;
+  // Weight load events since the worker started: models put on the device (at start and by
+  // ferryctl load), loads that failed, models whose weights were freed (ferryctl unload), and
+  // the time the loads took.
+  uint64_t model_loads;
+  uint64_t model_load_failures;
+  uint64_t model_unloads;
+  double model_load_seconds;
   // Host time on the critical path: from the end of one execution to the start of the next,
   // counted only when work was already queued when the execution ended.
   int64_t host_gap_p50_ns;

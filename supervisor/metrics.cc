@@ -6,6 +6,7 @@
 #include <map>
 #include <span>
 
+#include "config/scheduler_config.h"
 #include "shm/status.h"
 
 namespace ferry::supervisor {
@@ -249,23 +250,44 @@ std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters&
   per_model("ferry_model_weight", "gauge", "The model's fair-share weight.",
             [](const shm::ModelStatusData& d) { return d.weight; });
 
-  out.Family("ferry_gpu_memory_used_bytes", "gauge", "Device memory the worker holds.");
-  for (const WorkerView& w : workers) {
-    out.Sample({{"gpu", std::to_string(w.index)}},
-               static_cast<double>(w.status.device_memory_in_use));
-  }
-  out.Family("ferry_invalid_descriptors_total", "counter",
-             "Descriptors a worker refused as invalid (a peer writing garbage).");
-  for (const WorkerView& w : workers) {
-    out.Sample({{"gpu", std::to_string(w.index)}},
-               static_cast<double>(w.status.invalid_descriptors));
-  }
-  out.Family("ferry_host_gap_p99_seconds", "gauge",
-             "99th percentile of host time between executions while work waited.");
-  for (const WorkerView& w : workers) {
-    out.Sample({{"gpu", std::to_string(w.index)}},
-               static_cast<double>(w.status.host_gap_p99_ns) * 1e-9);
-  }
+  per_model("ferry_model_load_seconds", "gauge",
+            "How long the worker took to load the model (weights onto the device, executables "
+            "built).",
+            [](const shm::ModelStatusData& d) { return d.load_seconds; });
+  out.Family("ferry_model_residency", "gauge",
+             "The model's residency floor (pinned, warm, on_demand): 1 for the floor in force.");
+  each_model([&](const WorkerView& w, const shm::ModelStatusData& d) {
+    out.Sample({{"model", Name(d)},
+                {"gpu", std::to_string(w.index)},
+                {"residency", std::string(ResidencyName(static_cast<Residency>(d.residency)))}},
+               1.0);
+  });
+
+  auto per_gpu = [&](const std::string& name, const char* type, const char* help, auto value) {
+    out.Family(name, type, help);
+    for (const WorkerView& w : workers) {
+      out.Sample({{"gpu", std::to_string(w.index)}}, static_cast<double>(value(w.status)));
+    }
+  };
+  using Snapshot = shm::StatusSnapshotData;
+  per_gpu("ferry_model_loads_total", "counter",
+          "Models the worker loaded onto its device (at start and by ferryctl load).",
+          [](const Snapshot& s) { return s.model_loads; });
+  per_gpu("ferry_model_load_failures_total", "counter", "Model loads that failed on the worker.",
+          [](const Snapshot& s) { return s.model_load_failures; });
+  per_gpu("ferry_model_unloads_total", "counter",
+          "Models whose weights the worker freed (ferryctl unload).",
+          [](const Snapshot& s) { return s.model_unloads; });
+  per_gpu("ferry_model_load_seconds_total", "counter", "Time the worker spent loading models.",
+          [](const Snapshot& s) { return s.model_load_seconds; });
+  per_gpu("ferry_gpu_memory_used_bytes", "gauge", "Device memory the worker holds.",
+          [](const Snapshot& s) { return s.device_memory_in_use; });
+  per_gpu("ferry_invalid_descriptors_total", "counter",
+          "Descriptors a worker refused as invalid (a peer writing garbage).",
+          [](const Snapshot& s) { return s.invalid_descriptors; });
+  per_gpu("ferry_host_gap_p99_seconds", "gauge",
+          "99th percentile of host time between executions while work waited.",
+          [](const Snapshot& s) { return static_cast<double>(s.host_gap_p99_ns) * 1e-9; });
 
   // Tenant n's label, or none for tenant 0 (and any number ferryd never declared).
   auto with_tenant = [&](std::map<std::string, std::string> labels, size_t tenant) {

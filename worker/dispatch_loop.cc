@@ -112,6 +112,7 @@ DispatchLoop::DispatchLoop(const shm::Segment& segment, uint32_t worker_slot, Ba
       max_in_flight_(std::max(1, backend->MaxInFlight())),
       snapshot_(std::make_unique<shm::StatusSnapshotData>()) {
   for (LoopModel& model : models_) {
+    CountLoad(model);
     RefuseOversizeInterface(model);
   }
   uint32_t worker = worker_slot - segment.hookhosts();
@@ -350,6 +351,7 @@ void DispatchLoop::ApplyModelChanges() {
     }
     if (models_[*it].handle >= 0) {
       backend_->Unload(models_[*it].handle);
+      ++model_unloads_;
     }
     spdlog::info("worker slot {}: model index {} freed", slot_, *it);
     it = unloads_.erase(it);
@@ -370,6 +372,7 @@ void DispatchLoop::LoadModel(const std::string& name) {
   loading.store(false);
   beat.join();
   auto index = static_cast<uint32_t>(models_.size());
+  CountLoad(loaded.model);
   RefuseOversizeInterface(loaded.model);
   Status added = scheduler_->AddModel(loaded.spec);
   if (!added.ok()) {
@@ -396,6 +399,18 @@ void DispatchLoop::LoadModel(const std::string& name) {
   }
   for (shm::DescriptorRules& rules : release_rules_) {
     rules.num_models = static_cast<uint32_t>(models_.size());
+  }
+}
+
+void DispatchLoop::CountLoad(const LoopModel& model) {
+  if (model.pipeline || model.unloaded) {
+    return;  // Nothing for this worker to load.
+  }
+  if (model.handle >= 0) {
+    ++model_loads_;
+    model_load_seconds_ += model.load_seconds;
+  } else {
+    ++model_load_failures_;
   }
 }
 
@@ -949,6 +964,10 @@ void DispatchLoop::PublishStatus(shm::ProcessState state) {
   s.device_memory_in_use = backend_->DeviceMemoryInUse();
   s.dispatches = dispatches_;
   s.invalid_descriptors = invalid_;
+  s.model_loads = model_loads_;
+  s.model_load_failures = model_load_failures_;
+  s.model_unloads = model_unloads_;
+  s.model_load_seconds = model_load_seconds_;
   s.host_gap_p50_ns = host_gaps_.Percentile(0.5);
   s.host_gap_p99_ns = host_gaps_.Percentile(0.99);
   s.host_gap_samples = host_gaps_.count();
@@ -973,6 +992,7 @@ void DispatchLoop::PublishStatus(shm::ProcessState state) {
     m.residency = static_cast<uint32_t>(mc.residency);
     m.loaded = models_[i].failure ? 0 : 1;
     m.weight = mc.weight;
+    m.load_seconds = models_[i].load_seconds;
     m.total_compute_seconds = mm.total_compute_seconds;
     m.recent_compute = mm.recent_compute;
     m.queue_depth = mm.queue_depth;

@@ -58,6 +58,7 @@ struct LoopModel {
   std::optional<Error> failure;  // Requests to a failed model get this error at once.
   bool pipeline = false;         // A pipeline (failure says it runs in the hook hosts).
   bool unloaded = false;         // Unloaded (failure: NOT_FOUND); its queued requests still run.
+  double load_seconds = 0;       // How long the backend took to load it (handle >= 0).
 };
 
 // A model loaded into a running worker (ferryctl load): its loop entry, its scheduler spec and
@@ -138,6 +139,8 @@ class DispatchLoop {
   void ApplyModelChanges();
   void LoadModel(const std::string& name);
   void UnloadModel(uint32_t index);
+  // Counts `model`'s load (its backend handle) or failed load in the load events.
+  void CountLoad(const LoopModel& model);
   void DrainSubmissions(uint32_t h, int64_t now);
   void Submit(uint32_t h, const shm::DescriptorData& d, int64_t now);
   // A hook host's kCancel: the request leaves its queue and is answered CANCELLED, if it is
@@ -216,6 +219,11 @@ class DispatchLoop {
   WaitHistogram host_gaps_;
   uint64_t dispatches_ = 0;
   uint64_t invalid_ = 0;
+  // Weight load events (shm::StatusSnapshotData): counted as models are loaded and freed.
+  uint64_t model_loads_ = 0;
+  uint64_t model_load_failures_ = 0;
+  uint64_t model_unloads_ = 0;
+  double model_load_seconds_ = 0;
 
   shm::ProcessState state_ = shm::ProcessState::kStarting;
   bool stopping_ = false;

@@ -140,9 +140,11 @@ LoopModel MakeLoopModel(const std::string& name, const Bundle* bundle, std::opti
     model.failure =
         InvalidArgument("model '" + name + "' is a pipeline: the hook hosts run it, not a worker");
   } else if (bundle != nullptr) {
+    int64_t start = MonotonicNs();
     Result<ModelHandle> handle = backend.Load(*bundle);
     if (handle.ok()) {
       model.handle = *handle;
+      model.load_seconds = static_cast<double>(MonotonicNs() - start) * 1e-9;
     } else {
       model.failure = handle.error();
     }

@@ -76,7 +76,9 @@ TEST_CASE("ferryd starts the node, reports it ready, and stops cleanly on SIGTER
        {"# TYPE ferry_requests_total counter", "ferry_queue_depth{gpu=\"1\",model=\"mlp\"} 0",
         "ferry_process_up{index=\"0\",kind=\"worker\"} 1", "ferry_node_ready 1",
         "ferry_arena_bytes_in_use{index=\"1\",kind=\"hookhost\"}",
-        "ferry_requests_total{gpu=\"0\",model=\"cnn\",outcome=\"shed\"} 0"}) {
+        "ferry_requests_total{gpu=\"0\",model=\"cnn\",outcome=\"shed\"} 0",
+        "ferry_model_loads_total{gpu=\"1\"} 2", "ferry_model_load_failures_total{gpu=\"0\"} 0",
+        "ferry_model_residency{gpu=\"0\",model=\"mlp\",residency=\"warm\"} 1"}) {
     CHECK_MESSAGE(metrics->body.find(line) != std::string::npos, line);
   }
   WriteFile(dir / "metrics.txt", metrics->body);
@@ -325,6 +327,18 @@ TEST_CASE("control: set_policy, reload (good and bad), and re-applying after a r
     Result<json> c = ferryd.Call(ControlCommand::kControlStatus);
     return c.ok() && (*c)["workers"][1]["models"][0]["model"] == "cnn" &&
            (*c)["workers"][1]["models"][0]["residency"] == "pinned";
+  }));
+  // ... and /metrics shows the floor in force.
+  CHECK(eventually([&] {
+    Result<frontend::HttpClient> client =
+        frontend::HttpClient::Connect((*status)["listen"]["metrics"].get<std::string>());
+    Result<frontend::HttpAnswer> metrics = client.ok()
+                                               ? client->Request("GET", "/metrics")
+                                               : Result<frontend::HttpAnswer>(client.error());
+    return metrics.ok() &&
+           metrics->body.find(
+               "ferry_model_residency{gpu=\"1\",model=\"cnn\",residency=\"pinned\"} 1") !=
+               std::string::npos;
   }));
   CHECK(eventually([&] { return weight_of(1, "cnn") == 4.0; }));
   CHECK(eventually([&] {

@@ -350,6 +350,25 @@ bool Settled(const json& status, const std::string& model, const std::string& st
   return true;
 }
 
+// The value of the /metrics sample `sample` (its name and labels as rendered), once the
+// workers' snapshots (published every 5 ms) show `want`; what it last was otherwise (-1: absent).
+double MetricWhen(FerrydProcess& ferryd, const std::string& sample, double want) {
+  double value = -1;
+  for (int i = 0; i < 300 && value != want; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    Result<json> status = ferryd.Status();
+    if (!status.ok()) continue;
+    Result<HttpClient> client =
+        HttpClient::Connect((*status)["listen"]["metrics"].get<std::string>());
+    if (!client.ok()) continue;
+    Result<frontend::HttpAnswer> metrics = client->Request("GET", "/metrics");
+    if (!metrics.ok()) continue;
+    size_t at = metrics->body.find("\n" + sample + " ");
+    value = at == std::string::npos ? -1 : std::stod(metrics->body.substr(at + sample.size() + 2));
+  }
+  return value;
+}
+
 std::vector<int> Pids(const json& status, const std::string& kind) {
   std::vector<int> pids;
   for (const json& c : status["children"]) {
@@ -394,12 +413,22 @@ TEST_CASE("load and unload on a running node: workers keep running, clients see 
     CHECK(unknown.error().code == ErrorCode::kNotFound);
   }
 
+  // Load events: each worker loaded the two models at start.
+  for (const char* gpu : {"0", "1"}) {
+    std::string g = std::string("{gpu=\"") + gpu + "\"}";
+    CHECK(MetricWhen(ferryd, "ferry_model_loads_total" + g, 2) == 2);
+    CHECK(MetricWhen(ferryd, "ferry_model_unloads_total" + g, 0) == 0);
+    CHECK(MetricWhen(ferryd, "ferry_model_load_failures_total" + g, 0) == 0);
+  }
+
   Result<json> loaded = change(supervisor::ControlCommand::kLoad, "mlp2");
   REQUIRE_MESSAGE(loaded.ok(), loaded.error().message);
   CHECK((*loaded)["index"] == 2);
   std::optional<json> after =
       ferryd.StatusWhen([](const json& s) { return Settled(s, "mlp2", "ready"); });
   REQUIRE_MESSAGE(after.has_value(), ferryd.log());
+  CHECK(MetricWhen(ferryd, "ferry_model_loads_total{gpu=\"0\"}", 3) == 3);
+  CHECK(MetricWhen(ferryd, "ferry_model_load_seconds{gpu=\"0\",model=\"mlp2\"}", 0) > 0);
   CHECK((*after)["model_table"] == json::array({"cnn", "mlp", "mlp2"}));
   CHECK(Pids(*after, "worker") == Pids(before, "worker"));  // Not restarted.
   for (int pid : Pids(*after, "hookhost")) {                // Restarted, one at a time.
@@ -458,6 +487,12 @@ TEST_CASE("load and unload on a running node: workers keep running, clients see 
   REQUIRE_MESSAGE(gone.has_value(), ferryd.log());
   CHECK((*gone)["model_table"] == json::array({"cnn", "mlp", "-"}));
   CHECK(ChildOf(*gone, "worker", 0)["models"][2]["state"] == "unloaded");
+  // Its weights freed on both workers (worker 1 loaded it at its restart).
+  for (const char* gpu : {"0", "1"}) {
+    std::string g = std::string("{gpu=\"") + gpu + "\"}";
+    CHECK(MetricWhen(ferryd, "ferry_model_unloads_total" + g, 1) == 1);
+    CHECK(MetricWhen(ferryd, "ferry_model_loads_total" + g, 3) == 3);
+  }
   {
     Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
     REQUIRE(client.ok());
@@ -474,6 +509,10 @@ TEST_CASE("load and unload on a running node: workers keep running, clients see 
   REQUIRE_MESSAGE(reloaded.ok(), reloaded.error().message);
   CHECK((*reloaded)["index"] == 3);
   REQUIRE(ferryd.StatusWhen([](const json& s) { return Settled(s, "mlp2", "ready"); }));
+  for (const char* gpu : {"0", "1"}) {
+    std::string g = std::string("{gpu=\"") + gpu + "\"}";
+    CHECK(MetricWhen(ferryd, "ferry_model_loads_total" + g, 4) == 4);
+  }
   {
     Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
     REQUIRE(client.ok());
