@@ -29,6 +29,9 @@ constexpr int64_t kViewRefreshNs = 5'000'000;  // Workers publish their status e
 constexpr int64_t kStaleStatusNs = 100'000'000;
 constexpr int64_t kRepackNs = 1'000'000'000;  // lpt_packing re-placed every second.
 constexpr int64_t kIdleWaitNs = 1'000'000;    // The transport's longest sleep.
+// Answers up to this many output bytes, with no postprocess to run, are joined and answered
+// on the transport thread (their callback's encoding is short).
+constexpr uint64_t kInlineAnswerBytes = 4096;
 
 // One descriptor's worth of a request.
 struct Piece {
@@ -1157,8 +1160,13 @@ void HookHost::Impl::CompletePiece(const PendingPtr& p, Piece& piece) {
   FreeBlocks(piece.input_blocks);  // The worker has finished reading them.
   piece.input_blocks.clear();
   if (--p->pieces_left == 0) {
-    if (p->subcall) {
-      Finish(p);  // No plugin runs: joining it here never waits on a hook thread.
+    // No plugin runs and the answer is small: joined and answered here, a hand-off to a hook
+    // thread fewer (a model call must be: its run may be waiting on every hook thread).
+    const HookModel& model = *p->model;
+    bool small = p->output_bytes * p->pieces.size() <= kInlineAnswerBytes &&
+                 (model.plugin == nullptr || !model.plugin->has_postprocess());
+    if (p->subcall || small) {
+      Finish(p);
     } else {
       Post([this, p] { Finish(p); });
     }

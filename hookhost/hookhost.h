@@ -1,5 +1,5 @@
 // A hook host's request flow, as the front end calls it (in process): Submit a request, get
-// its response or error once, on a hook thread.
+// its response or error once, on a hook thread (or the transport thread: see Threads).
 //
 //   validate against the manifest (model, dtype, shape, rows) -> input tensors written into
 //   this hook host's arena -> preprocess on the hook thread pool -> split when larger than the
@@ -12,7 +12,9 @@
 // calls queue like new work; its later calls are committed (DescriptorData::meta): the
 // worker dispatches them ahead of new work, at most one per run queued at a time.
 //
-// Threads: `threads` hook threads run validation, plugins, joining and the callbacks; one
+// Threads: `threads` hook threads run validation, plugins, joining and the callbacks, except
+// that an answer with no postprocess to run and at most 4 KiB of outputs is joined and
+// answered on the transport thread, one hand-off fewer (so a callback must not block); one
 // transport thread owns every ring (it alone pushes submissions and releases and pops
 // completions), reads the workers' status snapshots for the gateway, notices workers that
 // restarted (their pieces fail UNAVAILABLE) and plugin calls past their time limit (their
@@ -125,7 +127,8 @@ class HookHost {
 
   // Starts the threads (after the sandbox: it applies only to threads started later).
   void Start();
-  // `done` runs exactly once, on a hook thread (or here, for a request refused at once).
+  // `done` runs exactly once, on a hook thread or the transport thread (or here, for a request
+  // refused at once, or cancelled on the firing thread). It must not block.
   void Submit(InferRequest request, InferCallback done);
   std::future<Result<InferResponse>> Submit(InferRequest request);
 

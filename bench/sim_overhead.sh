@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# ferry's server overhead per request on the simulated backend: ferryd with one sim worker
+# (every dispatch a fixed 100 us) and one hook host, ferry-load at one request in flight over
+# HTTP; overhead = the answer's total server time minus its compute time (the issue's measure:
+# HTTP parse, checks, the copy into the arena, the ring hops and wake-ups both ways, the join,
+# the answer's encoding).
+#   bench/sim_overhead.sh [BUILD_DIR] [SECONDS] [RUNS] [--check]
+# Prints each run's overhead p50 / p99 and the median of the p50s; JSON in
+# BUILD_DIR/bench-results/sim_overhead.json. --check exits 1 when that median is over 100 us.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=$(realpath "${1:-build}")
+seconds=${2:-3}
+runs=${3:-3}
+check=${4:-}
+out="$build/bench-results"
+mkdir -p "$out"
+dir=$(mktemp -d)
+pid=
+cleanup() {
+  [[ -n $pid ]] && { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+mkdir "$dir/models" && ln -s "$PWD/examples/models/mlp" "$dir/models/mlp"
+cat > "$dir/node.toml" <<TOML
+[node]
+name = "simoverhead$$"
+devices = "cpu:1"
+backend = "sim"
+hookhosts = 1
+model_repository = "$dir/models"
+shm_size = "256MiB"
+[node.listen]
+http = "127.0.0.1:0"
+grpc = "127.0.0.1:0"
+metrics = "127.0.0.1:0"
+[supervisor]
+control_socket = "$dir/control.sock"
+[sim]
+fixed_us = 100
+per_row_us = 0
+[hooks]
+threads = 2
+TOML
+"$build/supervisor/ferryd" --config "$dir/node.toml" > "$dir/ferryd.log" 2>&1 &
+pid=$!
+address=
+for _ in $(seq 300); do
+  address=$("$build/ctl/ferryctl" --socket "$dir/control.sock" --json status 2>/dev/null |
+    python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["listen"]["http"] if s["state"]=="ready" else "")' 2>/dev/null || true)
+  [[ -n $address ]] && break
+  sleep 0.1
+done
+[[ -n $address ]] || { echo "ferryd did not become ready"; cat "$dir/ferryd.log"; exit 1; }
+for i in $(seq "$runs"); do
+  "$build/bench/ferry-load" --url "$address" --model mlp --concurrency 1 --warmup 1 \
+    --seconds "$seconds" --json > "$dir/run$i.json"
+done
+python3 - "$dir" "$runs" "$out/sim_overhead.json" "$check" <<'PY'
+import json, statistics, sys
+d, runs, out, check = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+levels = [json.load(open(f"{d}/run{i + 1}.json"))["levels"][0] for i in range(runs)]
+for l in levels:
+    print(f"overhead p50 {l['overhead_us_p50']:.0f} us  p99 {l['overhead_us_p99']:.0f} us  "
+          f"latency p50 {l['latency_us_p50']:.0f} us  {l['throughput_rps']:.0f} req/s")
+median = statistics.median(l["overhead_us_p50"] for l in levels)
+summary = {"overhead_us_p50_median": median, "target_us": 100, "met": median <= 100}
+print(json.dumps(summary))
+json.dump({"runs": levels, "summary": summary}, open(out, "w"), indent=1)
+sys.exit(1 if check == "--check" and median > 100 else 0)
+PY
