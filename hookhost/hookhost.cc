@@ -170,7 +170,18 @@ struct HookHost::Impl {
   Mutex calls_mutex;
   std::deque<CallSlot> calls GUARDED_BY(calls_mutex);  // Stable addresses; one per thread.
 
-  // --- Transport thread only ---
+  // --- Whoever holds the transport token: the transport thread for each turn of its loop, or
+  // a thread handing off a request that found the token free and sends it itself (no wake-up
+  // of the transport thread on the way to the worker). Taking it (acquire) and giving it back
+  // (release) order every access to what follows.
+  std::atomic<bool> transport_token{false};
+  // The transport thread is idle, waiting for work. A hand-off is sent by its own thread when
+  // the transport thread is idle and nothing else is pending (light load: a wake-up saved).
+  // Under load the transport thread sends hand-offs, several a turn, so the worker finds
+  // them together and batches them.
+  std::atomic<bool> transport_idle{false};
+  bool TryTakeToken() { return !transport_token.exchange(true, std::memory_order_acquire); }
+  void ReturnToken() { transport_token.store(false, std::memory_order_release); }
   struct WorkerState {
     uint32_t slot = 0;
     uint32_t generation = 0;
@@ -257,6 +268,25 @@ struct HookHost::Impl {
       }
       Answer(p, Unavailable("the hook host is stopping"));
       return;
+    }
+    if (transport_idle.load(std::memory_order_relaxed) &&
+        pending_count.load(std::memory_order_relaxed) <= 1 && TryTakeToken()) {
+      // The transport thread is idle and this is the only request: send it from here. What cannot
+      // go yet (a full ring, no worker ready) is left for the transport thread.
+      int64_t now = MonotonicNs();
+      TakeHandoff();
+      if (now - views_at >= kViewRefreshNs) {
+        RefreshViews(now);
+      }
+      SendWaiting(now);
+      SendCancels();
+      PushReleases();
+      bool left = !waiting.empty() || std::any_of(notices.begin(), notices.end(),
+                                                  [](const auto& n) { return !n.empty(); });
+      ReturnToken();
+      if (!left) {
+        return;
+      }
     }
     WakeTransport();
   }
@@ -859,6 +889,10 @@ struct HookHost::Impl {
   // --- Transport thread ---
   void TransportLoop() {
     while (!stopping.load(std::memory_order_acquire)) {
+      if (!TryTakeToken()) {
+        std::this_thread::yield();  // A hand-off is being sent: a few microseconds.
+        continue;
+      }
       int64_t now = MonotonicNs();
       bool busy = TakeHandoff();
       if (now - views_at >= kViewRefreshNs) {
@@ -870,9 +904,12 @@ struct HookHost::Impl {
       busy |= PushReleases();
       CheckWorkerRestarts();
       CheckCallTimeouts(now);
+      ReturnToken();
       if (!busy) {
+        transport_idle.store(true, std::memory_order_relaxed);
         shm::WaitForWork(
             segment, slot, [this] { return HasWork(); }, kIdleWaitNs, 200);
+        transport_idle.store(false, std::memory_order_relaxed);
       }
     }
   }
@@ -1273,6 +1310,13 @@ HookHost::~HookHost() {
   {
     MutexLock lock(&impl.handoff_mutex);
     impl.handoff_closed = true;
+  }
+  // A thread still sending its own hand-off finishes first; nobody takes the token after.
+  while (!impl.TryTakeToken()) {
+    std::this_thread::yield();
+  }
+  {
+    MutexLock lock(&impl.handoff_mutex);
     for (PendingPtr& p : impl.outbox) {
       impl.waiting.push_back(std::move(p));
     }
