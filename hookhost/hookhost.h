@@ -16,8 +16,10 @@
 // that an answer with no postprocess to run and at most 4 KiB of outputs is joined and
 // answered on the transport thread, one hand-off fewer (so a callback must not block); one
 // transport thread owns every ring (it alone pushes submissions and releases and pops
-// completions), reads the workers' status snapshots for the gateway, notices workers that
-// restarted (their pieces fail UNAVAILABLE) and plugin calls past their time limit (their
+// completions; at light load, with the transport thread idle and one request pending, the
+// submitting thread borrows its token and sends that request itself, a wake-up fewer:
+// docs/hookhost.md "Threads"), reads the workers' status snapshots for the gateway, notices workers
+// that restarted (their pieces fail UNAVAILABLE) and plugin calls past their time limit (their
 // request fails DEADLINE_EXCEEDED; the stuck thread is replaced).
 //
 // Memory: every block this hook host allocates is freed exactly once: input blocks when the
