@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <future>
 #include <random>
+#include <thread>
 
 #include "hookhost/hookhost.h"
 #include "shm/recovery.h"
@@ -172,6 +173,79 @@ TEST_CASE("requests flow through a hook host to worker processes and come back e
   }
   CHECK(host.view.accounting(0).bytes_in_use.load() == 0);
   // And the worker's: every output block was released.
+  uint32_t worker = node.segment.WorkerSlot(0);
+  for (int i = 0; i < 200 && node.segment.accounting(worker).bytes_in_use.load() != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(node.segment.accounting(worker).bytes_in_use.load() == 0);
+}
+
+TEST_CASE("one request at a time and bursts, from three threads at once, come back exact") {
+  // One at a time, the hook host idle in between: the submitting thread sends each request
+  // itself under the transport token. Bursts: the transport thread sends them. Both at once:
+  // the token changes hands between them throughout.
+  FlowNode node(1);
+  Host host(node, GatewayMode::kLeastOutstanding);
+  Direct direct(node.repository());
+  struct Done {
+    int64_t rows;
+    std::vector<uint8_t> input;
+    Result<InferResponse> response;
+  };
+  auto sequential = [&](uint32_t seed, int n, std::vector<Done>* done) {
+    std::mt19937 rng(seed);
+    for (int i = 0; i < n; ++i) {
+      int64_t rows = 1 + static_cast<int64_t>(rng() % 3);
+      std::vector<uint8_t> input = RandomFloats(static_cast<size_t>(rows) * 784, rng);
+      std::future<Result<InferResponse>> f =
+          host.host->Submit(Request("mlp", {rows, 784}, input, "input"));
+      done->push_back({rows, std::move(input), f.get()});
+    }
+  };
+  auto bursts = [&](uint32_t seed, int n, std::vector<Done>* done) {
+    std::mt19937 rng(seed);
+    for (int b = 0; b < n; ++b) {
+      std::vector<std::pair<Done, std::future<Result<InferResponse>>>> burst;
+      for (int i = 0; i < 20; ++i) {
+        int64_t rows = 1 + static_cast<int64_t>(rng() % 3);
+        std::vector<uint8_t> input = RandomFloats(static_cast<size_t>(rows) * 784, rng);
+        auto f = host.host->Submit(Request("mlp", {rows, 784}, input, "input"));
+        burst.push_back({Done{rows, std::move(input), Internal("unanswered")}, std::move(f)});
+      }
+      for (auto& [d, f] : burst) {
+        d.response = f.get();
+        done->push_back(std::move(d));
+      }
+    }
+  };
+  std::vector<Done> alone;
+  sequential(1, 100, &alone);  // Nothing else running.
+  std::vector<Done> a, b, c;
+  std::thread ta(sequential, 2, 150, &a);
+  std::thread tb(bursts, 3, 8, &b);
+  std::thread tc(sequential, 4, 150, &c);
+  ta.join();
+  tb.join();
+  tc.join();
+  int wrong = 0;
+  size_t answered = 0;
+  for (std::vector<Done>* done : {&alone, &a, &b, &c}) {
+    for (Done& d : *done) {
+      REQUIRE_MESSAGE(d.response.ok(), d.response.error().message);
+      wrong += SameFloats(d.response->outputs.at(0).bytes, direct.Run(kMlp, d.rows, d.input, 10))
+                   ? 0
+                   : 1;
+      CHECK(d.response->timings.total_ns >= d.response->timings.compute_ns);
+      ++answered;
+    }
+  }
+  CHECK(answered == 100 + 150 + 160 + 150);
+  CHECK(wrong == 0);
+  CHECK(host.host->pending() == 0);
+  for (int i = 0; i < 200 && host.view.accounting(0).bytes_in_use.load() != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(host.view.accounting(0).bytes_in_use.load() == 0);
   uint32_t worker = node.segment.WorkerSlot(0);
   for (int i = 0; i < 200 && node.segment.accounting(worker).bytes_in_use.load() != 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
