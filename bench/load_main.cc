@@ -1,17 +1,21 @@
-// ferry-load: a KServe v2 HTTP load generator (binary tensors, keep-alive connections) for any
-// server that speaks the protocol: ferry, and Triton in the same run for comparison.
+// ferry-load: a KServe v2 load generator, over HTTP (binary tensors, keep-alive connections) or
+// gRPC (raw_input_contents, one channel per connection), for any server that speaks the
+// protocol: ferry, and Triton in the same run for comparison.
 //
 //   ferry-load --url 127.0.0.1:8000 --model mlp --concurrency 1,8,32 --seconds 5 [--json]
 //   ferry-load --url ... --model mlp --rate 2000 --seconds 5      (open loop)
+//   ferry-load --protocol grpc --url 127.0.0.1:8001 ...           (gRPC ModelInfer)
 //
 // Closed loop: N connections, each sending its next request when the last is answered.
 // Open loop (--rate): requests are due at a fixed rate over --connections connections, and
 // each latency counts from when its request was due, so a slow server is not hidden by a
 // client that waited for it (coordinated omission). Per level: requests/s, latency p50 / p99,
-// errors by HTTP status, and, when the server reports them (ferry's response parameters),
-// server overhead (total server time minus compute) p50 / p99 and the batch sizes requests
-// ran in. Inputs come from the model's metadata (first input; --rows rows; random values).
+// errors by HTTP status or gRPC code, and, when the server reports them (ferry's response
+// parameters), server overhead (total server time minus compute) p50 / p99 and the batch sizes
+// requests ran in. Inputs come from the model's metadata (first input; --rows rows; random values).
 // --model may repeat: requests alternate between the models.
+#include <grpcpp/grpcpp.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
@@ -22,12 +26,15 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
+#include <variant>
 
 #include "frontend/http_client.h"
 #include "frontend/kserve_client.h"
+#include "frontend/proto/inference.grpc.pb.h"
 
 namespace {
 
@@ -37,8 +44,23 @@ using Clock = std::chrono::steady_clock;
 
 struct Payload {
   std::string model;
-  ferry::frontend::InferBody body;
+  ferry::frontend::InferBody body;    // HTTP.
+  inference::ModelInferRequest grpc;  // gRPC.
 };
+
+// One connection to the server: an HTTP keep-alive connection or a gRPC channel of its own.
+struct Connection {
+  std::optional<ferry::frontend::HttpClient> http;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> grpc;
+};
+
+std::unique_ptr<inference::GRPCInferenceService::Stub> GrpcStub(const std::string& url) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // Its own TCP connection.
+  return inference::GRPCInferenceService::NewStub(
+      grpc::CreateCustomChannel(url, grpc::InsecureChannelCredentials(), args));
+}
 
 struct Sample {
   double latency_us;
@@ -51,7 +73,7 @@ struct Level {
   double offered = 0;  // Concurrency, or requests/s for open loop.
   double seconds = 0;
   std::vector<Sample> samples;
-  std::map<int, uint64_t> errors;  // HTTP status (0: connection) -> count.
+  std::map<std::string, uint64_t> errors;  // "http 503", "grpc 14", "connection" -> count.
 };
 
 double Percentile(std::vector<double> v, double p) {
@@ -63,9 +85,14 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
-// One request's body per model: the model's first input, `rows` rows, random values.
-ferry::Result<Payload> MakePayload(const std::string& url, const std::string& model, int rows,
-                                   std::mt19937& rng) {
+// The model's first input as (name, datatype, shape) from its metadata.
+struct InputMeta {
+  std::string name;
+  std::string datatype;
+  std::vector<int64_t> shape;
+};
+
+ferry::Result<InputMeta> HttpInputMeta(const std::string& url, const std::string& model) {
   FERRY_ASSIGN_OR_RETURN(HttpClient client, HttpClient::Connect(url));
   FERRY_ASSIGN_OR_RETURN(ferry::frontend::HttpAnswer meta,
                          client.Request("GET", "/v2/models/" + model));
@@ -75,12 +102,37 @@ ferry::Result<Payload> MakePayload(const std::string& url, const std::string& mo
                            std::to_string(meta.status) + " " + meta.body.substr(0, 200));
   }
   const json& input = doc["inputs"][0];
-  ferry::frontend::Tensor t;
-  t.name = input["name"].get<std::string>();
-  t.dtype =
-      ferry::DTypeFromKServe(input["datatype"].get<std::string>()).value_or(ferry::DType::kF32);
+  InputMeta m{input["name"].get<std::string>(), input["datatype"].get<std::string>(), {}};
   for (const json& d : input["shape"]) {
-    int64_t v = d.get<int64_t>();
+    m.shape.push_back(d.get<int64_t>());
+  }
+  return m;
+}
+
+ferry::Result<InputMeta> GrpcInputMeta(const std::string& url, const std::string& model) {
+  inference::ModelMetadataRequest request;
+  request.set_name(model);
+  inference::ModelMetadataResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Status status = GrpcStub(url)->ModelMetadata(&context, request, &response);
+  if (!status.ok() || response.inputs_size() == 0) {
+    return ferry::NotFound("model metadata of '" + model + "': gRPC " +
+                           std::to_string(status.error_code()) + " " + status.error_message());
+  }
+  const auto& input = response.inputs(0);
+  return InputMeta{input.name(), input.datatype(), {input.shape().begin(), input.shape().end()}};
+}
+
+// One request per model: the model's first input, `rows` rows, random values.
+ferry::Result<Payload> MakePayload(const std::string& url, bool grpc, const std::string& model,
+                                   int rows, std::mt19937& rng) {
+  FERRY_ASSIGN_OR_RETURN(InputMeta meta,
+                         grpc ? GrpcInputMeta(url, model) : HttpInputMeta(url, model));
+  ferry::frontend::Tensor t;
+  t.name = meta.name;
+  t.dtype = ferry::DTypeFromKServe(meta.datatype).value_or(ferry::DType::kF32);
+  for (int64_t v : meta.shape) {
     t.shape.push_back(v < 0 ? rows : v);
   }
   std::optional<uint64_t> bytes = ferry::TensorByteSize(t.dtype, t.shape);
@@ -93,27 +145,37 @@ ferry::Result<Payload> MakePayload(const std::string& url, const std::string& mo
     float f = value(rng);
     std::memcpy(t.bytes.data() + i, &f, 4);
   }
-  return Payload{model, ferry::frontend::BuildInferBody({t})};
+  Payload p{model, ferry::frontend::BuildInferBody({t}), {}};
+  p.grpc.set_model_name(model);
+  auto* input = p.grpc.add_inputs();
+  input->set_name(t.name);
+  input->set_datatype("FP32");
+  for (int64_t d : t.shape) {
+    input->add_shape(d);
+  }
+  p.grpc.add_raw_input_contents(std::string(t.bytes.begin(), t.bytes.end()));
+  return p;
 }
 
-// Sends one request; its sample, or the HTTP status of its failure (0: no answer).
-std::variant<Sample, int> Send(std::optional<HttpClient>& client, const std::string& url,
-                               const Payload& p, Clock::time_point due) {
+// Sends one request over HTTP; its sample, or what failed ("http 503", "connection").
+std::variant<Sample, std::string> SendHttp(Connection& c, const std::string& url, const Payload& p,
+                                           Clock::time_point due) {
+  std::optional<HttpClient>& client = c.http;
   if (!client || !client->connected()) {
-    ferry::Result<HttpClient> c = HttpClient::Connect(url, 5000);
-    if (!c.ok()) {
-      return 0;
+    ferry::Result<HttpClient> connected = HttpClient::Connect(url, 5000);
+    if (!connected.ok()) {
+      return std::string("connection");
     }
-    client.emplace(std::move(*c));
+    client.emplace(std::move(*connected));
   }
   ferry::Result<ferry::frontend::HttpAnswer> a =
       client->Request("POST", "/v2/models/" + p.model + "/infer", p.body.body, p.body.headers);
   auto done = Clock::now();
   if (!a.ok()) {
-    return 0;
+    return std::string("connection");
   }
   if (a->status != 200) {
-    return a->status;
+    return "http " + std::to_string(a->status);
   }
   Sample s{std::chrono::duration<double, std::micro>(done - due).count(), -1, 0};
   // The parameters only: the JSON part of the body.
@@ -133,7 +195,35 @@ std::variant<Sample, int> Send(std::optional<HttpClient>& client, const std::str
   return s;
 }
 
-Level Run(const std::string& url, const std::vector<Payload>& payloads, bool open_loop,
+// The same over gRPC ModelInfer ("grpc 14": the status code).
+std::variant<Sample, std::string> SendGrpc(Connection& c, const std::string& url, const Payload& p,
+                                           Clock::time_point due) {
+  if (!c.grpc) {
+    c.grpc = GrpcStub(url);
+  }
+  inference::ModelInferResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  grpc::Status status = c.grpc->ModelInfer(&context, p.grpc, &response);
+  auto done = Clock::now();
+  if (!status.ok()) {
+    return "grpc " + std::to_string(status.error_code());
+  }
+  Sample s{std::chrono::duration<double, std::micro>(done - due).count(), -1, 0};
+  const auto& params = response.parameters();
+  auto total = params.find("total_server_us");
+  auto compute = params.find("compute_us");
+  if (total != params.end() && compute != params.end()) {
+    s.overhead_us =
+        static_cast<double>(total->second.int64_param() - compute->second.int64_param());
+  }
+  if (auto batch = params.find("batch_size"); batch != params.end()) {
+    s.batch = batch->second.int64_param();
+  }
+  return s;
+}
+
+Level Run(const std::string& url, bool grpc, const std::vector<Payload>& payloads, bool open_loop,
           double offered, int connections, double seconds, double warmup) {
   Level level;
   level.mode = open_loop ? "rate" : "concurrency";
@@ -148,9 +238,9 @@ Level Run(const std::string& url, const std::vector<Payload>& payloads, bool ope
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
-      std::optional<HttpClient> client;
+      Connection connection;
       std::vector<Sample> mine;
-      std::map<int, uint64_t> errors;
+      std::map<std::string, uint64_t> errors;
       // Open loop: this connection's share of the schedule, due every threads/rate seconds.
       double period = open_loop ? static_cast<double>(threads) / offered : 0;
       auto offset = std::chrono::duration<double>(period * t / threads);
@@ -166,20 +256,20 @@ Level Run(const std::string& url, const std::vector<Payload>& payloads, bool ope
           break;
         }
         const Payload& p = payloads[(static_cast<size_t>(t) + k) % payloads.size()];
-        auto result = Send(client, url, p, due);
+        auto result = grpc ? SendGrpc(connection, url, p, due) : SendHttp(connection, url, p, due);
         if (due < measure_from) {
           continue;
         }
         if (const Sample* s = std::get_if<Sample>(&result)) {
           mine.push_back(*s);
         } else {
-          ++errors[std::get<int>(result)];
+          ++errors[std::get<std::string>(result)];
         }
       }
       std::lock_guard<std::mutex> lock(mu);
       level.samples.insert(level.samples.end(), mine.begin(), mine.end());
-      for (auto [status, n] : errors) {
-        level.errors[status] += n;
+      for (const auto& [what, n] : errors) {
+        level.errors[what] += n;
       }
     });
   }
@@ -209,8 +299,8 @@ json Report(const Level& level) {
               {"latency_us_p50", Percentile(latency, 0.50)},
               {"latency_us_p99", Percentile(latency, 0.99)}};
   json errors = json::object();
-  for (auto [status, n] : level.errors) {
-    errors[std::to_string(status)] = n;
+  for (const auto& [what, n] : level.errors) {
+    errors[what] = n;
   }
   out["errors"] = errors;
   if (!overhead.empty()) {
@@ -228,8 +318,9 @@ json Report(const Level& level) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ferry-load: KServe v2 HTTP load generator (closed loop or open loop)"};
+  CLI::App app{"ferry-load: KServe v2 load generator, HTTP or gRPC (closed loop or open loop)"};
   std::string url = "127.0.0.1:8000";
+  std::string protocol = "http";
   std::vector<std::string> models = {"mlp"};
   std::vector<int> concurrency = {1, 8, 32};
   double rate = 0;
@@ -240,6 +331,9 @@ int main(int argc, char** argv) {
   bool as_json = false;
   std::string label = "server";
   app.add_option("--url", url, "HOST:PORT of the server")->capture_default_str();
+  app.add_option("--protocol", protocol, "http or grpc")
+      ->check(CLI::IsMember({"http", "grpc"}))
+      ->capture_default_str();
   app.add_option("--model", models, "model(s); requests alternate")->capture_default_str();
   app.add_option("--concurrency", concurrency, "closed-loop levels")->delimiter(',');
   app.add_option("--rate", rate, "open loop: requests per second (overrides --concurrency)");
@@ -250,10 +344,11 @@ int main(int argc, char** argv) {
   app.add_option("--label", label, "names the server in the output")->capture_default_str();
   app.add_flag("--json", as_json, "one JSON object");
   CLI11_PARSE(app, argc, argv);
+  bool grpc = protocol == "grpc";
   std::mt19937 rng(1);
   std::vector<Payload> payloads;
   for (const std::string& m : models) {
-    ferry::Result<Payload> p = MakePayload(url, m, rows, rng);
+    ferry::Result<Payload> p = MakePayload(url, grpc, m, rows, rng);
     if (!p.ok()) {
       std::cerr << "ferry-load: " << p.error().ToString() << "\n";
       return 1;
@@ -262,19 +357,20 @@ int main(int argc, char** argv) {
   }
   json levels = json::array();
   if (rate > 0) {
-    levels.push_back(Report(Run(url, payloads, true, rate, connections, seconds, warmup)));
+    levels.push_back(Report(Run(url, grpc, payloads, true, rate, connections, seconds, warmup)));
   } else {
     for (int c : concurrency) {
-      levels.push_back(Report(Run(url, payloads, false, c, 0, seconds, warmup)));
+      levels.push_back(Report(Run(url, grpc, payloads, false, c, 0, seconds, warmup)));
     }
   }
-  json out = {
-      {"server", label}, {"url", url}, {"models", models}, {"rows", rows}, {"levels", levels}};
+  json out = {{"server", label},  {"url", url},   {"protocol", protocol},
+              {"models", models}, {"rows", rows}, {"levels", levels}};
   if (as_json) {
     std::cout << out.dump() << "\n";
     return 0;
   }
-  std::printf("%s (%s), %d row(s) per request\n", label.c_str(), url.c_str(), rows);
+  std::printf("%s (%s, %s), %d row(s) per request\n", label.c_str(), protocol.c_str(), url.c_str(),
+              rows);
   std::printf("%-12s %9s %10s %10s %10s %12s %12s  %s\n", "level", "req/s", "p50 us", "p99 us",
               "errors", "overhead p50", "overhead p99", "batch sizes");
   for (const json& l : levels) {
