@@ -291,7 +291,23 @@ inference::DataType ConfigType(DType dtype) {
   return t;
 }
 
-class Service final : public inference::GRPCInferenceService::Service {
+// One ModelInfer call: answered when the hook host answers, no thread waiting for it. A call
+// the client cancels (or whose connection drops) cancels its request, which is then answered
+// CANCELLED at once. Deletes itself when gRPC is done with the call.
+class InferReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit InferReactor(std::shared_ptr<CancelSignal> cancel) : cancel_(std::move(cancel)) {}
+  void OnCancel() override { cancel_->Fire(); }
+  void OnDone() override { delete this; }
+
+ private:
+  std::shared_ptr<CancelSignal> cancel_;
+};
+
+// ModelInfer on gRPC's callback API (a call holds no thread while its request runs); the
+// other methods synchronous (cheap, or a stream answered in order).
+class Service final : public inference::GRPCInferenceService::WithCallbackMethod_ModelInfer<
+                          inference::GRPCInferenceService::Service> {
  public:
   explicit Service(KServeService* kserve) : kserve_(kserve) {}
 
@@ -396,14 +412,26 @@ class Service final : public inference::GRPCInferenceService::Service {
     }
     return grpc::Status::OK;
   }
-  grpc::Status ModelInfer(grpc::ServerContext* context, const inference::ModelInferRequest* in,
-                          inference::ModelInferResponse* out) override {
-    Result<inference::ModelInferResponse> r = Infer(context, *in);
-    if (!r.ok()) {
-      return ToGrpc(r.error());
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
+                                       const inference::ModelInferRequest* in,
+                                       inference::ModelInferResponse* out) override {
+    auto cancel = std::make_shared<CancelSignal>();
+    auto* reactor = new InferReactor(cancel);
+    Result<Prepared> prepared = Prepare(context, *in, cancel);
+    if (!prepared.ok()) {
+      reactor->Finish(ToGrpc(prepared.error()));
+      return reactor;
     }
-    out->Swap(&*r);
-    return grpc::Status::OK;
+    // `in` and `out` live until the reactor is done, which is after Finish.
+    const hookhost::HookModel* model = prepared->model;
+    std::shared_ptr<ParsedInfer> state = prepared->state;
+    kserve_->Submit(*model, state, [reactor, out, model, state](Result<hookhost::InferResponse> r) {
+      Status encoded =
+          r.ok() ? EncodeGrpcInfer(model->name, model->manifest().version, *state, *r, out)
+                 : Status(r.error());
+      reactor->Finish(encoded.ok() ? grpc::Status::OK : ToGrpc(encoded.error()));
+    });
+    return reactor;
   }
   grpc::Status ModelStreamInfer(
       grpc::ServerContext* context,
@@ -445,8 +473,16 @@ class Service final : public inference::GRPCInferenceService::Service {
     return model;
   }
 
-  Result<inference::ModelInferResponse> Infer(grpc::ServerContext* context,
-                                              const inference::ModelInferRequest& in) {
+  // A request checked and parsed, ready to submit.
+  struct Prepared {
+    const hookhost::HookModel* model;
+    std::shared_ptr<ParsedInfer> state;
+  };
+
+  // Looks the model up and parses `in` (refusals counted); the tenant from the call's
+  // metadata, its deadline (when sooner) as the request's, `cancel` as its cancel signal.
+  Result<Prepared> Prepare(grpc::ServerContextBase* context, const inference::ModelInferRequest& in,
+                           std::shared_ptr<CancelSignal> cancel) {
     Result<const hookhost::HookModel*> found = Lookup(in.model_name(), in.model_version());
     if (!found.ok()) {
       kserve_->CountRefused(nullptr, found.error());
@@ -470,7 +506,7 @@ class Service final : public inference::GRPCInferenceService::Service {
       }
       state->tenant = std::move(name);
     }
-    state->request.cancel = std::make_shared<CancelSignal>();
+    state->request.cancel = std::move(cancel);
     // A gRPC deadline, when sooner, becomes the request's.
     auto deadline = context->deadline();
     if (deadline != std::chrono::system_clock::time_point::max()) {
@@ -482,16 +518,24 @@ class Service final : public inference::GRPCInferenceService::Service {
         state->timeout_us = left_us;
       }
     }
+    return Prepared{model, std::move(state)};
+  }
+
+  // One request of a stream, answered before the next is read (this thread waits).
+  Result<inference::ModelInferResponse> Infer(grpc::ServerContext* context,
+                                              const inference::ModelInferRequest& in) {
+    auto cancel = std::make_shared<CancelSignal>();
+    FERRY_ASSIGN_OR_RETURN(Prepared prepared, Prepare(context, in, cancel));
     std::promise<Result<hookhost::InferResponse>> promise;
     std::future<Result<hookhost::InferResponse>> future = promise.get_future();
-    kserve_->Submit(*model, state, [&promise](Result<hookhost::InferResponse> r) {
+    kserve_->Submit(*prepared.model, prepared.state, [&promise](Result<hookhost::InferResponse> r) {
       promise.set_value(std::move(r));
     });
-    // Answered exactly once; a call the client cancels (or whose connection drops) cancels
+    // Answered exactly once; a stream the client cancels (or whose connection drops) cancels
     // the request, which is then answered CANCELLED at once.
     while (future.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
       if (context->IsCancelled()) {
-        state->request.cancel->Fire();
+        cancel->Fire();
       }
     }
     Result<hookhost::InferResponse> result = future.get();
@@ -499,8 +543,8 @@ class Service final : public inference::GRPCInferenceService::Service {
       return result.error();
     }
     inference::ModelInferResponse out;
-    FERRY_RETURN_IF_ERROR(
-        EncodeGrpcInfer(model->name, model->manifest().version, *state, *result, &out));
+    FERRY_RETURN_IF_ERROR(EncodeGrpcInfer(prepared.model->name, prepared.model->manifest().version,
+                                          *prepared.state, *result, &out));
     return out;
   }
 
