@@ -1,8 +1,9 @@
 """Cancellation as clients do it, against a node whose workers take 1.5 s per batch (the sim
-backend): a tritonclient gRPC call cancelled while its request waits in a worker's queue, and a
-curl request whose client gives up (closes its connection) the same way. Both requests must
-leave the worker's queue unexecuted: /metrics counts them cancelled at the worker and at the
-hook hosts, and the worker executes only the others.
+backend): a tritonclient gRPC call cancelled while its request waits in a worker's queue, a
+curl request whose client gives up (closes its connection) the same way, and a gRPC client
+that closes its channel with 20 calls queued. Every one of those requests must leave the
+worker's queue unexecuted: /metrics counts them cancelled at the worker and at the hook hosts,
+and the worker executes only the others.
 
     cancel_test.py HTTP_ADDRESS GRPC_ADDRESS METRICS_ADDRESS
 """
@@ -78,19 +79,37 @@ def main():
         tag, result, error = done.get(timeout=30)
         check(error is None, f"HTTP round: {tag} served")
 
-    # The worker took both out of its queue; it executed only the four others.
+    # A second gRPC client queues 20 calls behind two batches and closes its channel: its
+    # connection goes, and every one of its calls is cancelled (the reactor hears it at once).
+    send("running")
+    time.sleep(0.2)
+    send("next")
+    time.sleep(0.2)
+    leaving = grpcclient.InferenceServerClient(grpc_address)
+    left = queue.Queue()
+    for i in range(20):
+        inp = grpcclient.InferInput("input", [1, 784], "FP32")
+        inp.set_data_from_numpy(np.zeros((1, 784), np.float32))
+        leaving.async_infer("mlp", [inp], callback=lambda result, error: left.put(error))
+    time.sleep(0.3)
+    leaving.close()
+    for _ in range(2):
+        tag, result, error = done.get(timeout=30)
+        check(error is None, f"gRPC round: {tag} served")
+
+    # The worker took all 22 out of its queue; it executed only the six others.
     deadline = time.time() + 10
     while True:
         text = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10).read().decode()
         cancelled = metric_sum(text, "ferry_requests_total", model="mlp", outcome="cancelled")
         served = metric_sum(text, "ferry_requests_total", model="mlp", outcome="success")
-        if (cancelled >= 2 and served >= 4) or time.time() > deadline:
+        if (cancelled >= 22 and served >= 6) or time.time() > deadline:
             break
         time.sleep(0.1)
-    check(cancelled == 2, f"the worker counted 2 cancelled (got {cancelled:g})")
-    check(served == 4, f"the worker executed the 4 others only (got {served:g})")
-    check(metric_sum(text, "ferry_frontend_requests_total", model="mlp", code="CANCELLED") == 2,
-          "the hook hosts counted 2 answered CANCELLED")
+    check(cancelled == 22, f"the worker counted 22 cancelled (got {cancelled:g})")
+    check(served == 6, f"the worker executed the 6 others only (got {served:g})")
+    check(metric_sum(text, "ferry_frontend_requests_total", model="mlp", code="CANCELLED") == 22,
+          "the hook hosts counted 22 answered CANCELLED")
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)
