@@ -5,6 +5,8 @@
 # HTTP parse, checks, the copy into the arena, the ring hops and wake-ups both ways, the join,
 # the answer's encoding).
 #   bench/sim_overhead.sh [BUILD_DIR] [SECONDS] [RUNS] [--check]
+#   FERRY_SPIN_US=200 bench/sim_overhead.sh ...   sets [hooks] spin_us (default: absent, so the
+#                                                 hook host decides by its CPUs)
 # Prints each run's overhead p50 / p99 and the median of the p50s; JSON in
 # BUILD_DIR/bench-results/sim_overhead.json. --check exits 1 when that median is over 100 us.
 set -euo pipefail
@@ -42,6 +44,7 @@ fixed_us = 100
 per_row_us = 0
 [hooks]
 threads = 2
+${FERRY_SPIN_US:+spin_us = $FERRY_SPIN_US}
 TOML
 "$build/supervisor/ferryd" --config "$dir/node.toml" > "$dir/ferryd.log" 2>&1 &
 pid=$!

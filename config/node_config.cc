@@ -423,6 +423,7 @@ Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& sou
       hooks->Int("threads", &config.hooks.threads, 1, 1024);
       hooks->Int("call_timeout_ms", &config.hooks.call_timeout_ms, 1, 600'000);
       hooks->Int("max_pending", &config.hooks.max_pending, 1, 1 << 20);
+      hooks->Int("spin_us", &config.hooks.spin_us, 0, 10'000);
       hooks->Finish();
     }
     reader.Finish();

@@ -88,6 +88,10 @@ struct HookSettings {
   // Requests a hook host holds at once (validating, waiting for ring space, at a worker,
   // post-processing); beyond it new ones get RESOURCE_EXHAUSTED. 1..2^20. Default 4096.
   int64_t max_pending = 4096;
+  // How long the transport thread polls for the answer of the only request pending before it
+  // sleeps (microseconds): at light load the answer is caught without a wake-up. 0..10000;
+  // 0 never polls. Absent (-1): 200 where the hook host may run on 4 or more CPUs, else 0.
+  int64_t spin_us = -1;
 };
 
 // CPU workers (devices = "cpu:N").

@@ -293,6 +293,11 @@ TEST_CASE("hooks: threads, call_timeout_ms and max_pending at both edges") {
   CHECK(Contains(ErrorOf("[hooks]\ncall_timeout_ms = 600001\n"), "hooks.call_timeout_ms"));
   CHECK(Contains(ErrorOf("[hooks]\nmax_pending = 0\n"), "hooks.max_pending"));
   CHECK(Contains(ErrorOf("[hooks]\nmax_pending = 1048577\n"), "hooks.max_pending"));
+  CHECK(defaults.hooks.spin_us == -1);  // Absent: the hook host decides by its CPUs.
+  CHECK(Parse("[hooks]\nspin_us = 0\n").value().hooks.spin_us == 0);
+  CHECK(Parse("[hooks]\nspin_us = 10000\n").value().hooks.spin_us == 10000);
+  CHECK(Contains(ErrorOf("[hooks]\nspin_us = -1\n"), "hooks.spin_us"));
+  CHECK(Contains(ErrorOf("[hooks]\nspin_us = 10001\n"), "hooks.spin_us"));
 }
 
 TEST_CASE("cpu threads 0 to 1024 and [sim.models] costs are read") {

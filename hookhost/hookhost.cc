@@ -905,6 +905,10 @@ struct HookHost::Impl {
       CheckWorkerRestarts();
       CheckCallTimeouts(now);
       ReturnToken();
+      if (!busy && options.spin_ns > 0 && pending_count.load(std::memory_order_relaxed) == 1 &&
+          SpinForWork()) {
+        continue;  // The answer of the only request pending, caught without sleeping.
+      }
       if (!busy) {
         transport_idle.store(true, std::memory_order_relaxed);
         shm::WaitForWork(
@@ -912,6 +916,20 @@ struct HookHost::Impl {
         transport_idle.store(false, std::memory_order_relaxed);
       }
     }
+  }
+
+  // Polls HasWork for up to options.spin_ns; true when work came.
+  bool SpinForWork() {
+    int64_t until = MonotonicNs() + options.spin_ns;
+    while (MonotonicNs() < until) {
+      if (HasWork()) {
+        return true;
+      }
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+    }
+    return HasWork();
   }
 
   bool HasWork() {

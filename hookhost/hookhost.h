@@ -116,6 +116,9 @@ struct HookHostOptions {
   int64_t call_timeout_ms = 1000;
   size_t max_pending = 4096;
   std::vector<uint64_t> max_queue_depth;  // Per model (the scheduler's limit at the workers).
+  // With one request pending and nothing to do, the transport thread polls this long for its
+  // answer before it sleeps (a wake-up saved at light load, a core's time spent). 0: never.
+  int64_t spin_ns = 0;
 };
 
 class HookHost {

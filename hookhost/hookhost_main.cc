@@ -7,6 +7,7 @@
 // gRPC on sockets ferryd hands down) calls the flow in process.
 // Exit codes: 0 after stop or drain; 1 when it cannot start; 3 when `threads` plugin calls
 // are stuck past call_timeout_ms (restart it).
+#include <sched.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -31,6 +32,19 @@ namespace ferry::hookhost {
 namespace {
 
 constexpr auto kControlPoll = std::chrono::milliseconds(5);
+
+// [hooks] spin_us, or when absent (-1) 200 us where this process may run on 4 or more CPUs:
+// with fewer, polling would take a core the worker and the client need (measured: fewer
+// requests/s at 2-4 in flight on a 2-CPU machine, docs/hookhost.md "Threads").
+int64_t SpinMicros(int64_t configured) {
+  if (configured >= 0) {
+    return configured;
+  }
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  int usable = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  return usable >= 4 ? 200 : 0;
+}
 
 void Publish(shm::StatusWriter& status, shm::ProcessState state, uint32_t generation,
              const std::vector<HookModel>& models) {
@@ -148,6 +162,7 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
       spdlog::error("model '{}' unusable: {}", m.name, m.failure->ToString());
     }
   }
+  int64_t spin_us = SpinMicros(config->hooks.spin_us);  // Before the sandbox: it reads affinity.
   if (config->hooks.sandbox == SandboxMode::kStrict) {
     Result<SandboxReport> report = EnterSandbox({});
     if (!report.ok()) {
@@ -164,6 +179,7 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
   options.threads = static_cast<int>(config->hooks.threads);
   options.call_timeout_ms = config->hooks.call_timeout_ms;
   options.max_pending = static_cast<size_t>(config->hooks.max_pending);
+  options.spin_ns = spin_us * 1000;
   // The workers' queue limit, which the gateway checks before sending.
   options.max_queue_depth.assign(models->size(),
                                  static_cast<uint64_t>(config->scheduler.max_queue_depth));

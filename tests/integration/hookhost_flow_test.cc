@@ -78,12 +78,13 @@ struct Host {
   shm::Segment view;
   std::vector<HookModel> models;
   std::unique_ptr<HookHost> host;
-  Host(const FlowNode& node, GatewayMode mode, int threads = 2)
+  Host(const FlowNode& node, GatewayMode mode, int threads = 2, int64_t spin_ns = 0)
       : view(shm::Segment::Attach(node.name, 0).value()),
         models(LoadHookModels(node.repository()).value()) {
     HookHostOptions options;
     options.gateway = mode;
     options.threads = threads;
+    options.spin_ns = spin_ns;
     host = std::make_unique<HookHost>(view, 0, models, options);
     host->Start();
   }
@@ -182,10 +183,11 @@ TEST_CASE("requests flow through a hook host to worker processes and come back e
 
 TEST_CASE("one request at a time and bursts, from three threads at once, come back exact") {
   // One at a time, the hook host idle in between: the submitting thread sends each request
-  // itself under the transport token. Bursts: the transport thread sends them. Both at once:
-  // the token changes hands between them throughout.
+  // itself under the transport token, and the transport thread polls for its answer ([hooks]
+  // spin_us). Bursts: the transport thread sends them. Both at once: the token changes hands
+  // between them throughout.
   FlowNode node(1);
-  Host host(node, GatewayMode::kLeastOutstanding);
+  Host host(node, GatewayMode::kLeastOutstanding, 2, 200'000);
   Direct direct(node.repository());
   struct Done {
     int64_t rows;
