@@ -130,7 +130,7 @@ std::vector<std::string> RestartNeeded(const NodeConfig& a, const NodeConfig& b)
         "frontend");
   check(a.hooks.sandbox == b.hooks.sandbox && a.hooks.threads == b.hooks.threads &&
             a.hooks.call_timeout_ms == b.hooks.call_timeout_ms &&
-            a.hooks.max_pending == b.hooks.max_pending,
+            a.hooks.max_pending == b.hooks.max_pending && a.hooks.spin_us == b.hooks.spin_us,
         "hooks");
   check(a.cpu.threads == b.cpu.threads && a.cpu.pin == b.cpu.pin, "cpu");
   const SchedulerConfig& s = a.scheduler;

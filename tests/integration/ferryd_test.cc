@@ -314,15 +314,17 @@ TEST_CASE("control: set_policy, reload (good and bad), and re-applying after a r
   WriteFile(ferryd.config(), text +
                                  "discipline = \"fifo\"\nmax_queue_depth = 64\n"
                                  "[scheduler.models.cnn]\nweight = 4.0\nmax_batch_size = 4\n"
-                                 "residency = \"pinned\"\n[gateway]\nmode = \"round_robin\"\n");
+                                 "residency = \"pinned\"\n[gateway]\nmode = \"round_robin\"\n"
+                                 "[hooks]\nspin_us = 50\n");
   reply = ferryd.Call(Request(ControlCommand::kReload));
   REQUIRE(reply.ok());
   // discipline, queue depth, cnn's cap, weight and residency.
   CHECK((*reply)["applied"].size() == 5);
   CHECK((*reply)["applied"].dump().find("scheduler.models.cnn.residency = pinned") !=
         std::string::npos);
-  REQUIRE((*reply)["restart_needed"].size() == 1);
+  REQUIRE((*reply)["restart_needed"].size() == 2);
   CHECK((*reply)["restart_needed"][0] == "gateway.mode");
+  CHECK((*reply)["restart_needed"][1] == "hooks");
   CHECK(eventually([&] {
     Result<json> c = ferryd.Call(ControlCommand::kControlStatus);
     return c.ok() && (*c)["workers"][1]["models"][0]["model"] == "cnn" &&
