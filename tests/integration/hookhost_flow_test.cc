@@ -90,6 +90,20 @@ struct Host {
   }
 };
 
+// Every block came back once the releases drained: this hook host's arena is empty, and so is
+// worker 0's (every output block was released).
+void CheckArenasEmpty(const FlowNode& node, const Host& host) {
+  for (int i = 0; i < 200 && host.view.accounting(0).bytes_in_use.load() != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(host.view.accounting(0).bytes_in_use.load() == 0);
+  uint32_t worker = node.segment.WorkerSlot(0);
+  for (int i = 0; i < 200 && node.segment.accounting(worker).bytes_in_use.load() != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(node.segment.accounting(worker).bytes_in_use.load() == 0);
+}
+
 InferRequest Request(const std::string& model, const Shape& shape,
                      const std::vector<uint8_t>& bytes, const std::string& input) {
   InferRequest r;
@@ -168,17 +182,7 @@ TEST_CASE("requests flow through a hook host to worker processes and come back e
   }
   CHECK(wrong == 0);
   CHECK(host.host->pending() == 0);
-  // Every block came back: this hook host's arena is empty once the releases drained.
-  for (int i = 0; i < 200 && host.view.accounting(0).bytes_in_use.load() != 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  CHECK(host.view.accounting(0).bytes_in_use.load() == 0);
-  // And the worker's: every output block was released.
-  uint32_t worker = node.segment.WorkerSlot(0);
-  for (int i = 0; i < 200 && node.segment.accounting(worker).bytes_in_use.load() != 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  CHECK(node.segment.accounting(worker).bytes_in_use.load() == 0);
+  CheckArenasEmpty(node, host);
 }
 
 TEST_CASE("one request at a time and bursts, from three threads at once, come back exact") {
@@ -244,15 +248,7 @@ TEST_CASE("one request at a time and bursts, from three threads at once, come ba
   CHECK(answered == 100 + 150 + 160 + 150);
   CHECK(wrong == 0);
   CHECK(host.host->pending() == 0);
-  for (int i = 0; i < 200 && host.view.accounting(0).bytes_in_use.load() != 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  CHECK(host.view.accounting(0).bytes_in_use.load() == 0);
-  uint32_t worker = node.segment.WorkerSlot(0);
-  for (int i = 0; i < 200 && node.segment.accounting(worker).bytes_in_use.load() != 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  CHECK(node.segment.accounting(worker).bytes_in_use.load() == 0);
+  CheckArenasEmpty(node, host);
 }
 
 TEST_CASE("a request of three times the largest compiled size is split and joined exactly") {
