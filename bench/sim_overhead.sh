@@ -7,6 +7,8 @@
 #   bench/sim_overhead.sh [BUILD_DIR] [SECONDS] [RUNS] [--check]
 #   FERRY_SPIN_US=200 bench/sim_overhead.sh ...   sets [hooks] spin_us (default: absent, so the
 #                                                 hook host decides by its CPUs)
+#   FERRY_PROTOCOL=grpc bench/sim_overhead.sh ...  over gRPC ModelInfer (JSON: sim_overhead_grpc.json)
+# A run with any failed request exits 1: its figures would measure nothing.
 # Prints each run's overhead p50 / p99 and the median of the p50s; JSON in
 # BUILD_DIR/bench-results/sim_overhead.json. --check exits 1 when that median is over 100 us.
 set -euo pipefail
@@ -15,6 +17,7 @@ build=$(realpath "${1:-build}")
 seconds=${2:-3}
 runs=${3:-3}
 check=${4:-}
+protocol=${FERRY_PROTOCOL:-http}
 out="$build/bench-results"
 mkdir -p "$out"
 dir=$(mktemp -d)
@@ -51,19 +54,24 @@ pid=$!
 address=
 for _ in $(seq 300); do
   address=$("$build/ctl/ferryctl" --socket "$dir/control.sock" --json status 2>/dev/null |
-    python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["listen"]["http"] if s["state"]=="ready" else "")' 2>/dev/null || true)
+    python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["listen"][sys.argv[1]] if s["state"]=="ready" else "")' "$protocol" 2>/dev/null || true)
   [[ -n $address ]] && break
   sleep 0.1
 done
 [[ -n $address ]] || { echo "ferryd did not become ready"; cat "$dir/ferryd.log"; exit 1; }
 for i in $(seq "$runs"); do
-  "$build/bench/ferry-load" --url "$address" --model mlp --concurrency 1 --warmup 1 \
-    --seconds "$seconds" --json > "$dir/run$i.json"
+  "$build/bench/ferry-load" --protocol "$protocol" --url "$address" --model mlp --concurrency 1 \
+    --warmup 1 --seconds "$seconds" --json > "$dir/run$i.json"
 done
-python3 - "$dir" "$runs" "$out/sim_overhead.json" "$check" <<'PY'
+name=sim_overhead$([[ $protocol == grpc ]] && echo _grpc || true)
+python3 - "$dir" "$runs" "$out/$name.json" "$check" <<'PY'
 import json, statistics, sys
 d, runs, out, check = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 levels = [json.load(open(f"{d}/run{i + 1}.json"))["levels"][0] for i in range(runs)]
+failed = sum(sum(l["errors"].values()) for l in levels)
+if failed or any("overhead_us_p50" not in l for l in levels):
+    print(f"{failed} request(s) failed, or the server reported no timings: nothing measured")
+    sys.exit(1)
 for l in levels:
     print(f"overhead p50 {l['overhead_us_p50']:.0f} us  p99 {l['overhead_us_p99']:.0f} us  "
           f"latency p50 {l['latency_us_p50']:.0f} us  {l['throughput_rps']:.0f} req/s")
