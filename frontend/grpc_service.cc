@@ -156,7 +156,7 @@ Result<std::string> StringParam(const Map& params, const char* key) {
   if (it->second.parameter_choice_case() != inference::InferParameter::kStringParam) {
     return InvalidArgument(std::string("parameter \"") + key + "\" must be a string");
   }
-  return it->second.string_param().substr(0, 256);
+  return it->second.string_param().substr(0, kMaxTenantNameBytes);
 }
 
 }  // namespace
@@ -497,14 +497,12 @@ class Service final : public inference::GRPCInferenceService::WithCallbackMethod
     auto state = std::make_shared<ParsedInfer>(std::move(*parsed));
     const auto& metadata = context->client_metadata();
     if (auto tenant = metadata.find("ferry-tenant"); tenant != metadata.end()) {
-      std::string name(tenant->second.data(), std::min<size_t>(tenant->second.size(), 256));
-      if (!state->tenant.empty() && state->tenant != name) {
-        Error mismatch = InvalidArgument(
-            "the ferry-tenant metadata and the \"tenant\" parameter name different tenants");
-        kserve_->CountRefused(model, mismatch);
-        return mismatch;
+      Status merged = MergeTenant(*state, {tenant->second.data(), tenant->second.size()},
+                                  "ferry-tenant metadata");
+      if (!merged.ok()) {
+        kserve_->CountRefused(model, merged.error());
+        return merged.error();
       }
-      state->tenant = std::move(name);
     }
     state->request.cancel = std::move(cancel);
     // A gRPC deadline, when sooner, becomes the request's.

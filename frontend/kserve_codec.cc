@@ -181,7 +181,7 @@ Result<std::string> StringParameter(const json& object, const char* key) {
   if (!it->is_string()) {
     return InvalidArgument(std::string("parameter \"") + key + "\" must be a string");
   }
-  return it->get<std::string>().substr(0, 256);
+  return it->get<std::string>().substr(0, kMaxTenantNameBytes);
 }
 
 Result<int64_t> IntParameter(const json& object, const char* key, int64_t absent) {
@@ -239,6 +239,16 @@ bool JsonDepthWithin(std::string_view text, int max_depth) {
     }
   }
   return true;
+}
+
+Status MergeTenant(ParsedInfer& parsed, std::string_view named, std::string_view where) {
+  std::string_view name = named.substr(0, kMaxTenantNameBytes);
+  if (!parsed.tenant.empty() && parsed.tenant != name) {
+    return InvalidArgument("the " + std::string(where) +
+                           " and the \"tenant\" parameter name different tenants");
+  }
+  parsed.tenant = std::string(name);
+  return OkStatus();
 }
 
 Result<ParsedInfer> ParseInferRequest(std::string_view header, std::string_view binary) {

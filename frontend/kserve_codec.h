@@ -44,6 +44,13 @@ struct ParsedInfer {
   std::string tenant;                    // "tenant" parameter (or header): "" = none.
 };
 
+// A tenant name is kept to this many bytes (it only has to match a declared one).
+inline constexpr size_t kMaxTenantNameBytes = 256;
+
+// The tenant a request names outside its body (`where`: the HTTP header or gRPC metadata)
+// joined with its "tenant" parameter: both given, they must agree (else INVALID_ARGUMENT).
+Status MergeTenant(ParsedInfer& parsed, std::string_view named, std::string_view where);
+
 // `header` is the JSON part, `binary` what follows it (Inference-Header-Content-Length).
 // INVALID_ARGUMENT naming the tensor or field and what was expected.
 Result<ParsedInfer> ParseInferRequest(std::string_view header, std::string_view binary);

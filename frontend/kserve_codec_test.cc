@@ -180,5 +180,29 @@ TEST_CASE("metadata and config of the example MLP") {
   CHECK(raw->binary_default);
 }
 
+TEST_CASE("a tenant named outside the body joins the parameter; both must agree") {
+  ParsedInfer none;
+  REQUIRE(MergeTenant(none, "acme", "Ferry-Tenant header").ok());
+  CHECK(none.tenant == "acme");
+  ParsedInfer same;
+  same.tenant = "acme";
+  CHECK(MergeTenant(same, "acme", "ferry-tenant metadata").ok());
+  Status differ = MergeTenant(same, "globex", "ferry-tenant metadata");
+  REQUIRE_FALSE(differ.ok());
+  CHECK(differ.error().code == ErrorCode::kInvalidArgument);
+  CHECK(differ.error().message.find("ferry-tenant metadata") != std::string::npos);
+  CHECK(same.tenant == "acme");
+  // A huge name is kept to its first bytes, as the parameter is: the two still agree.
+  std::string huge(100'000, 't');
+  Result<ParsedInfer> parsed = ParseInferRequest(
+      R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}],"parameters":{"tenant":")" +
+          huge + R"("}})",
+      "");
+  REQUIRE(parsed.ok());
+  CHECK(parsed->tenant.size() == kMaxTenantNameBytes);
+  CHECK(MergeTenant(*parsed, huge, "Ferry-Tenant header").ok());
+  CHECK(parsed->tenant.size() == kMaxTenantNameBytes);
+}
+
 }  // namespace
 }  // namespace ferry::frontend

@@ -398,12 +398,10 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
   }
   auto state = std::make_shared<ParsedInfer>(std::move(*parsed));
   if (const std::string* tenant = request.Header("Ferry-Tenant")) {
-    if (!state->tenant.empty() && state->tenant != *tenant) {
-      refuse(InvalidArgument(
-          "the Ferry-Tenant header and the \"tenant\" parameter name different tenants"));
+    if (Status merged = MergeTenant(*state, *tenant, "Ferry-Tenant header"); !merged.ok()) {
+      refuse(merged.error());
       return;
     }
-    state->tenant = tenant->substr(0, 256);
   }
   state->request.cancel = std::move(request.cancel);
   std::string traceparent;

@@ -67,13 +67,7 @@ class NodeDriver {
                           const std::vector<TensorInput>& inputs, int64_t deadline_ns = 0,
                           uint32_t meta = 0, uint32_t priority = 0, uint32_t tenant = 0) {
     FlushReleases();
-    shm::DescriptorData d{};
-    d.kind = static_cast<uint16_t>(shm::DescriptorKind::kSubmit);
-    d.slot = slot_;
-    d.generation = generation_;
-    d.sender_generation = generation_;
-    d.sequence = next_sequence_;
-    d.model = static_cast<uint16_t>(model);
+    shm::DescriptorData d = Addressed(shm::DescriptorKind::kSubmit, next_sequence_, model);
     d.variant = variant;
     d.rows = static_cast<int32_t>(rows);
     d.deadline_ns = deadline_ns;
@@ -100,14 +94,20 @@ class NodeDriver {
 
   // Asks the worker to drop request `sequence` of `model` if it is still queued (kCancel).
   bool Cancel(uint32_t model, uint64_t sequence) {
+    return submit_.TryPush(Addressed(shm::DescriptorKind::kCancel, sequence, model)) ==
+           shm::RingStatus::kOk;
+  }
+
+  // A descriptor of `kind` for request `sequence` of `model`, from this driver's incarnation.
+  shm::DescriptorData Addressed(shm::DescriptorKind kind, uint64_t sequence, uint32_t model) const {
     shm::DescriptorData d{};
-    d.kind = static_cast<uint16_t>(shm::DescriptorKind::kCancel);
+    d.kind = static_cast<uint16_t>(kind);
     d.slot = slot_;
     d.generation = generation_;
     d.sender_generation = generation_;
     d.sequence = sequence;
     d.model = static_cast<uint16_t>(model);
-    return submit_.TryPush(d) == shm::RingStatus::kOk;
+    return d;
   }
 
   // Pushes a descriptor as given (hostile tests); `blocks` are freed when it completes.
