@@ -175,6 +175,10 @@ void KServeService::CountRefused(const hookhost::HookModel* model, const Error& 
   submitting_.fetch_sub(1);
 }
 
+// Readiness probes read each worker's status with ReadStatus's full patience (yielding to a
+// writer preempted mid-publish): 16 attempts answered a ready node 503 on a busy host.
+constexpr int kProbeReadAttempts = 1000;
+
 bool KServeService::ModelReady(const hookhost::HookModel& model) const {
   if (model.failure || draining_.load()) {
     return false;
@@ -184,7 +188,7 @@ bool KServeService::ModelReady(const hookhost::HookModel& model) const {
                        [&](uint32_t callee) { return ModelReady(models_[callee]); });
   }
   for (uint32_t w = 0; w < segment_.workers(); ++w) {
-    Result<shm::StatusSnapshotData> s = shm::ReadStatus(segment_, segment_.WorkerSlot(w), 16);
+    Result<shm::StatusSnapshotData> s = shm::ReadStatus(segment_, segment_.WorkerSlot(w), kProbeReadAttempts);
     if (!s.ok() || s->state != static_cast<uint32_t>(shm::ProcessState::kReady)) {
       continue;
     }
@@ -227,7 +231,7 @@ bool KServeService::ServerReady() const {
     return false;
   }
   for (uint32_t w = 0; w < segment_.workers(); ++w) {
-    Result<shm::StatusSnapshotData> s = shm::ReadStatus(segment_, segment_.WorkerSlot(w), 16);
+    Result<shm::StatusSnapshotData> s = shm::ReadStatus(segment_, segment_.WorkerSlot(w), kProbeReadAttempts);
     if (s.ok() && s->state == static_cast<uint32_t>(shm::ProcessState::kReady)) {
       return true;
     }

@@ -187,6 +187,7 @@ struct HookHost::Impl {
     uint32_t generation = 0;
     uint32_t view_generation = 0;  // The incarnation the last status read described.
     int64_t read_ok_ns = 0;        // When its status was last read whole.
+    bool seen = false;             // Its status has been read whole at least once.
     double last_compute[shm::kMaxStatusModels] = {};
   };
   Gateway gateway;
@@ -202,6 +203,7 @@ struct HookHost::Impl {
   std::unordered_map<uint64_t, std::pair<PendingPtr, size_t>> inflight;  // sequence -> piece.
   uint64_t next_sequence = 1;
   int64_t views_at = 0;
+  int64_t first_view_ns = 0;  // The first RefreshViews: a worker not yet seen is waited for.
   int64_t repacked_at = 0;
   std::thread transport;
 
@@ -981,6 +983,11 @@ struct HookHost::Impl {
   void Cancel(const PendingPtr& p);
 
   void RefreshViews(int64_t now);
+  // A worker's status has not yet been read whole, within kStaleStatusNs of the first read.
+  bool Unseen(int64_t now) const {
+    return now - first_view_ns < kStaleStatusNs &&
+           std::any_of(workers.begin(), workers.end(), [](const WorkerState& w) { return !w.seen; });
+  }
   bool SendWaiting(int64_t now);
   void SendCancels();
   bool PollCompletions();
@@ -999,16 +1006,25 @@ void HookHost::Impl::RefreshViews(int64_t now) {
   bool repack = options.gateway == GatewayMode::kLptPacking && now - repacked_at >= kRepackNs;
   std::vector<double> load(models.size(), 0.0);
   views_at = now;
+  if (first_view_ns == 0) {
+    first_view_ns = now;
+  }
   uint64_t partition = segment.partition_bytes();
   for (size_t w = 0; w < workers.size(); ++w) {
     WorkerState& ws = workers[w];
     Result<shm::StatusSnapshotData> st = shm::ReadStatus(segment, ws.slot, 64);
     uint32_t current = segment.generation(ws.slot).load(std::memory_order_acquire);
-    if (!st.ok() && current == ws.view_generation && now - ws.read_ok_ns < kStaleStatusNs) {
-      continue;  // The worker is publishing: its last view stands (a torn read is no state).
+    // A torn read is no state: the worker is publishing (or was preempted while it did, on a
+    // busy host). Its last view stands; one never read whole is waited for (Unseen) rather
+    // than taken for not ready, for up to kStaleStatusNs either way.
+    bool settling = ws.seen ? current == ws.view_generation && now - ws.read_ok_ns < kStaleStatusNs
+                            : now - first_view_ns < kStaleStatusNs;
+    if (!st.ok() && settling) {
+      continue;
     }
     if (st.ok()) {
       ws.read_ok_ns = now;
+      ws.seen = true;
     }
     bool ready = st.ok() && st->state == static_cast<uint32_t>(shm::ProcessState::kReady) &&
                  st->generation == current;
@@ -1095,8 +1111,8 @@ bool HookHost::Impl::SendWaiting(int64_t now) {
     Result<size_t> chosen =
         gateway.Choose(static_cast<int>(model), p->model->name, p->output_bytes, candidates);
     if (!chosen.ok()) {
-      if (ring_full) {
-        ++it;  // Waits for ring space (or its deadline).
+      if (ring_full || Unseen(now)) {
+        ++it;  // Waits for ring space, or a first whole status (or its deadline).
       } else {
         drop(chosen.error());
       }

@@ -424,6 +424,43 @@ TEST_CASE("a worker caught mid-publish keeps its last view; one that stays torn 
   CHECK_MESSAGE(served.ok(), (served.ok() ? "" : served.error().message));
 }
 
+// A hook host that starts while its worker is caught mid-publish (a writer preempted between
+// its two stores, common on a busy 2-CPU host) has never seen the worker: its requests wait for
+// a first whole status instead of being refused "no worker is ready" (the CI flake of
+// hookhost_bench_runs); torn for longer than 100 ms, they are refused.
+TEST_CASE("a hook host that starts while its worker is mid-publish waits for a first whole read") {
+  FlowNode node(1);
+  uint32_t slot = node.segment.WorkerSlot(0);
+  kill(node.pids[0], SIGSTOP);
+  std::atomic<uint64_t>& sequence = node.segment.status(slot).sequence;
+  uint64_t even = sequence.load();
+  sequence.store(even + 1);
+  std::vector<uint8_t> input(784 * 4);
+  {
+    Host host(node, GatewayMode::kLeastOutstanding);
+    std::future<Result<InferResponse>> sent =
+        host.host->Submit(Request("mlp", {1, 784}, input, "input"));
+    CHECK(sent.wait_for(std::chrono::milliseconds(40)) == std::future_status::timeout);
+    sequence.store(even);
+    kill(node.pids[0], SIGCONT);
+    Result<InferResponse> served = Get(sent);
+    CHECK_MESSAGE(served.ok(), (served.ok() ? "" : served.error().message));
+  }
+  kill(node.pids[0], SIGSTOP);
+  even = sequence.load() & ~uint64_t{1};
+  sequence.store(even + 1);
+  {
+    Host host(node, GatewayMode::kLeastOutstanding);
+    std::future<Result<InferResponse>> sent =
+        host.host->Submit(Request("mlp", {1, 784}, input, "input"));
+    Result<InferResponse> refused = Get(sent);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().message == "model 'mlp': no worker is ready (retry in 100 ms)");
+  }
+  sequence.store(even);
+  kill(node.pids[0], SIGCONT);
+}
+
 TEST_CASE(
     "ferry-hookhost starts sandboxed, reports ready, and stops or drains on its control ring") {
   FlowNode node(1);
