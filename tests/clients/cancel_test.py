@@ -1,7 +1,8 @@
 """Cancellation as clients do it, against a node whose workers take 1.5 s per batch (the sim
 backend): a tritonclient gRPC call cancelled while its request waits in a worker's queue, a
 curl request whose client gives up (closes its connection) the same way, and a gRPC client
-that closes its channel with 20 calls queued. Every one of those requests must leave the
+that closes its channel with 20 calls queued, and a gRPC stream stopped (cancelled) with its
+request queued. Every one of those requests must leave the
 worker's queue unexecuted: /metrics counts them cancelled at the worker and at the hook hosts,
 and the worker executes only the others.
 
@@ -97,19 +98,38 @@ def main():
         tag, result, error = done.get(timeout=30)
         check(error is None, f"gRPC round: {tag} served")
 
-    # The worker took all 22 out of its queue; it executed only the six others.
+    # A stream (ModelStreamInfer) whose client stops it, cancelling, while its request waits
+    # behind two batches: the stream's reactor hears the cancel and the request leaves the queue.
+    send("running")
+    time.sleep(0.2)
+    send("next")
+    time.sleep(0.2)
+    streamer = grpcclient.InferenceServerClient(grpc_address)
+    streamed = queue.Queue()
+    streamer.start_stream(callback=lambda result, error: streamed.put(error))
+    inp = grpcclient.InferInput("input", [1, 784], "FP32")
+    inp.set_data_from_numpy(np.zeros((1, 784), np.float32))
+    streamer.async_stream_infer("mlp", [inp], request_id="streamed")
+    time.sleep(0.3)
+    streamer.stop_stream(cancel_requests=True)
+    streamer.close()
+    for _ in range(2):
+        tag, result, error = done.get(timeout=30)
+        check(error is None, f"gRPC stream round: {tag} served")
+
+    # The worker took all 23 out of its queue; it executed only the eight others.
     deadline = time.time() + 10
     while True:
         text = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10).read().decode()
         cancelled = metric_sum(text, "ferry_requests_total", model="mlp", outcome="cancelled")
         served = metric_sum(text, "ferry_requests_total", model="mlp", outcome="success")
-        if (cancelled >= 22 and served >= 6) or time.time() > deadline:
+        if (cancelled >= 23 and served >= 8) or time.time() > deadline:
             break
         time.sleep(0.1)
-    check(cancelled == 22, f"the worker counted 22 cancelled (got {cancelled:g})")
-    check(served == 6, f"the worker executed the 6 others only (got {served:g})")
-    check(metric_sum(text, "ferry_frontend_requests_total", model="mlp", code="CANCELLED") == 22,
-          "the hook hosts counted 22 answered CANCELLED")
+    check(cancelled == 23, f"the worker counted 23 cancelled (got {cancelled:g})")
+    check(served == 8, f"the worker executed the 8 others only (got {served:g})")
+    check(metric_sum(text, "ferry_frontend_requests_total", model="mlp", code="CANCELLED") == 23,
+          "the hook hosts counted 23 answered CANCELLED")
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)

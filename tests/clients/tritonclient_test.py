@@ -130,7 +130,7 @@ def grpc_checks(address):
                               request_id="g-" + model, client_timeout=30)
         err = float(np.abs(result.as_numpy(output_name) - want).max())
         check(err < 1e-4, f"gRPC {model} infer matches PyTorch (max error {err:.2e})")
-    # ModelStreamInfer: several requests on one stream, answered in order.
+    # ModelStreamInfer: several requests on one stream, answered in order, one of them an error.
     import queue
     answers = queue.Queue()
     client.start_stream(callback=lambda result, error: answers.put((result, error)))
@@ -140,7 +140,13 @@ def grpc_checks(address):
         inp = grpcclient.InferInput("input", [1, 784], "FP32")
         inp.set_data_from_numpy(x[i:i + 1])
         client.async_stream_infer("mlp", [inp], request_id=str(i))
+        if i == 1:  # An error in the stream is answered in its place and the stream goes on.
+            client.async_stream_infer("no_such_model", [inp], request_id="bad")
     for i in range(4):
+        if i == 2:
+            result, error = answers.get(timeout=30)
+            check(error is not None and "unknown model 'no_such_model'" in str(error),
+                  f"gRPC stream: an unknown model answered in order as an error ({error})")
         result, error = answers.get(timeout=30)
         ok = error is None and float(np.abs(result.as_numpy("logits") - want[i:i + 1]).max()) < 1e-4
         check(ok and result.get_response().id == str(i), f"gRPC stream answer {i} in order and exact")
