@@ -662,9 +662,8 @@ Status GrpcFrontEnd::Start() {
   int limit = static_cast<int>(std::min<size_t>(s.max_message_bytes, INT32_MAX));
   builder.SetMaxReceiveMessageSize(limit);
   builder.SetMaxSendMessageSize(INT32_MAX);
-  // A sync server otherwise grows a thread per concurrent call: a client opening thousands of
-  // streams would exhaust the process. Calls beyond the bound wait (or are refused
-  // RESOURCE_EXHAUSTED by gRPC) instead.
+  // gRPC's own threads (the callback executor and pollers) stay bounded whatever the clients
+  // do; no call or stream holds one while it waits.
   grpc::ResourceQuota quota("ferry-hookhost");
   quota.SetMaxThreads(kMaxGrpcThreads);
   builder.SetResourceQuota(quota);

@@ -7,8 +7,9 @@
 // sandbox never needs to create a socket. Tensors travel as raw_input_contents /
 // raw_output_contents (what tritonclient sends and reads) or typed contents on input. Errors
 // map to gRPC status codes of the same names; a gRPC deadline becomes the request's deadline.
-// Messages up to [frontend] max_request_bytes are accepted. gRPC's threads are bounded (64),
-// so many concurrent calls or streams queue rather than exhaust the process.
+// Messages up to [frontend] max_request_bytes are accepted. Every method runs on gRPC's
+// callback API: no call or stream holds a thread while it waits, and gRPC's threads are
+// bounded (64).
 //
 // Thread safety: Start once, Drain/Stop from any thread. Lifetime: the service outlives it.
 #pragma once

@@ -12,6 +12,7 @@ import json
 import os
 import struct
 import sys
+import time
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -151,6 +152,24 @@ def grpc_checks(address):
         ok = error is None and float(np.abs(result.as_numpy("logits") - want[i:i + 1]).max()) < 1e-4
         check(ok and result.get_response().id == str(i), f"gRPC stream answer {i} in order and exact")
     client.stop_stream()
+    # 80 streams left open and idle (more than gRPC's 64 threads): none holds a thread, so
+    # calls on another channel are still answered at once.
+    streams = []
+    for i in range(80):
+        c = grpcclient.InferenceServerClient(address)
+        c.start_stream(callback=lambda result, error: None)
+        streams.append(c)
+    time.sleep(0.5)
+    started = time.time()
+    ready = grpcclient.InferenceServerClient(address).is_server_ready(client_timeout=5)
+    inp = grpcclient.InferInput("input", [1, 784], "FP32")
+    inp.set_data_from_numpy(x[0:1])
+    served = client.infer("mlp", [inp], client_timeout=5)
+    check(ready and served.as_numpy("logits") is not None and time.time() - started < 5,
+          f"gRPC: 80 idle streams open, ServerReady and ModelInfer answered in {time.time() - started:.2f} s")
+    for c in streams:
+        c.stop_stream()
+        c.close()
     index = client.get_model_repository_index()
     check(sorted(m.name for m in index.models) == ["cnn", "mlp"] and
           all(m.state == "READY" for m in index.models), "gRPC repository index")
