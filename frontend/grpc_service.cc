@@ -575,8 +575,10 @@ class StreamReactor final : public grpc::ServerBidiReactor<inference::ModelInfer
     }
     const hookhost::HookModel* model = prepared->model;
     std::shared_ptr<ParsedInfer> state = prepared->state;
-    // `in_` (which the parsed request points into) is not read into again before this answer
-    // is written.
+    // The parsed request points into `in_`, which is read into again only after this answer
+    // is written. The hook host reads a request's bytes only inside Submit (hookhost.h), and
+    // answers before Submit returns only a request it refused or one cancelled, whose write
+    // then fails and ends the stream (no read follows).
     service_->kserve_->Submit(
         *model, state, [this, model, state](Result<hookhost::InferResponse> r) {
           Status encoded = r.ok() ? EncodeGrpcInfer(model->name, model->manifest().version, *state,
@@ -600,10 +602,14 @@ class StreamReactor final : public grpc::ServerBidiReactor<inference::ModelInfer
   }
 
   void OnCancel() override {
-    std::lock_guard lock(mutex_);
-    cancelled_ = true;
-    if (cancel_ != nullptr) {
-      cancel_->Fire();
+    std::shared_ptr<CancelSignal> current;
+    {
+      std::lock_guard lock(mutex_);
+      cancelled_ = true;
+      current = cancel_;
+    }
+    if (current != nullptr) {
+      current->Fire();  // Outside the lock: firing may answer, and so write, inline.
     }
   }
 
@@ -662,8 +668,9 @@ Status GrpcFrontEnd::Start() {
   int limit = static_cast<int>(std::min<size_t>(s.max_message_bytes, INT32_MAX));
   builder.SetMaxReceiveMessageSize(limit);
   builder.SetMaxSendMessageSize(INT32_MAX);
-  // gRPC's own threads (the callback executor and pollers) stay bounded whatever the clients
-  // do; no call or stream holds one while it waits.
+  // No call or stream holds a thread while it waits (callback API); the callback executor is
+  // gRPC's own, sized by gRPC from the CPUs. The quota bounds any further threads gRPC's
+  // server would start for calls.
   grpc::ResourceQuota quota("ferry-hookhost");
   quota.SetMaxThreads(kMaxGrpcThreads);
   builder.SetResourceQuota(quota);

@@ -8,8 +8,7 @@
 // raw_output_contents (what tritonclient sends and reads) or typed contents on input. Errors
 // map to gRPC status codes of the same names; a gRPC deadline becomes the request's deadline.
 // Messages up to [frontend] max_request_bytes are accepted. Every method runs on gRPC's
-// callback API: no call or stream holds a thread while it waits, and gRPC's threads are
-// bounded (64).
+// callback API: no call or stream holds a thread while it waits.
 //
 // Thread safety: Start once, Drain/Stop from any thread. Lifetime: the service outlives it.
 #pragma once

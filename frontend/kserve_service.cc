@@ -188,7 +188,8 @@ bool KServeService::ModelReady(const hookhost::HookModel& model) const {
                        [&](uint32_t callee) { return ModelReady(models_[callee]); });
   }
   for (uint32_t w = 0; w < segment_.workers(); ++w) {
-    Result<shm::StatusSnapshotData> s = shm::ReadStatus(segment_, segment_.WorkerSlot(w), kProbeReadAttempts);
+    Result<shm::StatusSnapshotData> s =
+        shm::ReadStatus(segment_, segment_.WorkerSlot(w), kProbeReadAttempts);
     if (!s.ok() || s->state != static_cast<uint32_t>(shm::ProcessState::kReady)) {
       continue;
     }
@@ -231,7 +232,8 @@ bool KServeService::ServerReady() const {
     return false;
   }
   for (uint32_t w = 0; w < segment_.workers(); ++w) {
-    Result<shm::StatusSnapshotData> s = shm::ReadStatus(segment_, segment_.WorkerSlot(w), kProbeReadAttempts);
+    Result<shm::StatusSnapshotData> s =
+        shm::ReadStatus(segment_, segment_.WorkerSlot(w), kProbeReadAttempts);
     if (s.ok() && s->state == static_cast<uint32_t>(shm::ProcessState::kReady)) {
       return true;
     }

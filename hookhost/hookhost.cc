@@ -986,7 +986,8 @@ struct HookHost::Impl {
   // A worker's status has not yet been read whole, within kStaleStatusNs of the first read.
   bool Unseen(int64_t now) const {
     return now - first_view_ns < kStaleStatusNs &&
-           std::any_of(workers.begin(), workers.end(), [](const WorkerState& w) { return !w.seen; });
+           std::any_of(workers.begin(), workers.end(),
+                       [](const WorkerState& w) { return !w.seen; });
   }
   bool SendWaiting(int64_t now);
   void SendCancels();
@@ -1067,6 +1068,7 @@ void HookHost::Impl::RefreshViews(int64_t now) {
 
 bool HookHost::Impl::SendWaiting(int64_t now) {
   bool sent = false;
+  bool unseen = Unseen(now);
   for (auto it = waiting.begin(); it != waiting.end();) {
     PendingPtr p = *it;
     auto drop = [&](std::optional<Error> error) {
@@ -1111,7 +1113,9 @@ bool HookHost::Impl::SendWaiting(int64_t now) {
     Result<size_t> chosen =
         gateway.Choose(static_cast<int>(model), p->model->name, p->output_bytes, candidates);
     if (!chosen.ok()) {
-      if (ring_full || Unseen(now)) {
+      // UNAVAILABLE (none ready, or none ready has the model) may only mean a worker not yet
+      // seen; RESOURCE_EXHAUSTED is a full queue or arena, answered as such.
+      if (ring_full || (unseen && chosen.error().code == ErrorCode::kUnavailable)) {
         ++it;  // Waits for ring space, or a first whole status (or its deadline).
       } else {
         drop(chosen.error());

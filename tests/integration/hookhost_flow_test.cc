@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <random>
 #include <thread>
@@ -395,6 +396,31 @@ TEST_CASE("a worker killed mid-traffic fails only its requests; the other worker
   CHECK(after.ok());
 }
 
+// Stops the worker (SIGSTOP) where it is not publishing its status, so that the test's own
+// odd sequence is the only torn publish; returns the (even) sequence it stopped at.
+uint64_t StopOutsidePublish(pid_t pid, const std::atomic<uint64_t>& sequence) {
+  auto stop = [pid] {  // SIGSTOP, then wait until the process is stopped ('T' in its stat).
+    kill(pid, SIGSTOP);
+    for (int i = 0; i < 10'000; ++i) {
+      std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+      std::string line;
+      std::getline(stat, line);
+      size_t paren = line.rfind(')');
+      if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'T') {
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  };
+  stop();
+  while ((sequence.load() & 1) != 0) {  // Caught between its two stores: let it finish.
+    kill(pid, SIGCONT);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    stop();
+  }
+  return sequence.load();
+}
+
 TEST_CASE("a worker caught mid-publish keeps its last view; one that stays torn is ineligible") {
   FlowNode node(1);
   Host host(node, GatewayMode::kLeastOutstanding);
@@ -402,9 +428,8 @@ TEST_CASE("a worker caught mid-publish keeps its last view; one that stays torn 
   REQUIRE(Get(host.host->Submit(Request("mlp", {1, 784}, input, "input"))).ok());
   // The worker stops between the two stores of a publish: its sequence stays odd.
   uint32_t slot = node.segment.WorkerSlot(0);
-  kill(node.pids[0], SIGSTOP);
   std::atomic<uint64_t>& sequence = node.segment.status(slot).sequence;
-  uint64_t even = sequence.load();
+  uint64_t even = StopOutsidePublish(node.pids[0], sequence);
   sequence.store(even + 1);
   // Within 100 ms its last view stands (after several refreshes of 5 ms): the request is
   // sent, and waits for the worker.
@@ -431,9 +456,8 @@ TEST_CASE("a worker caught mid-publish keeps its last view; one that stays torn 
 TEST_CASE("a hook host that starts while its worker is mid-publish waits for a first whole read") {
   FlowNode node(1);
   uint32_t slot = node.segment.WorkerSlot(0);
-  kill(node.pids[0], SIGSTOP);
   std::atomic<uint64_t>& sequence = node.segment.status(slot).sequence;
-  uint64_t even = sequence.load();
+  uint64_t even = StopOutsidePublish(node.pids[0], sequence);
   sequence.store(even + 1);
   std::vector<uint8_t> input(784 * 4);
   {
@@ -446,8 +470,7 @@ TEST_CASE("a hook host that starts while its worker is mid-publish waits for a f
     Result<InferResponse> served = Get(sent);
     CHECK_MESSAGE(served.ok(), (served.ok() ? "" : served.error().message));
   }
-  kill(node.pids[0], SIGSTOP);
-  even = sequence.load() & ~uint64_t{1};
+  even = StopOutsidePublish(node.pids[0], sequence);
   sequence.store(even + 1);
   {
     Host host(node, GatewayMode::kLeastOutstanding);
