@@ -306,11 +306,10 @@ class InferReactor final : public grpc::ServerUnaryReactor {
 
 class StreamReactor;
 
-// Every method on gRPC's callback API: no call holds a thread while it waits, and the server
-// has no synchronous completion queues, whose polling threads took calls in turn with the
-// callback threads (measured: 9.5k against 12.8k req/s with the sync pollers cut to one, on
-// a Sim node at 32 in flight; docs/benchmarks.md). The quick methods answer inline through
-// the call's default reactor (Reply).
+// Every method on gRPC's callback API: no call or stream holds a thread while it waits, and
+// the server has no synchronous completion queues (throughput measured unchanged against the
+// previous server, docs/benchmarks.md; a synchronous stream held one of gRPC's threads). The
+// quick methods answer inline through the call's default reactor (Reply).
 class Service final : public inference::GRPCInferenceService::CallbackService {
  public:
   explicit Service(KServeService* kserve) : kserve_(kserve) {}
@@ -396,18 +395,13 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
       out->set_name(m.name);
       out->add_versions(std::to_string(m.version));
       out->set_platform("ferry");
-      for (const TensorSpec& t : m.client_inputs()) {
-        auto* x = out->add_inputs();
+      auto describe = [](const TensorSpec& t, auto* x) {  // An input or an output alike.
         x->set_name(t.name);
         x->set_datatype(std::string(KServeName(t.dtype)));
         for (int64_t d : t.shape) x->add_shape(d);
-      }
-      for (const TensorSpec& t : m.client_outputs()) {
-        auto* x = out->add_outputs();
-        x->set_name(t.name);
-        x->set_datatype(std::string(KServeName(t.dtype)));
-        for (int64_t d : t.shape) x->add_shape(d);
-      }
+      };
+      for (const TensorSpec& t : m.client_inputs()) describe(t, out->add_inputs());
+      for (const TensorSpec& t : m.client_outputs()) describe(t, out->add_outputs());
       return grpc::Status::OK;
     });
   }
@@ -426,18 +420,13 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
       c->set_platform("ferry");
       c->set_backend("ferry");
       c->set_max_batch_size(static_cast<int32_t>(max_batch));
-      for (const TensorSpec& t : m.client_inputs()) {
-        auto* x = c->add_input();
+      auto describe = [max_batch](const TensorSpec& t, auto* x) {  // Dims without the batch.
         x->set_name(t.name);
         x->set_data_type(ConfigType(t.dtype));
         for (size_t i = max_batch > 0 ? 1 : 0; i < t.shape.size(); ++i) x->add_dims(t.shape[i]);
-      }
-      for (const TensorSpec& t : m.client_outputs()) {
-        auto* x = c->add_output();
-        x->set_name(t.name);
-        x->set_data_type(ConfigType(t.dtype));
-        for (size_t i = max_batch > 0 ? 1 : 0; i < t.shape.size(); ++i) x->add_dims(t.shape[i]);
-      }
+      };
+      for (const TensorSpec& t : m.client_inputs()) describe(t, c->add_input());
+      for (const TensorSpec& t : m.client_outputs()) describe(t, c->add_output());
       return grpc::Status::OK;
     });
   }
@@ -446,19 +435,9 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
                                        inference::ModelInferResponse* out) override {
     auto cancel = std::make_shared<CancelSignal>();
     auto* reactor = new InferReactor(cancel);
-    Result<Prepared> prepared = Prepare(context, *in, cancel);
-    if (!prepared.ok()) {
-      reactor->Finish(ToGrpc(prepared.error()));
-      return reactor;
-    }
     // `in` and `out` live until the reactor is done, which is after Finish.
-    const hookhost::HookModel* model = prepared->model;
-    std::shared_ptr<ParsedInfer> state = prepared->state;
-    kserve_->Submit(*model, state, [reactor, out, model, state](Result<hookhost::InferResponse> r) {
-      Status encoded =
-          r.ok() ? EncodeGrpcInfer(model->name, model->manifest().version, *state, *r, out)
-                 : Status(r.error());
-      reactor->Finish(encoded.ok() ? grpc::Status::OK : ToGrpc(encoded.error()));
+    Infer(context, *in, std::move(cancel), out, [reactor](const Status& answered) {
+      reactor->Finish(answered.ok() ? grpc::Status::OK : ToGrpc(answered.error()));
     });
     return reactor;
   }
@@ -474,6 +453,27 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
     grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
     reactor->Finish(fn());
     return reactor;
+  }
+
+  // One inference, for ModelInfer and each request of a stream: `in` checked, parsed and
+  // submitted, the answer encoded into `out`; then `done(status)`, once, on whichever thread
+  // the answer comes (inline when `in` is refused). REQUIRES: `in` and `out` outlive `done`.
+  template <typename Done>
+  void Infer(grpc::CallbackServerContext* call, const inference::ModelInferRequest& in,
+             std::shared_ptr<CancelSignal> cancel, inference::ModelInferResponse* out, Done done) {
+    Result<Prepared> prepared = Prepare(call, in, std::move(cancel));
+    if (!prepared.ok()) {
+      done(Status(prepared.error()));
+      return;
+    }
+    const hookhost::HookModel* model = prepared->model;
+    std::shared_ptr<ParsedInfer> state = prepared->state;
+    kserve_->Submit(
+        *model, state,
+        [model, state, out, done = std::move(done)](Result<hookhost::InferResponse> r) {
+          done(r.ok() ? EncodeGrpcInfer(model->name, model->manifest().version, *state, *r, out)
+                      : Status(r.error()));
+        });
   }
 
   // A model by name (and version, when given) that loaded.
@@ -568,28 +568,18 @@ class StreamReactor final : public grpc::ServerBidiReactor<inference::ModelInfer
         cancel->Fire();
       }
     }
-    Result<Service::Prepared> prepared = service_->Prepare(call_, in_, cancel);
-    if (!prepared.ok()) {
-      WriteError(prepared.error());
-      return;
-    }
-    const hookhost::HookModel* model = prepared->model;
-    std::shared_ptr<ParsedInfer> state = prepared->state;
     // The parsed request points into `in_`, which is read into again only after this answer
     // is written. The hook host reads a request's bytes only inside Submit (hookhost.h), and
     // answers before Submit returns only a request it refused or one cancelled, whose write
     // then fails and ends the stream (no read follows).
-    service_->kserve_->Submit(
-        *model, state, [this, model, state](Result<hookhost::InferResponse> r) {
-          Status encoded = r.ok() ? EncodeGrpcInfer(model->name, model->manifest().version, *state,
-                                                    *r, answer_.mutable_infer_response())
-                                  : Status(r.error());
-          if (!encoded.ok()) {
-            WriteError(encoded.error());
-            return;
-          }
-          StartWrite(&answer_);
-        });
+    service_->Infer(call_, in_, std::move(cancel), answer_.mutable_infer_response(),
+                    [this](const Status& answered) {
+                      if (answered.ok()) {
+                        StartWrite(&answer_);
+                      } else {
+                        WriteError(answered.error());
+                      }
+                    });
   }
 
   void OnWriteDone(bool ok) override {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <memory>
 #include <thread>
 
@@ -175,9 +176,25 @@ void KServeService::CountRefused(const hookhost::HookModel* model, const Error& 
   submitting_.fetch_sub(1);
 }
 
-// Readiness probes read each worker's status with ReadStatus's full patience (yielding to a
-// writer preempted mid-publish): 16 attempts answered a ready node 503 on a busy host.
-constexpr int kProbeReadAttempts = 1000;
+namespace {
+
+// A readiness probe waits this long for a worker's status to settle: a writer preempted
+// mid-publish on a busy host holds it torn for a scheduling quantum or two, and 16 quick
+// attempts answered a ready node 503. A status torn for longer counts as not ready.
+constexpr auto kProbePatience = std::chrono::milliseconds(20);
+
+Result<shm::StatusSnapshotData> ProbeStatus(const shm::Segment& segment, uint32_t slot) {
+  auto until = std::chrono::steady_clock::now() + kProbePatience;
+  while (true) {
+    Result<shm::StatusSnapshotData> s = shm::ReadStatus(segment, slot, 64);
+    if (s.ok() || std::chrono::steady_clock::now() >= until) {
+      return s;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+}  // namespace
 
 bool KServeService::ModelReady(const hookhost::HookModel& model) const {
   if (model.failure || draining_.load()) {
@@ -188,8 +205,7 @@ bool KServeService::ModelReady(const hookhost::HookModel& model) const {
                        [&](uint32_t callee) { return ModelReady(models_[callee]); });
   }
   for (uint32_t w = 0; w < segment_.workers(); ++w) {
-    Result<shm::StatusSnapshotData> s =
-        shm::ReadStatus(segment_, segment_.WorkerSlot(w), kProbeReadAttempts);
+    Result<shm::StatusSnapshotData> s = ProbeStatus(segment_, segment_.WorkerSlot(w));
     if (!s.ok() || s->state != static_cast<uint32_t>(shm::ProcessState::kReady)) {
       continue;
     }
@@ -232,8 +248,7 @@ bool KServeService::ServerReady() const {
     return false;
   }
   for (uint32_t w = 0; w < segment_.workers(); ++w) {
-    Result<shm::StatusSnapshotData> s =
-        shm::ReadStatus(segment_, segment_.WorkerSlot(w), kProbeReadAttempts);
+    Result<shm::StatusSnapshotData> s = ProbeStatus(segment_, segment_.WorkerSlot(w));
     if (s.ok() && s->state == static_cast<uint32_t>(shm::ProcessState::kReady)) {
       return true;
     }

@@ -51,6 +51,7 @@ class KServeService {
   // Shared with the gRPC front end (grpc_service.h).
   const hookhost::HookModel* Find(std::string_view name) const;
   // A worker serves it and the node is not draining; a pipeline: every model it calls is ready.
+  // Each waits up to 20 ms for a worker's status caught mid-publish to settle.
   bool ModelReady(const hookhost::HookModel& model) const;
   bool ServerReady() const;
   // The repository extension's index: one entry per model served ({name, version, state

@@ -186,8 +186,7 @@ struct HookHost::Impl {
     uint32_t slot = 0;
     uint32_t generation = 0;
     uint32_t view_generation = 0;  // The incarnation the last status read described.
-    int64_t read_ok_ns = 0;        // When its status was last read whole.
-    bool seen = false;             // Its status has been read whole at least once.
+    int64_t read_ok_ns = 0;        // When its status was last read whole (0: never yet).
     double last_compute[shm::kMaxStatusModels] = {};
   };
   Gateway gateway;
@@ -987,7 +986,7 @@ struct HookHost::Impl {
   bool Unseen(int64_t now) const {
     return now - first_view_ns < kStaleStatusNs &&
            std::any_of(workers.begin(), workers.end(),
-                       [](const WorkerState& w) { return !w.seen; });
+                       [](const WorkerState& w) { return w.read_ok_ns == 0; });
   }
   bool SendWaiting(int64_t now);
   void SendCancels();
@@ -1018,14 +1017,14 @@ void HookHost::Impl::RefreshViews(int64_t now) {
     // A torn read is no state: the worker is publishing (or was preempted while it did, on a
     // busy host). Its last view stands; one never read whole is waited for (Unseen) rather
     // than taken for not ready, for up to kStaleStatusNs either way.
-    bool settling = ws.seen ? current == ws.view_generation && now - ws.read_ok_ns < kStaleStatusNs
-                            : now - first_view_ns < kStaleStatusNs;
+    bool settling = ws.read_ok_ns != 0
+                        ? current == ws.view_generation && now - ws.read_ok_ns < kStaleStatusNs
+                        : now - first_view_ns < kStaleStatusNs;
     if (!st.ok() && settling) {
       continue;
     }
     if (st.ok()) {
       ws.read_ok_ns = now;
-      ws.seen = true;
     }
     bool ready = st.ok() && st->state == static_cast<uint32_t>(shm::ProcessState::kReady) &&
                  st->generation == current;

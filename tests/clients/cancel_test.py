@@ -50,11 +50,20 @@ def main():
         return client.async_infer(
             "mlp", [inp], callback=lambda result, error: done.put((tag, result, error)))
 
-    # A executes (1.5 s), B is decided next, C waits in the queue until it is cancelled.
-    send("running")
-    time.sleep(0.2)
-    send("next")
-    time.sleep(0.2)
+    def behind_two_batches():
+        # "running" executes (1.5 s), "next" is decided next: what is sent now waits queued.
+        send("running")
+        time.sleep(0.2)
+        send("next")
+        time.sleep(0.2)
+
+    def both_served(round_name):
+        for _ in range(2):
+            tag, result, error = done.get(timeout=30)
+            check(error is None, f"{round_name}: {tag} served")
+
+    # C waits in the queue behind the two until it is cancelled.
+    behind_two_batches()
     waiting = send("cancelled")
     time.sleep(0.2)
     waiting.cancel()
@@ -67,25 +76,17 @@ def main():
           "gRPC: the cancelled call ends CANCELLED")
 
     # curl gives up after 0.4 s on a request queued behind two 1.5 s batches.
-    send("running")
-    time.sleep(0.2)
-    send("next")
-    time.sleep(0.2)
+    behind_two_batches()
     body = '{"inputs":[{"name":"input","datatype":"FP32","shape":[1,784],"data":[' + \
         ",".join(["0"] * 784) + "]}]}"
     curl = subprocess.run(["curl", "-sS", "-m", "0.4", "-X", "POST", "-d", body,
                            f"http://{http}/v2/models/mlp/infer"], capture_output=True, text=True)
     check(curl.returncode == 28, f"curl timed out as intended (exit {curl.returncode})")
-    for _ in range(2):
-        tag, result, error = done.get(timeout=30)
-        check(error is None, f"HTTP round: {tag} served")
+    both_served("HTTP round")
 
     # A second gRPC client queues 20 calls behind two batches and closes its channel: its
     # connection goes, and every one of its calls is cancelled (the reactor hears it at once).
-    send("running")
-    time.sleep(0.2)
-    send("next")
-    time.sleep(0.2)
+    behind_two_batches()
     leaving = grpcclient.InferenceServerClient(grpc_address)
     left = queue.Queue()
     for i in range(20):
@@ -94,16 +95,11 @@ def main():
         leaving.async_infer("mlp", [inp], callback=lambda result, error: left.put(error))
     time.sleep(0.3)
     leaving.close()
-    for _ in range(2):
-        tag, result, error = done.get(timeout=30)
-        check(error is None, f"gRPC round: {tag} served")
+    both_served("gRPC round")
 
     # A stream (ModelStreamInfer) whose client stops it, cancelling, while its request waits
     # behind two batches: the stream's reactor hears the cancel and the request leaves the queue.
-    send("running")
-    time.sleep(0.2)
-    send("next")
-    time.sleep(0.2)
+    behind_two_batches()
     streamer = grpcclient.InferenceServerClient(grpc_address)
     streamed = queue.Queue()
     streamer.start_stream(callback=lambda result, error: streamed.put(error))
@@ -113,9 +109,7 @@ def main():
     time.sleep(0.3)
     streamer.stop_stream(cancel_requests=True)
     streamer.close()
-    for _ in range(2):
-        tag, result, error = done.get(timeout=30)
-        check(error is None, f"gRPC stream round: {tag} served")
+    both_served("gRPC stream round")
 
     # The worker took all 23 out of its queue; it executed only the eight others.
     deadline = time.time() + 10

@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "frontend/kserve_service.h"
 #include "hookhost/hookhost.h"
 #include "shm/recovery.h"
 #include "tests/testing/hookhost_test.h"
@@ -482,6 +483,36 @@ TEST_CASE("a hook host that starts while its worker is mid-publish waits for a f
   }
   sequence.store(even);
   kill(node.pids[0], SIGCONT);
+}
+
+// The KServe readiness probes (HTTP /v2/health/ready, model ready, their gRPC twins) read the
+// same status: one caught mid-publish for a few milliseconds is waited for, not answered 503;
+// one torn for longer than the probe's 20 ms is not ready.
+TEST_CASE("readiness probes wait for a worker status caught mid-publish to settle") {
+  FlowNode node(1);
+  Host host(node, GatewayMode::kLeastOutstanding);
+  frontend::KServeService service(host.view, host.models, host.host.get(), 1 << 20);
+  const HookModel* mlp = service.Find("mlp");
+  REQUIRE(mlp != nullptr);
+  REQUIRE(service.ServerReady());
+  std::atomic<uint64_t>& sequence = node.segment.status(node.segment.WorkerSlot(0)).sequence;
+  uint64_t even = StopOutsidePublish(node.pids[0], sequence);
+  for (int probe = 0; probe < 2; ++probe) {
+    sequence.store(even + 1);
+    std::thread settle([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      sequence.store(even);
+    });
+    bool ready = probe == 0 ? service.ServerReady() : service.ModelReady(*mlp);
+    CHECK(ready);
+    settle.join();
+  }
+  sequence.store(even + 1);
+  CHECK_FALSE(service.ServerReady());
+  CHECK_FALSE(service.ModelReady(*mlp));
+  sequence.store(even);
+  kill(node.pids[0], SIGCONT);
+  CHECK(service.ServerReady());
 }
 
 TEST_CASE(
