@@ -529,10 +529,14 @@ void DispatchLoop::Submit(uint32_t h, const shm::DescriptorData& d, int64_t now)
   q.payload = id;
   q.variant = d.variant;
   q.rows = d.rows;
-  q.arrival = now;
+  // Requests drained in one pass share `now`; one nanosecond apart each keeps their ring
+  // order, so fifo serves them as they arrived (not by the tie-break, the model's name).
+  int64_t arrival = std::max(now, last_arrival_ns_ + 1);
+  last_arrival_ns_ = arrival;
+  q.arrival = arrival;
   q.priority = d.priority == 0 ? kDefaultPriority : d.priority;
   q.tenant = d.tenant;
-  requests_[id].arrival_ns = now;
+  requests_[id].arrival_ns = arrival;
   if (d.deadline_ns != 0) {
     q.deadline = d.deadline_ns;
   }

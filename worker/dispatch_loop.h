@@ -216,6 +216,7 @@ class DispatchLoop {
   int max_in_flight_ = 1;
   bool backlog_at_finish_ = false;  // Work was decided or queued when the last batch ended.
   int64_t last_finished_ns_ = 0;
+  int64_t last_arrival_ns_ = 0;  // Strictly increasing: the order requests were drained.
   WaitHistogram host_gaps_;
   uint64_t dispatches_ = 0;
   uint64_t invalid_ = 0;

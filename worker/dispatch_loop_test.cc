@@ -58,14 +58,14 @@ struct Fixture {
   std::thread thread;
   int exit_code = -1;
 
-  explicit Fixture(DispatchLoopOptions options = {}) {
+  explicit Fixture(DispatchLoopOptions options = {}, SchedulerConfig config = {}) {
     std::vector<LoopModel> models;
     std::vector<ModelSpec> specs;
     for (const RepositoryModel& m : repo) {
       models.push_back({m.name, m.bundle.get(), backend.Load(*m.bundle).value(), std::nullopt});
       specs.push_back(SpecForModel(m));
     }
-    scheduler.emplace(Scheduler::Create({}, std::move(specs)).value());
+    scheduler.emplace(Scheduler::Create(config, std::move(specs)).value());
     loop = std::make_unique<DispatchLoop>(segment, segment.WorkerSlot(0), &backend, &*scheduler,
                                           std::move(models), options);
   }
@@ -487,6 +487,26 @@ TEST_CASE("queued requests run by priority level, then age; execution time is sp
   // The second batch's time, split by rows: tenant 2 had 3 of its 4 rows.
   CHECK(s.tenant_compute_seconds[2] == doctest::Approx(3 * s.tenant_compute_seconds[1]));
   CHECK(s.tenant_compute_seconds[0] > 0.1);  // The first batch, alone: 150 ms.
+}
+
+TEST_CASE("fifo serves requests drained in one pass in their ring order, not by model name") {
+  SchedulerConfig config;
+  config.discipline = Discipline::kFifo;
+  Fixture f(NoPlanAhead(), config);
+  NodeDriver driver(f.segment, 0);
+  // Both wait in the ring before the loop starts, so its first pass drains them together:
+  // the mlp (queued first) must run first, though "cnn" sorts before "mlp".
+  static const std::vector<uint8_t> row(784 * 4);
+  Result<uint64_t> first = driver.Submit(kMlp, 0, 1, {{DType::kF32, {1, 784}, row}});
+  REQUIRE(first.ok());
+  uint64_t second = SubmitCnn(driver);
+  f.Start();
+  std::vector<Completion> done = WaitFor(driver, 2);
+  REQUIRE(done.size() == 2);
+  CHECK(done[0].sequence == *first);
+  CHECK(done[1].sequence == second);
+  CHECK(done[0].status == 0);
+  CHECK(done[1].status == 0);
 }
 
 }  // namespace

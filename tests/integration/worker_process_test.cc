@@ -198,7 +198,7 @@ TEST_CASE("hostile and impossible submissions are answered at once with the caus
 
 TEST_CASE("deadlines that pass in the queue are shed before execution") {
   testing::TempDir dir;
-  // Every dispatch takes 20 ms; requests allow 5 ms.
+  // Every dispatch takes 20 ms.
   Node node(NodeFile(dir,
                      "backend = \"sim\"\n[sim]\nfixed_us = 20000\nper_row_us = 0\n"
                      "[scheduler]\ndiscipline = \"fifo\"\n"));
@@ -206,13 +206,16 @@ TEST_CASE("deadlines that pass in the queue are shed before execution") {
   NodeDriver driver(node.segment, 0);
   std::vector<uint8_t> input(784 * 4);
   std::vector<Completion> done;
-  // One request without a deadline occupies the executor; those behind it cannot make 5 ms.
+  // One request without a deadline occupies the executor; those behind it (fifo) cannot
+  // start before it ends, 20 ms or more after `start`. Their deadline is 10 ms after `start`
+  // whenever this thread gets to submit them (a late submission arrives already expired).
+  int64_t start = MonotonicNs();
   REQUIRE(driver.Submit(kMlp, 0, 1, {{DType::kF32, {1, 784}, input}}).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
   for (int i = 0; i < 20; ++i) {
     REQUIRE(driver
                 .Submit(kCnn, 0, 1, {{DType::kF32, {1, 3, 32, 32}, std::vector<uint8_t>(3072 * 4)}},
-                        MonotonicNs() + 5'000'000)
+                        start + 10'000'000)
                 .ok());
   }
   PollUntil(driver, &done, [&] { return done.size() == 21; });
