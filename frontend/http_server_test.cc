@@ -204,17 +204,36 @@ TEST_CASE("hostile clients: malformed, oversized, slow; the server keeps serving
   }
   SUBCASE("more connections than allowed: 503, then served again once they close") {
     std::vector<int> held;
+    uint64_t before = s.server->stats().connections.load();
     for (int i = 0; i < 8; ++i) {
       held.push_back(s.Connect());
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // Polled, not slept: the server thread may run late on a loaded machine.
+    for (int i = 0; i < 5000 && s.server->stats().connections.load() < before + 8; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    REQUIRE(s.server->stats().connections.load() == before + 8);
     int extra = s.Connect();
     CHECK(ReadAll(extra).find("HTTP/1.1 503") == 0);
     close(extra);
     for (int fd : held) {
       close(fd);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // Served again once the server has seen the closes (refused until then).
+    bool served = false;
+    for (int i = 0; i < 500 && !served; ++i) {
+      int again = s.Connect();
+      // A refused connection may be closed before this is sent: its result is not checked.
+      const std::string text =
+          "POST /ok HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi";
+      (void)send(again, text.data(), text.size(), MSG_NOSIGNAL);
+      served = ReadAll(again).find("HTTP/1.1 200 OK") == 0;
+      close(again);
+      if (!served) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    CHECK(served);
   }
   // Whatever came before, a good request is served.
   int fd = s.Connect();
@@ -237,7 +256,7 @@ TEST_CASE("Expect: 100-continue gets its interim answer; drain answers what was 
   Send(fd, "body");
   CHECK(ReadResponses(fd, 1).find("\"bytes\":4") != std::string::npos);
   s.server->Drain();
-  for (int i = 0; i < 200 && !s.server->Drained(); ++i) {
+  for (int i = 0; i < 2000 && !s.server->Drained(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   CHECK(s.server->Drained());  // The idle keep-alive connection was closed.

@@ -24,11 +24,8 @@ namespace {
 static_assert(kMaxTenants == shm::kMaxTenants, "the node file's tenants fit shared memory");
 
 constexpr int64_t kViewRefreshNs = 5'000'000;  // Workers publish their status every 5 ms.
-// A status that cannot be read whole for this long (a writer that died mid-publish) makes
-// its worker ineligible; shorter, the last view stands.
-constexpr int64_t kStaleStatusNs = 100'000'000;
-constexpr int64_t kRepackNs = 1'000'000'000;  // lpt_packing re-placed every second.
-constexpr int64_t kIdleWaitNs = 1'000'000;    // The transport's longest sleep.
+constexpr int64_t kRepackNs = 1'000'000'000;   // lpt_packing re-placed every second.
+constexpr int64_t kIdleWaitNs = 1'000'000;     // The transport's longest sleep.
 // Answers up to this many output bytes, with no postprocess to run, are joined and answered
 // on the transport thread (their callback's encoding is short).
 constexpr uint64_t kInlineAnswerBytes = 4096;
@@ -982,9 +979,10 @@ struct HookHost::Impl {
   void Cancel(const PendingPtr& p);
 
   void RefreshViews(int64_t now);
-  // A worker's status has not yet been read whole, within kStaleStatusNs of the first read.
+  // A worker's status has not yet been read whole, within options.stale_status_ns of the first
+  // read.
   bool Unseen(int64_t now) const {
-    return now - first_view_ns < kStaleStatusNs &&
+    return now - first_view_ns < options.stale_status_ns &&
            std::any_of(workers.begin(), workers.end(),
                        [](const WorkerState& w) { return w.read_ok_ns == 0; });
   }
@@ -1016,10 +1014,10 @@ void HookHost::Impl::RefreshViews(int64_t now) {
     uint32_t current = segment.generation(ws.slot).load(std::memory_order_acquire);
     // A torn read is no state: the worker is publishing (or was preempted while it did, on a
     // busy host). Its last view stands; one never read whole is waited for (Unseen) rather
-    // than taken for not ready, for up to kStaleStatusNs either way.
-    bool settling = ws.read_ok_ns != 0
-                        ? current == ws.view_generation && now - ws.read_ok_ns < kStaleStatusNs
-                        : now - first_view_ns < kStaleStatusNs;
+    // than taken for not ready, for up to options.stale_status_ns either way.
+    bool settling = ws.read_ok_ns != 0 ? current == ws.view_generation &&
+                                             now - ws.read_ok_ns < options.stale_status_ns
+                                       : now - first_view_ns < options.stale_status_ns;
     if (!st.ok() && settling) {
       continue;
     }

@@ -119,6 +119,10 @@ struct HookHostOptions {
   // With one request pending and nothing to do, the transport thread polls this long for its
   // answer before it sleeps (a wake-up saved at light load, a core's time spent). 0: never.
   int64_t spin_ns = 0;
+  // A worker status that cannot be read whole for this long (a writer that died mid-publish)
+  // makes its worker ineligible; shorter, its last view stands (a writer preempted between its
+  // two stores). Tests lengthen it so a loaded machine cannot outlast it by accident.
+  int64_t stale_status_ns = 100'000'000;
 };
 
 class HookHost {

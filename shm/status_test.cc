@@ -64,7 +64,7 @@ TEST_CASE("a reader never sees a torn status snapshot while the writer publishes
   });
   uint64_t reads = 0, last = 0;
   bool monotonic = true;
-  while (!done.load()) {
+  do {  // At least one read, even if this thread is scheduled only after the writer ends.
     // The writer here publishes back to back (production: every few milliseconds), so a
     // read may need many attempts.
     Result<StatusSnapshotData> s = ReadStatus(f.segment, 1, 1 << 30);
@@ -73,7 +73,7 @@ TEST_CASE("a reader never sees a torn status snapshot while the writer publishes
     monotonic = monotonic && s->dispatches >= last;
     last = s->dispatches;
     ++reads;
-  }
+  } while (!done.load());
   writer.join();
   CHECK(monotonic);
   CHECK(reads > 0);

@@ -117,6 +117,20 @@ uint64_t SubmitCnn(NodeDriver& driver, uint32_t meta = 0, uint32_t priority = 0,
   return *sequence;
 }
 
+// Returns once the loop has begun `count` batches (its status says so), so requests sent next
+// arrive while that batch executes; polled for up to 10 s, since a loaded CI machine may run
+// the loop thread late (a fixed sleep assumed it would not).
+void WaitDispatched(const Fixture& f, uint64_t count) {
+  for (int i = 0; i < 10000; ++i) {
+    Result<shm::StatusSnapshotData> s = shm::ReadStatus(f.segment, f.segment.WorkerSlot(0));
+    if (s.ok() && s->dispatches >= count) {
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  FAIL("the loop began no batch in 10 s");
+}
+
 TEST_CASE(
     "a backend error fails that batch's requests (INTERNAL, message kept) and the model, "
     "not the worker") {
@@ -159,17 +173,27 @@ TEST_CASE("the heartbeat advances while the loop idles and while a batch execute
   Fixture f;
   f.Start();
   uint32_t slot = f.segment.WorkerSlot(0);
-  uint64_t before = shm::ReadHeartbeat(f.segment, slot);
-  std::this_thread::sleep_for(std::chrono::milliseconds(60));  // Idle: >= 1 beat per 20 ms.
-  uint64_t idle = shm::ReadHeartbeat(f.segment, slot);
-  CHECK(idle >= before + 2);
+  // When the heartbeat has advanced two beats past `from` (polled each millisecond for up to
+  // `limit_ms`), or 0. A polled wait, not a sleep: a loaded CI machine may run the loop late.
+  auto two_beats_after = [&](uint64_t from, int limit_ms) -> int64_t {
+    for (int i = 0; i < limit_ms; ++i) {
+      if (shm::ReadHeartbeat(f.segment, slot) >= from + 2) {
+        return MonotonicNs();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return 0;
+  };
+  CHECK(two_beats_after(shm::ReadHeartbeat(f.segment, slot), 5000) != 0);  // Idle.
   NodeDriver driver(f.segment, 0);
   std::vector<uint8_t> cnn(3072 * 4);
   REQUIRE(driver.Submit(kCnn, 0, 1, {{DType::kF32, {1, 3, 32, 32}, cnn}}).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // The batch is executing.
-  uint64_t during = shm::ReadHeartbeat(f.segment, slot);
-  std::this_thread::sleep_for(std::chrono::milliseconds(60));
-  CHECK(shm::ReadHeartbeat(f.segment, slot) >= during + 2);
+  int64_t submitted = MonotonicNs();
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));  // The batch begins.
+  int64_t beating = two_beats_after(shm::ReadHeartbeat(f.segment, slot), 2000);
+  CHECK(beating != 0);
+  // Two beats before the batch could have ended (it takes 150 ms): they came while it ran.
+  CHECK(beating - submitted < 149'000'000);
   std::vector<Completion> done;
   for (int i = 0; i < 5000 && done.empty(); ++i) {
     driver.Wait(1'000'000);
@@ -308,7 +332,7 @@ TEST_CASE("a pipeline's committed call (descriptor meta) is dispatched ahead of 
   // A cnn batch (150 ms) executes while the rest arrive: plain work first, then two calls of
   // pipeline run 7 (at most one per run is committed: the second queues like new work).
   uint64_t running = submit(0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  WaitDispatched(f, 1);
   uint64_t plain = submit(0);
   uint64_t committed = submit(7);
   uint64_t second = submit(7);
@@ -425,7 +449,7 @@ TEST_CASE("a cancel takes a queued request out (CANCELLED, counted); one executi
   NodeDriver driver(f.segment, 0);
   auto submit = [&] { return SubmitCnn(driver); };
   uint64_t running = submit();  // A cnn batch executes for 150 ms.
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  WaitDispatched(f, 1);
   uint64_t cancelled = submit();
   uint64_t kept = submit();
   REQUIRE(driver.Cancel(kCnn, cancelled));
@@ -443,7 +467,7 @@ TEST_CASE("a cancel takes a queued request out (CANCELLED, counted); one executi
   CHECK(done[2].sequence == kept);
   CHECK(done[2].status == 0);
   shm::ModelStatusData cnn = ModelStatus(f, kCnn);
-  for (int i = 0; i < 200 && (cnn.requests_served < 2 || cnn.outstanding != 0); ++i) {
+  for (int i = 0; i < 2000 && (cnn.requests_served < 2 || cnn.outstanding != 0); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     cnn = ModelStatus(f, kCnn);
   }
@@ -462,7 +486,7 @@ TEST_CASE("queued requests run by priority level, then age; execution time is sp
     return SubmitCnn(driver, 0, priority, tenant);
   };
   submit(0, 0);  // Executes while the others queue.
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  WaitDispatched(f, 1);
   uint64_t background = submit(3, 1);
   uint64_t normal = submit(0, 2);  // 0: the default level, 2.
   uint64_t urgent = submit(1, 2);
@@ -477,7 +501,7 @@ TEST_CASE("queued requests run by priority level, then age; execution time is sp
   }
   CHECK(order == std::vector<uint64_t>{urgent, normal, normal_later, background});
   shm::StatusSnapshotData s = shm::ReadStatus(f.segment, f.segment.WorkerSlot(0)).value();
-  for (int i = 0; i < 200 && s.tenant_requests[1] + s.tenant_requests[2] < 4; ++i) {
+  for (int i = 0; i < 2000 && s.tenant_requests[1] + s.tenant_requests[2] < 4; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     s = shm::ReadStatus(f.segment, f.segment.WorkerSlot(0)).value();
   }

@@ -111,6 +111,32 @@ def main():
     print("all tritonclient checks passed")
 
 
+def typed_contents_checks(address, x, want):
+    """ModelInfer with typed contents (fp32_contents, not raw_input_contents), built from the
+    protocol's own messages as tritonclient ships them: other clients send tensors this way."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+    x = np.ascontiguousarray(x[0:2], dtype=np.float32)
+    with grpc.insecure_channel(address) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        request = service_pb2.ModelInferRequest(model_name="cnn", id="typed")
+        tensor = request.inputs.add(name="image", datatype="FP32", shape=list(x.shape))
+        tensor.contents.fp32_contents.extend(x.ravel().tolist())
+        request.outputs.add(name="probs")
+        reply = stub.ModelInfer(request, timeout=30)
+        out = np.frombuffer(reply.raw_output_contents[0], dtype=np.float32).reshape(2, -1)
+        err = float(np.abs(out - want[0:2]).max())
+        check(reply.id == "typed" and err < 1e-4,
+              f"gRPC typed fp32_contents infer matches PyTorch (max error {err:.2e})")
+        del tensor.contents.fp32_contents[-1]  # One value short of the shape.
+        try:
+            stub.ModelInfer(request, timeout=30)
+            check(False, "gRPC typed contents one value short refused")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "image" in e.details(),
+                  f"gRPC typed contents one value short refused: {e.details()[:80]}")
+
+
 def grpc_checks(address):
     client = grpcclient.InferenceServerClient(address)
     check(client.is_server_live(), "gRPC server live")
@@ -131,6 +157,7 @@ def grpc_checks(address):
                               request_id="g-" + model, client_timeout=30)
         err = float(np.abs(result.as_numpy(output_name) - want).max())
         check(err < 1e-4, f"gRPC {model} infer matches PyTorch (max error {err:.2e})")
+    typed_contents_checks(address, x, want)
     # ModelStreamInfer: several requests on one stream, answered in order, one of them an error.
     import queue
     answers = queue.Queue()

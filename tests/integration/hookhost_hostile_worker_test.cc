@@ -44,10 +44,10 @@ struct FakeWorker {
   }
   ~FakeWorker() { shm::Segment::Remove(name); }
 
-  // The next submission (waits up to a second).
+  // The next submission (waits up to ten seconds).
   shm::DescriptorData Next(shm::DescriptorKind kind = shm::DescriptorKind::kSubmit) {
     shm::DescriptorData d{};
-    for (int i = 0; i < 1000; ++i) {
+    for (int i = 0; i < 10000; ++i) {
       if (submissions.TryPop(&d) == shm::RingStatus::kOk && d.kind == static_cast<uint16_t>(kind)) {
         return d;
       }
@@ -109,7 +109,7 @@ TEST_CASE("completions a worker forges are refused or fail only their request") 
   for (const shm::DescriptorData& forged : {unknown, outside, own, kind}) {
     REQUIRE(worker.completions.TryPush(forged) == shm::RingStatus::kOk);
   }
-  for (int i = 0; i < 1000 && worker.refused() < 4; ++i) {
+  for (int i = 0; i < 10000 && worker.refused() < 4; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   CHECK(worker.refused() == 4);

@@ -356,7 +356,7 @@ TEST_CASE("a cancelled pipeline request is answered at once; a run not begun nev
         .models[local.Index(model)]
         .requests_served;
   };
-  for (int i = 0; i < 200 && served("cnn_head") < 4; ++i) {
+  for (int i = 0; i < 2000 && served("cnn_head") < 4; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // Nothing more comes.

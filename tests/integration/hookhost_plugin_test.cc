@@ -225,8 +225,8 @@ TEST_CASE("the example classifier: uint8 images in, the top 3 classes out, throu
   // Every block came back: client copies, plugin outputs (adopted by the one-piece requests,
   // copied into pieces for the 40-row one), and the worker's lent outputs.
   uint32_t worker_slot = node.segment.WorkerSlot(0);
-  for (int i = 0; i < 200 && (local.view.accounting(0).bytes_in_use.load() != 0 ||
-                              node.segment.accounting(worker_slot).bytes_in_use.load() != 0);
+  for (int i = 0; i < 2000 && (local.view.accounting(0).bytes_in_use.load() != 0 ||
+                               node.segment.accounting(worker_slot).bytes_in_use.load() != 0);
        ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -267,7 +267,7 @@ TEST_CASE("a plugin that crashes takes down only its hook host; the slot is recl
   CHECK(successor.lines == std::vector<std::string>(20, "ok"));
   // It released what the worker lent it before exiting: nothing waits for a reset.
   uint32_t worker_slot = node.segment.WorkerSlot(0);
-  for (int i = 0; i < 200 && node.segment.accounting(worker_slot).bytes_in_use.load() != 0; ++i) {
+  for (int i = 0; i < 2000 && node.segment.accounting(worker_slot).bytes_in_use.load() != 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   CHECK(node.segment.accounting(worker_slot).bytes_in_use.load() == 0);

@@ -655,7 +655,9 @@ TEST_CASE("SIGKILL under load: only in-flight requests fail, UNAVAILABLE; nothin
   SUBCASE("a hook host") { worker = false; }
   Load load;
   load.Start(address, &direct, 8);
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  for (int i = 0; i < 3000 && load.exact.load() < 20; ++i) {  // Serving (polled, not slept).
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   int64_t pid = ChildOf(*ready, worker ? "worker" : "hookhost", 0)["pid"].get<int64_t>();
   kill(static_cast<pid_t>(pid), SIGKILL);
   std::optional<json> back = ferryd.StatusWhen([&](const json& s) {
@@ -664,7 +666,10 @@ TEST_CASE("SIGKILL under load: only in-flight requests fail, UNAVAILABLE; nothin
   });
   REQUIRE_MESSAGE(back, ferryd.log());
   int before = load.exact.load();
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // Served after the restart.
+  // Served after the restart (polled: a sanitizer build on a loaded machine may take a while).
+  for (int i = 0; i < 3000 && load.exact.load() <= before + 10; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   load.Join();
   MESSAGE(load.Report());
   CHECK(load.wrong.load() == 0);
@@ -675,7 +680,7 @@ TEST_CASE("SIGKILL under load: only in-flight requests fail, UNAVAILABLE; nothin
   }
   // Every request in flight is answered and every block handed back.
   bool clean = false;
-  for (int i = 0; i < 200 && !clean; ++i) {
+  for (int i = 0; i < 2000 && !clean; ++i) {
     clean = BytesInUse(segment) == 0;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -693,7 +698,9 @@ TEST_CASE("SIGTERM under load: every request sent on a served connection is answ
   Direct direct(dir / "models");
   Load load;
   load.Start(address, &direct, 8);
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  for (int i = 0; i < 3000 && load.exact.load() < 20; ++i) {  // Serving (polled, not slept).
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   kill(ferryd.pid(), SIGTERM);
   int code = ferryd.Wait();
   load.Join();

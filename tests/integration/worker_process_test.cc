@@ -242,7 +242,7 @@ TEST_CASE("deadlines that pass in the queue are shed before execution") {
 TEST_CASE("a full queue answers RESOURCE_EXHAUSTED at once") {
   testing::TempDir dir;
   Node node(NodeFile(dir,
-                     "backend = \"sim\"\n[sim]\nfixed_us = 50000\nper_row_us = 0\n"
+                     "backend = \"sim\"\n[sim]\nfixed_us = 1000000\nper_row_us = 0\n"
                      "[scheduler]\nmax_queue_depth = 4\n"));
   REQUIRE(testing::WaitReady(node.segment, node.worker_slot, node.worker, 60));
   NodeDriver driver(node.segment, 0);
@@ -259,12 +259,13 @@ TEST_CASE("a full queue answers RESOURCE_EXHAUSTED at once") {
     if (c.status != 0) {
       CHECK(c.code() == ErrorCode::kResourceExhausted);
       CHECK(c.message.find("mlp") != std::string::npos);
-      // Answered without waiting for an execution (each takes 50 ms).
-      CHECK(c.completed_ns - start < 40'000'000);
+      // Answered without waiting for an execution (each takes a second; the bound leaves a
+      // stalled test thread or worker half of one).
+      CHECK(c.completed_ns - start < 500'000'000);
       ++rejected;
     }
   }
-  // All 40 are pushed within microseconds, long before the first 50 ms execution ends: at
+  // All 40 are pushed within microseconds, long before the first 1 s execution ends: at
   // most one batch in flight, one planned (each at most the four a queue held) and four
   // queued can hold requests, so at least 28 are refused.
   CHECK(rejected >= 28);
@@ -342,12 +343,12 @@ TEST_CASE("a driver killed mid-traffic loses only its own requests; its blocks a
 TEST_CASE("set_policy through the control ring changes the shares of a running worker") {
   testing::TempDir dir;
   // Equal costs per dispatch; both models always backlogged.
-  Node node(NodeFile(dir, "backend = \"sim\"\n[sim]\nfixed_us = 400\nper_row_us = 0\n"));
+  Node node(NodeFile(dir, "backend = \"sim\"\n[sim]\nfixed_us = 2000\nper_row_us = 0\n"));
   REQUIRE(testing::WaitReady(node.segment, node.worker_slot, node.worker, 60));
   NodeDriver driver(node.segment, 0, false);
-  // Eight-row requests, 16 batches deep per model: the driver must keep both queues
-  // backlogged at ~2,500 dispatches/s even on a loaded machine (an emptied queue gives up
-  // its share, as fair queueing should).
+  // Eight-row requests, 16 batches deep per model: 32 ms of backlog each, so a driver stalled
+  // for a few milliseconds on a loaded machine still finds both queues backlogged (an emptied
+  // queue gives up its share, as fair queueing should).
   std::vector<uint8_t> mlp_input(8 * 784 * 4), cnn_input(8 * 3072 * 4);
   std::vector<Completion> done;
   int mlp_inflight = 0, cnn_inflight = 0;
@@ -403,7 +404,11 @@ TEST_CASE("set_policy through the control ring changes the shares of a running w
 
 TEST_CASE("drain serves every queued request, refuses new ones, then exits 0") {
   testing::TempDir dir;
-  Node node(NodeFile(dir, "backend = \"sim\"\n[sim]\nfixed_us = 20000\nper_row_us = 0\n"));
+  // One request per 100 ms batch: the drain takes a second, so the request sent after it
+  // reaches a worker that is still draining, however late this thread runs.
+  Node node(NodeFile(dir,
+                     "backend = \"sim\"\n[sim]\nfixed_us = 100000\nper_row_us = 0\n"
+                     "[scheduler.models.mlp]\nmax_batch_size = 1\n"));
   REQUIRE(testing::WaitReady(node.segment, node.worker_slot, node.worker, 60));
   NodeDriver driver(node.segment, 0);
   std::vector<uint8_t> input(784 * 4);
@@ -411,10 +416,20 @@ TEST_CASE("drain serves every queued request, refuses new ones, then exits 0") {
   for (int i = 0; i < 10; ++i) {
     REQUIRE(driver.Submit(kMlp, 0, 1, {{DType::kF32, {1, 784}, input}}).ok());
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  // The worker reads its control ring before its submissions: the drain is sent once all ten
+  // are taken in (queued, or dispatched: requests_served counts a batch when it is decided),
+  // not after a sleep that a late worker outlasts.
+  REQUIRE(node.StatusWhen([](const auto& s) {
+                return s.models[kMlp].queue_depth + s.models[kMlp].requests_served == 10;
+              })
+              .models[kMlp]
+              .outstanding > 0);
   REQUIRE(
       testing::SendControl(node.segment, node.worker_slot, {shm::ControlCode::kDrain, 0, 0, 0}));
-  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  REQUIRE(node.StatusWhen([](const auto& s) {
+                return s.state == static_cast<uint32_t>(shm::ProcessState::kDraining);
+              })
+              .state == static_cast<uint32_t>(shm::ProcessState::kDraining));
   REQUIRE(driver.Submit(kMlp, 0, 1, {{DType::kF32, {1, 784}, input}}).ok());
   PollUntil(driver, &done, [&] { return done.size() == 11; });
   REQUIRE(done.size() == 11);
@@ -434,7 +449,7 @@ TEST_CASE("drain serves every queued request, refuses new ones, then exits 0") {
 TEST_CASE("stop answers every request: the batches begun finish, the queued are UNAVAILABLE") {
   testing::TempDir dir;
   Node node(NodeFile(dir,
-                     "backend = \"sim\"\n[sim]\nfixed_us = 30000\nper_row_us = 0\n"
+                     "backend = \"sim\"\n[sim]\nfixed_us = 200000\nper_row_us = 0\n"
                      "[scheduler.models.mlp]\nmax_batch_size = 1\n"));
   REQUIRE(testing::WaitReady(node.segment, node.worker_slot, node.worker, 60));
   NodeDriver driver(node.segment, 0);
@@ -443,7 +458,12 @@ TEST_CASE("stop answers every request: the batches begun finish, the queued are 
   for (int i = 0; i < 10; ++i) {
     REQUIRE(driver.Submit(kMlp, 0, 1, {{DType::kF32, {1, 784}, input}}).ok());
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // Stop once a batch has begun (200 ms each, one request each), not after a sleep.
+  REQUIRE(node.StatusWhen([](const auto& s) {
+                return s.dispatches >= 1 &&
+                       s.models[kMlp].queue_depth + s.models[kMlp].requests_served == 10;
+              })
+              .dispatches >= 1);
   REQUIRE(testing::SendControl(node.segment, node.worker_slot, {shm::ControlCode::kStop, 0, 0, 0}));
   PollUntil(driver, &done, [&] { return done.size() == 10; });
   REQUIRE(done.size() == 10);

@@ -74,11 +74,12 @@ struct Node {
   }
   shm::StatusSnapshotData Status() const { return shm::ReadStatus(segment, worker_slot).value(); }
   // The status once `pred` holds for it (snapshots are published every few milliseconds), or
-  // the last one read after a second.
+  // the last one read after ten seconds (a sanitizer build on two loaded CPUs can stall a
+  // worker for far longer than a publish period; a held predicate returns at once).
   template <typename Pred>
   shm::StatusSnapshotData StatusWhen(Pred pred) const {
     shm::StatusSnapshotData s = Status();
-    for (int i = 0; i < 200 && !pred(s); ++i) {
+    for (int i = 0; i < 2000 && !pred(s); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       s = Status();
     }
