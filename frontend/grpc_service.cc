@@ -1,5 +1,6 @@
 #include "frontend/grpc_service.h"
 
+#include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/server_posix.h>
 #include <spdlog/spdlog.h>
@@ -251,6 +252,9 @@ Status EncodeGrpcInfer(const std::string& model, int64_t version, const ParsedIn
   param("total_server_us", t.total_ns / 1000);
   param("batch_size", t.batch_size);
   param("pieces", t.pieces);
+  if (!request.traceparent.empty()) {
+    (*out->mutable_parameters())["traceparent"].set_string_param(request.traceparent);
+  }
   std::vector<std::string> wanted;
   for (const RequestedOutput& r : request.outputs) {
     wanted.push_back(r.name);
@@ -436,7 +440,7 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
     auto cancel = std::make_shared<CancelSignal>();
     auto* reactor = new InferReactor(cancel);
     // `in` and `out` live until the reactor is done, which is after Finish.
-    Infer(context, *in, std::move(cancel), out, [reactor](const Status& answered) {
+    Infer(context, *in, std::move(cancel), true, out, [reactor](const Status& answered) {
       reactor->Finish(answered.ok() ? grpc::Status::OK : ToGrpc(answered.error()));
     });
     return reactor;
@@ -460,8 +464,9 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
   // the answer comes (inline when `in` is refused). REQUIRES: `in` and `out` outlive `done`.
   template <typename Done>
   void Infer(grpc::CallbackServerContext* call, const inference::ModelInferRequest& in,
-             std::shared_ptr<CancelSignal> cancel, inference::ModelInferResponse* out, Done done) {
-    Result<Prepared> prepared = Prepare(call, in, std::move(cancel));
+             std::shared_ptr<CancelSignal> cancel, bool unary, inference::ModelInferResponse* out,
+             Done done) {
+    Result<Prepared> prepared = Prepare(call, in, std::move(cancel), unary);
     if (!prepared.ok()) {
       done(Status(prepared.error()));
       return;
@@ -497,10 +502,23 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
     std::shared_ptr<ParsedInfer> state;
   };
 
-  // Looks the model up and parses `in` (refusals counted); the tenant from the call's
-  // metadata, its deadline (when sooner) as the request's, `cancel` as its cancel signal.
+  // Looks the model up and parses `in` (refusals counted); the tenant and traceparent from the
+  // call's metadata (the traceparent echoed in the initial metadata when `echo_in_metadata`:
+  // a unary call, which has sent none yet), its deadline (when sooner) as the request's,
+  // `cancel` as its cancel signal.
   Result<Prepared> Prepare(grpc::ServerContextBase* context, const inference::ModelInferRequest& in,
-                           std::shared_ptr<CancelSignal> cancel) {
+                           std::shared_ptr<CancelSignal> cancel, bool echo_in_metadata) {
+    // A W3C traceparent in the call's metadata: its trace id travels with the request, and the
+    // answer carries it (a "traceparent" response parameter; a unary call's initial metadata,
+    // refusals included).
+    const auto& metadata = context->client_metadata();
+    std::optional<TraceContext> trace;
+    if (auto tp = metadata.find("traceparent"); tp != metadata.end()) {
+      trace = ParseTraceparent({tp->second.data(), tp->second.size()});
+      if (trace && echo_in_metadata) {
+        context->AddInitialMetadata("traceparent", trace->header);
+      }
+    }
     Result<const hookhost::HookModel*> found = Lookup(in.model_name(), in.model_version());
     if (!found.ok()) {
       kserve_->CountRefused(nullptr, found.error());
@@ -513,7 +531,6 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
       return parsed.error();
     }
     auto state = std::make_shared<ParsedInfer>(std::move(*parsed));
-    const auto& metadata = context->client_metadata();
     if (auto tenant = metadata.find("ferry-tenant"); tenant != metadata.end()) {
       Status merged = MergeTenant(*state, {tenant->second.data(), tenant->second.size()},
                                   "ferry-tenant metadata");
@@ -521,6 +538,11 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
         kserve_->CountRefused(model, merged.error());
         return merged.error();
       }
+    }
+    if (trace) {
+      state->request.trace_id_high = trace->trace_id_high;
+      state->request.trace_id_low = trace->trace_id_low;
+      state->traceparent = trace->header;
     }
     state->request.cancel = std::move(cancel);
     // A gRPC deadline, when sooner, becomes the request's.
@@ -572,7 +594,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<inference::ModelInfer
     // is written. The hook host reads a request's bytes only inside Submit (hookhost.h), and
     // answers before Submit returns only a request it refused or one cancelled, whose write
     // then fails and ends the stream (no read follows).
-    service_->Infer(call_, in_, std::move(cancel), answer_.mutable_infer_response(),
+    service_->Infer(call_, in_, std::move(cancel), false, answer_.mutable_infer_response(),
                     [this](const Status& answered) {
                       if (answered.ok()) {
                         StartWrite(&answer_);
@@ -652,6 +674,11 @@ GrpcFrontEnd::~GrpcFrontEnd() { Stop(0); }
 
 Status GrpcFrontEnd::Start() {
   Impl& s = *impl_;
+  // Debian builds absl with its mutex deadlock detection on: every lock gRPC takes is recorded
+  // in one process-wide graph under one global lock (GraphCycles in a profile of the hook host
+  // under gRPC load). A debugging aid, not a guard: off for this process (nothing of ferry's
+  // own uses absl).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   s.service = std::make_unique<Service>(s.kserve);
   grpc::ServerBuilder builder;
   builder.RegisterService(s.service.get());

@@ -241,6 +241,32 @@ bool JsonDepthWithin(std::string_view text, int max_depth) {
   return true;
 }
 
+std::optional<TraceContext> ParseTraceparent(std::string_view header) {
+  auto lower_hex = [&](size_t from, size_t count, uint64_t* value) {
+    uint64_t v = 0;
+    for (size_t i = from; i < from + count; ++i) {
+      char c = header[i];
+      bool digit = c >= '0' && c <= '9';
+      if (!digit && !(c >= 'a' && c <= 'f')) {
+        return false;
+      }
+      v = (v << 4) | static_cast<uint64_t>(digit ? c - '0' : c - 'a' + 10);
+    }
+    *value = v;
+    return true;
+  };
+  uint64_t version = 0, high = 0, low = 0, parent = 0, flags = 0;
+  bool valid = header.size() >= 55 && header[2] == '-' && header[35] == '-' && header[52] == '-' &&
+               lower_hex(0, 2, &version) && lower_hex(3, 16, &high) && lower_hex(19, 16, &low) &&
+               lower_hex(36, 16, &parent) && lower_hex(53, 2, &flags) && version != 0xff &&
+               (high | low) != 0 && parent != 0 &&
+               (version == 0 ? header.size() == 55 : header.size() == 55 || header[55] == '-');
+  if (!valid) {
+    return std::nullopt;
+  }
+  return TraceContext{high, low, "00" + std::string(header.substr(2, 53))};
+}
+
 Status MergeTenant(ParsedInfer& parsed, std::string_view named, std::string_view where) {
   std::string_view name = named.substr(0, kMaxTenantNameBytes);
   if (!parsed.tenant.empty() && parsed.tenant != name) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,7 @@ struct ParsedInfer {
   int64_t timeout_us = 0;                // "timeout" parameter: 0 = none.
   int64_t priority = 0;                  // "priority" parameter: 0 default, 1 most urgent.
   std::string tenant;                    // "tenant" parameter (or header): "" = none.
+  std::string traceparent;               // Echoed on the answer (TraceContext): "" = none.
 };
 
 // A tenant name is kept to this many bytes (it only has to match a declared one).
@@ -50,6 +52,19 @@ inline constexpr size_t kMaxTenantNameBytes = 256;
 // The tenant a request names outside its body (`where`: the HTTP header or gRPC metadata)
 // joined with its "tenant" parameter: both given, they must agree (else INVALID_ARGUMENT).
 Status MergeTenant(ParsedInfer& parsed, std::string_view named, std::string_view where);
+
+// A W3C traceparent (Trace Context: "VV-<32 hex trace id>-<16 hex parent id>-<2 hex flags>",
+// lowercase hex, neither id all zeros, version not "ff"; version 00 exactly 55 characters, a
+// later version at least 55 with '-' after the flags). Valid: the trace id, which travels with
+// the request to the worker and back, and `header`, the 55-character version-00 form every
+// answer to the request echoes (errors too). Invalid: nullopt, and the header is ignored, as
+// the specification says.
+struct TraceContext {
+  uint64_t trace_id_high = 0;
+  uint64_t trace_id_low = 0;
+  std::string header;
+};
+std::optional<TraceContext> ParseTraceparent(std::string_view header);
 
 // `header` is the JSON part, `binary` what follows it (Inference-Header-Content-Length).
 // INVALID_ARGUMENT naming the tensor or field and what was expected.

@@ -206,3 +206,48 @@ TEST_CASE("a tenant named outside the body joins the parameter; both must agree"
 
 }  // namespace
 }  // namespace ferry::frontend
+
+namespace ferry::frontend {
+namespace {
+
+TEST_CASE("traceparent: W3C Trace Context's form accepted, anything else ignored") {
+  const std::string valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  std::optional<TraceContext> t = ParseTraceparent(valid);
+  REQUIRE(t.has_value());
+  CHECK(t->trace_id_high == 0x4bf92f3577b34da6ULL);
+  CHECK(t->trace_id_low == 0xa3ce929d0e0e4736ULL);
+  CHECK(t->header == valid);
+  // A later version may carry more after the flags; the echo is the version-00 form.
+  std::optional<TraceContext> later = ParseTraceparent("cc" + valid.substr(2) + "-what-comes");
+  REQUIRE(later.has_value());
+  CHECK(later->header == valid);
+  CHECK(ParseTraceparent("cc" + valid.substr(2)).has_value());
+  auto with = [&](size_t at, char c) {
+    std::string s = valid;
+    s[at] = c;
+    return s;
+  };
+  for (const std::string& bad : {
+           std::string(),
+           valid.substr(0, 54),           // Truncated.
+           valid + "-x",                  // Version 00 is exactly 55 characters.
+           "cc" + valid.substr(2) + "x",  // A later version: '-' after the flags.
+           "ff" + valid.substr(2),        // Version ff is invalid.
+           with(3, 'A'),                  // Uppercase hex.
+           with(40, 'g'),                 // Not hex.
+           with(2, '_'),
+           with(35, '_'),
+           with(52, '_'),  // Separators.
+           with(0, '+'),
+           with(53, ' '),
+           "00-00000000000000000000000000000000-00f067aa0ba902b7-01",  // Trace id all zeros.
+           "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",  // Parent id all zeros.
+           std::string(100'000, '-'),
+       }) {
+    CAPTURE(bad.substr(0, 64));
+    CHECK_FALSE(ParseTraceparent(bad).has_value());
+  }
+}
+
+}  // namespace
+}  // namespace ferry::frontend

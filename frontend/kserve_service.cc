@@ -42,18 +42,6 @@ std::vector<std::string_view> PathParts(std::string_view target) {
   return parts;
 }
 
-// "00-<32 hex trace id>-<16 hex span>-<2 hex flags>" -> the trace id's two halves.
-bool ParseTraceparent(std::string_view header, uint64_t* high, uint64_t* low) {
-  if (header.size() < 55 || header[2] != '-' || header[35] != '-') {
-    return false;
-  }
-  auto hex = [](std::string_view s, uint64_t* out) {
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out, 16);
-    return ec == std::errc() && end == s.data() + s.size();
-  };
-  return hex(header.substr(3, 16), high) && hex(header.substr(19, 16), low) && (*high | *low) != 0;
-}
-
 std::string ModelState(const shm::ModelStatusData& m) {
   return std::string(m.name, strnlen(m.name, sizeof(m.name)));
 }
@@ -365,13 +353,25 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
   }
   // A request refused before it reaches the flow, counted with the answered ones; `status`
   // overrides the code's HTTP status.
+  // A valid W3C traceparent: every answer to this request carries it, refusals too.
+  std::optional<TraceContext> trace;
+  if (const std::string* tp = request.Header("traceparent")) {
+    trace = ParseTraceparent(*tp);
+  }
+  std::string traceparent = trace ? trace->header : std::string();
+  auto traced = [traceparent](HttpResponse r) {
+    if (!traceparent.empty()) {
+      r.headers.emplace_back("traceparent", traceparent);
+    }
+    return r;
+  };
   auto refuse = [&](const Error& error, int status = 0) {
     CountRefused(&model, error);
     HttpResponse r = ErrorResponse(error);
     if (status != 0) {
       r = Json(status, {{"error", error.message}});
     }
-    respond(std::move(r));
+    respond(traced(std::move(r)));
   };
   // The body must outlive the submission (input spans point into it).
   auto body = std::make_shared<std::string>(std::move(request.body));
@@ -425,26 +425,24 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
     }
   }
   state->request.cancel = std::move(request.cancel);
-  std::string traceparent;
-  if (const std::string* tp = request.Header("traceparent");
-      tp != nullptr &&
-      ParseTraceparent(*tp, &state->request.trace_id_high, &state->request.trace_id_low)) {
-    traceparent = tp->substr(0, 55);
+  if (trace) {
+    state->request.trace_id_high = trace->trace_id_high;
+    state->request.trace_id_low = trace->trace_id_low;
+    state->traceparent = trace->header;
   }
   std::string name = model.name;
   int64_t version = model.manifest().version;
   // The request's spans point into `body` and `state->storage`, both kept by the callback.
   Submit(model, state,
-         [state, body, respond, name, version, traceparent,
-          answer_encoding](Result<hookhost::InferResponse> result) {
+         [state, body, respond, name, version, answer_encoding,
+          traced](Result<hookhost::InferResponse> result) {
            if (!result.ok()) {
-             HttpResponse r = ErrorResponse(result.error());
-             respond(std::move(r));
+             respond(traced(ErrorResponse(result.error())));
              return;
            }
            Result<EncodedResponse> encoded = EncodeInferResponse(name, version, *state, *result);
            if (!encoded.ok()) {
-             respond(ErrorResponse(encoded.error()));
+             respond(traced(ErrorResponse(encoded.error())));
              return;
            }
            HttpResponse r;
@@ -456,15 +454,12 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
            } else {
              r.headers.emplace_back("Content-Type", "application/json");
            }
-           if (!traceparent.empty()) {
-             r.headers.emplace_back("traceparent", traceparent);
-           }
            r.body = std::move(encoded->body);
            if (answer_encoding != Encoding::kIdentity && r.body.size() >= 512) {
              r.body = Deflate(r.body, answer_encoding);
              r.headers.emplace_back("Content-Encoding", std::string(EncodingName(answer_encoding)));
            }
-           respond(std::move(r));
+           respond(traced(std::move(r)));
          });
 }
 

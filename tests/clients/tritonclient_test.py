@@ -216,6 +216,11 @@ def grpc_checks(address):
     ok_inp.set_data_from_numpy(np.zeros((1, 784), np.float32))
     check(client.infer("mlp", [ok_inp], priority=1).as_numpy("logits").shape == (1, 10),
           "gRPC priority 1 served")
+    # A W3C traceparent in the call's metadata comes back with the answer.
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    traced = client.infer("mlp", [ok_inp], headers={"traceparent": trace}).get_response()
+    check(traced.parameters["traceparent"].string_param == trace,
+          "gRPC traceparent carried by the answer")
     for what, kwargs in [("priority 7", {"priority": 7}),
                          ("an undeclared tenant (metadata)", {"headers": {"ferry-tenant": "acme"}}),
                          ("an undeclared tenant (parameter)", {"parameters": {"tenant": "acme"}})]:
