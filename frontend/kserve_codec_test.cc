@@ -227,7 +227,7 @@ TEST_CASE("traceparent: W3C Trace Context's form accepted, anything else ignored
     s[at] = c;
     return s;
   };
-  for (const std::string& bad : {
+  for (const std::string& bad : std::vector<std::string>{
            std::string(),
            valid.substr(0, 54),           // Truncated.
            valid + "-x",                  // Version 00 is exactly 55 characters.

@@ -275,25 +275,6 @@ TEST_CASE("errors through HTTP: unknown model, bad tensors, deadline, wrong meth
                            {{"Ferry-Tenant", "globex"}});
   REQUIRE(tagged.ok());
   CHECK(tagged->status == 400);
-  // A W3C traceparent (the header's name in any case) is echoed on the answer, and on a
-  // refusal; an invalid one (uppercase hex) is ignored.
-  const std::string trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-  for (const auto& [body, code] : {std::pair{one_row + "}", 200},
-                                   std::pair{one_row + R"(,"parameters":{"priority":4}})", 400}}) {
-    Result<frontend::HttpAnswer> traced =
-        client->Request("POST", "/v2/models/mlp/infer", body, {{"TraceParent", trace}});
-    REQUIRE(traced.ok());
-    CHECK(traced->status == code);
-    REQUIRE(traced->Header("traceparent") != nullptr);
-    CHECK(*traced->Header("traceparent") == trace);
-  }
-  std::string upper = trace;
-  upper[3] = 'B';
-  Result<frontend::HttpAnswer> untraced =
-      client->Request("POST", "/v2/models/mlp/infer", one_row + "}", {{"traceparent", upper}});
-  REQUIRE(untraced.ok());
-  CHECK(untraced->status == 200);
-  CHECK(untraced->Header("traceparent") == nullptr);
   // /metrics counts every answer by model, tenant and code, and the workers' time by tenant.
   Result<json> status = ferryd.Status();
   REQUIRE(status.ok());
@@ -348,6 +329,26 @@ TEST_CASE("errors through HTTP: unknown model, bad tensors, deadline, wrong meth
   get = client->Request("GET", "/v2/models/mlp/versions/1/ready");
   REQUIRE(get.ok());
   CHECK(get->status == 200);
+  // (After the counts above, which these answers would change.) A W3C traceparent (the header's
+  // name in any case) is echoed on the answer, and on a refusal; an invalid one (uppercase hex) is
+  // ignored.
+  const std::string trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  for (const auto& [body, code] : {std::pair{one_row + "}", 200},
+                                   std::pair{one_row + R"(,"parameters":{"priority":4}})", 400}}) {
+    Result<frontend::HttpAnswer> traced =
+        client->Request("POST", "/v2/models/mlp/infer", body, {{"TraceParent", trace}});
+    REQUIRE(traced.ok());
+    CHECK(traced->status == code);
+    REQUIRE(traced->Header("traceparent") != nullptr);
+    CHECK(*traced->Header("traceparent") == trace);
+  }
+  std::string upper = trace;
+  upper[3] = 'B';
+  Result<frontend::HttpAnswer> untraced =
+      client->Request("POST", "/v2/models/mlp/infer", one_row + "}", {{"traceparent", upper}});
+  REQUIRE(untraced.ok());
+  CHECK(untraced->status == 200);
+  CHECK(untraced->Header("traceparent") == nullptr);
   kill(ferryd.pid(), SIGTERM);
   CHECK(ferryd.Wait() == 0);
 }
