@@ -351,8 +351,6 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
     respond(ErrorResponse(Unavailable("this hook host is draining; retry on another")));
     return;
   }
-  // A request refused before it reaches the flow, counted with the answered ones; `status`
-  // overrides the code's HTTP status.
   // A valid W3C traceparent: every answer to this request carries it, refusals too.
   std::optional<TraceContext> trace;
   if (const std::string* tp = request.Header("traceparent")) {
@@ -365,6 +363,8 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
     }
     return r;
   };
+  // A request refused before it reaches the flow, counted with the answered ones; `status`
+  // overrides the code's HTTP status.
   auto refuse = [&](const Error& error, int status = 0) {
     CountRefused(&model, error);
     HttpResponse r = ErrorResponse(error);
