@@ -402,6 +402,22 @@ TEST_CASE("set_policy through the control ring changes the shares of a running w
   CHECK(node.Stop() == 0);
 }
 
+// Submits `count` one-row mlp requests and returns the worker's status once it has taken all
+// of them in (queued, or dispatched: requests_served counts a batch when it is decided). The
+// worker reads its control ring before its submissions, so a control message sent after this
+// finds them all in the worker, however late this thread or the worker ran.
+shm::StatusSnapshotData SubmitTakenIn(const Node& node, NodeDriver& driver, uint64_t count) {
+  static const std::vector<uint8_t> input(784 * 4);
+  for (uint64_t i = 0; i < count; ++i) {
+    REQUIRE(driver.Submit(kMlp, 0, 1, {{DType::kF32, {1, 784}, input}}).ok());
+  }
+  shm::StatusSnapshotData s = node.StatusWhen([&](const auto& st) {
+    return st.models[kMlp].queue_depth + st.models[kMlp].requests_served == count;
+  });
+  REQUIRE(s.models[kMlp].queue_depth + s.models[kMlp].requests_served == count);
+  return s;
+}
+
 TEST_CASE("drain serves every queued request, refuses new ones, then exits 0") {
   testing::TempDir dir;
   // One request per 100 ms batch: the drain takes a second, so the request sent after it
@@ -413,17 +429,7 @@ TEST_CASE("drain serves every queued request, refuses new ones, then exits 0") {
   NodeDriver driver(node.segment, 0);
   std::vector<uint8_t> input(784 * 4);
   std::vector<Completion> done;
-  for (int i = 0; i < 10; ++i) {
-    REQUIRE(driver.Submit(kMlp, 0, 1, {{DType::kF32, {1, 784}, input}}).ok());
-  }
-  // The worker reads its control ring before its submissions: the drain is sent once all ten
-  // are taken in (queued, or dispatched: requests_served counts a batch when it is decided),
-  // not after a sleep that a late worker outlasts.
-  REQUIRE(node.StatusWhen([](const auto& s) {
-                return s.models[kMlp].queue_depth + s.models[kMlp].requests_served == 10;
-              })
-              .models[kMlp]
-              .outstanding > 0);
+  REQUIRE(SubmitTakenIn(node, driver, 10).models[kMlp].outstanding > 0);
   REQUIRE(
       testing::SendControl(node.segment, node.worker_slot, {shm::ControlCode::kDrain, 0, 0, 0}));
   REQUIRE(node.StatusWhen([](const auto& s) {
@@ -453,17 +459,9 @@ TEST_CASE("stop answers every request: the batches begun finish, the queued are 
                      "[scheduler.models.mlp]\nmax_batch_size = 1\n"));
   REQUIRE(testing::WaitReady(node.segment, node.worker_slot, node.worker, 60));
   NodeDriver driver(node.segment, 0);
-  std::vector<uint8_t> input(784 * 4);
   std::vector<Completion> done;
-  for (int i = 0; i < 10; ++i) {
-    REQUIRE(driver.Submit(kMlp, 0, 1, {{DType::kF32, {1, 784}, input}}).ok());
-  }
   // Stop once a batch has begun (200 ms each, one request each), not after a sleep.
-  REQUIRE(node.StatusWhen([](const auto& s) {
-                return s.dispatches >= 1 &&
-                       s.models[kMlp].queue_depth + s.models[kMlp].requests_served == 10;
-              })
-              .dispatches >= 1);
+  REQUIRE(SubmitTakenIn(node, driver, 10).dispatches >= 1);
   REQUIRE(testing::SendControl(node.segment, node.worker_slot, {shm::ControlCode::kStop, 0, 0, 0}));
   PollUntil(driver, &done, [&] { return done.size() == 10; });
   REQUIRE(done.size() == 10);
