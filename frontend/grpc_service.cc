@@ -628,11 +628,21 @@ class StreamReactor final : public grpc::ServerBidiReactor<inference::ModelInfer
   void OnDone() override { delete this; }
 
  private:
+  // An error in the stream, in its request's place: its id and model, and the stream's
+  // traceparent (every answer carries it, as a successful one does).
   void WriteError(const Error& error) {
     answer_.Clear();
     answer_.set_error_message(error.ToString());
-    answer_.mutable_infer_response()->set_id(in_.id());
-    answer_.mutable_infer_response()->set_model_name(in_.model_name());
+    inference::ModelInferResponse* r = answer_.mutable_infer_response();
+    r->set_id(in_.id());
+    r->set_model_name(in_.model_name());
+    const auto& metadata = call_->client_metadata();
+    if (auto tp = metadata.find("traceparent"); tp != metadata.end()) {
+      if (std::optional<TraceContext> trace =
+              ParseTraceparent({tp->second.data(), tp->second.size()})) {
+        (*r->mutable_parameters())["traceparent"].set_string_param(trace->header);
+      }
+    }
     StartWrite(&answer_);
   }
 

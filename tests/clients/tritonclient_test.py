@@ -137,6 +137,30 @@ def typed_contents_checks(address, x, want):
                   f"gRPC typed contents one value short refused: {e.details()[:80]}")
 
 
+def stream_trace_checks(address, trace):
+    """ModelStreamInfer with a traceparent in the stream's metadata: a served request and an
+    error in its place both carry it (the protocol's own messages, as tritonclient ships them)."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+    good = service_pb2.ModelInferRequest(model_name="mlp", id="s-good")
+    good.inputs.add(name="input", datatype="FP32", shape=[1, 784])
+    good.raw_input_contents.append(np.zeros((1, 784), np.float32).tobytes())
+    bad = service_pb2.ModelInferRequest(model_name="no_such_model", id="s-bad")
+    with grpc.insecure_channel(address) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        answers = list(stub.ModelStreamInfer(iter([good, bad]), metadata=[("traceparent", trace)],
+                                             timeout=30))
+    check(len(answers) == 2, f"gRPC stream with a traceparent: {len(answers)} answers")
+    if len(answers) == 2:
+        ok, err = answers
+        check(not ok.error_message and ok.infer_response.id == "s-good" and
+              ok.infer_response.parameters["traceparent"].string_param == trace,
+              "gRPC stream answer carries the traceparent")
+        check("no_such_model" in err.error_message and err.infer_response.id == "s-bad" and
+              err.infer_response.parameters["traceparent"].string_param == trace,
+              "gRPC stream error carries the traceparent")
+
+
 def grpc_checks(address):
     client = grpcclient.InferenceServerClient(address)
     check(client.is_server_live(), "gRPC server live")
@@ -216,11 +240,13 @@ def grpc_checks(address):
     ok_inp.set_data_from_numpy(np.zeros((1, 784), np.float32))
     check(client.infer("mlp", [ok_inp], priority=1).as_numpy("logits").shape == (1, 10),
           "gRPC priority 1 served")
-    # A W3C traceparent in the call's metadata comes back with the answer.
+    # A W3C traceparent in the call's metadata comes back with the answer, on a stream too,
+    # errors included.
     trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     traced = client.infer("mlp", [ok_inp], headers={"traceparent": trace}).get_response()
     check(traced.parameters["traceparent"].string_param == trace,
           "gRPC traceparent carried by the answer")
+    stream_trace_checks(address, trace)
     for what, kwargs in [("priority 7", {"priority": 7}),
                          ("an undeclared tenant (metadata)", {"headers": {"ferry-tenant": "acme"}}),
                          ("an undeclared tenant (parameter)", {"parameters": {"tenant": "acme"}})]:
