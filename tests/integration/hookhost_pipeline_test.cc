@@ -359,7 +359,7 @@ TEST_CASE("a cancelled pipeline request is answered at once; a run not begun nev
   for (int i = 0; i < 2000 && served("cnn_head") < 4; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // Nothing more comes.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // Nothing more comes.
   shm::StatusSnapshotData s = shm::ReadStatus(node.segment, node.segment.WorkerSlot(0)).value();
   CHECK(s.models[local.Index("cnn_features")].requests_served == 4);
   CHECK(s.models[local.Index("cnn_head")].requests_served == 4);
