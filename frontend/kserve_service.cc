@@ -245,6 +245,16 @@ bool KServeService::ServerReady() const {
 }
 
 void KServeService::Handle(HttpRequest&& request, Responder respond) {
+  // A valid W3C traceparent: every answer to this request carries it, errors and refusals too
+  // (Infer reads it again for the trace id the request carries to the worker).
+  if (const std::string* tp = request.Header("traceparent")) {
+    if (std::optional<TraceContext> trace = ParseTraceparent(*tp)) {
+      respond = [inner = std::move(respond), header = trace->header](HttpResponse r) {
+        r.headers.emplace_back("traceparent", header);
+        inner(std::move(r));
+      };
+    }
+  }
   std::vector<std::string_view> parts = PathParts(request.target);
   bool get = request.method == "GET";
   bool post = request.method == "POST";
@@ -351,18 +361,6 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
     respond(ErrorResponse(Unavailable("this hook host is draining; retry on another")));
     return;
   }
-  // A valid W3C traceparent: every answer to this request carries it, refusals too.
-  std::optional<TraceContext> trace;
-  if (const std::string* tp = request.Header("traceparent")) {
-    trace = ParseTraceparent(*tp);
-  }
-  std::string traceparent = trace ? trace->header : std::string();
-  auto traced = [traceparent](HttpResponse r) {
-    if (!traceparent.empty()) {
-      r.headers.emplace_back("traceparent", traceparent);
-    }
-    return r;
-  };
   // A request refused before it reaches the flow, counted with the answered ones; `status`
   // overrides the code's HTTP status.
   auto refuse = [&](const Error& error, int status = 0) {
@@ -371,7 +369,7 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
     if (status != 0) {
       r = Json(status, {{"error", error.message}});
     }
-    respond(traced(std::move(r)));
+    respond(std::move(r));
   };
   // The body must outlive the submission (input spans point into it).
   auto body = std::make_shared<std::string>(std::move(request.body));
@@ -425,24 +423,26 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
     }
   }
   state->request.cancel = std::move(request.cancel);
-  if (trace) {
-    state->request.trace_id_high = trace->trace_id_high;
-    state->request.trace_id_low = trace->trace_id_low;
-    state->traceparent = trace->header;
+  if (const std::string* tp = request.Header("traceparent")) {
+    if (std::optional<TraceContext> trace = ParseTraceparent(*tp)) {
+      state->request.trace_id_high = trace->trace_id_high;
+      state->request.trace_id_low = trace->trace_id_low;
+      state->traceparent = trace->header;
+    }
   }
   std::string name = model.name;
   int64_t version = model.manifest().version;
   // The request's spans point into `body` and `state->storage`, both kept by the callback.
   Submit(model, state,
-         [state, body, respond, name, version, answer_encoding,
-          traced](Result<hookhost::InferResponse> result) {
+         [state, body, respond, name, version,
+          answer_encoding](Result<hookhost::InferResponse> result) {
            if (!result.ok()) {
-             respond(traced(ErrorResponse(result.error())));
+             respond(ErrorResponse(result.error()));
              return;
            }
            Result<EncodedResponse> encoded = EncodeInferResponse(name, version, *state, *result);
            if (!encoded.ok()) {
-             respond(traced(ErrorResponse(encoded.error())));
+             respond(ErrorResponse(encoded.error()));
              return;
            }
            HttpResponse r;
@@ -459,7 +459,7 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
              r.body = Deflate(r.body, answer_encoding);
              r.headers.emplace_back("Content-Encoding", std::string(EncodingName(answer_encoding)));
            }
-           respond(traced(std::move(r)));
+           respond(std::move(r));
          });
 }
 

@@ -111,11 +111,13 @@ def main():
     print("all tritonclient checks passed")
 
 
-def typed_contents_checks(address, x, want):
+def typed_contents_checks(address):
     """ModelInfer with typed contents (fp32_contents, not raw_input_contents), built from the
     protocol's own messages as tritonclient ships them: other clients send tensors this way."""
     import grpc
     from tritonclient.grpc import service_pb2, service_pb2_grpc
+    ref = read_safetensors(os.path.join(ROOT, "tests", "data", "reference", "cnn-default-b4.safetensors"))
+    x, want = ref["input.image"], ref["output.probs"]
     x = np.ascontiguousarray(x[0:2], dtype=np.float32)
     with grpc.insecure_channel(address) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
@@ -135,6 +137,36 @@ def typed_contents_checks(address, x, want):
         except grpc.RpcError as e:
             check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "image" in e.details(),
                   f"gRPC typed contents one value short refused: {e.details()[:80]}")
+
+
+def unary_trace_metadata_checks(address, trace):
+    """ModelInfer echoes a valid traceparent in its initial metadata, a refusal's too; an invalid
+    one (uppercase hex) is ignored."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+    request = service_pb2.ModelInferRequest(model_name="mlp")
+    request.inputs.add(name="input", datatype="FP32", shape=[1, 784])
+    request.raw_input_contents.append(np.zeros((1, 784), np.float32).tobytes())
+    with grpc.insecure_channel(address) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        reply, call = stub.ModelInfer.with_call(request, metadata=[("traceparent", trace)],
+                                                timeout=30)
+        check(dict(call.initial_metadata()).get("traceparent") == trace,
+              "gRPC ModelInfer initial metadata carries the traceparent")
+        upper = trace[:3] + "B" + trace[4:]
+        reply, call = stub.ModelInfer.with_call(request, metadata=[("traceparent", upper)],
+                                                timeout=30)
+        check("traceparent" not in dict(call.initial_metadata()) and
+              "traceparent" not in reply.parameters,
+              "gRPC: an invalid traceparent is ignored")
+        request.model_name = "no_such_model"
+        try:
+            stub.ModelInfer.with_call(request, metadata=[("traceparent", trace)], timeout=30)
+            check(False, "gRPC unknown model refused")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.NOT_FOUND and
+                  dict(e.initial_metadata()).get("traceparent") == trace,
+                  "gRPC refusal's initial metadata carries the traceparent")
 
 
 def stream_trace_checks(address, trace):
@@ -181,7 +213,7 @@ def grpc_checks(address):
                               request_id="g-" + model, client_timeout=30)
         err = float(np.abs(result.as_numpy(output_name) - want).max())
         check(err < 1e-4, f"gRPC {model} infer matches PyTorch (max error {err:.2e})")
-    typed_contents_checks(address, x, want)
+    typed_contents_checks(address)
     # ModelStreamInfer: several requests on one stream, answered in order, one of them an error.
     import queue
     answers = queue.Queue()
@@ -247,6 +279,7 @@ def grpc_checks(address):
     check(traced.parameters["traceparent"].string_param == trace,
           "gRPC traceparent carried by the answer")
     stream_trace_checks(address, trace)
+    unary_trace_metadata_checks(address, trace)
     for what, kwargs in [("priority 7", {"priority": 7}),
                          ("an undeclared tenant (metadata)", {"headers": {"ferry-tenant": "acme"}}),
                          ("an undeclared tenant (parameter)", {"parameters": {"tenant": "acme"}})]:

@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "ctl/npy.h"
 #include "frontend/http_client.h"
@@ -330,13 +331,15 @@ TEST_CASE("errors through HTTP: unknown model, bad tensors, deadline, wrong meth
   REQUIRE(get.ok());
   CHECK(get->status == 200);
   // (After the counts above, which these answers would change.) A W3C traceparent (the header's
-  // name in any case) is echoed on the answer, and on a refusal; an invalid one (uppercase hex) is
-  // ignored.
+  // name in any case) is echoed on the answer, on a refusal and on an unknown model's 404; an
+  // invalid one (uppercase hex) is ignored.
   const std::string trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-  for (const auto& [body, code] : {std::pair{one_row + "}", 200},
-                                   std::pair{one_row + R"(,"parameters":{"priority":4}})", 400}}) {
+  for (const auto& [target, body, code] :
+       {std::tuple{"/v2/models/mlp/infer", one_row + "}", 200},
+        std::tuple{"/v2/models/mlp/infer", one_row + R"(,"parameters":{"priority":4}})", 400},
+        std::tuple{"/v2/models/nosuch/infer", one_row + "}", 404}}) {
     Result<frontend::HttpAnswer> traced =
-        client->Request("POST", "/v2/models/mlp/infer", body, {{"TraceParent", trace}});
+        client->Request("POST", target, body, {{"TraceParent", trace}});
     REQUIRE(traced.ok());
     CHECK(traced->status == code);
     REQUIRE(traced->Header("traceparent") != nullptr);

@@ -421,7 +421,7 @@ shm::StatusSnapshotData SubmitTakenIn(const Node& node, NodeDriver& driver, uint
 TEST_CASE("drain serves every queued request, refuses new ones, then exits 0") {
   testing::TempDir dir;
   // One request per 100 ms batch: the drain takes a second, so the request sent after it
-  // reaches a worker that is still draining, however late this thread runs.
+  // reaches a worker that is still draining unless this thread stalls for most of a second.
   Node node(NodeFile(dir,
                      "backend = \"sim\"\n[sim]\nfixed_us = 100000\nper_row_us = 0\n"
                      "[scheduler.models.mlp]\nmax_batch_size = 1\n"));
