@@ -288,6 +288,16 @@ Status EncodeGrpcInfer(const std::string& model, int64_t version, const ParsedIn
 
 namespace {
 
+// A valid W3C traceparent in the call's metadata (one per call: a stream's requests share it).
+std::optional<TraceContext> CallTrace(const grpc::ServerContextBase& context) {
+  const auto& metadata = context.client_metadata();
+  auto tp = metadata.find("traceparent");
+  if (tp == metadata.end()) {
+    return std::nullopt;
+  }
+  return ParseTraceparent({tp->second.data(), tp->second.size()});
+}
+
 inference::DataType ConfigType(DType dtype) {
   std::string name = "TYPE_" + std::string(KServeName(dtype));
   inference::DataType t = inference::TYPE_INVALID;
@@ -439,8 +449,13 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
                                        inference::ModelInferResponse* out) override {
     auto cancel = std::make_shared<CancelSignal>();
     auto* reactor = new InferReactor(cancel);
+    // The traceparent in the initial metadata too (none is sent yet), so refusals carry it.
+    std::optional<TraceContext> trace = CallTrace(*context);
+    if (trace) {
+      context->AddInitialMetadata("traceparent", trace->header);
+    }
     // `in` and `out` live until the reactor is done, which is after Finish.
-    Infer(context, *in, std::move(cancel), true, out, [reactor](const Status& answered) {
+    Infer(context, *in, std::move(cancel), trace, out, [reactor](const Status& answered) {
       reactor->Finish(answered.ok() ? grpc::Status::OK : ToGrpc(answered.error()));
     });
     return reactor;
@@ -464,9 +479,9 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
   // the answer comes (inline when `in` is refused). REQUIRES: `in` and `out` outlive `done`.
   template <typename Done>
   void Infer(grpc::CallbackServerContext* call, const inference::ModelInferRequest& in,
-             std::shared_ptr<CancelSignal> cancel, bool unary, inference::ModelInferResponse* out,
-             Done done) {
-    Result<Prepared> prepared = Prepare(call, in, std::move(cancel), unary);
+             std::shared_ptr<CancelSignal> cancel, const std::optional<TraceContext>& trace,
+             inference::ModelInferResponse* out, Done done) {
+    Result<Prepared> prepared = Prepare(call, in, std::move(cancel), trace);
     if (!prepared.ok()) {
       done(Status(prepared.error()));
       return;
@@ -502,23 +517,14 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
     std::shared_ptr<ParsedInfer> state;
   };
 
-  // Looks the model up and parses `in` (refusals counted); the tenant and traceparent from the
-  // call's metadata (the traceparent echoed in the initial metadata when `echo_in_metadata`:
-  // a unary call, which has sent none yet), its deadline (when sooner) as the request's,
-  // `cancel` as its cancel signal.
+  // Looks the model up and parses `in` (refusals counted); the tenant from the call's
+  // metadata, `trace` (the call's, CallTrace) carried with it and answered as a "traceparent"
+  // response parameter, its deadline (when sooner) as the request's, `cancel` as its cancel
+  // signal.
   Result<Prepared> Prepare(grpc::ServerContextBase* context, const inference::ModelInferRequest& in,
-                           std::shared_ptr<CancelSignal> cancel, bool echo_in_metadata) {
-    // A W3C traceparent in the call's metadata: its trace id travels with the request, and the
-    // answer carries it (a "traceparent" response parameter; a unary call's initial metadata,
-    // refusals included).
+                           std::shared_ptr<CancelSignal> cancel,
+                           const std::optional<TraceContext>& trace) {
     const auto& metadata = context->client_metadata();
-    std::optional<TraceContext> trace;
-    if (auto tp = metadata.find("traceparent"); tp != metadata.end()) {
-      trace = ParseTraceparent({tp->second.data(), tp->second.size()});
-      if (trace && echo_in_metadata) {
-        context->AddInitialMetadata("traceparent", trace->header);
-      }
-    }
     Result<const hookhost::HookModel*> found = Lookup(in.model_name(), in.model_version());
     if (!found.ok()) {
       kserve_->CountRefused(nullptr, found.error());
@@ -539,11 +545,7 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
         return merged.error();
       }
     }
-    if (trace) {
-      state->request.trace_id_high = trace->trace_id_high;
-      state->request.trace_id_low = trace->trace_id_low;
-      state->traceparent = trace->header;
-    }
+    ApplyTrace(trace, *state);
     state->request.cancel = std::move(cancel);
     // A gRPC deadline, when sooner, becomes the request's.
     auto deadline = context->deadline();
@@ -573,7 +575,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<inference::ModelInfer
                                                            inference::ModelStreamInferResponse> {
  public:
   StreamReactor(Service* service, grpc::CallbackServerContext* call)
-      : service_(service), call_(call) {
+      : service_(service), call_(call), trace_(CallTrace(*call)) {
     StartRead(&in_);
   }
 
@@ -594,7 +596,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<inference::ModelInfer
     // is written. The hook host reads a request's bytes only inside Submit (hookhost.h), and
     // answers before Submit returns only a request it refused or one cancelled, whose write
     // then fails and ends the stream (no read follows).
-    service_->Infer(call_, in_, std::move(cancel), false, answer_.mutable_infer_response(),
+    service_->Infer(call_, in_, std::move(cancel), trace_, answer_.mutable_infer_response(),
                     [this](const Status& answered) {
                       if (answered.ok()) {
                         StartWrite(&answer_);
@@ -636,18 +638,15 @@ class StreamReactor final : public grpc::ServerBidiReactor<inference::ModelInfer
     inference::ModelInferResponse* r = answer_.mutable_infer_response();
     r->set_id(in_.id());
     r->set_model_name(in_.model_name());
-    const auto& metadata = call_->client_metadata();
-    if (auto tp = metadata.find("traceparent"); tp != metadata.end()) {
-      if (std::optional<TraceContext> trace =
-              ParseTraceparent({tp->second.data(), tp->second.size()})) {
-        (*r->mutable_parameters())["traceparent"].set_string_param(trace->header);
-      }
+    if (trace_) {
+      (*r->mutable_parameters())["traceparent"].set_string_param(trace_->header);
     }
     StartWrite(&answer_);
   }
 
   Service* service_;
   grpc::CallbackServerContext* call_;
+  std::optional<TraceContext> trace_;  // The stream's traceparent: on every answer.
   inference::ModelInferRequest in_;
   inference::ModelStreamInferResponse answer_;
   std::mutex mutex_;  // OnCancel runs on any gRPC thread.

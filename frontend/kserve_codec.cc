@@ -267,6 +267,14 @@ std::optional<TraceContext> ParseTraceparent(std::string_view header) {
   return TraceContext{high, low, "00" + std::string(header.substr(2, 53))};
 }
 
+void ApplyTrace(const std::optional<TraceContext>& trace, ParsedInfer& parsed) {
+  if (trace) {
+    parsed.request.trace_id_high = trace->trace_id_high;
+    parsed.request.trace_id_low = trace->trace_id_low;
+    parsed.traceparent = trace->header;
+  }
+}
+
 Status MergeTenant(ParsedInfer& parsed, std::string_view named, std::string_view where) {
   std::string_view name = named.substr(0, kMaxTenantNameBytes);
   if (!parsed.tenant.empty() && parsed.tenant != name) {

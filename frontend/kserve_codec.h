@@ -65,6 +65,8 @@ struct TraceContext {
   std::string header;
 };
 std::optional<TraceContext> ParseTraceparent(std::string_view header);
+// `trace` (when set) onto the request: its id to the worker, its header for the answer.
+void ApplyTrace(const std::optional<TraceContext>& trace, ParsedInfer& parsed);
 
 // `header` is the JSON part, `binary` what follows it (Inference-Header-Content-Length).
 // INVALID_ARGUMENT naming the tensor or field and what was expected.

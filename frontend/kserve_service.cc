@@ -245,15 +245,16 @@ bool KServeService::ServerReady() const {
 }
 
 void KServeService::Handle(HttpRequest&& request, Responder respond) {
-  // A valid W3C traceparent: every answer to this request carries it, errors and refusals too
-  // (Infer reads it again for the trace id the request carries to the worker).
+  // A valid W3C traceparent: every answer to this request carries it, errors and refusals too.
+  std::optional<TraceContext> trace;
   if (const std::string* tp = request.Header("traceparent")) {
-    if (std::optional<TraceContext> trace = ParseTraceparent(*tp)) {
-      respond = [inner = std::move(respond), header = trace->header](HttpResponse r) {
-        r.headers.emplace_back("traceparent", header);
-        inner(std::move(r));
-      };
-    }
+    trace = ParseTraceparent(*tp);
+  }
+  if (trace) {
+    respond = [inner = std::move(respond), header = trace->header](HttpResponse r) {
+      r.headers.emplace_back("traceparent", header);
+      inner(std::move(r));
+    };
   }
   std::vector<std::string_view> parts = PathParts(request.target);
   bool get = request.method == "GET";
@@ -337,7 +338,7 @@ void KServeService::Handle(HttpRequest&& request, Responder respond) {
     return;
   }
   if (action == "infer") {
-    post ? Infer(*model, std::move(request), std::move(respond)) : method_not_allowed();
+    post ? Infer(*model, std::move(request), trace, std::move(respond)) : method_not_allowed();
     return;
   }
   if (model->failure) {
@@ -356,7 +357,7 @@ void KServeService::Handle(HttpRequest&& request, Responder respond) {
 }
 
 void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& request,
-                          Responder respond) {
+                          const std::optional<TraceContext>& trace, Responder respond) {
   if (draining_.load()) {
     respond(ErrorResponse(Unavailable("this hook host is draining; retry on another")));
     return;
@@ -423,13 +424,7 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
     }
   }
   state->request.cancel = std::move(request.cancel);
-  if (const std::string* tp = request.Header("traceparent")) {
-    if (std::optional<TraceContext> trace = ParseTraceparent(*tp)) {
-      state->request.trace_id_high = trace->trace_id_high;
-      state->request.trace_id_low = trace->trace_id_low;
-      state->traceparent = trace->header;
-    }
-  }
+  ApplyTrace(trace, *state);
   std::string name = model.name;
   int64_t version = model.manifest().version;
   // The request's spans point into `body` and `state->storage`, both kept by the callback.

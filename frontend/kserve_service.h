@@ -76,7 +76,9 @@ class KServeService {
   void CountRefused(const hookhost::HookModel* model, const Error& error);
 
  private:
-  void Infer(const hookhost::HookModel& model, HttpRequest&& request, Responder respond);
+  // `trace`: the request's valid traceparent (Handle has `respond` echo it already).
+  void Infer(const hookhost::HookModel& model, HttpRequest&& request,
+             const std::optional<TraceContext>& trace, Responder respond);
 
   const shm::Segment& segment_;
   const std::vector<hookhost::HookModel>& models_;

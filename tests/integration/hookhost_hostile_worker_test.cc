@@ -94,10 +94,15 @@ TEST_CASE("completions a worker forges are refused or fail only their request") 
   host.Start();
   std::vector<uint8_t> input(2 * 784 * 4);
 
-  std::future<Result<InferResponse>> first = host.Submit(Mlp(input));
+  InferRequest traced = Mlp(input);
+  traced.trace_id_high = 0x4bf92f3577b34da6ULL;  // A traceparent's id travels to the worker.
+  traced.trace_id_low = 0xa3ce929d0e0e4736ULL;
+  std::future<Result<InferResponse>> first = host.Submit(std::move(traced));
   shm::DescriptorData d = worker.Next();
   CHECK(d.model == kMlp);
   CHECK(d.rows == 2);
+  CHECK(d.trace_id_high == 0x4bf92f3577b34da6ULL);
+  CHECK(d.trace_id_low == 0xa3ce929d0e0e4736ULL);
   // Forged: an unknown request, memory past the worker's partition, the hook host's own
   // partition, a kind completions never carry. Each is refused and counted; the request waits.
   shm::DescriptorData unknown = worker.Completion(d, {2, 10});
