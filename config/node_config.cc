@@ -92,10 +92,15 @@ void ApplyEnvironment(const Environment& env, SchedulerConfig* c, Diagnostics* d
   }
 }
 
-std::optional<ListenAddress> ParseListen(const std::string& text) {
+// The reason a listen address is refused, or the address.
+Result<ListenAddress> ParseListen(const std::string& text) {
+  const std::string kForm = "expected HOST:PORT with PORT in [0, 65535]";
   size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    return std::nullopt;
+  if (colon == std::string::npos) {
+    return InvalidArgument(kForm);
+  }
+  if (colon == 0) {
+    return InvalidArgument("the host is empty (" + kForm + "; 0.0.0.0 for every interface)");
   }
   std::string host = text.substr(0, colon);
   bool bracketed = host.size() > 2 && host.front() == '[' && host.back() == ']';
@@ -110,15 +115,15 @@ std::optional<ListenAddress> ParseListen(const std::string& text) {
               });
   bool valid = bracketed ? inet_pton(AF_INET6, host.c_str(), &v6) == 1
                          : inet_pton(AF_INET, host.c_str(), &v4) == 1 || name;
-  if (!valid || host.empty()) {
-    return std::nullopt;
+  if (!valid) {
+    return InvalidArgument(kForm);
   }
   std::string_view port_text = std::string_view(text).substr(colon + 1);
   unsigned port = 0;
   auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
   if (ec != std::errc() || end != port_text.data() + port_text.size() || port > 65535 ||
       port_text.empty()) {
-    return std::nullopt;
+    return InvalidArgument(kForm);
   }
   return ListenAddress{host, static_cast<uint16_t>(port)};
 }
@@ -200,10 +205,10 @@ void ReadNode(TableReader& r, const std::string& base_dir, NodeSettings* n) {
       if (!listen->String(key, &text)) {
         continue;
       }
-      if (auto parsed = ParseListen(text)) {
+      if (Result<ListenAddress> parsed = ParseListen(text); parsed.ok()) {
         *address = *parsed;
       } else {
-        listen->ErrorAt(key, "'" + text + "': expected HOST:PORT with PORT in [0, 65535]");
+        listen->ErrorAt(key, "'" + text + "': " + parsed.error().message);
       }
     }
     listen->Finish();

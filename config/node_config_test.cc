@@ -240,7 +240,8 @@ TEST_CASE("listen addresses must be HOST:PORT and distinct") {
 
 TEST_CASE("listen addresses: a port is required, brackets only around an IPv6 literal") {
   CHECK(Contains(ErrorOf("[node.listen]\nhttp = \"8000\"\n"), "expected HOST:PORT"));
-  CHECK(Contains(ErrorOf("[node.listen]\nhttp = \":8000\"\n"), "expected HOST:PORT"));
+  CHECK(Contains(ErrorOf("[node.listen]\nhttp = \":8000\"\n"),
+                 "node.listen.http: ':8000': the host is empty (expected HOST:PORT"));
   CHECK(Contains(ErrorOf("[node.listen]\nhttp = \"X::1]:8000\"\n"), "expected HOST:PORT"));
   CHECK(Contains(ErrorOf("[node.listen]\nhttp = \"[::1:8000\"\n"), "expected HOST:PORT"));
   Result<NodeConfig> v6 = Parse("[node.listen]\nhttp = \"[::1]:0\"\n");

@@ -137,6 +137,15 @@ TEST_CASE("shapes, sizes, dtypes and hooks are checked") {
   CHECK(Contains(ErrorOf("name = [\n"), "TOML syntax error"));
 }
 
+TEST_CASE("an input and an output may not share a name") {
+  // The program reads x and writes x: without the rule the manifest would pass, since the op's
+  // output is declared and produced.
+  std::string same = kHead + kRelu;
+  same.replace(same.find("name = \"y\""), 10, "name = \"x\"");
+  same.replace(same.find("output = \"y\""), 12, "output = \"x\"");
+  CHECK(Contains(ErrorOf(same), "outputs: 'x' is both an input and an output"));
+}
+
 TEST_CASE("hooks: the plugin's config and the tensors clients send and receive") {
   const std::string hooks = R"(
 [hooks]

@@ -85,6 +85,15 @@ TEST_CASE("overlapping and holey offsets are rejected") {
                "(hole)"));
 }
 
+TEST_CASE("bytes after the last tensor are refused: the tensors must cover the whole buffer") {
+  const std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  CHECK(Parse(SafetensorsBytes(header, std::string(8, 'x'))).ok());
+  CHECK(Contains(ErrorOf(SafetensorsBytes(header, std::string(9, 'x'))),
+                 "tensors cover 8 bytes but the data buffer holds 9"));
+  CHECK(Contains(ErrorOf(SafetensorsBytes("{}", std::string(4, 'x'))),
+                 "tensors cover 0 bytes but the data buffer holds 4"));
+}
+
 TEST_CASE("a header that lies about sizes is rejected") {
   // Shape says 3 floats, offsets say 2.
   CHECK(

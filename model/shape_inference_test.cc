@@ -131,5 +131,29 @@ TEST_CASE("add needs both operands of one shape; outputs must be FP32") {
         std::string::npos);
 }
 
+TEST_CASE("a program input that is not FP32 is refused, whatever its shape") {
+  Manifest m;
+  m.name = "m";
+  m.outputs = {{"y", DType::kF32, {kBatchDim, 4}, 0}};
+  m.batch_sizes = {2};
+  m.variants = {{"default", {{"x", {kBatchDim, 4}}}, {{"y", {kBatchDim, 4}}}}};
+  Op relu;
+  relu.kind = OpKind::kRelu;
+  relu.inputs = {"x"};
+  relu.output = "y";
+  m.program = {relu};
+  WeightLookup none = [](const std::string&) { return std::nullopt; };
+  m.inputs = {{"x", DType::kF32, {kBatchDim, 4}, 0}};
+  CHECK(InferShapes(m, m.variants[0], 2, none).ok());
+  for (DType dtype : {DType::kF16, DType::kBF16, DType::kI64, DType::kU8}) {
+    CAPTURE(KServeName(dtype));
+    m.inputs[0].dtype = dtype;
+    Result<std::map<std::string, Shape>> shapes = InferShapes(m, m.variants[0], 2, none);
+    REQUIRE_FALSE(shapes.ok());
+    CHECK(shapes.error().message.find("input 'x' is " + std::string(KServeName(dtype)) +
+                                      "; programs compute in FP32") != std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace ferry

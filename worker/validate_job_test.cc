@@ -76,7 +76,13 @@ TEST_CASE("ValidateJob boundaries: rows, sizes, counts and byte sizes") {
   CHECK(!ValidateJob(m, job(8, {})).ok());      // Empty.
   BatchJob zero = job(8, {1});
   zero.requests[0].rows = 0;
-  CHECK(!ValidateJob(m, zero).ok());
+  // Refused by the row rule itself, not only later by the byte sizes a zero-row request has.
+  CHECK(ValidateJob(m, zero).error().message.find("rows must be in [1, 8], got 0") !=
+        std::string::npos);
+  zero.requests[0].inputs[0] = std::span<const uint8_t>(in).first(0);
+  zero.requests[0].outputs[0] = std::span<uint8_t>(out).first(0);
+  CHECK(ValidateJob(m, zero).error().message.find("rows must be in [1, 8], got 0") !=
+        std::string::npos);
   BatchJob small_out = job(8, {2});
   small_out.requests[0].outputs[0] = std::span<uint8_t>(out).first(15);  // 16 needed.
   CHECK(ValidateJob(m, small_out).error().message.find("has room for 15 bytes, expected 16") !=
