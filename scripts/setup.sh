@@ -16,6 +16,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # the gRPC front end
   libsystemd-dev          # sd_notify
   libdnnl-dev             # oneDNN: the CPU backend's dense and conv2d kernels
+  libonnx-dev             # ONNX's protobuf classes: ferryctl import reads model.onnx
   ocl-icd-opencl-dev      # dnnl-config.cmake looks for OpenCL (Debian builds oneDNN with it)
   python3                 # example generator
   python3-venv curl       # client tests: tritonclient from PyPI in a venv, and curl

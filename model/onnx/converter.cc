@@ -1,0 +1,331 @@
+#include "model/onnx/converter.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace ferry::onnx_import {
+
+std::string Sanitize(const std::string& name) {
+  std::string out = name.substr(0, 100);
+  for (char& ch : out) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '-' && ch != '.') {
+      ch = '_';
+    }
+  }
+  if (out.empty() || out == "." || out == "..") {
+    out = "_" + out;
+  }
+  return out;
+}
+
+Attributes::Attributes(const onnx::NodeProto& node) {
+  for (const onnx::AttributeProto& attr : node.attribute()) {
+    by_name_.emplace(attr.name(), &attr);
+  }
+}
+
+const onnx::AttributeProto* Attributes::Find(const std::string& name,
+                                             onnx::AttributeProto::AttributeType type) {
+  read_.insert(name);
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) {
+    return nullptr;
+  }
+  if (it->second->type() != type && !wrong_type_) {
+    wrong_type_ = name;
+  }
+  return it->second->type() == type ? it->second : nullptr;
+}
+
+int64_t Attributes::Int(const std::string& name, int64_t fallback) {
+  const onnx::AttributeProto* a = Find(name, onnx::AttributeProto::INT);
+  return a != nullptr ? a->i() : fallback;
+}
+
+float Attributes::Float(const std::string& name, float fallback) {
+  const onnx::AttributeProto* a = Find(name, onnx::AttributeProto::FLOAT);
+  return a != nullptr ? a->f() : fallback;
+}
+
+std::string Attributes::String(const std::string& name, const std::string& fallback) {
+  const onnx::AttributeProto* a = Find(name, onnx::AttributeProto::STRING);
+  return a != nullptr ? a->s() : fallback;
+}
+
+std::vector<int64_t> Attributes::Ints(const std::string& name, std::vector<int64_t> fallback) {
+  const onnx::AttributeProto* a = Find(name, onnx::AttributeProto::INTS);
+  return a != nullptr ? std::vector<int64_t>(a->ints().begin(), a->ints().end()) : fallback;
+}
+
+const onnx::TensorProto* Attributes::Tensor(const std::string& name) {
+  const onnx::AttributeProto* a = Find(name, onnx::AttributeProto::TENSOR);
+  return a != nullptr ? &a->t() : nullptr;
+}
+
+std::optional<std::string> Attributes::Unread() const {
+  for (const auto& [name, attr] : by_name_) {
+    if (read_.count(name) == 0) {
+      return name;
+    }
+  }
+  return std::nullopt;
+}
+
+Converter::Converter(const OnnxModel& model, const ImportOptions& options)
+    : model_(model), options_(options) {}
+
+Error Converter::Fail(const std::string& message) const {
+  std::string where = model_.source + ": ";
+  if (node_ != nullptr) {
+    where += "node '" + node_->name() + "' (" + node_->op_type() + ", opset " +
+             std::to_string(model_.opset) + "): ";
+  }
+  return InvalidArgument(where + message);
+}
+
+const Value* Converter::Input(int i) const {
+  if (i >= node_->input_size() || node_->input(i).empty()) {
+    return nullptr;
+  }
+  auto it = values_.find(node_->input(i));
+  return it == values_.end() ? nullptr : &it->second;
+}
+
+Result<const Value*> Converter::Tensor(int i) const {
+  const Value* v = Input(i);
+  if (v == nullptr || v->constant != nullptr) {
+    return Fail("input " + std::to_string(i) +
+                " must be a tensor computed from the model's inputs, not a constant or absent");
+  }
+  return v;
+}
+
+Result<const ConstTensor*> Converter::Constant(int i) const {
+  const Value* v = Input(i);
+  if (v == nullptr || v->constant == nullptr) {
+    return Fail("input " + std::to_string(i) +
+                " must be a constant (an initializer or a Constant node)");
+  }
+  return v->constant;
+}
+
+void Converter::Define(int i, Value value) {
+  if (i >= node_->output_size() || node_->output(i).empty()) {
+    return;
+  }
+  const std::string& name = node_->output(i);
+  if (!value.tensor.empty()) {
+    // A new tensor starts with its readers; an alias (Identity) adds its own readers to the
+    // tensor's and takes away the one read the aliasing node made.
+    auto [it, fresh] = tensor_readers_.try_emplace(value.tensor, 0);
+    it->second += readers_[name] - (fresh ? 0 : 1);
+  }
+  values_[name] = std::move(value);
+}
+
+std::string Converter::FreshTensor() {
+  std::string name;
+  do {
+    name = "_t" + std::to_string(next_tensor_++);
+  } while (used_names_.count(name) > 0);
+  used_names_.insert(name);
+  return name;
+}
+
+Op& Converter::Emit(Op op, Shape shape) {
+  op.output = FreshTensor();
+  producer_[op.output] = out_.manifest.program.size();
+  Define(0, Value{op.output, std::move(shape), nullptr});
+  out_.manifest.program.push_back(std::move(op));
+  return out_.manifest.program.back();
+}
+
+std::string Converter::AddWeight(const std::string& suffix, Shape shape,
+                                 std::vector<float> values) {
+  std::string base = Sanitize(node_->name().empty() ? node_->op_type() : node_->name());
+  std::string name = base + suffix;
+  for (int k = 1; used_names_.count(name) > 0; ++k) {
+    name = base + "_" + std::to_string(k) + suffix;
+  }
+  used_names_.insert(name);
+  weight_index_[name] = out_.weights.size();
+  out_.weights.push_back(Weight{name, std::move(shape), std::move(values)});
+  return name;
+}
+
+Weight& Converter::WeightNamed(const std::string& name) {
+  return out_.weights[weight_index_.at(name)];
+}
+
+Op* Converter::SoleProducer(const Value& value) {
+  if (value.constant != nullptr) {
+    return nullptr;
+  }
+  auto it = producer_.find(value.tensor);
+  if (it == producer_.end() || tensor_readers_[value.tensor] != 1) {
+    return nullptr;
+  }
+  return &out_.manifest.program[it->second];
+}
+
+const ConstTensor* Converter::Keep(ConstTensor tensor) {
+  kept_.push_back(std::make_unique<ConstTensor>(std::move(tensor)));
+  return kept_.back().get();
+}
+
+Status Converter::DefineInputs() {
+  const onnx::GraphProto& graph = model_.proto->graph();
+  for (const onnx::ValueInfoProto& input : graph.input()) {
+    if (model_.initializers.count(input.name()) > 0) {
+      continue;  // An initializer listed as an input (IR version < 4): a constant.
+    }
+    std::string where = "input '" + input.name() + "'";
+    if (!input.type().has_tensor_type()) {
+      return Fail(where + ": only tensor inputs are supported");
+    }
+    const onnx::TypeProto::Tensor& type = input.type().tensor_type();
+    if (type.elem_type() != onnx::TensorProto::FLOAT) {
+      return Fail(where + " is " +
+                  onnx::TensorProto::DataType_Name(
+                      static_cast<onnx::TensorProto::DataType>(type.elem_type())) +
+                  ": ferry's programs compute in FP32 and take FP32 inputs");
+    }
+    if (!type.has_shape() || type.shape().dim_size() < 1 ||
+        static_cast<size_t>(type.shape().dim_size()) > kMaxOnnxRank) {
+      return Fail(where + ": needs a shape of rank 1 to " + std::to_string(kMaxOnnxRank) +
+                  " (axis 0 the batch axis)");
+    }
+    Shape shape = {kBatchDim};
+    for (int d = 1; d < type.shape().dim_size(); ++d) {
+      const auto& dim = type.shape().dim(d);
+      if (!dim.has_dim_value() || dim.dim_value() < 1 || dim.dim_value() > (int64_t{1} << 31)) {
+        return Fail(where + " axis " + std::to_string(d) + " is dynamic (" +
+                    (dim.has_dim_param() ? "'" + dim.dim_param() + "'" : "no size") +
+                    "): ferry needs a fixed size for every axis after the batch axis; "
+                    "export the model with that axis fixed");
+      }
+      shape.push_back(dim.dim_value());
+    }
+    std::string name = Sanitize(input.name());
+    if (!used_names_.insert(name).second) {
+      return Fail(where + ": its name, as '" + name + "', is taken by another input");
+    }
+    out_.manifest.inputs.push_back(TensorSpec{name, DType::kF32, shape, 0});
+    tensor_readers_[name] = readers_[input.name()];
+    values_[input.name()] = Value{name, shape, nullptr};
+  }
+  if (out_.manifest.inputs.empty() || out_.manifest.inputs.size() > kMaxTensorsPerSide) {
+    return Fail("the graph has " + std::to_string(out_.manifest.inputs.size()) +
+                " inputs; ferry takes 1 to " + std::to_string(kMaxTensorsPerSide));
+  }
+  return OkStatus();
+}
+
+Status Converter::ConvertNode(const onnx::NodeProto& node) {
+  node_ = &node;
+  if (!node.domain().empty() && node.domain() != "ai.onnx") {
+    return Fail("domain '" + node.domain() + "' is not supported (only the default domain)");
+  }
+  const OpConverter* convert = FindOpConverter(node.op_type());
+  if (convert == nullptr) {
+    return Fail("op " + node.op_type() + " is not supported; ferry converts " + SupportedOps());
+  }
+  for (const std::string& input : node.input()) {
+    if (!input.empty() && values_.count(input) == 0) {
+      return Fail("input '" + input +
+                  "' is not defined by the graph or an earlier node (the graph is not in "
+                  "topological order, or has a cycle)");
+    }
+  }
+  Attributes attrs(node);
+  FERRY_RETURN_IF_ERROR((*convert)(*this, attrs));
+  if (attrs.wrong_type_) {
+    return Fail("attribute '" + *attrs.wrong_type_ + "' has the wrong type");
+  }
+  if (std::optional<std::string> unread = attrs.Unread()) {
+    return Fail("attribute '" + *unread + "' is not supported");
+  }
+  for (int i = 0; i < node.output_size(); ++i) {
+    const std::string& output = node.output(i);
+    if (!output.empty() && values_.count(output) == 0 && readers_[output] > 0) {
+      return Fail("output " + std::to_string(i) + " ('" + output + "') is not supported");
+    }
+  }
+  return OkStatus();
+}
+
+Status Converter::DefineOutputs() {
+  node_ = nullptr;
+  std::map<std::string, std::string> renames;
+  for (const onnx::ValueInfoProto& output : model_.proto->graph().output()) {
+    auto it = values_.find(output.name());
+    std::string where = "output '" + output.name() + "'";
+    if (it == values_.end() || it->second.constant != nullptr) {
+      return Fail(where + " is not computed from the model's inputs");
+    }
+    const Value& value = it->second;
+    if (producer_.count(value.tensor) == 0 || renames.count(value.tensor) > 0) {
+      return Fail(where + " is a model input or another output; ferry needs each output "
+                          "computed by its own op");
+    }
+    std::string name = Sanitize(output.name());
+    if (!used_names_.insert(name).second) {
+      return Fail(where + ": its name, as '" + name + "', is taken by an input or output");
+    }
+    renames[value.tensor] = name;
+    out_.manifest.outputs.push_back(TensorSpec{name, DType::kF32, value.shape, 0});
+  }
+  if (out_.manifest.outputs.empty() || out_.manifest.outputs.size() > kMaxTensorsPerSide) {
+    return Fail("the graph has " + std::to_string(out_.manifest.outputs.size()) +
+                " outputs; ferry takes 1 to " + std::to_string(kMaxTensorsPerSide));
+  }
+  for (Op& op : out_.manifest.program) {
+    for (std::string& input : op.inputs) {
+      if (auto r = renames.find(input); r != renames.end()) {
+        input = r->second;
+      }
+    }
+    if (auto r = renames.find(op.output); r != renames.end()) {
+      op.output = r->second;
+    }
+  }
+  return OkStatus();
+}
+
+Result<ImportedModel> Converter::Run() {
+  const onnx::GraphProto& graph = model_.proto->graph();
+  for (const onnx::NodeProto& node : graph.node()) {
+    for (const std::string& input : node.input()) {
+      ++readers_[input];
+    }
+  }
+  for (const onnx::ValueInfoProto& output : graph.output()) {
+    ++readers_[output.name()];
+  }
+  for (const auto& [name, tensor] : model_.initializers) {
+    values_[name] = Value{"", tensor.dims, &tensor};
+  }
+  FERRY_RETURN_IF_ERROR(DefineInputs());
+  for (const onnx::NodeProto& node : graph.node()) {
+    FERRY_RETURN_IF_ERROR(ConvertNode(node));
+    if (out_.manifest.program.size() > kMaxOps) {
+      return Fail("the program needs more than " + std::to_string(kMaxOps) + " ops");
+    }
+  }
+  FERRY_RETURN_IF_ERROR(DefineOutputs());
+  Manifest& m = out_.manifest;
+  m.name = options_.name;
+  m.batch_sizes = options_.sizes;
+  ShapeVariant variant{"default", {}, {}};
+  for (const TensorSpec& t : m.inputs) {
+    variant.inputs[t.name] = t.shape;
+  }
+  for (const TensorSpec& t : m.outputs) {
+    variant.outputs[t.name] = t.shape;
+  }
+  m.variants = {variant};
+  out_.onnx_nodes = static_cast<size_t>(graph.node_size());
+  return std::move(out_);
+}
+
+}  // namespace ferry::onnx_import

@@ -1,0 +1,162 @@
+#include "model/onnx/onnx_import.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "model/onnx/converter.h"
+
+namespace ferry::onnx_import {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Dims(const Shape& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    out += (i ? ", " : "") + std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
+std::string Number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", value);
+  std::string out = text;
+  return out.find_first_of(".en") == std::string::npos ? out + ".0" : out;
+}
+
+void WriteTensors(std::ostringstream& out, const char* table, const std::vector<TensorSpec>& specs) {
+  for (const TensorSpec& t : specs) {
+    out << "\n[[" << table << "]]\nname = \"" << t.name << "\"\ndtype = \""
+        << KServeName(t.dtype) << "\"\nshape = " << Dims(t.shape) << "\n";
+  }
+}
+
+void WriteOp(std::ostringstream& out, const Op& op) {
+  out << "\n[[program]]\nop = \"" << OpKindName(op.kind) << "\"\n";
+  if (op.kind == OpKind::kAdd) {
+    out << "inputs = [\"" << op.inputs[0] << "\", \"" << op.inputs[1] << "\"]\n";
+  } else {
+    out << "input = \"" << op.inputs[0] << "\"\n";
+  }
+  out << "output = \"" << op.output << "\"\n";
+  if (!op.weight.empty()) {
+    out << "weight = \"" << op.weight << "\"\n";
+  }
+  if (!op.bias.empty()) {
+    out << "bias = \"" << op.bias << "\"\n";
+  }
+  auto pair = [&](const char* key, const std::array<int64_t, 2>& v) {
+    out << key << " = [" << v[0] << ", " << v[1] << "]\n";
+  };
+  switch (op.kind) {
+    case OpKind::kSoftmax:
+      out << "axis = " << op.axis << "\n";
+      break;
+    case OpKind::kLayerNorm:
+      out << "eps = " << Number(op.eps) << "\n";
+      break;
+    case OpKind::kConv2d:
+      pair("stride", op.stride);
+      pair("padding", op.padding);
+      break;
+    case OpKind::kMaxPool2d:
+      pair("kernel", op.kernel);
+      pair("stride", op.stride);
+      pair("padding", op.padding);
+      break;
+    case OpKind::kReshape:
+      out << "shape = " << Dims(op.shape) << "\n";
+      break;
+    default:
+      break;
+  }
+}
+
+Status WriteFile(const fs::path& path, const std::string& bytes) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  file.close();
+  if (!file) {
+    return Internal(path.string() + ": write failed");
+  }
+  return OkStatus();
+}
+
+std::string SafetensorsOf(const std::vector<Weight>& weights) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  uint64_t offset = 0;
+  for (const Weight& w : weights) {
+    uint64_t bytes = w.values.size() * sizeof(float);
+    header[w.name] = {{"dtype", "F32"}, {"shape", w.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  uint64_t length = text.size();
+  for (int i = 0; i < 8; ++i) {
+    out[i] = static_cast<char>(length >> (8 * i));
+  }
+  out += text;
+  out.reserve(out.size() + offset);
+  for (const Weight& w : weights) {
+    out.append(reinterpret_cast<const char*>(w.values.data()), w.values.size() * sizeof(float));
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<ImportedModel> ConvertOnnx(const OnnxModel& model, const ImportOptions& options) {
+  Converter converter(model, options);
+  return converter.Run();
+}
+
+std::string ManifestToml(const Manifest& m) {
+  std::ostringstream out;
+  out << "# Imported from ONNX by `ferryctl import`.\nname = \"" << m.name
+      << "\"\nversion = " << m.version << "\n";
+  WriteTensors(out, "inputs", m.inputs);
+  WriteTensors(out, "outputs", m.outputs);
+  out << "\n[batching]\nsizes = " << Dims(m.batch_sizes) << "\n";
+  for (const Op& op : m.program) {
+    WriteOp(out, op);
+  }
+  return out.str();
+}
+
+Status WriteBundle(const ImportedModel& model, const std::string& dir) {
+  std::error_code ec;
+  fs::path target(dir);
+  if (fs::exists(fs::symlink_status(target, ec))) {
+    return InvalidArgument(dir + ": already exists (ferryctl import writes a new directory)");
+  }
+  fs::path staging = target;
+  staging += ".import-" + std::to_string(::getpid());
+  fs::remove_all(staging, ec);
+  if (!fs::create_directories(staging, ec)) {
+    return Internal(staging.string() + ": cannot create: " + ec.message());
+  }
+  Status written = WriteFile(staging / "manifest.toml", ManifestToml(model.manifest));
+  if (written.ok()) {
+    written = WriteFile(staging / "weights.safetensors", SafetensorsOf(model.weights));
+  }
+  if (written.ok()) {
+    fs::rename(staging, target, ec);
+    if (ec) {
+      written = Internal(dir + ": cannot rename the new bundle into place: " + ec.message());
+    }
+  }
+  if (!written.ok()) {
+    fs::remove_all(staging, ec);
+  }
+  return written;
+}
+
+}  // namespace ferry::onnx_import

@@ -1,0 +1,377 @@
+// The importer on graphs built in code: each supported op's conversion, folding, and every
+// class of hostile file (truncated, lying sizes, cycles, escaping external data, huge counts).
+#include "model/onnx/onnx_import.h"
+
+#include <doctest/doctest.h>
+#include <onnx/onnx_pb.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <sys/stat.h>
+
+#include "model/bundle.h"
+#include "model/onnx/converter.h"
+#include "tests/testing/temp_dir.h"
+
+namespace ferry::onnx_import {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A model of opset 17 with one FP32 input x of shape [N, dims...].
+onnx::ModelProto Model(const std::vector<int64_t>& dims, int64_t opset = 17) {
+  onnx::ModelProto m;
+  m.set_ir_version(8);
+  auto* op = m.add_opset_import();
+  op->set_domain("");
+  op->set_version(opset);
+  auto* input = m.mutable_graph()->add_input();
+  input->set_name("x");
+  auto* type = input->mutable_type()->mutable_tensor_type();
+  type->set_elem_type(onnx::TensorProto::FLOAT);
+  type->mutable_shape()->add_dim()->set_dim_param("N");
+  for (int64_t d : dims) {
+    type->mutable_shape()->add_dim()->set_dim_value(d);
+  }
+  return m;
+}
+
+onnx::NodeProto* Node(onnx::ModelProto& m, const std::string& op, std::vector<std::string> in,
+                      const std::string& out) {
+  onnx::NodeProto* n = m.mutable_graph()->add_node();
+  n->set_op_type(op);
+  n->set_name(op + "_" + std::to_string(m.graph().node_size()));
+  for (const std::string& i : in) {
+    n->add_input(i);
+  }
+  n->add_output(out);
+  return n;
+}
+
+void Output(onnx::ModelProto& m, const std::string& name) {
+  m.mutable_graph()->add_output()->set_name(name);
+}
+
+void Init(onnx::ModelProto& m, const std::string& name, std::vector<int64_t> dims,
+          std::vector<float> values) {
+  onnx::TensorProto* t = m.mutable_graph()->add_initializer();
+  t->set_name(name);
+  t->set_data_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : dims) {
+    t->add_dims(d);
+  }
+  for (float v : values) {
+    t->add_float_data(v);
+  }
+}
+
+void IntAttr(onnx::NodeProto* n, const std::string& name, int64_t v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+
+void IntsAttr(onnx::NodeProto* n, const std::string& name, std::vector<int64_t> v) {
+  auto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : v) {
+    a->add_ints(x);
+  }
+}
+
+std::string Bytes(const onnx::ModelProto& m) { return m.SerializeAsString(); }
+
+Result<OnnxModel> Parse(const std::string& bytes, const std::string& dir = "") {
+  return ParseOnnx(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+                   "m.onnx", dir);
+}
+
+Result<ImportedModel> Import(const onnx::ModelProto& m) {
+  Result<OnnxModel> parsed = Parse(Bytes(m));
+  if (!parsed.ok()) {
+    return parsed.error();
+  }
+  return ConvertOnnx(*parsed, ImportOptions{"m", {1, 4}});
+}
+
+std::string ErrorOf(const onnx::ModelProto& m) {
+  Result<ImportedModel> r = Import(m);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == ErrorCode::kInvalidArgument);
+  return r.error().message;
+}
+
+bool Contains(const std::string& s, const std::string& needle) {
+  return s.find(needle) != std::string::npos;
+}
+
+const Weight* FindWeight(const ImportedModel& m, const std::string& name) {
+  for (const Weight& w : m.weights) {
+    if (w.name == name) {
+      return &w;
+    }
+  }
+  return nullptr;
+}
+
+// x [N, 3] -> Gemm(W [2, 3], transB) -> Relu -> MatMul(V [2, 2]) + b -> Softmax -> y.
+onnx::ModelProto Mlp() {
+  onnx::ModelProto m = Model({3});
+  Init(m, "W", {2, 3}, {1, 2, 3, 4, 5, 6});
+  Init(m, "c", {2}, {0.5f, -0.5f});
+  Init(m, "V", {2, 2}, {1, 2, 3, 4});
+  Init(m, "b", {2}, {10, 20});
+  IntAttr(Node(m, "Gemm", {"x", "W", "c"}, "h"), "transB", 1);
+  Node(m, "Relu", {"h"}, "r");
+  Node(m, "MatMul", {"r", "V"}, "p");
+  Node(m, "Add", {"p", "b"}, "q");
+  Node(m, "Softmax", {"q"}, "y");
+  Output(m, "y");
+  return m;
+}
+
+TEST_CASE("an MLP imports as dense, relu, dense with its bias folded, softmax") {
+  Result<ImportedModel> r = Import(Mlp());
+  REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
+  const Manifest& m = r->manifest;
+  REQUIRE(m.program.size() == 4);
+  CHECK(m.program[0].kind == OpKind::kDense);
+  CHECK(m.program[1].kind == OpKind::kRelu);
+  CHECK(m.program[2].kind == OpKind::kDense);
+  CHECK(m.program[3].kind == OpKind::kSoftmax);
+  CHECK(m.program[3].axis == 1);
+  CHECK(m.program[3].output == "y");
+  CHECK(m.inputs[0].shape == Shape{kBatchDim, 3});
+  CHECK(m.outputs[0].shape == Shape{kBatchDim, 2});
+  // transB: W is already [out, in]. MatMul's V [in, out] is transposed to [out, in].
+  CHECK(FindWeight(*r, m.program[0].weight)->values == std::vector<float>{1, 2, 3, 4, 5, 6});
+  CHECK(FindWeight(*r, m.program[2].weight)->values == std::vector<float>{1, 3, 2, 4});
+  CHECK(FindWeight(*r, m.program[2].bias)->values == std::vector<float>{10, 20});
+  // The text round-trips through the manifest parser.
+  Result<Manifest> parsed = ParseManifest(ManifestToml(m), "manifest.toml");
+  REQUIRE_MESSAGE(parsed.ok(), (parsed.ok() ? "" : parsed.error().message));
+  CHECK(parsed->program.size() == 4);
+  CHECK(parsed->program[2].bias == m.program[2].bias);
+}
+
+TEST_CASE("a written bundle loads, and an existing directory is never overwritten") {
+  testing::TempDir dir;
+  Result<ImportedModel> r = Import(Mlp());
+  REQUIRE(r.ok());
+  std::string out = dir.path() + "/m";
+  REQUIRE(WriteBundle(*r, out).ok());
+  Result<Bundle> bundle = LoadBundle(out);
+  REQUIRE_MESSAGE(bundle.ok(), (bundle.ok() ? "" : bundle.error().message));
+  CHECK(bundle->weights.index().tensors.size() == 4);
+  CHECK(Contains(WriteBundle(*r, out).error().message, "already exists"));
+  CHECK(fs::exists(out + "/manifest.toml"));
+}
+
+TEST_CASE("batch normalization folds into the conv before it") {
+  onnx::ModelProto m = Model({1, 3, 3});
+  Init(m, "w", {2, 1, 1, 1}, {2, 3});
+  Init(m, "s", {2}, {1, 2});
+  Init(m, "bb", {2}, {0.5f, 1});
+  Init(m, "mean", {2}, {1, 2});
+  Init(m, "var", {2}, {3, 15});
+  Node(m, "Conv", {"x", "w"}, "c");
+  onnx::NodeProto* bn = Node(m, "BatchNormalization", {"c", "s", "bb", "mean", "var"}, "n");
+  auto* eps = bn->add_attribute();
+  eps->set_name("epsilon");
+  eps->set_type(onnx::AttributeProto::FLOAT);
+  eps->set_f(1.0f);
+  Node(m, "Relu", {"n"}, "y");
+  Output(m, "y");
+  Result<ImportedModel> r = Import(m);
+  REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
+  REQUIRE(r->manifest.program.size() == 2);
+  const Op& conv = r->manifest.program[0];
+  // s = scale / sqrt(var + 1) = {0.5, 0.5}; w' = {1, 1.5}; b' = (0 - mean) s + beta.
+  CHECK(FindWeight(*r, conv.weight)->values == std::vector<float>{1, 1.5f});
+  CHECK(FindWeight(*r, conv.bias)->values == std::vector<float>{0, 0});
+  // A conv output read twice cannot absorb a batch norm.
+  Node(m, "Add", {"c", "y"}, "z");
+  m.mutable_graph()->mutable_output(0)->set_name("z");
+  CHECK(Contains(ErrorOf(m), "BatchNormalization is supported only right after a Conv"));
+}
+
+TEST_CASE("a resnet-style block: conv, pool, residual add, global pool, flatten, gemm") {
+  onnx::ModelProto m = Model({1, 8, 8});
+  Init(m, "w", {4, 1, 3, 3}, std::vector<float>(36, 0.1f));
+  Init(m, "w2", {4, 4, 1, 1}, std::vector<float>(16, 0.2f));
+  Init(m, "fc", {2, 4}, std::vector<float>(8, 1.0f));
+  onnx::NodeProto* conv = Node(m, "Conv", {"x", "w"}, "c");
+  IntsAttr(conv, "pads", {1, 1, 1, 1});
+  IntsAttr(conv, "strides", {2, 2});
+  onnx::NodeProto* pool = Node(m, "MaxPool", {"c"}, "p");
+  IntsAttr(pool, "kernel_shape", {3, 3});
+  IntsAttr(pool, "pads", {1, 1, 1, 1});
+  Node(m, "Conv", {"p", "w2"}, "c2");
+  Node(m, "Add", {"c2", "p"}, "a");
+  Node(m, "GlobalAveragePool", {"a"}, "g");
+  Node(m, "Flatten", {"g"}, "f");
+  IntAttr(Node(m, "Gemm", {"f", "fc"}, "y"), "transB", 1);
+  Output(m, "y");
+  Result<ImportedModel> r = Import(m);
+  REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
+  const Manifest& man = r->manifest;
+  CHECK(man.outputs[0].shape == Shape{kBatchDim, 2});
+  CHECK(man.program[0].stride == std::array<int64_t, 2>{2, 2});
+  CHECK(man.program[1].kernel == std::array<int64_t, 2>{3, 3});
+  CHECK(man.program[1].stride == std::array<int64_t, 2>{1, 1});  // ONNX's default, not ferry's.
+  testing::TempDir dir;
+  REQUIRE(WriteBundle(*r, dir.path() + "/m").ok());
+  Result<Bundle> bundle = LoadBundle(dir.path() + "/m");
+  CHECK_MESSAGE(bundle.ok(), (bundle.ok() ? "" : bundle.error().message));
+}
+
+TEST_CASE("unsupported ops, attributes and operands are refused naming the node and opset") {
+  onnx::ModelProto m = Model({4});
+  Node(m, "Erf", {"x"}, "y");
+  Output(m, "y");
+  std::string e = ErrorOf(m);
+  CHECK(Contains(e, "m.onnx: node 'Erf_1' (Erf, opset 17): op Erf is not supported"));
+  CHECK(Contains(e, "Conv, Dropout"));
+
+  onnx::ModelProto attr = Model({4});
+  IntAttr(Node(attr, "Relu", {"x"}, "y"), "alpha", 2);
+  Output(attr, "y");
+  CHECK(Contains(ErrorOf(attr), "(Relu, opset 17): attribute 'alpha' is not supported"));
+
+  onnx::ModelProto softmax = Model({4});
+  IntAttr(Node(softmax, "Softmax", {"x"}, "y"), "axis", 0);
+  Output(softmax, "y");
+  CHECK(Contains(ErrorOf(softmax), "axis must be one of the axes after the batch axis"));
+
+  onnx::ModelProto group = Model({2, 4, 4});
+  Init(group, "w", {2, 1, 1, 1}, {1, 1});
+  IntAttr(Node(group, "Conv", {"x", "w"}, "y"), "group", 2);
+  Output(group, "y");
+  CHECK(Contains(ErrorOf(group), "group 2"));
+
+  onnx::ModelProto pads = Model({1, 4, 4});
+  Init(pads, "w", {1, 1, 1, 1}, {1});
+  IntsAttr(Node(pads, "Conv", {"x", "w"}, "y"), "pads", {1, 0, 0, 0});
+  Output(pads, "y");
+  CHECK(Contains(ErrorOf(pads), "pads must be symmetric"));
+
+  onnx::ModelProto matmul = Model({4});
+  Node(matmul, "MatMul", {"x", "x"}, "y");
+  Output(matmul, "y");
+  CHECK(Contains(ErrorOf(matmul), "product of two computed tensors"));
+
+  onnx::ModelProto add = Model({4});
+  Init(add, "k", {4}, {1, 2, 3, 4});
+  Node(add, "Add", {"x", "k"}, "y");
+  Output(add, "y");
+  CHECK(Contains(ErrorOf(add), "only as the bias"));
+
+  onnx::ModelProto domain = Model({4});
+  Node(domain, "Relu", {"x"}, "y")->set_domain("com.microsoft");
+  Output(domain, "y");
+  CHECK(Contains(ErrorOf(domain), "domain 'com.microsoft' is not supported"));
+}
+
+TEST_CASE("inputs: FP32 only, fixed axes after the batch axis, each named once") {
+  onnx::ModelProto ints = Model({4});
+  ints.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(
+      onnx::TensorProto::INT64);
+  Node(ints, "Relu", {"x"}, "y");
+  Output(ints, "y");
+  CHECK(Contains(ErrorOf(ints), "input 'x' is INT64"));
+
+  onnx::ModelProto dynamic = Model({4});
+  dynamic.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()
+      ->mutable_shape()->mutable_dim(1)->set_dim_param("seq");
+  Node(dynamic, "Relu", {"x"}, "y");
+  Output(dynamic, "y");
+  CHECK(Contains(ErrorOf(dynamic), "input 'x' axis 1 is dynamic ('seq')"));
+
+  onnx::ModelProto passthrough = Model({4});
+  Node(passthrough, "Identity", {"x"}, "y");
+  Output(passthrough, "y");
+  CHECK(Contains(ErrorOf(passthrough), "output 'y' is a model input"));
+}
+
+TEST_CASE("an undefined input (a cycle, or nodes out of order) is refused") {
+  onnx::ModelProto m = Model({4});
+  Node(m, "Relu", {"b"}, "a");
+  Node(m, "Relu", {"a"}, "b");
+  Output(m, "b");
+  CHECK(Contains(ErrorOf(m), "input 'b' is not defined by the graph or an earlier node"));
+}
+
+TEST_CASE("hostile files: truncated, wrong opset, lying tensors, too many nodes") {
+  std::string good = Bytes(Mlp());
+  for (size_t cut : {size_t{1}, good.size() / 2, good.size() - 1}) {
+    CAPTURE(cut);
+    Result<OnnxModel> r = Parse(good.substr(0, cut));
+    if (r.ok()) {  // A cut at a field boundary parses; the graph is then incomplete.
+      CHECK_FALSE(ConvertOnnx(*r, ImportOptions{"m", {1}}).ok());
+    }
+  }
+  CHECK(Contains(Parse("\xff\xff\xff\xff garbage").error().message, "does not parse"));
+  CHECK(Contains(Parse(Bytes(Model({4}, 11))).error().message,
+                 "opset 11: ferry imports opsets 13 to 17"));
+
+  onnx::ModelProto lie = Mlp();
+  lie.mutable_graph()->mutable_initializer(0)->set_dims(0, 3);  // 9 elements, 6 values.
+  CHECK(Contains(Parse(Bytes(lie)).error().message, "does not match its dimensions"));
+  onnx::ModelProto huge = Mlp();
+  huge.mutable_graph()->mutable_initializer(0)->set_dims(0, int64_t{1} << 40);
+  CHECK(Contains(Parse(Bytes(huge)).error().message, "exceeds 2^32 elements"));
+  onnx::ModelProto raw = Mlp();
+  raw.mutable_graph()->mutable_initializer(0)->clear_float_data();
+  raw.mutable_graph()->mutable_initializer(0)->set_raw_data(std::string(23, '\0'));
+  CHECK(Contains(Parse(Bytes(raw)).error().message, "23 bytes of data for 6 elements"));
+
+  onnx::ModelProto many = Model({4});
+  for (size_t i = 0; i <= kMaxOnnxNodes; ++i) {
+    many.mutable_graph()->add_node()->set_op_type("Relu");
+  }
+  CHECK(Contains(Parse(Bytes(many)).error().message, "nodes, more than 100000"));
+}
+
+TEST_CASE("external data: read inside the model's directory, never outside it") {
+  testing::TempDir dir;
+  std::vector<float> w = {1, 2, 3, 4, 5, 6};
+  {
+    std::ofstream f(dir.path() + "/w.bin", std::ios::binary);
+    f.write("pad!", 4);
+    f.write(reinterpret_cast<const char*>(w.data()), 24);
+  }
+  auto with_location = [&](const std::string& location, const std::string& offset) {
+    onnx::ModelProto m = Mlp();
+    onnx::TensorProto* t = m.mutable_graph()->mutable_initializer(0);
+    t->clear_float_data();
+    t->set_data_location(onnx::TensorProto::EXTERNAL);
+    auto* loc = t->add_external_data();
+    loc->set_key("location");
+    loc->set_value(location);
+    auto* off = t->add_external_data();
+    off->set_key("offset");
+    off->set_value(offset);
+    return Parse(Bytes(m), dir.path());
+  };
+  Result<OnnxModel> ok = with_location("w.bin", "4");
+  REQUIRE_MESSAGE(ok.ok(), (ok.ok() ? "" : ok.error().message));
+  CHECK(ok->initializers.at("W").floats == w);
+  CHECK(Contains(with_location("w.bin", "8").error().message, "run past the end"));
+  CHECK(Contains(with_location("../w.bin", "0").error().message, "must be a relative path"));
+  CHECK(Contains(with_location("/etc/passwd", "0").error().message, "must be a relative path"));
+  CHECK(Contains(with_location("w.bin", "-1").error().message, "is not a number"));
+  fs::create_symlink("/etc", dir.path() + "/up");
+  CHECK(Contains(with_location("up/passwd", "0").error().message, "resolves outside"));
+  std::string fifo = dir.path() + "/fifo";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK_FALSE(with_location("fifo", "0").ok());
+  onnx::ModelProto m = Mlp();
+  m.mutable_graph()->mutable_initializer(0)->set_data_location(onnx::TensorProto::EXTERNAL);
+  CHECK(Contains(Parse(Bytes(m)).error().message, "external data is not allowed here"));
+}
+
+}  // namespace
+}  // namespace ferry::onnx_import

@@ -1,0 +1,530 @@
+// One converter per supported ONNX op (docs/models.md, "Ops"). Each reads its attributes
+// (anything left unread is refused by the caller), checks its operands and emits ferry ops.
+#include <cmath>
+#include <numeric>
+
+#include "model/onnx/converter.h"
+
+namespace ferry::onnx_import {
+namespace {
+
+std::string Dims(const Shape& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    out += (i ? ", " : "") + (shape[i] == kBatchDim ? std::string("N") : std::to_string(shape[i]));
+  }
+  return out + "]";
+}
+
+// `axis` counted from the front; nullopt when outside [-rank, rank).
+std::optional<int64_t> NormalAxis(int64_t axis, size_t rank) {
+  auto r = static_cast<int64_t>(rank);
+  if (axis < -r || axis >= r) {
+    return std::nullopt;
+  }
+  return axis < 0 ? axis + r : axis;
+}
+
+// The product of shape[from..], all of them fixed (not the batch axis).
+int64_t Product(const Shape& shape, size_t from) {
+  return std::accumulate(shape.begin() + static_cast<std::ptrdiff_t>(from), shape.end(),
+                         int64_t{1}, std::multiplies<>());
+}
+
+Status Unary(Converter& c, OpKind kind) {
+  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  Op op;
+  op.kind = kind;
+  op.inputs = {x->tensor};
+  c.Emit(op, x->shape);
+  return OkStatus();
+}
+
+Status Identity(Converter& c, Attributes&) {
+  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  c.Define(0, *x);
+  return OkStatus();
+}
+
+// Inference: the data passes through. A training_mode that is not a constant false is refused.
+Status Dropout(Converter& c, Attributes& attrs) {
+  attrs.Int("seed", 0);
+  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  if (c.Input(2) != nullptr) {
+    FERRY_ASSIGN_OR_RETURN(const ConstTensor* mode, c.Constant(2));
+    bool training = mode->integer ? (mode->ints.empty() || mode->ints[0] != 0)
+                                  : (mode->floats.empty() || mode->floats[0] != 0);
+    if (training) {
+      return c.Fail("training_mode must be false for inference");
+    }
+  }
+  c.Define(0, *x);
+  return OkStatus();
+}
+
+Status Softmax(Converter& c, Attributes& attrs) {
+  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  std::optional<int64_t> axis = NormalAxis(attrs.Int("axis", -1), x->shape.size());
+  if (!axis || *axis == 0) {
+    return c.Fail("axis must be one of the axes after the batch axis of " + Dims(x->shape));
+  }
+  Op op;
+  op.kind = OpKind::kSoftmax;
+  op.inputs = {x->tensor};
+  op.axis = *axis;
+  c.Emit(op, x->shape);
+  return OkStatus();
+}
+
+// A constant per-channel vector of `channels` values: dims [channels] or [1, ..., channels].
+Result<std::vector<float>> ChannelVector(Converter& c, const ConstTensor& t, int64_t channels,
+                                         const std::string& what) {
+  bool shaped = !t.dims.empty() && t.dims.back() == channels && Product(t.dims, 0) == channels;
+  if (t.integer || (!shaped && t.elements() != 1)) {
+    return c.Fail(what + " must be a float vector of " + std::to_string(channels) +
+                  " values (or one value), got " + Dims(t.dims));
+  }
+  return shaped ? t.floats : std::vector<float>(static_cast<size_t>(channels), t.floats[0]);
+}
+
+Status LayerNormalization(Converter& c, Attributes& attrs) {
+  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  std::optional<int64_t> axis = NormalAxis(attrs.Int("axis", -1), x->shape.size());
+  if (!axis || *axis != static_cast<int64_t>(x->shape.size()) - 1 || *axis == 0) {
+    return c.Fail("only normalization over the last axis (after the batch axis) is supported");
+  }
+  if (attrs.Int("stash_type", 1) != 1) {
+    return c.Fail("stash_type must be 1 (FP32)");
+  }
+  int64_t d = x->shape.back();
+  FERRY_ASSIGN_OR_RETURN(const ConstTensor* scale, c.Constant(1));
+  FERRY_ASSIGN_OR_RETURN(std::vector<float> gamma, ChannelVector(c, *scale, d, "Scale"));
+  std::vector<float> beta(static_cast<size_t>(d), 0.0f);
+  if (c.Input(2) != nullptr) {
+    FERRY_ASSIGN_OR_RETURN(const ConstTensor* bias, c.Constant(2));
+    FERRY_ASSIGN_OR_RETURN(beta, ChannelVector(c, *bias, d, "B"));
+  }
+  Op op;
+  op.kind = OpKind::kLayerNorm;
+  op.inputs = {x->tensor};
+  op.eps = attrs.Float("epsilon", 1e-5f);
+  op.weight = c.AddWeight(".weight", {d}, std::move(gamma));
+  op.bias = c.AddWeight(".bias", {d}, std::move(beta));
+  c.Emit(op, x->shape);
+  return OkStatus();
+}
+
+// Add of a constant: the bias of the dense or conv2d that alone feeds it.
+Status FoldBias(Converter& c, const Value& x, const ConstTensor& constant) {
+  Op* producer = c.SoleProducer(x);
+  bool dense = producer != nullptr && producer->kind == OpKind::kDense;
+  bool conv = producer != nullptr && producer->kind == OpKind::kConv2d;
+  if ((!dense && !conv) || !producer->bias.empty()) {
+    return c.Fail("Add of a constant is supported only as the bias of the Gemm, MatMul or Conv "
+                  "before it");
+  }
+  int64_t channels = conv ? x.shape[1] : x.shape.back();
+  Shape dims = constant.dims;
+  if (conv) {  // [C, 1, 1] or [1, C, 1, 1] broadcast over [N, C, H, W].
+    bool per_channel = dims.size() >= 3 && dims.size() <= 4 && dims[dims.size() - 1] == 1 &&
+                       dims[dims.size() - 2] == 1 && dims[dims.size() - 3] == channels &&
+                       (dims.size() == 3 || dims[0] == 1);
+    if (!per_channel) {
+      return c.Fail("a Conv's bias must be shaped [C, 1, 1] or [1, C, 1, 1], got " + Dims(dims));
+    }
+    dims = {channels};
+  }
+  if (dims.size() > x.shape.size()) {
+    return c.Fail("the bias " + Dims(constant.dims) + " has more axes than " + Dims(x.shape));
+  }
+  FERRY_ASSIGN_OR_RETURN(std::vector<float> values, ChannelVector(c, constant, channels, "the bias"));
+  producer->bias = c.AddWeight(".bias", {channels}, std::move(values));
+  c.Define(0, x);
+  return OkStatus();
+}
+
+Status Add(Converter& c, Attributes&) {
+  const Value* a = c.Input(0);
+  const Value* b = c.Input(1);
+  if (a == nullptr || b == nullptr) {
+    return c.Fail("needs two inputs");
+  }
+  if (a->constant != nullptr && b->constant != nullptr) {
+    return c.Fail("Add of two constants is not folded");
+  }
+  if (a->constant != nullptr || b->constant != nullptr) {
+    return a->constant != nullptr ? FoldBias(c, *b, *a->constant) : FoldBias(c, *a, *b->constant);
+  }
+  if (a->shape != b->shape) {
+    return c.Fail("broadcasting between tensors of different shapes is not supported: " +
+                  Dims(a->shape) + " + " + Dims(b->shape));
+  }
+  Op op;
+  op.kind = OpKind::kAdd;
+  op.inputs = {a->tensor, b->tensor};
+  c.Emit(op, a->shape);
+  return OkStatus();
+}
+
+// `values` of a [rows, cols] matrix, transposed.
+std::vector<float> Transposed(const std::vector<float>& values, int64_t rows, int64_t cols) {
+  std::vector<float> out(values.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t k = 0; k < cols; ++k) {
+      out[static_cast<size_t>(k * rows + r)] = values[static_cast<size_t>(r * cols + k)];
+    }
+  }
+  return out;
+}
+
+// x [..., in] times a constant [in, out] (or [out, in] when `transposed`), plus `bias`.
+Status Dense(Converter& c, const Value& x, const ConstTensor& w, bool transposed,
+             const ConstTensor* bias) {
+  int64_t in = x.shape.back();
+  if (w.integer || w.dims.size() != 2 || w.dims[transposed ? 1 : 0] != in) {
+    return c.Fail("the weight must be a float matrix with " + std::to_string(in) +
+                  " (the input's last axis) " + (transposed ? "columns" : "rows") + ", got " +
+                  Dims(w.dims));
+  }
+  int64_t out = w.dims[transposed ? 0 : 1];
+  Op op;
+  op.kind = OpKind::kDense;
+  op.inputs = {x.tensor};
+  op.weight = c.AddWeight(".weight", {out, in},
+                          transposed ? w.floats : Transposed(w.floats, in, out));
+  if (bias != nullptr) {
+    FERRY_ASSIGN_OR_RETURN(std::vector<float> b, ChannelVector(c, *bias, out, "C"));
+    op.bias = c.AddWeight(".bias", {out}, std::move(b));
+  }
+  Shape shape = x.shape;
+  shape.back() = out;
+  c.Emit(op, shape);
+  return OkStatus();
+}
+
+Status Gemm(Converter& c, Attributes& attrs) {
+  FERRY_ASSIGN_OR_RETURN(const Value* a, c.Tensor(0));
+  if (a->shape.size() != 2) {
+    return c.Fail("A must be a matrix, got " + Dims(a->shape));
+  }
+  if (attrs.Int("transA", 0) != 0) {
+    return c.Fail("transA=1 would transpose the batch axis");
+  }
+  if (attrs.Float("alpha", 1.0f) != 1.0f || attrs.Float("beta", 1.0f) != 1.0f) {
+    return c.Fail("only alpha = beta = 1 is supported");
+  }
+  bool trans_b = attrs.Int("transB", 0) != 0;
+  if (c.Input(1) != nullptr && c.Input(1)->constant == nullptr) {
+    return c.Fail("B must be a constant: a product of two computed tensors is not supported");
+  }
+  FERRY_ASSIGN_OR_RETURN(const ConstTensor* b, c.Constant(1));
+  const ConstTensor* bias = nullptr;
+  if (c.Input(2) != nullptr) {
+    FERRY_ASSIGN_OR_RETURN(bias, c.Constant(2));
+  }
+  return Dense(c, *a, *b, trans_b, bias);
+}
+
+Status MatMul(Converter& c, Attributes&) {
+  FERRY_ASSIGN_OR_RETURN(const Value* a, c.Tensor(0));
+  if (a->shape.size() < 2) {
+    return c.Fail("A must have at least two axes, got " + Dims(a->shape));
+  }
+  if (c.Input(1) != nullptr && c.Input(1)->constant == nullptr) {
+    return c.Fail("a product of two computed tensors (attention) is not supported yet");
+  }
+  FERRY_ASSIGN_OR_RETURN(const ConstTensor* b, c.Constant(1));
+  return Dense(c, *a, *b, false, nullptr);
+}
+
+// The two spatial values of `name` (default `fallback`); nullopt unless both are equal to
+// `only` when `only` is given.
+Result<std::array<int64_t, 2>> Pair(Converter& c, Attributes& attrs, const std::string& name,
+                                    int64_t fallback) {
+  std::vector<int64_t> v = attrs.Ints(name, {fallback, fallback});
+  if (v.size() != 2 || v[0] < 0 || v[1] < 0 || v[0] > (1 << 20) || v[1] > (1 << 20)) {
+    return c.Fail(name + " must hold two values for a 2-D op");
+  }
+  return std::array<int64_t, 2>{v[0], v[1]};
+}
+
+// pads [top, left, bottom, right] that must be symmetric, and the window checks shared by
+// Conv and MaxPool.
+Result<std::array<int64_t, 2>> Window(Converter& c, Attributes& attrs) {
+  std::string auto_pad = attrs.String("auto_pad", "NOTSET");
+  std::vector<int64_t> pads = attrs.Ints("pads", {0, 0, 0, 0});
+  if (auto_pad != "NOTSET" && !(auto_pad == "VALID" && pads == std::vector<int64_t>(4, 0))) {
+    return c.Fail("auto_pad " + auto_pad + " is not supported (export with explicit pads)");
+  }
+  if (pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3] || pads[0] < 0 ||
+      pads[1] < 0 || pads[0] > (1 << 20) || pads[1] > (1 << 20)) {
+    return c.Fail("pads must be symmetric: [top, left, top, left]");
+  }
+  FERRY_ASSIGN_OR_RETURN(auto dilations, Pair(c, attrs, "dilations", 1));
+  if (dilations != std::array<int64_t, 2>{1, 1}) {
+    return c.Fail("dilations other than 1 are not supported");
+  }
+  return std::array<int64_t, 2>{pads[0], pads[1]};
+}
+
+// [N, C, H', W'] for a window of `kernel` at `stride` over `x` padded by `pad`.
+Result<Shape> Windowed(Converter& c, const Shape& x, int64_t channels,
+                       std::array<int64_t, 2> kernel, std::array<int64_t, 2> stride,
+                       std::array<int64_t, 2> pad) {
+  Shape out = {kBatchDim, channels, 0, 0};
+  for (int i = 0; i < 2; ++i) {
+    int64_t span = x[2 + i] + 2 * pad[i] - kernel[i];
+    if (stride[i] < 1 || kernel[i] < 1 || span < 0) {
+      return c.Fail("the window " + Dims({kernel[0], kernel[1]}) + " does not fit the input " +
+                    Dims(x) + " with its padding");
+    }
+    out[2 + i] = span / stride[i] + 1;
+  }
+  return out;
+}
+
+Status Conv(Converter& c, Attributes& attrs) {
+  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  FERRY_ASSIGN_OR_RETURN(const ConstTensor* w, c.Constant(1));
+  if (int64_t group = attrs.Int("group", 1); group != 1) {
+    return c.Fail("grouped and depthwise convolution (group " + std::to_string(group) +
+                  ") is not supported yet");
+  }
+  if (x->shape.size() != 4 || w->integer || w->dims.size() != 4 || w->dims[1] != x->shape[1]) {
+    return c.Fail("only 2-D convolution of [N, C, H, W] by a float [O, C, KH, KW] weight is "
+                  "supported; got " + Dims(x->shape) + " by " + Dims(w->dims));
+  }
+  std::array<int64_t, 2> kernel = {w->dims[2], w->dims[3]};
+  FERRY_ASSIGN_OR_RETURN(auto declared, Pair(c, attrs, "kernel_shape", kernel[0]));
+  if (attrs.Has("kernel_shape") && declared != kernel) {
+    return c.Fail("kernel_shape differs from the weight's " + Dims(w->dims));
+  }
+  FERRY_ASSIGN_OR_RETURN(auto stride, Pair(c, attrs, "strides", 1));
+  FERRY_ASSIGN_OR_RETURN(auto pad, Window(c, attrs));
+  FERRY_ASSIGN_OR_RETURN(Shape shape, Windowed(c, x->shape, w->dims[0], kernel, stride, pad));
+  Op op;
+  op.kind = OpKind::kConv2d;
+  op.inputs = {x->tensor};
+  op.stride = stride;
+  op.padding = pad;
+  op.weight = c.AddWeight(".weight", w->dims, w->floats);
+  if (c.Input(2) != nullptr) {
+    FERRY_ASSIGN_OR_RETURN(const ConstTensor* b, c.Constant(2));
+    FERRY_ASSIGN_OR_RETURN(std::vector<float> bias, ChannelVector(c, *b, w->dims[0], "B"));
+    op.bias = c.AddWeight(".bias", {w->dims[0]}, std::move(bias));
+  }
+  c.Emit(op, shape);
+  return OkStatus();
+}
+
+// Folded into the Conv (or the Gemm / MatMul over [N, C]) that alone feeds it:
+// w' = w * s, b' = (b - mean) * s + beta, s = scale / sqrt(var + epsilon).
+Status BatchNormalization(Converter& c, Attributes& attrs) {
+  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  float eps = attrs.Float("epsilon", 1e-5f);
+  attrs.Float("momentum", 0.9f);
+  if (attrs.Int("training_mode", 0) != 0) {
+    return c.Fail("training_mode must be 0 for inference");
+  }
+  Op* producer = c.SoleProducer(*x);
+  bool conv = producer != nullptr && producer->kind == OpKind::kConv2d;
+  bool dense = producer != nullptr && producer->kind == OpKind::kDense && x->shape.size() == 2;
+  if (!conv && !dense) {
+    return c.Fail("BatchNormalization is supported only right after a Conv (or a Gemm over "
+                  "[N, C]) whose output nothing else reads: it is folded into that op");
+  }
+  int64_t channels = x->shape[1];
+  std::vector<std::vector<float>> p(4);
+  const char* names[] = {"scale", "B", "input_mean", "input_var"};
+  for (int i = 0; i < 4; ++i) {
+    FERRY_ASSIGN_OR_RETURN(const ConstTensor* t, c.Constant(i + 1));
+    FERRY_ASSIGN_OR_RETURN(p[i], ChannelVector(c, *t, channels, names[i]));
+  }
+  Weight& w = c.WeightNamed(producer->weight);
+  if (producer->bias.empty()) {
+    producer->bias = c.AddWeight(".bias", {channels}, std::vector<float>(channels, 0.0f));
+  }
+  Weight& b = c.WeightNamed(producer->bias);
+  size_t per_channel = w.values.size() / static_cast<size_t>(channels);
+  for (size_t o = 0; o < static_cast<size_t>(channels); ++o) {
+    float s = p[0][o] / std::sqrt(p[3][o] + eps);
+    for (size_t k = 0; k < per_channel; ++k) {
+      w.values[o * per_channel + k] *= s;
+    }
+    b.values[o] = (b.values[o] - p[2][o]) * s + p[1][o];
+  }
+  c.Define(0, *x);
+  return OkStatus();
+}
+
+Status MaxPool(Converter& c, Attributes& attrs) {
+  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  if (x->shape.size() != 4) {
+    return c.Fail("only 2-D pooling of [N, C, H, W] is supported; got " + Dims(x->shape));
+  }
+  if (!attrs.Has("kernel_shape")) {
+    return c.Fail("kernel_shape is required");
+  }
+  FERRY_ASSIGN_OR_RETURN(auto kernel, Pair(c, attrs, "kernel_shape", 1));
+  FERRY_ASSIGN_OR_RETURN(auto stride, Pair(c, attrs, "strides", 1));
+  FERRY_ASSIGN_OR_RETURN(auto pad, Window(c, attrs));
+  if (attrs.Int("ceil_mode", 0) != 0 || attrs.Int("storage_order", 0) != 0) {
+    return c.Fail("ceil_mode and storage_order must be 0");
+  }
+  if (pad[0] * 2 > kernel[0] || pad[1] * 2 > kernel[1]) {
+    return c.Fail("pads larger than half the kernel are not supported");
+  }
+  FERRY_ASSIGN_OR_RETURN(Shape shape, Windowed(c, x->shape, x->shape[1], kernel, stride, pad));
+  Op op;
+  op.kind = OpKind::kMaxPool2d;
+  op.inputs = {x->tensor};
+  op.kernel = kernel;
+  op.stride = stride;
+  op.padding = pad;
+  c.Emit(op, shape);
+  return OkStatus();
+}
+
+// ferry's global_avgpool gives [N, C]; ONNX keeps [N, C, 1, 1].
+Status GlobalAveragePool(Converter& c, Attributes&) {
+  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  if (x->shape.size() != 4) {
+    return c.Fail("only [N, C, H, W] inputs are supported; got " + Dims(x->shape));
+  }
+  int64_t channels = x->shape[1];
+  Op pool;
+  pool.kind = OpKind::kGlobalAvgPool;
+  pool.inputs = {x->tensor};
+  Op reshape;
+  reshape.kind = OpKind::kReshape;
+  reshape.inputs = {c.Emit(pool, {kBatchDim, channels}).output};
+  reshape.shape = {channels, 1, 1};
+  c.Emit(reshape, {kBatchDim, channels, 1, 1});
+  return OkStatus();
+}
+
+Status Flatten(Converter& c, Attributes& attrs) {
+  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  if (NormalAxis(attrs.Int("axis", 1), x->shape.size() + 1) != 1) {
+    return c.Fail("only axis 1 (keeping the batch axis) is supported");
+  }
+  Op op;
+  op.kind = OpKind::kFlatten;
+  op.inputs = {x->tensor};
+  c.Emit(op, {kBatchDim, Product(x->shape, 1)});
+  return OkStatus();
+}
+
+Status Reshape(Converter& c, Attributes& attrs) {
+  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  FERRY_ASSIGN_OR_RETURN(const ConstTensor* target, c.Constant(1));
+  bool allow_zero = attrs.Int("allowzero", 0) != 0;
+  if (!target->integer || target->dims.size() != 1 || target->ints.size() < 2 ||
+      target->ints.size() > kMaxOnnxRank) {
+    return c.Fail("the shape must be a constant integer vector of 2 to " +
+                  std::to_string(kMaxOnnxRank) + " values (the batch axis first)");
+  }
+  const std::vector<int64_t>& want = target->ints;
+  if (want[0] != 0 && want[0] != -1) {
+    return c.Fail("the first value of the shape must be 0 or -1 so the batch axis is kept");
+  }
+  Shape rest;
+  int64_t known = 1;
+  std::optional<size_t> infer;
+  for (size_t i = 1; i < want.size(); ++i) {
+    int64_t d = want[i] == 0 && !allow_zero && i < x->shape.size() ? x->shape[i] : want[i];
+    if (d == -1 && !infer && want[0] != -1) {
+      infer = i - 1;
+      d = 1;
+    } else if (d < 1 || d > (int64_t{1} << 31)) {
+      return c.Fail("shape value " + std::to_string(want[i]) + " at " + std::to_string(i) +
+                    " is not supported");
+    } else {
+      known *= d;
+    }
+    rest.push_back(d);
+  }
+  int64_t total = Product(x->shape, 1);
+  if (infer) {
+    rest[*infer] = known > 0 && total % known == 0 ? total / known : 0;
+  }
+  if (Product(rest, 0) != total || (infer && rest[*infer] < 1)) {
+    return c.Fail("cannot reshape " + Dims(x->shape) + " to " + Dims(want));
+  }
+  Op op;
+  op.kind = OpKind::kReshape;
+  op.inputs = {x->tensor};
+  op.shape = rest;
+  Shape shape = {kBatchDim};
+  shape.insert(shape.end(), rest.begin(), rest.end());
+  c.Emit(op, shape);
+  return OkStatus();
+}
+
+Status ConstantNode(Converter& c, Attributes& attrs) {
+  ConstTensor value;
+  if (const onnx::TensorProto* t = attrs.Tensor("value")) {
+    uint64_t no_external = 0;
+    Result<ConstTensor> decoded = DecodeTensor(*t, "", &no_external);
+    if (!decoded.ok()) {
+      return c.Fail(decoded.error().message);
+    }
+    value = std::move(*decoded);
+  } else if (attrs.Has("value_float")) {
+    value.floats = {attrs.Float("value_float", 0)};
+  } else if (attrs.Has("value_floats")) {
+    return c.Fail("value_floats is not supported (use value)");
+  } else if (attrs.Has("value_int")) {
+    value.integer = true;
+    value.ints = {attrs.Int("value_int", 0)};
+  } else if (attrs.Has("value_ints")) {
+    value.integer = true;
+    value.ints = attrs.Ints("value_ints", {});
+    value.dims = {static_cast<int64_t>(value.ints.size())};
+  } else {
+    return c.Fail("only value, value_float, value_int and value_ints are supported");
+  }
+  Shape dims = value.dims;
+  c.Define(0, Value{"", dims, c.Keep(std::move(value))});
+  return OkStatus();
+}
+
+const std::map<std::string, OpConverter>& Table() {
+  static const auto* table = new std::map<std::string, OpConverter>{
+      {"Add", Add},
+      {"BatchNormalization", BatchNormalization},
+      {"Constant", ConstantNode},
+      {"Conv", Conv},
+      {"Dropout", Dropout},
+      {"Flatten", Flatten},
+      {"Gemm", Gemm},
+      {"GlobalAveragePool", GlobalAveragePool},
+      {"Identity", Identity},
+      {"LayerNormalization", LayerNormalization},
+      {"MatMul", MatMul},
+      {"MaxPool", MaxPool},
+      {"Relu", [](Converter& c, Attributes&) { return Unary(c, OpKind::kRelu); }},
+      {"Reshape", Reshape},
+      {"Sigmoid", [](Converter& c, Attributes&) { return Unary(c, OpKind::kSigmoid); }},
+      {"Softmax", Softmax},
+      {"Tanh", [](Converter& c, Attributes&) { return Unary(c, OpKind::kTanh); }},
+  };
+  return *table;
+}
+
+}  // namespace
+
+const OpConverter* FindOpConverter(const std::string& op_type) {
+  auto it = Table().find(op_type);
+  return it == Table().end() ? nullptr : &it->second;
+}
+
+std::string SupportedOps() {
+  std::string out;
+  for (const auto& [name, unused] : Table()) {
+    out += (out.empty() ? "" : ", ") + name;
+  }
+  return out;
+}
+
+}  // namespace ferry::onnx_import
