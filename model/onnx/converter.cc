@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include <onnx/defs/schema.h>
+
 namespace ferry::onnx_import {
 
 std::string Sanitize(const std::string& name) {
@@ -226,9 +228,22 @@ Status Converter::ConvertNode(const onnx::NodeProto& node) {
   if (!node.domain().empty() && node.domain() != "ai.onnx") {
     return Fail("domain '" + node.domain() + "' is not supported (only the default domain)");
   }
-  const OpConverter* convert = FindOpConverter(node.op_type());
-  if (convert == nullptr) {
+  const OpEntry* entry = FindOpConverter(node.op_type());
+  if (entry == nullptr) {
     return Fail("op " + node.op_type() + " is not supported; ferry converts " + SupportedOps());
+  }
+  const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(
+      node.op_type(), static_cast<int>(model_.opset), onnx::ONNX_DOMAIN);
+  int version = schema != nullptr ? schema->since_version() : 0;
+  if (std::find(entry->versions.begin(), entry->versions.end(), version) ==
+      entry->versions.end()) {
+    std::string versions;
+    for (int v : entry->versions) {
+      versions += (versions.empty() ? "" : ", ") + std::to_string(v);
+    }
+    return Fail("version " + std::to_string(version) + " of " + node.op_type() +
+                " is not supported (ferry converts versions " + versions +
+                "; re-export the model at opset " + std::to_string(kMaxOpset) + ")");
   }
   for (const std::string& input : node.input()) {
     if (!input.empty() && values_.count(input) == 0) {
@@ -238,7 +253,7 @@ Status Converter::ConvertNode(const onnx::NodeProto& node) {
     }
   }
   Attributes attrs(node);
-  FERRY_RETURN_IF_ERROR((*convert)(*this, attrs));
+  FERRY_RETURN_IF_ERROR(entry->convert(*this, attrs));
   if (attrs.wrong_type_) {
     return Fail("attribute '" + *attrs.wrong_type_ + "' has the wrong type");
   }
@@ -264,15 +279,26 @@ Status Converter::DefineOutputs() {
       return Fail(where + " is not computed from the model's inputs");
     }
     const Value& value = it->second;
-    if (producer_.count(value.tensor) == 0 || renames.count(value.tensor) > 0) {
-      return Fail(where + " is a model input or another output; ferry needs each output "
-                          "computed by its own op");
-    }
     std::string name = Sanitize(output.name());
     if (!used_names_.insert(name).second) {
       return Fail(where + ": its name, as '" + name + "', is taken by an input or output");
     }
-    renames[value.tensor] = name;
+    if (producer_.count(value.tensor) == 0 || renames.count(value.tensor) > 0) {
+      // A model input or another output passed through (Identity, Dropout): copied by a
+      // reshape to the same shape, so every output has an op of its own.
+      if (value.shape.size() < 2) {
+        return Fail(where + " passes through a tensor of rank " +
+                    std::to_string(value.shape.size()) + " without computing it");
+      }
+      Op copy;
+      copy.kind = OpKind::kReshape;
+      copy.inputs = {value.tensor};
+      copy.output = name;
+      copy.shape.assign(value.shape.begin() + 1, value.shape.end());
+      out_.manifest.program.push_back(std::move(copy));
+    } else {
+      renames[value.tensor] = name;
+    }
     out_.manifest.outputs.push_back(TensorSpec{name, DType::kF32, value.shape, 0});
   }
   if (out_.manifest.outputs.empty() || out_.manifest.outputs.size() > kMaxTensorsPerSide) {

@@ -7,7 +7,6 @@
 
 #include <onnx/onnx_pb.h>
 
-#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -97,9 +96,13 @@ class Converter {
 };
 
 // Converts the current node of `c` (its op type known to the table in onnx_ops.cc).
-using OpConverter = std::function<Status(Converter& c, Attributes& attrs)>;
+using OpConverter = Status (*)(Converter& c, Attributes& attrs);
+struct OpEntry {
+  OpConverter convert;
+  std::vector<int> versions;  // The op's versions (since_version) this converter implements.
+};
 // The converter of `op_type` in the default domain, or nullptr when ferry has none.
-const OpConverter* FindOpConverter(const std::string& op_type);
+const OpEntry* FindOpConverter(const std::string& op_type);
 // "Relu, Conv, ...": every supported op, for messages and docs.
 std::string SupportedOps();
 

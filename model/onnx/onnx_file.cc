@@ -266,8 +266,7 @@ Result<OnnxModel> ParseOnnx(std::span<const uint8_t> bytes, const std::string& s
   }
   if (model.opset < kMinOpset || model.opset > kMaxOpset) {
     return fail("opset " + std::to_string(model.opset) + ": ferry imports opsets " +
-                std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) +
-                " (onnx.version_converter converts others)");
+                std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset));
   }
   if (!proto.has_graph()) {
     return fail("no graph");

@@ -30,7 +30,10 @@ inline constexpr size_t kMaxOnnxInitializers = 100000;
 inline constexpr uint64_t kMaxTensorElements = uint64_t{1} << 32;
 inline constexpr uint64_t kMaxTotalWeightBytes = uint64_t{16} << 30;
 inline constexpr size_t kMaxOnnxRank = 8;  // As manifests.
-inline constexpr int64_t kMinOpset = 13;
+// Each op converts only at the versions whose semantics it implements (onnx_ops.cc), found
+// for the model's opset in ONNX's schema registry; ONNX's version converter is not used: it
+// crashes on malformed graphs.
+inline constexpr int64_t kMinOpset = 1;
 inline constexpr int64_t kMaxOpset = 17;
 
 // A constant tensor (an initializer or a Constant node's value) decoded to host values:

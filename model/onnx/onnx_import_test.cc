@@ -26,6 +26,7 @@ onnx::ModelProto Model(const std::vector<int64_t>& dims, int64_t opset = 17) {
   auto* op = m.add_opset_import();
   op->set_domain("");
   op->set_version(opset);
+  m.mutable_graph()->set_name("g");
   auto* input = m.mutable_graph()->add_input();
   input->set_name("x");
   auto* type = input->mutable_type()->mutable_tensor_type();
@@ -192,10 +193,19 @@ TEST_CASE("batch normalization folds into the conv before it") {
   // s = scale / sqrt(var + 1) = {0.5, 0.5}; w' = {1, 1.5}; b' = (0 - mean) s + beta.
   CHECK(FindWeight(*r, conv.weight)->values == std::vector<float>{1, 1.5f});
   CHECK(FindWeight(*r, conv.bias)->values == std::vector<float>{0, 0});
-  // A conv output read twice cannot absorb a batch norm.
+  // A conv output read twice cannot absorb a batch norm: it becomes a 1x1 conv2d of its own
+  // with the diagonal weight diag(s).
   Node(m, "Add", {"c", "y"}, "z");
   m.mutable_graph()->mutable_output(0)->set_name("z");
-  CHECK(Contains(ErrorOf(m), "BatchNormalization is supported only right after a Conv"));
+  Result<ImportedModel> unfolded = Import(m);
+  REQUIRE_MESSAGE(unfolded.ok(), (unfolded.ok() ? "" : unfolded.error().message));
+  REQUIRE(unfolded->manifest.program.size() == 4);
+  const Op& diagonal = unfolded->manifest.program[1];
+  CHECK(diagonal.kind == OpKind::kConv2d);
+  CHECK(FindWeight(*unfolded, unfolded->manifest.program[0].weight)->values ==
+        std::vector<float>{2, 3});
+  CHECK(FindWeight(*unfolded, diagonal.weight)->values == std::vector<float>{0.5f, 0, 0, 0.5f});
+  CHECK(FindWeight(*unfolded, diagonal.bias)->values == std::vector<float>{0, 0});
 }
 
 TEST_CASE("a resnet-style block: conv, pool, residual add, global pool, flatten, gemm") {
@@ -293,7 +303,16 @@ TEST_CASE("inputs: FP32 only, fixed axes after the batch axis, each named once")
   onnx::ModelProto passthrough = Model({4});
   Node(passthrough, "Identity", {"x"}, "y");
   Output(passthrough, "y");
-  CHECK(Contains(ErrorOf(passthrough), "output 'y' is a model input"));
+  Result<ImportedModel> copied = Import(passthrough);
+  REQUIRE_MESSAGE(copied.ok(), (copied.ok() ? "" : copied.error().message));
+  REQUIRE(copied->manifest.program.size() == 1);
+  CHECK(copied->manifest.program[0].kind == OpKind::kReshape);
+  CHECK(copied->manifest.program[0].inputs[0] == "x");
+  CHECK(copied->manifest.program[0].output == "y");
+  onnx::ModelProto vector = Model({});
+  Node(vector, "Identity", {"x"}, "y");
+  Output(vector, "y");
+  CHECK(Contains(ErrorOf(vector), "output 'y' passes through a tensor of rank 1"));
 }
 
 TEST_CASE("an undefined input (a cycle, or nodes out of order) is refused") {
@@ -314,8 +333,19 @@ TEST_CASE("hostile files: truncated, wrong opset, lying tensors, too many nodes"
     }
   }
   CHECK(Contains(Parse("\xff\xff\xff\xff garbage").error().message, "does not parse"));
-  CHECK(Contains(Parse(Bytes(Model({4}, 11))).error().message,
-                 "opset 11: ferry imports opsets 13 to 17"));
+  CHECK(Contains(Parse(Bytes(Model({4}, 18))).error().message,
+                 "opset 18: ferry imports opsets 1 to 17"));
+  // An older opset converts where the op's version in effect has the semantics ferry
+  // implements (Relu 6), and is refused where it has not (Softmax 11 flattens to 2-D).
+  onnx::ModelProto old = Model({4}, 11);
+  Node(old, "Relu", {"x"}, "y");
+  Output(old, "y");
+  CHECK(Import(old).ok());
+  onnx::ModelProto softmax = Model({4}, 11);
+  Node(softmax, "Softmax", {"x"}, "y");
+  Output(softmax, "y");
+  CHECK(Contains(ErrorOf(softmax), "(Softmax, opset 11): version 11 of Softmax is not supported "
+                                   "(ferry converts versions 13"));
 
   onnx::ModelProto lie = Mlp();
   lie.mutable_graph()->mutable_initializer(0)->set_dims(0, 3);  // 9 elements, 6 values.

@@ -248,21 +248,34 @@ Result<std::array<int64_t, 2>> Pair(Converter& c, Attributes& attrs, const std::
   return std::array<int64_t, 2>{v[0], v[1]};
 }
 
-// pads [top, left, bottom, right] that must be symmetric, and the window checks shared by
-// Conv and MaxPool.
-Result<std::array<int64_t, 2>> Window(Converter& c, Attributes& attrs) {
+// The symmetric padding of a window of `kernel` at `stride` over `x` [N, C, H, W]: explicit
+// pads [top, left, bottom, right], or auto_pad SAME_* where the total padding is even.
+Result<std::array<int64_t, 2>> Window(Converter& c, Attributes& attrs, const Shape& x,
+                                      std::array<int64_t, 2> kernel,
+                                      std::array<int64_t, 2> stride) {
   std::string auto_pad = attrs.String("auto_pad", "NOTSET");
   std::vector<int64_t> pads = attrs.Ints("pads", {0, 0, 0, 0});
-  if (auto_pad != "NOTSET" && !(auto_pad == "VALID" && pads == std::vector<int64_t>(4, 0))) {
-    return c.Fail("auto_pad " + auto_pad + " is not supported (export with explicit pads)");
+  FERRY_ASSIGN_OR_RETURN(auto dilations, Pair(c, attrs, "dilations", 1));
+  if (dilations != std::array<int64_t, 2>{1, 1}) {
+    return c.Fail("dilations other than 1 are not supported");
+  }
+  if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    pads.assign(4, 0);
+    for (int i = 0; i < 2; ++i) {
+      int64_t out = stride[i] > 0 ? (x[2 + i] + stride[i] - 1) / stride[i] : 0;
+      int64_t total = std::max<int64_t>((out - 1) * stride[i] + kernel[i] - x[2 + i], 0);
+      if (total % 2 != 0) {
+        return c.Fail("auto_pad " + auto_pad + " pads axis " + std::to_string(2 + i) +
+                      " unevenly, which is not supported");
+      }
+      pads[i] = pads[i + 2] = total / 2;
+    }
+  } else if (auto_pad != "NOTSET" && !(auto_pad == "VALID" && pads == std::vector<int64_t>(4, 0))) {
+    return c.Fail("auto_pad " + auto_pad + " is not supported");
   }
   if (pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3] || pads[0] < 0 ||
       pads[1] < 0 || pads[0] > (1 << 20) || pads[1] > (1 << 20)) {
     return c.Fail("pads must be symmetric: [top, left, top, left]");
-  }
-  FERRY_ASSIGN_OR_RETURN(auto dilations, Pair(c, attrs, "dilations", 1));
-  if (dilations != std::array<int64_t, 2>{1, 1}) {
-    return c.Fail("dilations other than 1 are not supported");
   }
   return std::array<int64_t, 2>{pads[0], pads[1]};
 }
@@ -300,7 +313,7 @@ Status Conv(Converter& c, Attributes& attrs) {
     return c.Fail("kernel_shape differs from the weight's " + Dims(w->dims));
   }
   FERRY_ASSIGN_OR_RETURN(auto stride, Pair(c, attrs, "strides", 1));
-  FERRY_ASSIGN_OR_RETURN(auto pad, Window(c, attrs));
+  FERRY_ASSIGN_OR_RETURN(auto pad, Window(c, attrs, x->shape, kernel, stride));
   FERRY_ASSIGN_OR_RETURN(Shape shape, Windowed(c, x->shape, w->dims[0], kernel, stride, pad));
   Op op;
   op.kind = OpKind::kConv2d;
@@ -318,7 +331,8 @@ Status Conv(Converter& c, Attributes& attrs) {
 }
 
 // Folded into the Conv (or the Gemm / MatMul over [N, C]) that alone feeds it:
-// w' = w * s, b' = (b - mean) * s + beta, s = scale / sqrt(var + epsilon).
+// w' = w * s, b' = (b - mean) * s + beta, s = scale / sqrt(var + epsilon). Anywhere else, a
+// conv2d 1x1 (or dense) with the diagonal weight diag(s) and that bias: exact, at C^2 cost.
 Status BatchNormalization(Converter& c, Attributes& attrs) {
   FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
   float eps = attrs.Float("epsilon", 1e-5f);
@@ -326,12 +340,9 @@ Status BatchNormalization(Converter& c, Attributes& attrs) {
   if (attrs.Int("training_mode", 0) != 0) {
     return c.Fail("training_mode must be 0 for inference");
   }
-  Op* producer = c.SoleProducer(*x);
-  bool conv = producer != nullptr && producer->kind == OpKind::kConv2d;
-  bool dense = producer != nullptr && producer->kind == OpKind::kDense && x->shape.size() == 2;
-  if (!conv && !dense) {
-    return c.Fail("BatchNormalization is supported only right after a Conv (or a Gemm over "
-                  "[N, C]) whose output nothing else reads: it is folded into that op");
+  size_t rank = x->shape.size();
+  if (rank != 2 && rank != 4) {
+    return c.Fail("only [N, C] and [N, C, H, W] inputs are supported; got " + Dims(x->shape));
   }
   int64_t channels = x->shape[1];
   std::vector<std::vector<float>> p(4);
@@ -340,20 +351,39 @@ Status BatchNormalization(Converter& c, Attributes& attrs) {
     FERRY_ASSIGN_OR_RETURN(const ConstTensor* t, c.Constant(i + 1));
     FERRY_ASSIGN_OR_RETURN(p[i], ChannelVector(c, *t, channels, names[i]));
   }
+  Op* producer = c.SoleProducer(*x);
+  bool fold = producer != nullptr && (producer->kind == OpKind::kConv2d ||
+                                      (producer->kind == OpKind::kDense && rank == 2));
+  auto n = static_cast<size_t>(channels);
+  if (!fold) {
+    Op op;
+    op.kind = rank == 4 ? OpKind::kConv2d : OpKind::kDense;
+    op.inputs = {x->tensor};
+    std::vector<float> diagonal(n * n, 0.0f);
+    for (size_t o = 0; o < n; ++o) {
+      diagonal[o * n + o] = 1.0f;
+    }
+    op.weight = c.AddWeight(".weight", rank == 4 ? Shape{channels, channels, 1, 1}
+                                                 : Shape{channels, channels},
+                            std::move(diagonal));
+    producer = &c.Emit(op, x->shape);
+  }
   Weight& w = c.WeightNamed(producer->weight);
   if (producer->bias.empty()) {
-    producer->bias = c.AddWeight(".bias", {channels}, std::vector<float>(channels, 0.0f));
+    producer->bias = c.AddWeight(".bias", {channels}, std::vector<float>(n, 0.0f));
   }
   Weight& b = c.WeightNamed(producer->bias);
-  size_t per_channel = w.values.size() / static_cast<size_t>(channels);
-  for (size_t o = 0; o < static_cast<size_t>(channels); ++o) {
+  size_t per_channel = w.values.size() / n;
+  for (size_t o = 0; o < n; ++o) {
     float s = p[0][o] / std::sqrt(p[3][o] + eps);
     for (size_t k = 0; k < per_channel; ++k) {
       w.values[o * per_channel + k] *= s;
     }
     b.values[o] = (b.values[o] - p[2][o]) * s + p[1][o];
   }
-  c.Define(0, *x);
+  if (fold) {
+    c.Define(0, *x);
+  }
   return OkStatus();
 }
 
@@ -367,7 +397,7 @@ Status MaxPool(Converter& c, Attributes& attrs) {
   }
   FERRY_ASSIGN_OR_RETURN(auto kernel, Pair(c, attrs, "kernel_shape", 1));
   FERRY_ASSIGN_OR_RETURN(auto stride, Pair(c, attrs, "strides", 1));
-  FERRY_ASSIGN_OR_RETURN(auto pad, Window(c, attrs));
+  FERRY_ASSIGN_OR_RETURN(auto pad, Window(c, attrs, x->shape, kernel, stride));
   if (attrs.Int("ceil_mode", 0) != 0 || attrs.Int("storage_order", 0) != 0) {
     return c.Fail("ceil_mode and storage_order must be 0");
   }
@@ -489,32 +519,38 @@ Status ConstantNode(Converter& c, Attributes& attrs) {
   return OkStatus();
 }
 
-const std::map<std::string, OpConverter>& Table() {
-  static const auto* table = new std::map<std::string, OpConverter>{
-      {"Add", Add},
-      {"BatchNormalization", BatchNormalization},
-      {"Constant", ConstantNode},
-      {"Conv", Conv},
-      {"Dropout", Dropout},
-      {"Flatten", Flatten},
-      {"Gemm", Gemm},
-      {"GlobalAveragePool", GlobalAveragePool},
-      {"Identity", Identity},
-      {"LayerNormalization", LayerNormalization},
-      {"MatMul", MatMul},
-      {"MaxPool", MaxPool},
-      {"Relu", [](Converter& c, Attributes&) { return Unary(c, OpKind::kRelu); }},
-      {"Reshape", Reshape},
-      {"Sigmoid", [](Converter& c, Attributes&) { return Unary(c, OpKind::kSigmoid); }},
-      {"Softmax", Softmax},
-      {"Tanh", [](Converter& c, Attributes&) { return Unary(c, OpKind::kTanh); }},
+Status Relu(Converter& c, Attributes&) { return Unary(c, OpKind::kRelu); }
+Status Sigmoid(Converter& c, Attributes&) { return Unary(c, OpKind::kSigmoid); }
+Status Tanh(Converter& c, Attributes&) { return Unary(c, OpKind::kTanh); }
+
+// Each op with the versions (an op schema's since_version) whose semantics its converter
+// implements: for a model's opset, the version in effect is the newest one not after it.
+const std::map<std::string, OpEntry>& Table() {
+  static const auto* table = new std::map<std::string, OpEntry>{
+      {"Add", {Add, {7, 13, 14}}},
+      {"BatchNormalization", {BatchNormalization, {9, 14, 15}}},
+      {"Constant", {ConstantNode, {9, 11, 12, 13}}},
+      {"Conv", {Conv, {1, 11}}},
+      {"Dropout", {Dropout, {12, 13}}},
+      {"Flatten", {Flatten, {1, 9, 11, 13}}},
+      {"Gemm", {Gemm, {9, 11, 13}}},
+      {"GlobalAveragePool", {GlobalAveragePool, {1}}},
+      {"Identity", {Identity, {1, 13, 14, 16}}},
+      {"LayerNormalization", {LayerNormalization, {17}}},
+      {"MatMul", {MatMul, {1, 9, 13}}},
+      {"MaxPool", {MaxPool, {8, 10, 11, 12}}},
+      {"Relu", {Relu, {6, 13, 14}}},
+      {"Reshape", {Reshape, {5, 13, 14}}},
+      {"Sigmoid", {Sigmoid, {6, 13}}},
+      {"Softmax", {Softmax, {13}}},
+      {"Tanh", {Tanh, {6, 13}}},
   };
   return *table;
 }
 
 }  // namespace
 
-const OpConverter* FindOpConverter(const std::string& op_type) {
+const OpEntry* FindOpConverter(const std::string& op_type) {
   auto it = Table().find(op_type);
   return it == Table().end() ? nullptr : &it->second;
 }
