@@ -11,6 +11,7 @@
 
 #include "common/cli.h"
 #include "ctl/control_client.h"
+#include "ctl/import.h"
 #include "ctl/infer.h"
 #include "ctl/tables.h"
 #include "ctl/validate.h"
@@ -109,6 +110,17 @@ int main(int argc, char** argv) {
                                           "when all are valid, 2 otherwise");
   validate->add_option("PATH", paths, "node .toml files and bundle directories")->required();
 
+  ferry::ctl::ImportCommand import_command;
+  CLI::App* import = app.add_subcommand(
+      "import", "Convert an ONNX model into a bundle a node serves; exit 2 if it cannot");
+  import->add_option("MODEL", import_command.onnx_path, "the .onnx file")->required();
+  import->add_option("--out", import_command.out_dir, "the new bundle directory (REPO/NAME)")
+      ->required();
+  import->add_option("--name", import_command.name, "the model's name (the directory's)");
+  import->add_option("--sizes", import_command.sizes, "compiled batch sizes, ascending")
+      ->delimiter(',')
+      ->capture_default_str();
+
   CLI::App* status = app.add_subcommand("status", "The node's processes and models");
   CLI::App* metrics =
       app.add_subcommand("metrics", "Every scheduler counter, per worker and model");
@@ -176,6 +188,9 @@ int main(int argc, char** argv) {
   }
   if (validate->parsed()) {
     return ferry::RunValidate(paths, ferry::SchedulerEnvironment(), std::cout, std::cerr);
+  }
+  if (import->parsed()) {
+    return ferry::ctl::RunImport(import_command, std::cout, std::cerr);
   }
   if (status->parsed()) {
     return Call(socket, Plain(ControlCommand::kStatus), json, ferry::ctl::FormatStatus);
