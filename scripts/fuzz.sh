@@ -10,13 +10,14 @@ seconds=${1:-15}
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DFERRY_FUZZ=ON -DFERRY_CUDA=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j "$(nproc)" --target safetensors_fuzz manifest_fuzz node_config_fuzz ferry_backends \
-  ferry_hookhost descriptor_fuzz kserve_infer_fuzz grpc_infer_fuzz control_request_fuzz
+  ferry_hookhost descriptor_fuzz kserve_infer_fuzz grpc_infer_fuzz control_request_fuzz onnx_import_fuzz
 # max_len reaches the crafted large inputs' classes (deep nesting, thousands of tensors);
 # dictionaries give the mutator TOML and JSON structure; -timeout fails an input over 3 s of
 # wall time (the CTest corpus replay holds each input to 1 s of CPU).
 declare -A dict=([safetensors]=json.dict [manifest]=toml.dict [node_config]=toml.dict
                  [kserve_infer]=json.dict [control_request]=json.dict)
-for target in safetensors manifest node_config descriptor kserve_infer grpc_infer control_request; do
+for target in safetensors manifest node_config descriptor kserve_infer grpc_infer control_request \
+              onnx_import; do
   work=build-fuzz/corpus-$target
   mkdir -p "$work"
   args=(-max_total_time="$seconds" -max_len=262144 -timeout=3 -rss_limit_mb=2048 -print_final_stats=1)

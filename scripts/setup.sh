@@ -17,6 +17,8 @@ packages=(
   libsystemd-dev          # sd_notify
   libdnnl-dev             # oneDNN: the CPU backend's dense and conv2d kernels
   libonnx-dev             # ONNX's protobuf classes: ferryctl import reads model.onnx
+  libonnx-testdata        # ONNX's backend node tests, run against the importer (tests)
+  python3-onnx python3-torch python3-torchvision  # models exported to ONNX (tests, demo)
   ocl-icd-opencl-dev      # dnnl-config.cmake looks for OpenCL (Debian builds oneDNN with it)
   python3                 # example generator
   python3-venv curl       # client tests: tritonclient from PyPI in a venv, and curl

@@ -1,0 +1,48 @@
+// Models exported from PyTorch (scripts/make_onnx_models.py: ResNet-18 from torchvision, a
+// CNN with batch norm, an MLP with batch norm, layer norm and dropout), imported and run on
+// CpuBackend, against the module's own answer: max |got - want| <= 1e-4 x max |want|.
+// FERRY_ONNX_MODELS names the directory the script wrote (CTest's fixture sets it).
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+
+#include "tests/onnx/onnx_runner.h"
+
+namespace ferry {
+namespace {
+
+using onnx_import::ConstTensor;
+
+void CheckModel(const std::string& name, std::vector<CpuMode> modes) {
+  const char* root = std::getenv("FERRY_ONNX_MODELS");
+  REQUIRE_MESSAGE(root != nullptr, "FERRY_ONNX_MODELS is not set");
+  std::string dir = std::string(root) + "/" + name;
+  Result<onnx_import::OnnxModel> model = onnx_import::ReadOnnx(dir + "/model.onnx");
+  REQUIRE_MESSAGE(model.ok(), (model.ok() ? "" : model.error().message));
+  Result<ConstTensor> input = onnx_import::ReadTensorFile(dir + "/input_0.pb");
+  Result<ConstTensor> want = onnx_import::ReadTensorFile(dir + "/output_0.pb");
+  REQUIRE(input.ok());
+  REQUIRE(want.ok());
+  for (CpuMode mode : modes) {
+    CAPTURE(mode == CpuMode::kFast ? "fast" : "reference");
+    testing::OnnxRun run = testing::RunOnnx(*model, input->dims[0], {input->floats}, mode);
+    REQUIRE_MESSAGE(run.status.ok(), (run.status.ok() ? "" : run.status.error().message));
+    REQUIRE(run.outputs.size() == 1);
+    double relative = 0;
+    testing::Compare(run.outputs[0], want->floats, 0, 0, &relative);
+    MESSAGE(name << ": max |ferry - torch| / max |torch| = " << relative);
+    CHECK(relative <= 1e-4);
+  }
+}
+
+TEST_CASE("ResNet-18 from torchvision answers as PyTorch does") {
+  CheckModel("resnet18", {CpuMode::kFast});
+}
+
+TEST_CASE("a CNN with batch norm and an MLP with batch and layer norm answer as PyTorch does") {
+  CheckModel("cnn", {CpuMode::kFast, CpuMode::kReference});
+  CheckModel("mlp", {CpuMode::kFast, CpuMode::kReference});
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,108 @@
+// For the ONNX tests: imports an ONNX model into a bundle in a temporary directory, runs a
+// batch through CpuBackend and compares the answer with a reference, as ONNX's own backend
+// test runner does (|got - want| <= atol + rtol * |want|, element by element).
+//
+// Thread safety: test helpers; one thread.
+#pragma once
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "model/bundle.h"
+#include "model/onnx/onnx_import.h"
+#include "tests/testing/temp_dir.h"
+#include "worker/cpu/cpu_backend.h"
+
+namespace ferry::testing {
+
+struct OnnxRun {
+  Status status = OkStatus();            // An import, load or execution error.
+  bool imported = false;                 // False: the importer refused the model.
+  std::vector<std::vector<float>> outputs;  // Per manifest output.
+  Manifest manifest;
+};
+
+// Imports `model` at the single compiled size `rows` and runs `inputs` (one per manifest
+// input, `rows` rows each) in `mode`.
+inline OnnxRun RunOnnx(const onnx_import::OnnxModel& model, int64_t rows,
+                       const std::vector<std::vector<float>>& inputs, CpuMode mode) {
+  OnnxRun run;
+  Result<onnx_import::ImportedModel> imported =
+      onnx_import::ConvertOnnx(model, onnx_import::ImportOptions{"m", {rows}});
+  if (!imported.ok()) {
+    run.status = imported.error();
+    return run;
+  }
+  run.imported = true;
+  TempDir dir;
+  std::string path = dir.path() + "/m";
+  run.status = onnx_import::WriteBundle(*imported, path);
+  if (!run.status.ok()) {
+    return run;
+  }
+  Result<Bundle> bundle = LoadBundle(path);
+  if (!bundle.ok()) {
+    run.status = bundle.error();
+    return run;
+  }
+  run.manifest = bundle->manifest;
+  CpuBackend backend(CpuOptions{mode, 2});
+  Result<ModelHandle> handle = backend.Load(*bundle);
+  if (!handle.ok()) {
+    run.status = handle.error();
+    return run;
+  }
+  RequestIo io{rows, {}, {}};
+  for (const std::vector<float>& input : inputs) {
+    io.inputs.emplace_back(reinterpret_cast<const uint8_t*>(input.data()), input.size() * 4);
+  }
+  std::vector<std::vector<uint8_t>> out_bytes;
+  for (const TensorSpec& spec : bundle->manifest.outputs) {
+    int64_t n = 1;
+    for (int64_t d : spec.At(rows)) {
+      n *= d;
+    }
+    out_bytes.emplace_back(static_cast<size_t>(n) * 4);
+  }
+  for (std::vector<uint8_t>& bytes : out_bytes) {
+    io.outputs.emplace_back(bytes);
+  }
+  Result<ExecutionTiming> timing = backend.Execute(*handle, BatchJob{0, rows, {io}});
+  if (!timing.ok()) {
+    run.status = timing.error();
+    return run;
+  }
+  for (const std::vector<uint8_t>& bytes : out_bytes) {
+    std::vector<float> values(bytes.size() / 4);
+    std::memcpy(values.data(), bytes.data(), bytes.size());
+    run.outputs.push_back(std::move(values));
+  }
+  return run;
+}
+
+// The first element outside atol + rtol * |want| ("" when all are within), and the largest
+// difference relative to the reference's scale.
+inline std::string Compare(const std::vector<float>& got, const std::vector<float>& want,
+                           double rtol, double atol, double* relative) {
+  double diff = 0, scale = 0;
+  std::string first;
+  if (got.size() != want.size()) {
+    return std::to_string(got.size()) + " values, expected " + std::to_string(want.size());
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    double d = std::abs(static_cast<double>(got[i]) - want[i]);
+    diff = std::max(diff, d);
+    scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+    if (first.empty() && !(d <= atol + rtol * std::abs(static_cast<double>(want[i])))) {
+      first = "element " + std::to_string(i) + ": " + std::to_string(got[i]) + ", expected " +
+              std::to_string(want[i]);
+    }
+  }
+  *relative = diff / std::max(scale, 1e-30);
+  return first;
+}
+
+}  // namespace ferry::testing
