@@ -231,6 +231,21 @@ TEST_CASE("a bad environment override names the variable") {
   CHECK(Contains(ErrorOf("", {{"FERRY_SCHEDULER_COST_EMA_ALPHA", "0.5\nbogus = 1"}}), "one line"));
 }
 
+TEST_CASE("the node's name: 1 to 64 letters, digits, '-' or '_'; the repository not empty") {
+  CHECK(Parse("[node]\nname = \"gpu-host_7\"\n").value().node.name == "gpu-host_7");
+  for (const char* bad : {"a b", "a/b", "a.b", "h\\u00e9"}) {
+    CAPTURE(bad);
+    CHECK(Contains(ErrorOf("[node]\nname = \"" + std::string(bad) + "\"\n"),
+                   "node.name: '"));
+  }
+  CHECK(Contains(ErrorOf("[node]\nname = \"\"\n"), "use 1 to 64 letters"));
+  CHECK(Contains(ErrorOf("[node]\nname = \"" + std::string(65, 'a') + "\"\n"),
+                 "use 1 to 64 letters"));
+  CHECK(Parse("[node]\nname = \"" + std::string(64, 'a') + "\"\n").ok());
+  CHECK(Contains(ErrorOf("[node]\nmodel_repository = \"\"\n"),
+                 "node.model_repository: must not be empty"));
+}
+
 TEST_CASE("listen addresses must be HOST:PORT and distinct") {
   CHECK(Contains(ErrorOf("[node.listen]\nhttp = \"localhost\"\n"),
                  "node.listen.http: 'localhost': expected HOST:PORT"));
@@ -376,6 +391,11 @@ TEST_CASE("[supervisor] and [frontend]: defaults, values at their edges, each mi
   CHECK(edges->supervisor.drain_timeout_seconds == 0);
   CHECK(edges->frontend.max_request_bytes == 1024);
   CHECK(edges->frontend.request_timeout_seconds == 0.1);
+  Result<NodeConfig> short_idle = Parse("[frontend]\nidle_timeout_seconds = 0.1\n");
+  REQUIRE_MESSAGE(short_idle.ok(), (short_idle.ok() ? "" : short_idle.error().message));
+  CHECK(short_idle->frontend.idle_timeout_seconds == 0.1);
+  CHECK(Contains(ErrorOf("[frontend]\nidle_timeout_seconds = 0.09\n"),
+                 "frontend.idle_timeout_seconds"));
 
   struct Case {
     std::string text;

@@ -132,9 +132,18 @@ TEST_CASE("shapes, sizes, dtypes and hooks are checked") {
   CHECK(Contains(ErrorOf(kHead + kRelu + "[hooks]\nplugin = \"../../etc/evil.so\"\n"),
                  "hooks.plugin: must be a relative path inside the bundle"));
   CHECK(Contains(ErrorOf(kHead + kRelu + "[[variants]]\nname = \"v\"\ninputs = { x = [4, -1] }\n"),
-                 "must keep the batch dimension"));
+                 "a variant must keep the batch dimension where the tensor declares it"));
   CHECK(Contains(ErrorOf("name = \"m\"\n"), "inputs: at least one"));
   CHECK(Contains(ErrorOf("name = [\n"), "TOML syntax error"));
+}
+
+TEST_CASE("a tensor declared twice is reported, and its other mistakes too") {
+  std::string twice = kHead + kRelu;
+  twice.replace(twice.find("[[outputs]]"), 0,
+                "[[inputs]]\nname = \"x\"\ndtype = \"FLOAT\"\nshape = [-1, 4]\n");
+  std::string message = ErrorOf(twice);
+  CHECK(Contains(message, "inputs[1].name: 'x' is declared twice"));
+  CHECK(Contains(message, "inputs[1].dtype: unknown dtype 'FLOAT'"));
 }
 
 TEST_CASE("an input and an output may not share a name") {
