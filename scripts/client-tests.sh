@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Clients ferry did not write against a node ferryd started (CPU workers, port 0): the Python
-# tritonclient (HTTP and gRPC) and curl. The virtual environment (tritonclient, numpy from PyPI) is
-# created once under the build tree and reused.
+# tritonclient (HTTP and gRPC) and curl, on the example models and on ResNet-18 and a CNN
+# exported from PyTorch and imported with `ferryctl import` (compared with onnxruntime). The
+# virtual environment (tritonclient, numpy, onnxruntime from PyPI) is created once under the
+# build tree and reused.
 #   scripts/client-tests.sh BUILD_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(realpath "$1")
 venv="$build/client-venv"
-if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import tritonclient.http, tritonclient.grpc, numpy" 2>/dev/null; then
+if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import tritonclient.http, tritonclient.grpc, numpy, onnxruntime" 2>/dev/null; then
   /usr/bin/python3 -m venv "$venv" 2>/dev/null || python3 -m venv "$venv"
-  if ! "$venv/bin/pip" install -q --disable-pip-version-check "tritonclient[http,grpc]" numpy; then
+  if ! "$venv/bin/pip" install -q --disable-pip-version-check "tritonclient[http,grpc]" numpy onnxruntime; then
     # No PyPI here: reported as skipped (CTest SKIP_RETURN_CODE), never as passed.
     echo "SKIPPED: tritonclient could not be installed from PyPI"
     exit 77
@@ -25,6 +27,10 @@ trap cleanup EXIT
 mkdir "$dir/models"
 ln -s "$PWD/examples/models/mlp" "$dir/models/mlp"
 ln -s "$PWD/examples/models/cnn" "$dir/models/cnn"
+# Models from PyTorch, through ONNX, into the repository.
+/usr/bin/python3 scripts/make_onnx_models.py "$dir/onnx" --models resnet18,cnn >/dev/null
+"$build/ctl/ferryctl" import "$dir/onnx/resnet18/model.onnx" --out "$dir/models/resnet18" --sizes 1,2,4
+"$build/ctl/ferryctl" import "$dir/onnx/cnn/model.onnx" --out "$dir/models/torch_cnn" --sizes 1,2,8
 # Starts ferryd on node file $1 (written under $dir with name $2 and the extra keys in $3 and
 # $4: [node] keys, then tables); sets pid, address, grpc_address, metrics_address.
 start_node() {
@@ -65,6 +71,8 @@ TOML
 
 start_node node.toml "$name" 'devices = "cpu:2"' ""
 "$venv/bin/python" tests/clients/tritonclient_test.py "$address" "$grpc_address"
+"$venv/bin/python" tests/clients/onnx_served_test.py "$address" "$grpc_address" "$dir/onnx" \
+  resnet18=resnet18 torch_cnn=cnn
 
 # curl: JSON in, JSON out; health; an error body.
 out=$(curl -sS -X POST "http://$address/v2/models/mlp/infer" -H 'Content-Type: application/json' \

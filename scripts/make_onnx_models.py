@@ -2,15 +2,16 @@
 """Exports PyTorch models to ONNX with their reference answers, for the importer's tests and
 the demo. Debian's python3-torch and python3-torchvision; seeded weights, nothing downloaded.
 
-    /usr/bin/python3 scripts/make_onnx_models.py OUT_DIR [--models resnet18,cnn,mlp] [--batch 2]
+    /usr/bin/python3 scripts/make_onnx_models.py OUT_DIR [--models resnet18,cnn,...] [--batch 2]
 
 Writes OUT_DIR/NAME/model.onnx (a dynamic batch axis named N), input_0.pb (a seeded batch) and
 output_0.pb (the module's own answer in eval mode), the tensors as ONNX TensorProtos like the
-ONNX backend tests' test_data_set_0.
+ONNX backend tests' test_data_set_0, and the same two as input.npy and output.npy.
 """
 import argparse
 import os
 
+import numpy as np
 import torch
 from onnx import numpy_helper
 
@@ -32,6 +33,11 @@ def resnet18():
     return torchvision.models.resnet18(weights=None, num_classes=1000), (3, 224, 224)
 
 
+def mobilenet_v2():
+    import torchvision
+    return torchvision.models.mobilenet_v2(weights=None, num_classes=1000), (3, 224, 224)
+
+
 def cnn():
     layers = torch.nn.Sequential(
         torch.nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False), torch.nn.BatchNorm2d(8),
@@ -50,7 +56,7 @@ def mlp():
     return layers, (64,)
 
 
-MODELS = {"resnet18": resnet18, "cnn": cnn, "mlp": mlp}
+MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "cnn": cnn, "mlp": mlp}
 
 
 def export(name, out_dir, batch, opset):
@@ -70,6 +76,7 @@ def export(name, out_dir, batch, opset):
     for file, tensor in (("input_0.pb", x), ("output_0.pb", y)):
         with open(os.path.join(directory, file), "wb") as f:
             f.write(numpy_helper.from_array(tensor.numpy()).SerializeToString())
+        np.save(os.path.join(directory, file.replace("_0.pb", ".npy")), tensor.numpy())
 
 
 def main():
