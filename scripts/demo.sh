@@ -4,7 +4,8 @@
 # calls it over HTTP as any KServe v2 client would, sends a burst of concurrent requests to
 # both models, shows the batch sizes they ran in and each model's share of compute time,
 # calls the example pipeline (the CNN as two chained models) beside the CNN served whole, kills
-# a worker and watches ferryd bring it back, and stops the node cleanly.
+# a worker and watches ferryd bring it back, and stops the node cleanly. On the way it exports
+# ResNet-18 from PyTorch to ONNX, imports it (ferryctl import) and loads it on the running node.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -85,6 +86,23 @@ for model in image_pipeline cnn_classify; do
     | python3 -c 'import json,sys; r=json.load(sys.stdin); o={t["name"]: t["data"] for t in r["outputs"]}
 print("  %-15s classes %s scores %s" % (sys.argv[1], o["classes"], [round(x, 4) for x in o["scores"]]))' "$model"
 done
+
+echo
+echo "== a real model: ResNet-18 from torchvision (seeded weights), exported by PyTorch to ONNX,"
+echo "   imported with ferryctl import into the repository and loaded on the running node"
+/usr/bin/python3 scripts/make_onnx_models.py "$dir/onnx" --models resnet18 --batch 1 >/dev/null
+build/ctl/ferryctl import "$dir/onnx/resnet18/model.onnx" --out "$dir/models/resnet18" \
+  --sizes 1,2,4,8 | sed 's/^/   /'
+"${ctl[@]}" load resnet18 | sed 's/^/   /'
+"${ctl[@]}" infer resnet18 --input "$dir/onnx/resnet18/input.npy" --output-dir "$dir" \
+  | sed 's/^/   /' | head -n 4
+/usr/bin/python3 - "$dir/output.npy" "$dir/onnx/resnet18/output.npy" <<'PY'
+import sys
+import numpy as np
+got, want = np.load(sys.argv[1]), np.load(sys.argv[2])
+print("   top-5 classes %s, PyTorch's %s; max |ferry - PyTorch| = %.1e"
+      % (list(np.argsort(-got[0])[:5]), list(np.argsort(-want[0])[:5]), np.abs(got - want).max()))
+PY
 
 echo
 echo "== a burst: 16 clients at once for 3 s, alternating the MLP and the CNN (binary tensors)"
