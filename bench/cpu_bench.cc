@@ -1,12 +1,18 @@
-// ferry-cpu-bench: rows/s of CpuBackend on the example models, one request of `batch` rows
-// per Execute (the rows a worker would coalesce), after a warm-up, for a fixed time.
+// ferry-cpu-bench: rows/s of CpuBackend on the example models (or one bundle), one request of
+// `batch` rows per Execute (the rows a worker would coalesce), after a warm-up, for a fixed
+// time.
 //
 //   ferry-cpu-bench [--threads 1,2] [--seconds 0.5] [--mode fast|reference] [--json]
+//   ferry-cpu-bench --bundle DIR --batches 1,8 [--input X.f32] [--output Y.f32] ...
 //
-// bench/cpu_vs_torch.py runs it beside PyTorch in the same run and reports the ratio.
+// With --input, every execution reads those rows (raw little-endian FP32, `batch` rows of
+// the bundle's first input) and --output receives the first output of the last one.
+// bench/cpu_vs_torch.py runs it beside PyTorch and bench/vs_onnxruntime.py beside
+// onnxruntime, in the same run, and report the ratio.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -22,8 +28,13 @@ struct Point {
   int64_t batch;
 };
 
+struct Io {
+  std::string input_file;   // Empty: seeded normal values.
+  std::string output_file;  // Empty: not written.
+};
+
 double RowsPerSecond(CpuBackend& backend, ModelHandle handle, const Bundle& bundle, int64_t batch,
-                     double seconds) {
+                     double seconds, const Io& io) {
   const Manifest& m = bundle.manifest;
   int64_t in_row = RowBytes(m, m.inputs[0], m.variants[0], true);
   int64_t out_row = RowBytes(m, m.outputs[0], m.variants[0], false);
@@ -32,6 +43,14 @@ double RowsPerSecond(CpuBackend& backend, ModelHandle handle, const Bundle& bund
   std::normal_distribution<float> normal;
   for (float& x : input) {
     x = normal(rng);
+  }
+  if (!io.input_file.empty()) {
+    std::ifstream file(io.input_file, std::ios::binary);
+    file.read(reinterpret_cast<char*>(input.data()), static_cast<std::streamsize>(input.size() * 4));
+    if (file.gcount() != static_cast<std::streamsize>(input.size() * 4)) {
+      std::cerr << io.input_file << ": needs " << input.size() * 4 << " bytes\n";
+      std::exit(1);
+    }
   }
   std::vector<uint8_t> output(static_cast<size_t>(batch * out_row));
   BatchJob job{
@@ -59,6 +78,11 @@ double RowsPerSecond(CpuBackend& backend, ModelHandle handle, const Bundle& bund
     ++iterations;
     elapsed = std::chrono::duration<double>(clock() - begin).count();
   }
+  if (!io.output_file.empty()) {
+    std::ofstream(io.output_file, std::ios::binary)
+        .write(reinterpret_cast<const char*>(output.data()),
+               static_cast<std::streamsize>(output.size()));
+  }
   return static_cast<double>(iterations * batch) / elapsed;
 }
 
@@ -74,13 +98,30 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds, "measuring time per point");
   app.add_option("--mode", mode, "fast or reference")->check(CLI::IsMember({"fast", "reference"}));
   app.add_flag("--json", json, "one JSON object");
+  std::string bundle_dir;
+  std::vector<int64_t> batches = {1, 8};
+  Io io;
+  app.add_option("--bundle", bundle_dir, "one bundle instead of the examples");
+  app.add_option("--batches", batches, "batch sizes (with --bundle)")->delimiter(',');
+  app.add_option("--input", io.input_file, "raw FP32 rows to run (with --bundle, one batch)");
+  app.add_option("--output", io.output_file, "write the first output of the last run");
   CLI11_PARSE(app, argc, argv);
 
-  const Point points[] = {{"mlp", 1}, {"mlp", 8}, {"mlp", 32}, {"cnn", 1}, {"cnn", 16}};
+  std::vector<Point> points = {{"mlp", 1}, {"mlp", 8}, {"mlp", 32}, {"cnn", 1}, {"cnn", 16}};
+  std::vector<std::string> names = {"mlp", "cnn"};
+  std::string root = "examples/models/";
+  if (!bundle_dir.empty()) {
+    root.clear();
+    names = {bundle_dir};
+    points.clear();
+    for (int64_t b : batches) {
+      points.push_back({bundle_dir.c_str(), b});
+    }
+  }
   nlohmann::json results = nlohmann::json::array();
   std::map<std::string, Bundle> bundles;
-  for (const char* name : {"mlp", "cnn"}) {
-    Result<Bundle> b = LoadBundle(std::string("examples/models/") + name);
+  for (const std::string& name : names) {
+    Result<Bundle> b = LoadBundle(root + name);
     if (!b.ok()) {
       std::cerr << b.error().message << " (run from the repository root)\n";
       return 1;
@@ -94,7 +135,8 @@ int main(int argc, char** argv) {
       handles[name] = backend.Load(bundle).value();
     }
     for (const Point& p : points) {
-      double rate = RowsPerSecond(backend, handles[p.model], bundles.at(p.model), p.batch, seconds);
+      double rate =
+          RowsPerSecond(backend, handles[p.model], bundles.at(p.model), p.batch, seconds, io);
       results.push_back(
           {{"model", p.model}, {"batch", p.batch}, {"threads", t}, {"ferry_rows_per_s", rate}});
       if (!json) {
