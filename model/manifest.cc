@@ -32,6 +32,7 @@ constexpr OpInfo kOps[] = {
     {"global_avgpool", OpKind::kGlobalAvgPool},
     {"flatten", OpKind::kFlatten},
     {"reshape", OpKind::kReshape},
+    {"clip", OpKind::kClip},
 };
 
 bool ValidName(const std::string& name) {
@@ -202,6 +203,7 @@ std::optional<Op> ReadOp(TableReader& r) {
       if (op.kind == OpKind::kConv2d) {
         ReadPair(r, "stride", &op.stride, 1);
         ReadPair(r, "padding", &op.padding, 0);
+        r.Int("groups", &op.groups, 1, kMaxDim);
       }
       break;
     case OpKind::kLayerNorm:
@@ -215,6 +217,16 @@ std::optional<Op> ReadOp(TableReader& r) {
     case OpKind::kSoftmax:
       r.Int("axis", &op.axis, -static_cast<int64_t>(kMaxRank), kMaxRank - 1);
       break;
+    case OpKind::kClip: {
+      const double kLimit = std::numeric_limits<float>::max();  // Finite in FP32.
+      bool has_min = r.Double("min", &op.min, {-kLimit, kLimit, false, false});
+      bool has_max = r.Double("max", &op.max, {-kLimit, kLimit, false, false});
+      if (!has_min || !has_max || op.min > op.max) {
+        r.ErrorAt("max", "clip needs min <= max, both finite");
+        ok = false;
+      }
+      break;
+    }
     case OpKind::kMaxPool2d: {
       ReadPair(r, "kernel", &op.kernel, 1);
       if (op.kernel[0] == 0) {

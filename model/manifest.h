@@ -67,6 +67,7 @@ enum class OpKind {
   kGlobalAvgPool,
   kFlatten,
   kReshape,
+  kClip,
 };
 std::string_view OpKindName(OpKind kind);
 
@@ -81,6 +82,8 @@ struct Op {
   std::array<int64_t, 2> kernel{0, 0};   // maxpool2d.
   std::array<int64_t, 2> stride{1, 1};   // conv2d, maxpool2d (maxpool default: kernel).
   std::array<int64_t, 2> padding{0, 0};  // conv2d, maxpool2d.
+  int64_t groups = 1;                    // conv2d: channel groups (depthwise: groups = C).
+  double min = 0, max = 0;               // clip: the closed range values are clamped to.
   Shape shape;                           // reshape: the new shape of all but axis 0.
 };
 

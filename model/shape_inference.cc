@@ -101,6 +101,7 @@ class Inference {
       case OpKind::kGelu:
       case OpKind::kTanh:
       case OpKind::kSigmoid:
+      case OpKind::kClip:
         return x;
       case OpKind::kSoftmax: {
         int64_t rank = static_cast<int64_t>(x.size());
@@ -158,7 +159,13 @@ class Inference {
                           : "no such weight in weights.safetensors");
         }
         Shape ws = w->shape;
-        FERRY_RETURN_IF_ERROR(Weight(op, op.weight, {ws[0], x[1], ws[2], ws[3]}));
+        if (op.groups < 1 || x[1] % op.groups != 0 || ws[0] % op.groups != 0) {
+          return OpFail(op, op.weight,
+                        "groups " + std::to_string(op.groups) + " must divide the " +
+                            std::to_string(x[1]) + " input and " + std::to_string(ws[0]) +
+                            " output channels");
+        }
+        FERRY_RETURN_IF_ERROR(Weight(op, op.weight, {ws[0], x[1] / op.groups, ws[2], ws[3]}));
         if (!op.bias.empty()) {
           FERRY_RETURN_IF_ERROR(Weight(op, op.bias, {ws[0]}));
         }

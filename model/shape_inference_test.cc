@@ -131,6 +131,25 @@ TEST_CASE("add needs both operands of one shape; outputs must be FP32") {
         std::string::npos);
 }
 
+TEST_CASE("conv2d groups: the weight holds C / groups input channels; groups divide both") {
+  Op conv = Conv({1, 1}, {0, 0});
+  conv.groups = 4;
+  Result<std::map<std::string, Shape>> depthwise =
+      Infer({kBatchDim, 4, 5, 5}, conv, {kBatchDim, 8, 3, 3}, {{"w", {8, 1, 3, 3}}});
+  REQUIRE_MESSAGE(depthwise.ok(), (depthwise.ok() ? "" : depthwise.error().message));
+  // A weight with all 4 input channels is the ungrouped shape: refused at groups 4.
+  CHECK_FALSE(Infer({kBatchDim, 4, 5, 5}, conv, {kBatchDim, 8, 3, 3}, {{"w", {8, 4, 3, 3}}}).ok());
+  conv.groups = 3;
+  CHECK(Infer({kBatchDim, 4, 5, 5}, conv, {kBatchDim, 6, 3, 3}, {{"w", {6, 1, 3, 3}}})
+            .error()
+            .message.find("groups 3 must divide the 4 input and 6 output channels") !=
+        std::string::npos);
+  conv.groups = 2;
+  CHECK(Infer({kBatchDim, 4, 5, 5}, conv, {kBatchDim, 3, 3, 3}, {{"w", {3, 2, 3, 3}}})
+            .error()
+            .message.find("must divide") != std::string::npos);
+}
+
 TEST_CASE("a program input that is not FP32 is refused, whatever its shape") {
   Manifest m;
   m.name = "m";

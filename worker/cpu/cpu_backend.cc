@@ -162,6 +162,9 @@ Status CpuBackend::RunReference(const Model& model, const std::map<std::string, 
       case OpKind::kSigmoid:
         cpu::Sigmoid(x, y);
         break;
+      case OpKind::kClip:
+        cpu::Clip(x, static_cast<float>(op.min), static_cast<float>(op.max), y);
+        break;
       case OpKind::kAdd:
         cpu::Add(x, values->at(op.inputs[1]), y);
         break;
@@ -173,7 +176,7 @@ Status CpuBackend::RunReference(const Model& model, const std::map<std::string, 
         break;
       case OpKind::kConv2d: {
         const TensorInfo* info = model.bundle->weights.index().Find(op.weight);
-        cpu::Window window{{info->shape[2], info->shape[3]}, op.stride, op.padding};
+        cpu::Window window{{info->shape[2], info->shape[3]}, op.stride, op.padding, op.groups};
         cpu::Conv2d(x, xs, weight(op.weight), info->shape, weight(op.bias), window, ys, y, &pool_);
         break;
       }

@@ -35,7 +35,14 @@ struct FastProgram::State {
 namespace {
 
 // The activation op at program[i + 1] that may be fused into program[i]'s epilogue.
-std::optional<dnnl::algorithm> FusableActivation(const std::vector<Op>& program, size_t i,
+// An eltwise post-op: the algorithm and its alpha and beta (clip's range).
+struct Activation {
+  dnnl::algorithm algorithm;
+  float alpha = 0.f;
+  float beta = 0.f;
+};
+
+std::optional<Activation> FusableActivation(const std::vector<Op>& program, size_t i,
                                                  const std::map<std::string, int>& readers,
                                                  const Manifest& manifest) {
   const Op& op = program[i];
@@ -49,25 +56,29 @@ std::optional<dnnl::algorithm> FusableActivation(const std::vector<Op>& program,
       return std::nullopt;
     }
   }
-  switch (program[i + 1].kind) {
+  const Op& next = program[i + 1];
+  switch (next.kind) {
     case OpKind::kRelu:
-      return dnnl::algorithm::eltwise_relu;
+      return Activation{dnnl::algorithm::eltwise_relu};
     case OpKind::kGelu:
-      return dnnl::algorithm::eltwise_gelu_erf;  // Exact GELU, as the reference.
+      return Activation{dnnl::algorithm::eltwise_gelu_erf};  // Exact GELU, as the reference.
     case OpKind::kTanh:
-      return dnnl::algorithm::eltwise_tanh;
+      return Activation{dnnl::algorithm::eltwise_tanh};
     case OpKind::kSigmoid:
-      return dnnl::algorithm::eltwise_logistic;
+      return Activation{dnnl::algorithm::eltwise_logistic};
+    case OpKind::kClip:
+      return Activation{dnnl::algorithm::eltwise_clip, static_cast<float>(next.min),
+                        static_cast<float>(next.max)};
     default:
       return std::nullopt;
   }
 }
 
-dnnl::primitive_attr Epilogue(std::optional<dnnl::algorithm> activation) {
+dnnl::primitive_attr Epilogue(std::optional<Activation> activation) {
   dnnl::primitive_attr attr;
   if (activation) {
     dnnl::post_ops post;
-    post.append_eltwise(1.f, *activation, 0.f, 0.f);
+    post.append_eltwise(1.f, activation->algorithm, activation->alpha, activation->beta);
     attr.set_post_ops(post);
   }
   return attr;
@@ -142,7 +153,7 @@ Result<std::unique_ptr<FastProgram>> FastProgram::Build(const Bundle& bundle,
       switch (op.kind) {
         case OpKind::kDense:
         case OpKind::kConv2d: {
-          std::optional<dnnl::algorithm> act = FusableActivation(program, i, readers, manifest);
+          std::optional<Activation> act = FusableActivation(program, i, readers, manifest);
           std::string out_name = op.output;
           if (act) {
             out_name = program[i + 1].output;  // Fused: write the activation's output.
@@ -175,8 +186,15 @@ Result<std::unique_ptr<FastProgram>> FastProgram::Build(const Bundle& bundle,
             // (blocked channels); the plain NCHW tensors are reordered in and out around it.
             memory::desc src(Dims(xs), kF32, Tag::nchw), dst(Dims(ys), kF32, Tag::nchw);
             memory::desc any_src(Dims(xs), kF32, Tag::any), any_dst(Dims(ys), kF32, Tag::any);
-            memory::desc user_w(Dims(ws), kF32, Tag::oihw);
-            memory::desc any_w(Dims(ws), kF32, Tag::any);
+            // Grouped: [G, O/G, C/G, KH, KW], the same bytes as OIHW.
+            memory::dims w_dims = Dims(ws);
+            Tag w_tag = Tag::oihw;
+            if (op.groups > 1) {
+              w_dims = {op.groups, ws[0] / op.groups, ws[1], ws[2], ws[3]};
+              w_tag = Tag::goihw;
+            }
+            memory::desc user_w(w_dims, kF32, w_tag);
+            memory::desc any_w(w_dims, kF32, Tag::any);
             memory::desc b = op.bias.empty() ? memory::desc() : memory::desc({ws[0]}, kF32, Tag::x);
             dnnl::convolution_forward::primitive_desc pd(
                 dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
@@ -226,6 +244,11 @@ Result<std::unique_ptr<FastProgram>> FastProgram::Build(const Bundle& bundle,
         case OpKind::kSigmoid:
           s->steps.push_back({index, [x, y] { Sigmoid(*x, *y); }});
           break;
+        case OpKind::kClip: {
+          auto lo = static_cast<float>(op.min), hi = static_cast<float>(op.max);
+          s->steps.push_back({index, [x, lo, hi, y] { Clip(*x, lo, hi, *y); }});
+          break;
+        }
         case OpKind::kAdd: {
           std::vector<float>* x2 = &s->Buffer(op.inputs[1]);
           s->steps.push_back({index, [x, x2, y] { Add(*x, *x2, *y); }});

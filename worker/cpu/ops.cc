@@ -110,19 +110,27 @@ void LayerNorm(std::span<const float> x, int64_t d, std::span<const float> w,
   }
 }
 
+void Clip(std::span<const float> x, float lo, float hi, std::span<float> y) {
+  for (size_t i = 0; i < x.size(); ++i) {
+    y[i] = std::min(std::max(x[i], lo), hi);
+  }
+}
+
 void Conv2d(std::span<const float> x, const Shape& xs, std::span<const float> w, const Shape& ws,
             std::span<const float> b, const Window& win, const Shape& ys, std::span<float> y,
             ThreadPool* pool) {
   int64_t c = xs[1], h = xs[2], wd = xs[3];
   int64_t kh = ws[2], kw = ws[3];
   int64_t o_channels = ys[1], ho = ys[2], wo = ys[3];
+  int64_t c_group = c / win.groups, o_group = o_channels / win.groups;
   auto planes = [&](int64_t begin, int64_t end) {
     for (int64_t plane = begin; plane < end; ++plane) {
       int64_t n = plane / o_channels, o = plane % o_channels;
+      int64_t first = (o / o_group) * c_group;  // The group's first input channel.
       for (int64_t oy = 0; oy < ho; ++oy) {
         for (int64_t ox = 0; ox < wo; ++ox) {
           double sum = b.empty() ? 0.0 : b[static_cast<size_t>(o)];
-          for (int64_t ci = 0; ci < c; ++ci) {
+          for (int64_t ci = 0; ci < c_group; ++ci) {
             for (int64_t ky = 0; ky < kh; ++ky) {
               int64_t iy = oy * win.stride[0] - win.padding[0] + ky;
               if (iy < 0 || iy >= h) {
@@ -134,8 +142,9 @@ void Conv2d(std::span<const float> x, const Shape& xs, std::span<const float> w,
                   continue;
                 }
                 sum +=
-                    static_cast<double>(x[static_cast<size_t>(((n * c + ci) * h + iy) * wd + ix)]) *
-                    w[static_cast<size_t>(((o * c + ci) * kh + ky) * kw + kx)];
+                    static_cast<double>(
+                        x[static_cast<size_t>(((n * c + first + ci) * h + iy) * wd + ix)]) *
+                    w[static_cast<size_t>(((o * c_group + ci) * kh + ky) * kw + kx)];
               }
             }
           }

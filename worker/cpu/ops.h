@@ -22,6 +22,8 @@ void Gelu(std::span<const float> x, std::span<float> y);  // Exact: 0.5 x (1 + e
 void Tanh(std::span<const float> x, std::span<float> y);
 void Sigmoid(std::span<const float> x, std::span<float> y);
 void Add(std::span<const float> a, std::span<const float> b, std::span<float> y);
+// y = min(max(x, lo), hi)
+void Clip(std::span<const float> x, float lo, float hi, std::span<float> y);
 
 // Softmax along `axis` of `shape` (negative counts from the end).
 void Softmax(std::span<const float> x, const Shape& shape, int64_t axis, std::span<float> y);
@@ -33,9 +35,11 @@ struct Window {
   std::array<int64_t, 2> kernel;
   std::array<int64_t, 2> stride;
   std::array<int64_t, 2> padding;
+  int64_t groups = 1;  // Conv2d: channel groups.
 };
 
-// NCHW input, OIHW weight, bias [O] or empty; out is [N, O, Ho, Wo].
+// NCHW input, OIHW weight (I = C / groups: output channel o reads the input channels of
+// group o / (O / groups)), bias [O] or empty; out is [N, O, Ho, Wo].
 void Conv2d(std::span<const float> x, const Shape& x_shape, std::span<const float> w,
             const Shape& w_shape, std::span<const float> b, const Window& window,
             const Shape& y_shape, std::span<float> y, ThreadPool* pool);

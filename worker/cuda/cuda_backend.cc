@@ -389,6 +389,13 @@ struct CudaBackend::Impl {
           });
           break;
         }
+        case OpKind::kClip: {
+          auto lo = static_cast<float>(op.min), hi = static_cast<float>(op.max);
+          exe->steps.push_back([=, this](cudaStream_t s) {
+            return Check(cuda::Clip(x.data, y.data, count, lo, hi, s), "clip");
+          });
+          break;
+        }
         case OpKind::kAdd: {
           DeviceTensor b = exe->tensors.at(op.inputs[1]);
           exe->steps.push_back([=, this](cudaStream_t s) {
@@ -421,6 +428,7 @@ struct CudaBackend::Impl {
         case OpKind::kConv2d:
         case OpKind::kMaxPool2d: {
           cuda::ConvShape cs{};
+          cs.groups = op.kind == OpKind::kConv2d ? op.groups : 1;
           cs.n = x.shape[0];
           cs.c = x.shape[1];
           cs.h = x.shape[2];

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -107,6 +108,72 @@ TEST_CASE("every example model matches the CPU backend at every size and variant
     }
   }
   CHECK((*gpu)->healthy());
+}
+
+TEST_CASE("a depthwise and a grouped conv2d with clip match the CPU backend") {
+  // x [N, 4, 6, 6] -> conv2d groups 4 (depthwise 3x3) -> clip [0, 6] -> conv2d groups 2 -> y.
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("ferry-cuda-groups-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir / "grouped");
+  std::ofstream(dir / "grouped" / "manifest.toml") << R"(name = "grouped"
+[[inputs]]
+name = "x"
+shape = [-1, 4, 6, 6]
+[[outputs]]
+name = "y"
+shape = [-1, 6, 6, 6]
+[batching]
+sizes = [1, 4]
+[[program]]
+op = "conv2d"
+input = "x"
+output = "d"
+weight = "dw"
+bias = "db"
+padding = 1
+groups = 4
+[[program]]
+op = "clip"
+input = "d"
+output = "c"
+min = 0.0
+max = 6.0
+[[program]]
+op = "conv2d"
+input = "c"
+output = "y"
+weight = "gw"
+groups = 2
+)";
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.f, 2.f);
+  std::vector<float> values(36 + 4 + 12);  // dw [4, 1, 3, 3], db [4], gw [6, 2, 1, 1].
+  for (float& v : values) {
+    v = normal(rng);
+  }
+  std::string header =
+      R"({"dw":{"dtype":"F32","shape":[4,1,3,3],"data_offsets":[0,144]},)"
+      R"("db":{"dtype":"F32","shape":[4],"data_offsets":[144,160]},)"
+      R"("gw":{"dtype":"F32","shape":[6,2,1,1],"data_offsets":[160,208]}})";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::ofstream weights(dir / "grouped" / "weights.safetensors", std::ios::binary);
+  uint64_t length = header.size();
+  weights.write(reinterpret_cast<const char*>(&length), 8);
+  weights << header;
+  weights.write(reinterpret_cast<const char*>(values.data()),
+                static_cast<std::streamsize>(values.size() * 4));
+  weights.close();
+  Result<Bundle> bundle = LoadBundle((dir / "grouped").string());
+  std::filesystem::remove_all(dir);
+  REQUIRE_MESSAGE(bundle.ok(), (bundle.ok() ? "" : bundle.error().message));
+  Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create({});
+  REQUIRE_MESSAGE(gpu.ok(), (gpu.ok() ? "" : gpu.error().message));
+  CpuBackend cpu(CpuOptions{CpuMode::kReference, 0});
+  ModelHandle g = (*gpu)->Load(*bundle).value();
+  ModelHandle c = cpu.Load(*bundle).value();
+  for (int64_t size : bundle->manifest.batch_sizes) {
+    Compare(**gpu, g, cpu, c, bundle->manifest, 0, size, rng, 1e-5);
+  }
 }
 
 TEST_CASE("graph replay and plain launches give the same outputs") {

@@ -44,6 +44,13 @@ __global__ void ElementwiseKernel(const float* x, float* y, int64_t count, int a
   }
 }
 
+__global__ void ClipKernel(const float* x, float* y, int64_t count, float lo, float hi) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = fminf(fmaxf(x[i], lo), hi);
+  }
+}
+
 __global__ void AddKernel(const float* a, const float* b, float* y, int64_t count) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -120,7 +127,9 @@ __global__ void Conv2dKernel(const float* x, const float* weight, const float* b
     int64_t ox = i % s.wo, oy = (i / s.wo) % s.ho, o = (i / (s.wo * s.ho)) % s.o,
             n = i / (s.wo * s.ho * s.o);
     float sum = bias != nullptr ? bias[o] : 0.f;
-    for (int64_t c = 0; c < s.c; ++c) {
+    int64_t c_group = s.c / s.groups, first = (o / (s.o / s.groups)) * c_group;
+    for (int64_t cg = 0; cg < c_group; ++cg) {
+      int64_t c = first + cg;
       for (int64_t ky = 0; ky < s.kh; ++ky) {
         int64_t iy = oy * s.sh - s.ph + ky;
         if (iy < 0 || iy >= s.h) {
@@ -130,7 +139,7 @@ __global__ void Conv2dKernel(const float* x, const float* weight, const float* b
           int64_t ix = ox * s.sw - s.pw + kx;
           if (ix >= 0 && ix < s.w) {
             sum += x[((n * s.c + c) * s.h + iy) * s.w + ix] *
-                   weight[((o * s.c + c) * s.kh + ky) * s.kw + kx];
+                   weight[((o * c_group + cg) * s.kh + ky) * s.kw + kx];
           }
         }
       }
@@ -196,6 +205,11 @@ cudaError_t BiasActivation(float* y, const float* bias, int64_t m, int64_t n, Ac
 cudaError_t Elementwise(const float* x, float* y, int64_t count, Activation act,
                         cudaStream_t stream) {
   ElementwiseKernel<<<Blocks(count), kThreads, 0, stream>>>(x, y, count, static_cast<int>(act));
+  return cudaGetLastError();
+}
+
+cudaError_t Clip(const float* x, float* y, int64_t count, float lo, float hi, cudaStream_t stream) {
+  ClipKernel<<<Blocks(count), kThreads, 0, stream>>>(x, y, count, lo, hi);
   return cudaGetLastError();
 }
 

@@ -20,6 +20,8 @@ cudaError_t BiasActivation(float* y, const float* bias, int64_t m, int64_t n, Ac
 cudaError_t Elementwise(const float* x, float* y, int64_t count, Activation act,
                         cudaStream_t stream);
 cudaError_t Add(const float* a, const float* b, float* y, int64_t count, cudaStream_t stream);
+// y = min(max(x, lo), hi) elementwise (x may equal y).
+cudaError_t Clip(const float* x, float* y, int64_t count, float lo, float hi, cudaStream_t stream);
 // Softmax over the middle axis of [outer, n, inner].
 cudaError_t Softmax(const float* x, float* y, int64_t outer, int64_t n, int64_t inner,
                     cudaStream_t stream);
@@ -29,7 +31,8 @@ cudaError_t LayerNorm(const float* x, const float* w, const float* b, float* y, 
 
 struct ConvShape {
   int64_t n, c, h, w;      // Input.
-  int64_t o, kh, kw;       // Weight [o, c, kh, kw].
+  int64_t o, kh, kw;       // Weight [o, c / groups, kh, kw].
+  int64_t groups;          // Output channel o reads the input channels of group o / (o / groups).
   int64_t sh, sw, ph, pw;  // Stride, padding.
   int64_t ho, wo;          // Output.
 };
