@@ -137,6 +137,34 @@ TEST_CASE("shapes, sizes, dtypes and hooks are checked") {
   CHECK(Contains(ErrorOf("name = [\n"), "TOML syntax error"));
 }
 
+TEST_CASE("clip needs finite min <= max; conv2d groups is at least 1") {
+  auto clip = [](const std::string& bounds) {
+    return kHead + "[[program]]\nop = \"clip\"\ninput = \"x\"\noutput = \"y\"\n" + bounds;
+  };
+  Result<Manifest> ok = ParseManifest(clip("min = 0\nmax = 6.0\n"), "manifest.toml");
+  REQUIRE_MESSAGE(ok.ok(), (ok.ok() ? "" : ok.error().message));
+  CHECK(ok->program[0].kind == OpKind::kClip);
+  CHECK(ok->program[0].max == 6.0);
+  CHECK(ParseManifest(clip("min = 1.5\nmax = 1.5\n"), "manifest.toml").ok());
+  CHECK(Contains(ErrorOf(clip("min = 2\nmax = 1\n")), "clip needs min <= max"));
+  CHECK(Contains(ErrorOf(clip("min = 0\n")), "clip needs min <= max"));
+  CHECK(Contains(ErrorOf(clip("min = 0\nmax = 1e39\n")), "program[0].max"));
+  std::string conv = kHead +
+                     "[[program]]\nop = \"conv2d\"\ninput = \"x\"\noutput = \"y\"\n"
+                     "weight = \"w\"\ngroups = 0\n";
+  CHECK(Contains(ErrorOf(conv), "program[0].groups"));
+}
+
+TEST_CASE("a tensor's name is letters, digits, '_', '-' and '.'") {
+  for (const char* bad : {"a b", "a/b", "x:0"}) {
+    CAPTURE(bad);
+    std::string text = kHead + kRelu;
+    text.replace(text.find("name = \"x\""), 10, "name = \"" + std::string(bad) + "\"");
+    CHECK(Contains(ErrorOf(text), "inputs[0].name: '" + std::string(bad) +
+                                      "': use letters, digits, '_', '-', '.'"));
+  }
+}
+
 TEST_CASE("a tensor declared twice is reported, and its other mistakes too") {
   std::string twice = kHead + kRelu;
   twice.replace(twice.find("[[outputs]]"), 0,

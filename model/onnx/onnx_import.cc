@@ -25,7 +25,7 @@ std::string Dims(const Shape& shape) {
 
 std::string Number(double value) {
   char text[32];
-  std::snprintf(text, sizeof text, "%.9g", value);
+  std::snprintf(text, sizeof text, "%.17g", value);  // Reads back as the same double.
   std::string out = text;
   return out.find_first_of(".en") == std::string::npos ? out + ".0" : out;
 }
@@ -64,6 +64,12 @@ void WriteOp(std::ostringstream& out, const Op& op) {
     case OpKind::kConv2d:
       pair("stride", op.stride);
       pair("padding", op.padding);
+      if (op.groups != 1) {
+        out << "groups = " << op.groups << "\n";
+      }
+      break;
+    case OpKind::kClip:
+      out << "min = " << Number(op.min) << "\nmax = " << Number(op.max) << "\n";
       break;
     case OpKind::kMaxPool2d:
       pair("kernel", op.kernel);

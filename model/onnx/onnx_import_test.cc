@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include <sys/stat.h>
 
@@ -258,9 +259,9 @@ TEST_CASE("unsupported ops, attributes and operands are refused naming the node 
 
   onnx::ModelProto group = Model({2, 4, 4});
   Init(group, "w", {2, 1, 1, 1}, {1, 1});
-  IntAttr(Node(group, "Conv", {"x", "w"}, "y"), "group", 2);
+  IntAttr(Node(group, "Conv", {"x", "w"}, "y"), "group", 3);
   Output(group, "y");
-  CHECK(Contains(ErrorOf(group), "group 2"));
+  CHECK(Contains(ErrorOf(group), "by [2, 1, 1, 1] in 3 groups"));
 
   onnx::ModelProto pads = Model({1, 4, 4});
   Init(pads, "w", {1, 1, 1, 1}, {1});
@@ -283,6 +284,57 @@ TEST_CASE("unsupported ops, attributes and operands are refused naming the node 
   Node(domain, "Relu", {"x"}, "y")->set_domain("com.microsoft");
   Output(domain, "y");
   CHECK(Contains(ErrorOf(domain), "domain 'com.microsoft' is not supported"));
+}
+
+TEST_CASE("depthwise convolution keeps its groups; Clip takes its bounds from either form") {
+  onnx::ModelProto m = Model({2, 4, 4});
+  Init(m, "w", {2, 1, 3, 3}, std::vector<float>(18, 1.0f));
+  Init(m, "lo", {}, {0});
+  Init(m, "hi", {}, {6});
+  onnx::NodeProto* conv = Node(m, "Conv", {"x", "w"}, "c");
+  IntAttr(conv, "group", 2);
+  IntsAttr(conv, "pads", {1, 1, 1, 1});
+  Node(m, "Clip", {"c", "lo", "hi"}, "y");
+  Output(m, "y");
+  Result<ImportedModel> r = Import(m);
+  REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
+  CHECK(r->manifest.program[0].groups == 2);
+  CHECK(r->manifest.program[1].kind == OpKind::kClip);
+  CHECK(r->manifest.program[1].min == 0);
+  CHECK(r->manifest.program[1].max == 6);
+  Result<Manifest> text = ParseManifest(ManifestToml(r->manifest), "manifest.toml");
+  REQUIRE_MESSAGE(text.ok(), (text.ok() ? "" : text.error().message));
+  CHECK(text->program[0].groups == 2);
+  CHECK(text->program[1].max == 6);
+
+  onnx::ModelProto open = Model({4});
+  Node(open, "Clip", {"x", "", ""}, "y");  // No bounds: the whole float range.
+  Output(open, "y");
+  Result<ImportedModel> unbounded = Import(open);
+  REQUIRE_MESSAGE(unbounded.ok(), (unbounded.ok() ? "" : unbounded.error().message));
+  CHECK(unbounded->manifest.program[0].max == std::numeric_limits<float>::max());
+  CHECK(ParseManifest(ManifestToml(unbounded->manifest), "manifest.toml").ok());
+
+  onnx::ModelProto old = Model({4}, 6);
+  onnx::NodeProto* clip = Node(old, "Clip", {"x"}, "y");
+  for (auto [name, value] : {std::pair<const char*, float>{"min", -1}, {"max", 1}}) {
+    auto* a = clip->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(value);
+  }
+  Output(old, "y");
+  Result<ImportedModel> attrs = Import(old);
+  REQUIRE_MESSAGE(attrs.ok(), (attrs.ok() ? "" : attrs.error().message));
+  CHECK(attrs->manifest.program[0].min == -1);
+  CHECK(attrs->manifest.program[0].max == 1);
+
+  onnx::ModelProto inverted = Model({4});
+  Init(inverted, "lo", {}, {2});
+  Init(inverted, "hi", {}, {1});
+  Node(inverted, "Clip", {"x", "lo", "hi"}, "y");
+  Output(inverted, "y");
+  CHECK(Contains(ErrorOf(inverted), "min must not exceed max"));
 }
 
 TEST_CASE("inputs: FP32 only, fixed axes after the batch axis, each named once") {

@@ -1,6 +1,8 @@
 // One converter per supported ONNX op (docs/models.md, "Ops"). Each reads its attributes
 // (anything left unread is refused by the caller), checks its operands and emits ferry ops.
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "model/onnx/converter.h"
@@ -299,13 +301,12 @@ Result<Shape> Windowed(Converter& c, const Shape& x, int64_t channels,
 Status Conv(Converter& c, Attributes& attrs) {
   FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
   FERRY_ASSIGN_OR_RETURN(const ConstTensor* w, c.Constant(1));
-  if (int64_t group = attrs.Int("group", 1); group != 1) {
-    return c.Fail("grouped and depthwise convolution (group " + std::to_string(group) +
-                  ") is not supported yet");
-  }
-  if (x->shape.size() != 4 || w->integer || w->dims.size() != 4 || w->dims[1] != x->shape[1]) {
-    return c.Fail("only 2-D convolution of [N, C, H, W] by a float [O, C, KH, KW] weight is "
-                  "supported; got " + Dims(x->shape) + " by " + Dims(w->dims));
+  int64_t group = attrs.Int("group", 1);
+  if (x->shape.size() != 4 || w->integer || w->dims.size() != 4 || group < 1 ||
+      w->dims[1] * group != x->shape[1] || w->dims[0] % group != 0) {
+    return c.Fail("only 2-D convolution of [N, C, H, W] by a float [O, C / group, KH, KW] "
+                  "weight is supported; got " + Dims(x->shape) + " by " + Dims(w->dims) +
+                  " in " + std::to_string(group) + " groups");
   }
   std::array<int64_t, 2> kernel = {w->dims[2], w->dims[3]};
   FERRY_ASSIGN_OR_RETURN(auto declared, Pair(c, attrs, "kernel_shape", kernel[0]));
@@ -320,6 +321,7 @@ Status Conv(Converter& c, Attributes& attrs) {
   op.inputs = {x->tensor};
   op.stride = stride;
   op.padding = pad;
+  op.groups = group;
   op.weight = c.AddWeight(".weight", w->dims, w->floats);
   if (c.Input(2) != nullptr) {
     FERRY_ASSIGN_OR_RETURN(const ConstTensor* b, c.Constant(2));
@@ -519,6 +521,38 @@ Status ConstantNode(Converter& c, Attributes& attrs) {
   return OkStatus();
 }
 
+// Clip (ReLU6 and friends): min and max are attributes before version 11 and optional constant
+// inputs from it; an absent bound is the float range's end.
+Status Clip(Converter& c, Attributes& attrs) {
+  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  const float kLimit = std::numeric_limits<float>::max();
+  float bounds[2] = {-kLimit, kLimit};
+  if (c.opset() < 11) {
+    bounds[0] = attrs.Float("min", -kLimit);
+    bounds[1] = attrs.Float("max", kLimit);
+  }
+  for (int i = 1; i <= 2; ++i) {
+    if (c.Input(i) == nullptr) {
+      continue;
+    }
+    FERRY_ASSIGN_OR_RETURN(const ConstTensor* bound, c.Constant(i));
+    if (bound->integer || bound->floats.size() != 1) {
+      return c.Fail(std::string(i == 1 ? "min" : "max") + " must be one float constant");
+    }
+    bounds[i - 1] = std::max(-kLimit, std::min(kLimit, bound->floats[0]));
+  }
+  if (!(bounds[0] <= bounds[1])) {
+    return c.Fail("min must not exceed max");
+  }
+  Op op;
+  op.kind = OpKind::kClip;
+  op.inputs = {x->tensor};
+  op.min = bounds[0];
+  op.max = bounds[1];
+  c.Emit(op, x->shape);
+  return OkStatus();
+}
+
 Status Relu(Converter& c, Attributes&) { return Unary(c, OpKind::kRelu); }
 Status Sigmoid(Converter& c, Attributes&) { return Unary(c, OpKind::kSigmoid); }
 Status Tanh(Converter& c, Attributes&) { return Unary(c, OpKind::kTanh); }
@@ -529,6 +563,7 @@ const std::map<std::string, OpEntry>& Table() {
   static const auto* table = new std::map<std::string, OpEntry>{
       {"Add", {Add, {7, 13, 14}}},
       {"BatchNormalization", {BatchNormalization, {9, 14, 15}}},
+      {"Clip", {Clip, {6, 11, 12, 13}}},
       {"Constant", {ConstantNode, {9, 11, 12, 13}}},
       {"Conv", {Conv, {1, 11}}},
       {"Dropout", {Dropout, {12, 13}}},

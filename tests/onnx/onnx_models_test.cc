@@ -1,5 +1,5 @@
-// Models exported from PyTorch (scripts/make_onnx_models.py: ResNet-18 from torchvision, a
-// CNN with batch norm, an MLP with batch norm, layer norm and dropout), imported and run on
+// Models exported from PyTorch (scripts/make_onnx_models.py: ResNet-18 and MobileNetV2 from
+// torchvision, a CNN with batch norm, an MLP with batch norm, layer norm and dropout), imported and run on
 // CpuBackend, against the module's own answer: max |got - want| <= 1e-4 x max |want|.
 // FERRY_ONNX_MODELS names the directory the script wrote (CTest's fixture sets it).
 #include <doctest/doctest.h>
@@ -37,6 +37,10 @@ void CheckModel(const std::string& name, std::vector<CpuMode> modes) {
 
 TEST_CASE("ResNet-18 from torchvision answers as PyTorch does") {
   CheckModel("resnet18", {CpuMode::kFast});
+}
+
+TEST_CASE("MobileNetV2 from torchvision (depthwise convolutions, ReLU6) answers as PyTorch does") {
+  CheckModel("mobilenet_v2", {CpuMode::kFast, CpuMode::kReference});
 }
 
 TEST_CASE("a CNN with batch norm and an MLP with batch and layer norm answer as PyTorch does") {

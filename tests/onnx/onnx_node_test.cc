@@ -29,7 +29,7 @@ using onnx_import::ConstTensor;
 const std::map<std::string, std::set<int>> kWeightOperands = {
     {"Gemm", {1, 2}},          {"MatMul", {1}},     {"Conv", {1, 2}},
     {"BatchNormalization", {1, 2, 3, 4}},           {"LayerNormalization", {1, 2}},
-    {"Reshape", {1}},          {"Dropout", {1, 2}},
+    {"Reshape", {1}},          {"Dropout", {1, 2}}, {"Clip", {1, 2}},
 };
 
 std::string DataDir() {
