@@ -150,6 +150,34 @@ TEST_CASE("conv2d groups: the weight holds C / groups input channels; groups div
             .message.find("must divide") != std::string::npos);
 }
 
+TEST_CASE("NumElements: the product, nullopt past 2^40 elements or for a negative dimension") {
+  CHECK(NumElements({}) == 1);
+  CHECK(NumElements({2, 3}) == 6);
+  CHECK(NumElements({0, int64_t{1} << 50}) == 0);
+  CHECK(NumElements({int64_t{1} << 20, int64_t{1} << 20}) == int64_t{1} << 40);
+  CHECK_FALSE(NumElements({int64_t{1} << 21, int64_t{1} << 20}).has_value());
+  CHECK_FALSE(NumElements({2, -1}).has_value());
+}
+
+TEST_CASE("inputs and op outputs over 2^40 elements, and a wrong declared output, are refused") {
+  Op relu;
+  relu.kind = OpKind::kRelu;
+  Shape huge = {kBatchDim, int64_t{1} << 20, int64_t{1} << 20};  // 2^41 elements at batch 2.
+  CHECK(Infer(huge, relu, huge).error().message.find("has more than 2^40 elements") !=
+        std::string::npos);
+  Op dense;
+  dense.kind = OpKind::kDense;
+  dense.weight = "w";
+  Shape wide = {kBatchDim, int64_t{1} << 40};
+  Result<std::map<std::string, Shape>> out =
+      Infer({kBatchDim, 4}, dense, wide, {{"w", {int64_t{1} << 40, 4}}});
+  CHECK(out.error().message.find("tensor 'y': has more than 2^40 elements") != std::string::npos);
+  CHECK(Infer({kBatchDim, 4}, relu, {kBatchDim, 5})
+            .error()
+            .message.find("output 'y' is declared [2, 5] but the program produces [2, 4]") !=
+        std::string::npos);
+}
+
 TEST_CASE("a program input that is not FP32 is refused, whatever its shape") {
   Manifest m;
   m.name = "m";
