@@ -258,6 +258,8 @@ TEST_CASE("listen addresses: a port is required, brackets only around an IPv6 li
   CHECK(Contains(ErrorOf("[node.listen]\nhttp = \":8000\"\n"),
                  "node.listen.http: ':8000': the host is empty (expected HOST:PORT"));
   CHECK(Contains(ErrorOf("[node.listen]\nhttp = \"X::1]:8000\"\n"), "expected HOST:PORT"));
+  // A closing bracket without the opening one is not an IPv6 literal, whatever comes first.
+  CHECK(Contains(ErrorOf("[node.listen]\nhttp = \"b::1]:8000\"\n"), "expected HOST:PORT"));
   CHECK(Contains(ErrorOf("[node.listen]\nhttp = \"[::1:8000\"\n"), "expected HOST:PORT"));
   Result<NodeConfig> v6 = Parse("[node.listen]\nhttp = \"[::1]:0\"\n");
   REQUIRE(v6.ok());
@@ -391,6 +393,13 @@ TEST_CASE("[supervisor] and [frontend]: defaults, values at their edges, each mi
   CHECK(edges->supervisor.drain_timeout_seconds == 0);
   CHECK(edges->frontend.max_request_bytes == 1024);
   CHECK(edges->frontend.request_timeout_seconds == 0.1);
+  Result<NodeConfig> usual =
+      Parse("[supervisor]\ncontrol_socket = \"/run/f.sock\"\nstart_timeout_seconds = 86400\n");
+  REQUIRE_MESSAGE(usual.ok(), (usual.ok() ? "" : usual.error().message));
+  CHECK(usual->supervisor.control_socket == "/run/f.sock");
+  CHECK(usual->supervisor.start_timeout_seconds == 86400);
+  CHECK(Contains(ErrorOf("[supervisor]\ncontrol_socket = \"./f.sock\"\n"),
+                 "supervisor.control_socket: must be an absolute path"));
   Result<NodeConfig> short_idle = Parse("[frontend]\nidle_timeout_seconds = 0.1\n");
   REQUIRE_MESSAGE(short_idle.ok(), (short_idle.ok() ? "" : short_idle.error().message));
   CHECK(short_idle->frontend.idle_timeout_seconds == 0.1);
