@@ -1,0 +1,32 @@
+// Helpers shared by the op converters (internal to model/onnx/): shapes in messages, axes,
+// per-channel constants, and the converters of the spatial ops (onnx_spatial_ops.cc) that the
+// op table in onnx_ops.cc names.
+//
+// Thread safety: pure functions of their arguments and the converter they are given.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/onnx/converter.h"
+
+namespace ferry::onnx_import {
+
+// "[N, 3, 224, 224]": the batch axis as N.
+std::string Dims(const Shape& shape);
+// `axis` counted from the front; nullopt when outside [-rank, rank).
+std::optional<int64_t> NormalAxis(int64_t axis, size_t rank);
+// The product of shape[from..], all of them fixed (not the batch axis).
+int64_t Product(const Shape& shape, size_t from);
+// A constant per-channel vector of `channels` values: dims [channels] or [1, ..., channels],
+// or one value repeated.
+Result<std::vector<float>> ChannelVector(Converter& c, const ConstTensor& t, int64_t channels,
+                                         const std::string& what);
+
+Status Conv(Converter& c, Attributes& attrs);
+Status BatchNormalization(Converter& c, Attributes& attrs);
+Status MaxPool(Converter& c, Attributes& attrs);
+Status GlobalAveragePool(Converter& c, Attributes& attrs);
+
+}  // namespace ferry::onnx_import
