@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every CPU benchmark: each shipped scheduler scenario through ferry-sim (with its
 # baselines), the decision-cost benchmark, the shared-memory hand-off benchmark, the worker
-# process end to end (ferry-node-bench) and CPU execution against PyTorch. Tables go to the
+# process end to end (ferry-node-bench), CPU execution against PyTorch and imported ONNX models
+# against onnxruntime. Tables go to the
 # terminal; JSON to build/bench-results/. docs/benchmarks.md records the figures.
 #   scripts/bench.sh
 set -euo pipefail
@@ -42,4 +43,13 @@ if ! /usr/bin/python3 -c "import torch, threadpoolctl" 2>/dev/null ||
 fi
 /usr/bin/python3 "$root/bench/cpu_vs_torch.py"
 /usr/bin/python3 "$root/bench/cpu_vs_torch.py" --json >"$out/cpu_vs_torch.json"
+echo
+# Imported ONNX models against onnxruntime (PyPI, in its own virtual environment).
+cmake --build "$root/build" --target ferryctl >/dev/null
+venv="$root/build/ort-venv"
+if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import onnxruntime" 2>/dev/null; then
+  /usr/bin/python3 -m venv --system-site-packages "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check onnxruntime
+fi
+"$venv/bin/python" "$root/bench/vs_onnxruntime.py" --json | tee "$out/vs_onnxruntime.json"
 echo "JSON written to $out"
