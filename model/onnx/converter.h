@@ -64,7 +64,9 @@ class Converter {
   // Emits `op` (its output a fresh tensor of `shape`) and defines output 0 as that tensor.
   Op& Emit(Op op, Shape shape);
   // A new weight named after the current node and `suffix` (".weight", ".bias").
+  // Invalidates references from WeightNamed.
   std::string AddWeight(const std::string& suffix, Shape shape, std::vector<float> values);
+  // REQUIRES: `name` came from AddWeight. The reference lives until the next AddWeight.
   Weight& WeightNamed(const std::string& name);
   // The op that produced `value`'s tensor, when no node or graph output but the current node
   // reads that tensor (under any name): what folding (bias, batch norm) needs.

@@ -141,10 +141,11 @@ Status BatchNormalization(Converter& c, Attributes& attrs) {
                             std::move(diagonal));
     producer = &c.Emit(op, x->shape);
   }
-  Weight& w = c.WeightNamed(producer->weight);
   if (producer->bias.empty()) {
     producer->bias = c.AddWeight(".bias", {channels}, std::vector<float>(n, 0.0f));
   }
+  // References into the weights only after the last AddWeight, which may move them.
+  Weight& w = c.WeightNamed(producer->weight);
   Weight& b = c.WeightNamed(producer->bias);
   size_t per_channel = w.values.size() / n;
   for (size_t o = 0; o < n; ++o) {
