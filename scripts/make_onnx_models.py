@@ -51,7 +51,7 @@ def cnn():
 def mlp():
     layers = torch.nn.Sequential(
         torch.nn.Linear(64, 128), torch.nn.BatchNorm1d(128), torch.nn.Tanh(),
-        torch.nn.Linear(128, 128), torch.nn.LayerNorm(128), torch.nn.ReLU(),
+        torch.nn.Linear(128, 128), torch.nn.LayerNorm(128), torch.nn.GELU(),
         torch.nn.Dropout(0.1), torch.nn.Linear(128, 10))
     return layers, (64,)
 

@@ -223,8 +223,26 @@ Status Converter::DefineInputs() {
   return OkStatus();
 }
 
+Status Converter::ConvertGelu(const std::string& x) {
+  auto it = values_.find(x);
+  if (it == values_.end() || it->second.constant != nullptr) {
+    return Fail("the GELU's input '" + x + "' must be a tensor computed from the model's inputs");
+  }
+  Op op;
+  op.kind = OpKind::kGelu;
+  op.inputs = {it->second.tensor};
+  Emit(op, it->second.shape);
+  return OkStatus();
+}
+
 Status Converter::ConvertNode(const onnx::NodeProto& node) {
   node_ = &node;
+  if (fusions_.absorbed.count(&node) > 0) {
+    return OkStatus();  // Its work is done by the fused op its subgraph ends in.
+  }
+  if (auto gelu = fusions_.gelu.find(&node); gelu != fusions_.gelu.end()) {
+    return ConvertGelu(gelu->second);
+  }
   if (!node.domain().empty() && node.domain() != "ai.onnx") {
     return Fail("domain '" + node.domain() + "' is not supported (only the default domain)");
   }
@@ -332,6 +350,7 @@ Result<ImportedModel> Converter::Run() {
     values_[name] = Value{"", tensor.dims, &tensor};
   }
   FERRY_RETURN_IF_ERROR(DefineInputs());
+  fusions_ = FindFusions(graph, readers_, model_);
   for (const onnx::NodeProto& node : graph.node()) {
     FERRY_RETURN_IF_ERROR(ConvertNode(node));
     if (out_.manifest.program.size() > kMaxOps) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "model/onnx/fusions.h"
 #include "model/onnx/onnx_import.h"
 
 namespace ferry::onnx_import {
@@ -79,6 +80,8 @@ class Converter {
 
  private:
   Status ConvertNode(const onnx::NodeProto& node);
+  // The last node of a GELU subgraph (fusions.h): gelu of the tensor named `x`.
+  Status ConvertGelu(const std::string& x);
   Status DefineInputs();
   Status DefineOutputs();
   std::string FreshTensor();
@@ -91,6 +94,7 @@ class Converter {
   std::map<std::string, size_t> producer_;       // ferry tensor -> index into program.
   std::map<std::string, int> tensor_readers_;    // ferry tensor -> readers of all its names.
   std::vector<std::unique_ptr<ConstTensor>> kept_;
+  Fusions fusions_;
   std::map<std::string, size_t> weight_index_;
   std::set<std::string> used_names_;
   ImportedModel out_;

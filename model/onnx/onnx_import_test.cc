@@ -337,6 +337,63 @@ TEST_CASE("depthwise convolution keeps its groups; Clip takes its bounds from ei
   CHECK(Contains(ErrorOf(inverted), "min must not exceed max"));
 }
 
+// GELU as PyTorch exports it: Div(x, sqrt 2) -> Erf -> Add 1 -> Mul x -> Mul 0.5, or with
+// the 0.5 applied to x first. `scalars_as_nodes`: the constants come from Constant nodes.
+onnx::ModelProto Gelu(bool half_first, bool scalars_as_nodes) {
+  onnx::ModelProto m = Model({4});
+  auto scalar = [&](const std::string& name, float v) {
+    if (!scalars_as_nodes) {
+      Init(m, name, {}, {v});
+      return;
+    }
+    onnx::NodeProto* c = Node(m, "Constant", {}, name);
+    auto* a = c->add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto::TENSOR);
+    a->mutable_t()->set_data_type(onnx::TensorProto::FLOAT);
+    a->mutable_t()->add_float_data(v);
+  };
+  scalar("sqrt2", 1.4142135f);
+  scalar("one", 1.0f);
+  scalar("half", 0.5f);
+  Node(m, "Div", {"x", "sqrt2"}, "d");
+  Node(m, "Erf", {"d"}, "e");
+  Node(m, "Add", {"one", "e"}, "a");
+  if (half_first) {
+    Node(m, "Mul", {"half", "x"}, "h");
+    Node(m, "Mul", {"a", "h"}, "y");
+  } else {
+    Node(m, "Mul", {"x", "a"}, "p");
+    Node(m, "Mul", {"p", "half"}, "y");
+  }
+  Output(m, "y");
+  return m;
+}
+
+TEST_CASE("PyTorch's exact GELU subgraph becomes one gelu op, in either order") {
+  for (bool half_first : {false, true}) {
+    for (bool nodes : {false, true}) {
+      CAPTURE(half_first);
+      CAPTURE(nodes);
+      Result<ImportedModel> r = Import(Gelu(half_first, nodes));
+      REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
+      REQUIRE(r->manifest.program.size() == 1);
+      CHECK(r->manifest.program[0].kind == OpKind::kGelu);
+      CHECK(r->manifest.program[0].inputs[0] == "x");
+      CHECK(r->manifest.program[0].output == "y");
+    }
+  }
+  // An intermediate read elsewhere (here the Erf's output is also a graph output) is not a
+  // GELU: its first node, the Div, is then an unsupported op.
+  onnx::ModelProto leak = Gelu(false, false);
+  Output(leak, "e");
+  CHECK(Contains(ErrorOf(leak), "op Div is not supported"));
+  // A wrong constant (1.5 instead of sqrt 2) is not a GELU either.
+  onnx::ModelProto wrong = Gelu(false, false);
+  wrong.mutable_graph()->mutable_initializer(0)->set_float_data(0, 1.5f);
+  CHECK(Contains(ErrorOf(wrong), "op Div is not supported"));
+}
+
 TEST_CASE("inputs: FP32 only, fixed axes after the batch axis, each named once") {
   onnx::ModelProto ints = Model({4});
   ints.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(

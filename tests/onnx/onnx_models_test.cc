@@ -1,6 +1,7 @@
 // Models exported from PyTorch (scripts/make_onnx_models.py: ResNet-18 and MobileNetV2 from
-// torchvision, a CNN with batch norm, an MLP with batch norm, layer norm and dropout), imported and run on
-// CpuBackend, against the module's own answer: max |got - want| <= 1e-4 x max |want|.
+// torchvision, a CNN with batch norm, an MLP with batch norm, layer norm, GELU and dropout),
+// imported and run on CpuBackend, against the module's own answer: max |got - want| <= 1e-4 x
+// max |want|.
 // FERRY_ONNX_MODELS names the directory the script wrote (CTest's fixture sets it).
 #include <doctest/doctest.h>
 
