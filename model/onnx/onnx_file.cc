@@ -157,11 +157,11 @@ Result<std::string> ReadExternal(const TensorProto& t, const std::string& dir, u
     return InvalidArgument(where + " location '" + location +
                            "' must be a relative path inside the model's directory");
   }
-  std::error_code ec;
-  fs::path base = fs::canonical(dir, ec);
-  fs::path full = fs::weakly_canonical(base / rel, ec);
+  std::error_code base_error, full_error;
+  fs::path base = fs::canonical(dir, base_error);
+  fs::path full = fs::weakly_canonical(base / rel, full_error);
   auto [end, unused] = std::mismatch(base.begin(), base.end(), full.begin(), full.end());
-  if (ec || end != base.end()) {
+  if (base_error || full_error || base.empty() || end != base.end()) {
     return InvalidArgument(where + " location '" + location + "' resolves outside the directory");
   }
   if (length && *length != expected) {

@@ -510,6 +510,16 @@ TEST_CASE("external data: read inside the model's directory, never outside it") 
   onnx::ModelProto m = Mlp();
   m.mutable_graph()->mutable_initializer(0)->set_data_location(onnx::TensorProto::EXTERNAL);
   CHECK(Contains(Parse(Bytes(m)).error().message, "external data is not allowed here"));
+  // A directory that does not resolve never lets the location through.
+  std::string missing = dir.path() + "/no-such-dir";
+  onnx::ModelProto lost = Mlp();
+  onnx::TensorProto* t = lost.mutable_graph()->mutable_initializer(0);
+  t->clear_float_data();
+  t->set_data_location(onnx::TensorProto::EXTERNAL);
+  auto* loc = t->add_external_data();
+  loc->set_key("location");
+  loc->set_value("w.bin");
+  CHECK(Contains(Parse(Bytes(lost), missing).error().message, "resolves outside"));
 }
 
 }  // namespace
