@@ -46,7 +46,8 @@ double RowsPerSecond(CpuBackend& backend, ModelHandle handle, const Bundle& bund
   }
   if (!io.input_file.empty()) {
     std::ifstream file(io.input_file, std::ios::binary);
-    file.read(reinterpret_cast<char*>(input.data()), static_cast<std::streamsize>(input.size() * 4));
+    file.read(reinterpret_cast<char*>(input.data()),
+              static_cast<std::streamsize>(input.size() * 4));
     if (file.gcount() != static_cast<std::streamsize>(input.size() * 4)) {
       std::cerr << io.input_file << ": needs " << input.size() * 4 << " bytes\n";
       std::exit(1);

@@ -235,8 +235,7 @@ TEST_CASE("the node's name: 1 to 64 letters, digits, '-' or '_'; the repository 
   CHECK(Parse("[node]\nname = \"gpu-host_7\"\n").value().node.name == "gpu-host_7");
   for (const char* bad : {"a b", "a/b", "a.b", "h\\u00e9"}) {
     CAPTURE(bad);
-    CHECK(Contains(ErrorOf("[node]\nname = \"" + std::string(bad) + "\"\n"),
-                   "node.name: '"));
+    CHECK(Contains(ErrorOf("[node]\nname = \"" + std::string(bad) + "\"\n"), "node.name: '"));
   }
   CHECK(Contains(ErrorOf("[node]\nname = \"\"\n"), "use 1 to 64 letters"));
   CHECK(Contains(ErrorOf("[node]\nname = \"" + std::string(65, 'a') + "\"\n"),

@@ -55,8 +55,8 @@ int RunImport(const ImportCommand& command, std::ostream& out, std::ostream& err
     bytes += w.values.size() * sizeof(float);
   }
   out << "imported " << command.onnx_path << " (opset " << model->opset << ", "
-      << imported->onnx_nodes << " nodes) as model '" << name << "': "
-      << imported->manifest.program.size() << " ops, " << imported->weights.size()
+      << imported->onnx_nodes << " nodes) as model '" << name
+      << "': " << imported->manifest.program.size() << " ops, " << imported->weights.size()
       << " weights (" << bytes << " bytes)\nOK bundle " << command.out_dir << "\n";
   return 0;
 }

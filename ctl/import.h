@@ -14,8 +14,8 @@ namespace ferry::ctl {
 
 struct ImportCommand {
   std::string onnx_path;
-  std::string out_dir;                             // Must not exist; its name is the model's.
-  std::string name;                                // Optional; must equal out_dir's last part.
+  std::string out_dir;                                // Must not exist; its name is the model's.
+  std::string name;                                   // Optional; must equal out_dir's last part.
   std::vector<int64_t> sizes = {1, 2, 4, 8, 16, 32};  // Compiled batch sizes.
 };
 

@@ -1,9 +1,9 @@
 #include "model/onnx/converter.h"
 
+#include <onnx/defs/schema.h>
+
 #include <algorithm>
 #include <cctype>
-
-#include <onnx/defs/schema.h>
 
 namespace ferry::onnx_import {
 
@@ -253,8 +253,7 @@ Status Converter::ConvertNode(const onnx::NodeProto& node) {
   const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(
       node.op_type(), static_cast<int>(model_.opset), onnx::ONNX_DOMAIN);
   int version = schema != nullptr ? schema->since_version() : 0;
-  if (std::find(entry->versions.begin(), entry->versions.end(), version) ==
-      entry->versions.end()) {
+  if (std::find(entry->versions.begin(), entry->versions.end(), version) == entry->versions.end()) {
     std::string versions;
     for (int v : entry->versions) {
       versions += (versions.empty() ? "" : ", ") + std::to_string(v);

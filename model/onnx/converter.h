@@ -90,9 +90,9 @@ class Converter {
   const ImportOptions& options_;
   const onnx::NodeProto* node_ = nullptr;
   std::map<std::string, Value> values_;
-  std::map<std::string, int> readers_;           // ONNX value -> nodes and outputs reading it.
-  std::map<std::string, size_t> producer_;       // ferry tensor -> index into program.
-  std::map<std::string, int> tensor_readers_;    // ferry tensor -> readers of all its names.
+  std::map<std::string, int> readers_;         // ONNX value -> nodes and outputs reading it.
+  std::map<std::string, size_t> producer_;     // ferry tensor -> index into program.
+  std::map<std::string, int> tensor_readers_;  // ferry tensor -> readers of all its names.
   std::vector<std::unique_ptr<ConstTensor>> kept_;
   Fusions fusions_;
   std::map<std::string, size_t> weight_index_;

@@ -26,8 +26,7 @@ class Matcher {
   const onnx::NodeProto* SoleReader(const std::string& name) const {
     auto it = consumers_.find(name);
     auto r = readers_.find(name);
-    if (it == consumers_.end() || it->second.size() != 1 || r == readers_.end() ||
-        r->second != 1) {
+    if (it == consumers_.end() || it->second.size() != 1 || r == readers_.end() || r->second != 1) {
       return nullptr;
     }
     return it->second[0];

@@ -7,11 +7,11 @@
 // Thread safety: pure function; the result points into `graph`, which must outlive it.
 #pragma once
 
+#include <onnx/onnx_pb.h>
+
 #include <map>
 #include <set>
 #include <string>
-
-#include <onnx/onnx_pb.h>
 
 #include "model/onnx/onnx_file.h"
 

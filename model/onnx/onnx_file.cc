@@ -165,8 +165,8 @@ Result<std::string> ReadExternal(const TensorProto& t, const std::string& dir, u
     return InvalidArgument(where + " location '" + location + "' resolves outside the directory");
   }
   if (length && *length != expected) {
-    return InvalidArgument(where + ": length " + std::to_string(*length) + " but the tensor needs " +
-                           std::to_string(expected) + " bytes");
+    return InvalidArgument(where + ": length " + std::to_string(*length) +
+                           " but the tensor needs " + std::to_string(expected) + " bytes");
   }
   if (expected > *budget) {
     return InvalidArgument(where + ": the model's weights exceed " +
@@ -193,10 +193,10 @@ Result<ConstTensor> DecodeTensor(const TensorProto& t, const std::string& dir, u
   std::string where = "tensor '" + t.name() + "'";
   size_t bytes = ElementBytes(t.data_type());
   if (bytes == 0) {
-    return InvalidArgument(where + ": data type " + std::to_string(t.data_type()) + " (" +
-                           TensorProto::DataType_Name(
-                               static_cast<TensorProto::DataType>(t.data_type())) +
-                           ") is not supported");
+    return InvalidArgument(
+        where + ": data type " + std::to_string(t.data_type()) + " (" +
+        TensorProto::DataType_Name(static_cast<TensorProto::DataType>(t.data_type())) +
+        ") is not supported");
   }
   if (t.has_segment()) {
     return InvalidArgument(where + ": segmented tensors are not supported");
@@ -206,8 +206,8 @@ Result<ConstTensor> DecodeTensor(const TensorProto& t, const std::string& dir, u
   out.integer = !IsFloatType(t.data_type());
   uint64_t count = 1;
   if (t.dims_size() > static_cast<int>(kMaxOnnxRank)) {
-    return InvalidArgument(where + ": " + std::to_string(t.dims_size()) + " dimensions, more than " +
-                           std::to_string(kMaxOnnxRank));
+    return InvalidArgument(where + ": " + std::to_string(t.dims_size()) +
+                           " dimensions, more than " + std::to_string(kMaxOnnxRank));
   }
   for (int64_t d : t.dims()) {
     if (d < 0 || (d > 0 && count > kMaxTensorElements / static_cast<uint64_t>(d))) {

@@ -30,10 +30,11 @@ std::string Number(double value) {
   return out.find_first_of(".en") == std::string::npos ? out + ".0" : out;
 }
 
-void WriteTensors(std::ostringstream& out, const char* table, const std::vector<TensorSpec>& specs) {
+void WriteTensors(std::ostringstream& out, const char* table,
+                  const std::vector<TensorSpec>& specs) {
   for (const TensorSpec& t : specs) {
-    out << "\n[[" << table << "]]\nname = \"" << t.name << "\"\ndtype = \""
-        << KServeName(t.dtype) << "\"\nshape = " << Dims(t.shape) << "\n";
+    out << "\n[[" << table << "]]\nname = \"" << t.name << "\"\ndtype = \"" << KServeName(t.dtype)
+        << "\"\nshape = " << Dims(t.shape) << "\n";
   }
 }
 
@@ -99,7 +100,8 @@ std::string SafetensorsOf(const std::vector<Weight>& weights) {
   uint64_t offset = 0;
   for (const Weight& w : weights) {
     uint64_t bytes = w.values.size() * sizeof(float);
-    header[w.name] = {{"dtype", "F32"}, {"shape", w.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[w.name] = {
+        {"dtype", "F32"}, {"shape", w.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();

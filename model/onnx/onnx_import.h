@@ -18,7 +18,7 @@
 namespace ferry::onnx_import {
 
 struct ImportOptions {
-  std::string name;                                // The model's name (the bundle directory's).
+  std::string name;                                   // The model's name (the bundle directory's).
   std::vector<int64_t> sizes = {1, 2, 4, 8, 16, 32};  // Compiled batch sizes, ascending.
 };
 
@@ -30,9 +30,9 @@ struct Weight {
 };
 
 struct ImportedModel {
-  Manifest manifest;             // Interface, sizes, program; no hooks.
-  std::vector<Weight> weights;   // In the order the program first uses them.
-  size_t onnx_nodes = 0;         // For the report.
+  Manifest manifest;            // Interface, sizes, program; no hooks.
+  std::vector<Weight> weights;  // In the order the program first uses them.
+  size_t onnx_nodes = 0;        // For the report.
 };
 
 // REQUIRES: options.name is a valid model name and options.sizes ascending and positive

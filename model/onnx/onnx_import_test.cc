@@ -4,12 +4,11 @@
 
 #include <doctest/doctest.h>
 #include <onnx/onnx_pb.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
 #include <limits>
-
-#include <sys/stat.h>
 
 #include "model/bundle.h"
 #include "model/onnx/converter.h"
@@ -403,8 +402,13 @@ TEST_CASE("inputs: FP32 only, fixed axes after the batch axis, each named once")
   CHECK(Contains(ErrorOf(ints), "input 'x' is INT64"));
 
   onnx::ModelProto dynamic = Model({4});
-  dynamic.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()
-      ->mutable_shape()->mutable_dim(1)->set_dim_param("seq");
+  dynamic.mutable_graph()
+      ->mutable_input(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim(1)
+      ->set_dim_param("seq");
   Node(dynamic, "Relu", {"x"}, "y");
   Output(dynamic, "y");
   CHECK(Contains(ErrorOf(dynamic), "input 'x' axis 1 is dynamic ('seq')"));
@@ -453,8 +457,9 @@ TEST_CASE("hostile files: truncated, wrong opset, lying tensors, too many nodes"
   onnx::ModelProto softmax = Model({4}, 11);
   Node(softmax, "Softmax", {"x"}, "y");
   Output(softmax, "y");
-  CHECK(Contains(ErrorOf(softmax), "(Softmax, opset 11): version 11 of Softmax is not supported "
-                                   "(ferry converts versions 13"));
+  CHECK(Contains(ErrorOf(softmax),
+                 "(Softmax, opset 11): version 11 of Softmax is not supported "
+                 "(ferry converts versions 13"));
 
   onnx::ModelProto lie = Mlp();
   lie.mutable_graph()->mutable_initializer(0)->set_dims(0, 3);  // 9 elements, 6 values.

@@ -26,8 +26,8 @@ std::optional<int64_t> NormalAxis(int64_t axis, size_t rank) {
 }
 
 int64_t Product(const Shape& shape, size_t from) {
-  return std::accumulate(shape.begin() + static_cast<std::ptrdiff_t>(from), shape.end(),
-                         int64_t{1}, std::multiplies<>());
+  return std::accumulate(shape.begin() + static_cast<std::ptrdiff_t>(from), shape.end(), int64_t{1},
+                         std::multiplies<>());
 }
 
 Result<std::vector<float>> ChannelVector(Converter& c, const ConstTensor& t, int64_t channels,
@@ -120,8 +120,9 @@ Status FoldBias(Converter& c, const Value& x, const ConstTensor& constant) {
   bool dense = producer != nullptr && producer->kind == OpKind::kDense;
   bool conv = producer != nullptr && producer->kind == OpKind::kConv2d;
   if ((!dense && !conv) || !producer->bias.empty()) {
-    return c.Fail("Add of a constant is supported only as the bias of the Gemm, MatMul or Conv "
-                  "before it");
+    return c.Fail(
+        "Add of a constant is supported only as the bias of the Gemm, MatMul or Conv "
+        "before it");
   }
   int64_t channels = conv ? x.shape[1] : x.shape.back();
   Shape dims = constant.dims;
@@ -137,7 +138,8 @@ Status FoldBias(Converter& c, const Value& x, const ConstTensor& constant) {
   if (dims.size() > x.shape.size()) {
     return c.Fail("the bias " + Dims(constant.dims) + " has more axes than " + Dims(x.shape));
   }
-  FERRY_ASSIGN_OR_RETURN(std::vector<float> values, ChannelVector(c, constant, channels, "the bias"));
+  FERRY_ASSIGN_OR_RETURN(std::vector<float> values,
+                         ChannelVector(c, constant, channels, "the bias"));
   producer->bias = c.AddWeight(".bias", {channels}, std::move(values));
   c.Define(0, x);
   return OkStatus();
@@ -190,8 +192,8 @@ Status Dense(Converter& c, const Value& x, const ConstTensor& w, bool transposed
   Op op;
   op.kind = OpKind::kDense;
   op.inputs = {x.tensor};
-  op.weight = c.AddWeight(".weight", {out, in},
-                          transposed ? w.floats : Transposed(w.floats, in, out));
+  op.weight =
+      c.AddWeight(".weight", {out, in}, transposed ? w.floats : Transposed(w.floats, in, out));
   if (bias != nullptr) {
     FERRY_ASSIGN_OR_RETURN(std::vector<float> b, ChannelVector(c, *bias, out, "C"));
     op.bias = c.AddWeight(".bias", {out}, std::move(b));

@@ -44,8 +44,8 @@ Result<std::array<int64_t, 2>> Window(Converter& c, Attributes& attrs, const Sha
   } else if (auto_pad != "NOTSET" && !(auto_pad == "VALID" && pads == std::vector<int64_t>(4, 0))) {
     return c.Fail("auto_pad " + auto_pad + " is not supported");
   }
-  if (pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3] || pads[0] < 0 ||
-      pads[1] < 0 || pads[0] > (1 << 20) || pads[1] > (1 << 20)) {
+  if (pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3] || pads[0] < 0 || pads[1] < 0 ||
+      pads[0] > (1 << 20) || pads[1] > (1 << 20)) {
     return c.Fail("pads must be symmetric: [top, left, top, left]");
   }
   return std::array<int64_t, 2>{pads[0], pads[1]};
@@ -75,9 +75,10 @@ Status Conv(Converter& c, Attributes& attrs) {
   int64_t group = attrs.Int("group", 1);
   if (x->shape.size() != 4 || w->integer || w->dims.size() != 4 || group < 1 ||
       w->dims[1] * group != x->shape[1] || w->dims[0] % group != 0) {
-    return c.Fail("only 2-D convolution of [N, C, H, W] by a float [O, C / group, KH, KW] "
-                  "weight is supported; got " + Dims(x->shape) + " by " + Dims(w->dims) +
-                  " in " + std::to_string(group) + " groups");
+    return c.Fail(
+        "only 2-D convolution of [N, C, H, W] by a float [O, C / group, KH, KW] "
+        "weight is supported; got " +
+        Dims(x->shape) + " by " + Dims(w->dims) + " in " + std::to_string(group) + " groups");
   }
   std::array<int64_t, 2> kernel = {w->dims[2], w->dims[3]};
   FERRY_ASSIGN_OR_RETURN(auto declared, Pair(c, attrs, "kernel_shape", kernel[0]));
@@ -136,8 +137,8 @@ Status BatchNormalization(Converter& c, Attributes& attrs) {
     for (size_t o = 0; o < n; ++o) {
       diagonal[o * n + o] = 1.0f;
     }
-    op.weight = c.AddWeight(".weight", rank == 4 ? Shape{channels, channels, 1, 1}
-                                                 : Shape{channels, channels},
+    op.weight = c.AddWeight(".weight",
+                            rank == 4 ? Shape{channels, channels, 1, 1} : Shape{channels, channels},
                             std::move(diagonal));
     producer = &c.Emit(op, x->shape);
   }

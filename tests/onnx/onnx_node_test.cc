@@ -27,9 +27,14 @@ using onnx_import::ConstTensor;
 
 // Operand positions ferry takes as weights, per op.
 const std::map<std::string, std::set<int>> kWeightOperands = {
-    {"Gemm", {1, 2}},          {"MatMul", {1}},     {"Conv", {1, 2}},
-    {"BatchNormalization", {1, 2, 3, 4}},           {"LayerNormalization", {1, 2}},
-    {"Reshape", {1}},          {"Dropout", {1, 2}}, {"Clip", {1, 2}},
+    {"Gemm", {1, 2}},
+    {"MatMul", {1}},
+    {"Conv", {1, 2}},
+    {"BatchNormalization", {1, 2, 3, 4}},
+    {"LayerNormalization", {1, 2}},
+    {"Reshape", {1}},
+    {"Dropout", {1, 2}},
+    {"Clip", {1, 2}},
 };
 
 std::string DataDir() {
@@ -121,9 +126,9 @@ std::optional<Outcome> RunNodeTest(const fs::path& dir, std::string* op_type) {
     Result<ConstTensor> want =
         onnx_import::ReadTensorFile((data / ("output_" + std::to_string(o) + ".pb")).string());
     double relative = 0;
-    std::string mismatch = !want.ok() ? want.error().message
-                                      : testing::Compare(run.outputs[o], want->floats, 1e-3,
-                                                         1e-7, &relative);
+    std::string mismatch =
+        !want.ok() ? want.error().message
+                   : testing::Compare(run.outputs[o], want->floats, 1e-3, 1e-7, &relative);
     if (!mismatch.empty()) {
       return Outcome{Outcome::kFailed, "output " + std::to_string(o) + ": " + mismatch};
     }

@@ -19,8 +19,8 @@
 namespace ferry::testing {
 
 struct OnnxRun {
-  Status status = OkStatus();            // An import, load or execution error.
-  bool imported = false;                 // False: the importer refused the model.
+  Status status = OkStatus();               // An import, load or execution error.
+  bool imported = false;                    // False: the importer refused the model.
   std::vector<std::vector<float>> outputs;  // Per manifest output.
   Manifest manifest;
 };

@@ -43,8 +43,8 @@ struct Activation {
 };
 
 std::optional<Activation> FusableActivation(const std::vector<Op>& program, size_t i,
-                                                 const std::map<std::string, int>& readers,
-                                                 const Manifest& manifest) {
+                                            const std::map<std::string, int>& readers,
+                                            const Manifest& manifest) {
   const Op& op = program[i];
   auto read = readers.find(op.output);
   if (i + 1 >= program.size() || read == readers.end() || read->second != 1 ||

@@ -141,10 +141,9 @@ void Conv2d(std::span<const float> x, const Shape& xs, std::span<const float> w,
                 if (ix < 0 || ix >= wd) {
                   continue;
                 }
-                sum +=
-                    static_cast<double>(
-                        x[static_cast<size_t>(((n * c + first + ci) * h + iy) * wd + ix)]) *
-                    w[static_cast<size_t>(((o * c_group + ci) * kh + ky) * kw + kx)];
+                sum += static_cast<double>(
+                           x[static_cast<size_t>(((n * c + first + ci) * h + iy) * wd + ix)]) *
+                       w[static_cast<size_t>(((o * c_group + ci) * kh + ky) * kw + kx)];
               }
             }
           }

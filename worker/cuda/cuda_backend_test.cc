@@ -151,10 +151,9 @@ groups = 2
   for (float& v : values) {
     v = normal(rng);
   }
-  std::string header =
-      R"({"dw":{"dtype":"F32","shape":[4,1,3,3],"data_offsets":[0,144]},)"
-      R"("db":{"dtype":"F32","shape":[4],"data_offsets":[144,160]},)"
-      R"("gw":{"dtype":"F32","shape":[6,2,1,1],"data_offsets":[160,208]}})";
+  std::string header = R"({"dw":{"dtype":"F32","shape":[4,1,3,3],"data_offsets":[0,144]},)"
+                       R"("db":{"dtype":"F32","shape":[4],"data_offsets":[144,160]},)"
+                       R"("gw":{"dtype":"F32","shape":[6,2,1,1],"data_offsets":[160,208]}})";
   header.append((8 - header.size() % 8) % 8, ' ');
   std::ofstream weights(dir / "grouped" / "weights.safetensors", std::ios::binary);
   uint64_t length = header.size();
