@@ -9,19 +9,12 @@
 #include <sstream>
 
 #include "model/onnx/converter.h"
+#include "model/shape_inference.h"
 
 namespace ferry::onnx_import {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string Dims(const Shape& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    out += (i ? ", " : "") + std::to_string(shape[i]);
-  }
-  return out + "]";
-}
 
 std::string Number(double value) {
   char text[32];
@@ -34,7 +27,7 @@ void WriteTensors(std::ostringstream& out, const char* table,
                   const std::vector<TensorSpec>& specs) {
   for (const TensorSpec& t : specs) {
     out << "\n[[" << table << "]]\nname = \"" << t.name << "\"\ndtype = \"" << KServeName(t.dtype)
-        << "\"\nshape = " << Dims(t.shape) << "\n";
+        << "\"\nshape = " << ShapeToString(t.shape) << "\n";
   }
 }
 
@@ -78,7 +71,7 @@ void WriteOp(std::ostringstream& out, const Op& op) {
       pair("padding", op.padding);
       break;
     case OpKind::kReshape:
-      out << "shape = " << Dims(op.shape) << "\n";
+      out << "shape = " << ShapeToString(op.shape) << "\n";
       break;
     default:
       break;
@@ -132,7 +125,7 @@ std::string ManifestToml(const Manifest& m) {
       << "\"\nversion = " << m.version << "\n";
   WriteTensors(out, "inputs", m.inputs);
   WriteTensors(out, "outputs", m.outputs);
-  out << "\n[batching]\nsizes = " << Dims(m.batch_sizes) << "\n";
+  out << "\n[batching]\nsizes = " << ShapeToString(m.batch_sizes) << "\n";
   for (const Op& op : m.program) {
     WriteOp(out, op);
   }
