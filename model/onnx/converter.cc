@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "model/shape_inference.h"
+
 namespace ferry::onnx_import {
 
 std::string Sanitize(const std::string& name) {
@@ -198,7 +200,7 @@ Status Converter::DefineInputs() {
                   " (axis 0 the batch axis)");
     }
     Shape shape = {kBatchDim};
-    for (int d = 1; d < type.shape().dim_size(); ++d) {
+    for (int d = 1; d < type.shape().dim_size(); ++d) {  // Each checked; the row below.
       const auto& dim = type.shape().dim(d);
       if (!dim.has_dim_value() || dim.dim_value() < 1 || dim.dim_value() > (int64_t{1} << 31)) {
         return Fail(where + " axis " + std::to_string(d) + " is dynamic (" +
@@ -208,6 +210,7 @@ Status Converter::DefineInputs() {
       }
       shape.push_back(dim.dim_value());
     }
+    FERRY_RETURN_IF_ERROR(CheckRow(shape, where));
     std::string name = Sanitize(input.name());
     if (!used_names_.insert(name).second) {
       return Fail(where + ": its name, as '" + name + "', is taken by another input");
@@ -219,6 +222,13 @@ Status Converter::DefineInputs() {
   if (out_.manifest.inputs.empty() || out_.manifest.inputs.size() > kMaxTensorsPerSide) {
     return Fail("the graph has " + std::to_string(out_.manifest.inputs.size()) +
                 " inputs; ferry takes 1 to " + std::to_string(kMaxTensorsPerSide));
+  }
+  return OkStatus();
+}
+
+Status Converter::CheckRow(const Shape& shape, const std::string& what) const {
+  if (!NumElements(Shape(shape.begin() + 1, shape.end()))) {
+    return Fail(what + " " + ShapeToString(shape) + " has more than 2^40 elements per row");
   }
   return OkStatus();
 }
@@ -279,8 +289,12 @@ Status Converter::ConvertNode(const onnx::NodeProto& node) {
   }
   for (int i = 0; i < node.output_size(); ++i) {
     const std::string& output = node.output(i);
-    if (!output.empty() && values_.count(output) == 0 && readers_[output] > 0) {
+    auto defined = values_.find(output);
+    if (!output.empty() && defined == values_.end() && readers_[output] > 0) {
       return Fail("output " + std::to_string(i) + " ('" + output + "') is not supported");
+    }
+    if (defined != values_.end() && !defined->second.tensor.empty()) {
+      FERRY_RETURN_IF_ERROR(CheckRow(defined->second.shape, "output '" + output + "'"));
     }
   }
   return OkStatus();

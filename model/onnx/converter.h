@@ -83,6 +83,9 @@ class Converter {
   // The last node of a GELU subgraph (fusions.h): gelu of the tensor named `x`.
   Status ConvertGelu(const std::string& x);
   Status DefineInputs();
+  // Refuses a tensor whose row (every axis after the batch axis) holds more than 2^40
+  // elements: every tensor is checked where it is defined, so products of dims never overflow.
+  Status CheckRow(const Shape& shape, const std::string& what) const;
   Status DefineOutputs();
   std::string FreshTensor();
 

@@ -428,6 +428,40 @@ TEST_CASE("inputs: FP32 only, fixed axes after the batch axis, each named once")
   CHECK(Contains(ErrorOf(vector), "output 'y' passes through a tensor of rank 1"));
 }
 
+TEST_CASE("sizes that would overflow are refused: rows over 2^40 elements, a huge diagonal") {
+  onnx::ModelProto wide = Model({int64_t{1} << 21, int64_t{1} << 20});
+  Node(wide, "Relu", {"x"}, "y");
+  Output(wide, "y");
+  CHECK(Contains(ErrorOf(wide), "input 'x' [-1, 2097152, 1048576] has more than 2^40 elements"));
+  // An op's output over 2^40 per row, from a modest input and weight: [N, 2^20, 1] x [1, 2^21].
+  onnx::ModelProto grown = Model({int64_t{1} << 20, 1});
+  Init(grown, "w", {1, int64_t{1} << 21}, std::vector<float>(size_t{1} << 21, 1.0f));
+  Node(grown, "MatMul", {"x", "w"}, "y");
+  Output(grown, "y");
+  CHECK(Contains(ErrorOf(grown), "output 'y' [-1, 1048576, 2097152] has more than 2^40"));
+  // A reshape whose dims multiply past any row (2^31 five times) is refused, not overflowed.
+  onnx::ModelProto reshape = Model({4});
+  onnx::TensorProto* shape = reshape.mutable_graph()->add_initializer();
+  shape->set_name("s");
+  shape->set_data_type(onnx::TensorProto::INT64);
+  shape->add_dims(6);
+  for (int64_t v : {int64_t{0}, int64_t{1} << 31, int64_t{1} << 31, int64_t{1} << 31,
+                    int64_t{1} << 31, int64_t{1} << 31}) {
+    shape->add_int64_data(v);
+  }
+  Node(reshape, "Reshape", {"x", "s"}, "y");
+  Output(reshape, "y");
+  CHECK(Contains(ErrorOf(reshape), "cannot reshape [N, 4]"));
+  // A batch norm with nothing to fold into, over 5000 channels: a 5000^2 weight is refused.
+  onnx::ModelProto bn = Model({5000});
+  for (const char* name : {"s", "b", "m", "v"}) {
+    Init(bn, name, {5000}, std::vector<float>(5000, 1.0f));
+  }
+  Node(bn, "BatchNormalization", {"x", "s", "b", "m", "v"}, "y");
+  Output(bn, "y");
+  CHECK(Contains(ErrorOf(bn), "over 5000 channels with no Conv or Gemm to fold into"));
+}
+
 TEST_CASE("an undefined input (a cycle, or nodes out of order) is refused") {
   onnx::ModelProto m = Model({4});
   Node(m, "Relu", {"b"}, "a");
@@ -487,7 +521,8 @@ TEST_CASE("external data: read inside the model's directory, never outside it") 
     f.write("pad!", 4);
     f.write(reinterpret_cast<const char*>(w.data()), 24);
   }
-  auto with_location = [&](const std::string& location, const std::string& offset) {
+  auto with_location = [&](const std::string& location, const std::string& offset,
+                           const std::string& model_dir = "") {
     onnx::ModelProto m = Mlp();
     onnx::TensorProto* t = m.mutable_graph()->mutable_initializer(0);
     t->clear_float_data();
@@ -498,7 +533,7 @@ TEST_CASE("external data: read inside the model's directory, never outside it") 
     auto* off = t->add_external_data();
     off->set_key("offset");
     off->set_value(offset);
-    return Parse(Bytes(m), dir.path());
+    return Parse(Bytes(m), model_dir.empty() ? dir.path() : model_dir);
   };
   Result<OnnxModel> ok = with_location("w.bin", "4");
   REQUIRE_MESSAGE(ok.ok(), (ok.ok() ? "" : ok.error().message));
@@ -516,15 +551,8 @@ TEST_CASE("external data: read inside the model's directory, never outside it") 
   m.mutable_graph()->mutable_initializer(0)->set_data_location(onnx::TensorProto::EXTERNAL);
   CHECK(Contains(Parse(Bytes(m)).error().message, "external data is not allowed here"));
   // A directory that does not resolve never lets the location through.
-  std::string missing = dir.path() + "/no-such-dir";
-  onnx::ModelProto lost = Mlp();
-  onnx::TensorProto* t = lost.mutable_graph()->mutable_initializer(0);
-  t->clear_float_data();
-  t->set_data_location(onnx::TensorProto::EXTERNAL);
-  auto* loc = t->add_external_data();
-  loc->set_key("location");
-  loc->set_value("w.bin");
-  CHECK(Contains(Parse(Bytes(lost), missing).error().message, "resolves outside"));
+  CHECK(Contains(with_location("w.bin", "4", dir.path() + "/no-such-dir").error().message,
+                 "resolves outside"));
 }
 
 }  // namespace

@@ -264,6 +264,7 @@ Status Reshape(Converter& c, Attributes& attrs) {
   if (want[0] != 0 && want[0] != -1) {
     return c.Fail("the first value of the shape must be 0 or -1 so the batch axis is kept");
   }
+  int64_t total = Product(x->shape, 1);  // At most 2^40: the converter checks every row.
   Shape rest;
   int64_t known = 1;
   std::optional<size_t> infer;
@@ -275,12 +276,13 @@ Status Reshape(Converter& c, Attributes& attrs) {
     } else if (d < 1 || d > (int64_t{1} << 31)) {
       return c.Fail("shape value " + std::to_string(want[i]) + " at " + std::to_string(i) +
                     " is not supported");
+    } else if (d > total / known) {  // known <= total, so this never overflows.
+      return c.Fail("cannot reshape " + Dims(x->shape) + " to " + Dims(want));
     } else {
       known *= d;
     }
     rest.push_back(d);
   }
-  int64_t total = Product(x->shape, 1);
   if (infer) {
     rest[*infer] = known > 0 && total % known == 0 ? total / known : 0;
   }

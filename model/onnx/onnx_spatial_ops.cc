@@ -8,6 +8,9 @@
 namespace ferry::onnx_import {
 namespace {
 
+// An unfolded batch norm becomes a C x C diagonal weight: at most 16 Mi floats (64 MiB).
+constexpr int64_t kMaxDiagonalChannels = 4096;
+
 // The two spatial values of attribute `name` (default `fallback` for both), each in
 // [0, 2^20].
 Result<std::array<int64_t, 2>> Pair(Converter& c, Attributes& attrs, const std::string& name,
@@ -129,6 +132,12 @@ Status BatchNormalization(Converter& c, Attributes& attrs) {
   bool fold = producer != nullptr && (producer->kind == OpKind::kConv2d ||
                                       (producer->kind == OpKind::kDense && rank == 2));
   auto n = static_cast<size_t>(channels);
+  if (!fold && channels > kMaxDiagonalChannels) {
+    return c.Fail("a BatchNormalization over " + std::to_string(channels) +
+                  " channels with no Conv or Gemm to fold into would need a " +
+                  std::to_string(channels) + "^2 diagonal weight; at most " +
+                  std::to_string(kMaxDiagonalChannels) + " channels are converted so");
+  }
   if (!fold) {
     Op op;
     op.kind = rank == 4 ? OpKind::kConv2d : OpKind::kDense;
