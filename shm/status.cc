@@ -65,4 +65,19 @@ uint64_t ReadHeartbeat(const Segment& segment, uint32_t slot) {
   return segment.status(slot).heartbeat.load(std::memory_order_relaxed);
 }
 
+std::string ReadStartError(const Segment& segment, uint32_t slot) {
+  Result<StatusSnapshotData> read = ReadStatus(segment, slot, 16);
+  if (!read.ok()) {
+    return "";
+  }
+  const char* text = read->start_error;
+  std::string out(text, strnlen(text, sizeof(read->start_error)));
+  for (char& c : out) {
+    if (c < 0x20 || c > 0x7e) {
+      c = '?';
+    }
+  }
+  return out;
+}
+
 }  // namespace ferry::shm

@@ -118,6 +118,9 @@ struct StatusSnapshotData {
   // their share of execution time (a batch's time split over its requests by rows).
   uint64_t tenant_requests[kMaxTenants + 1];
   double tenant_compute_seconds[kMaxTenants + 1];
+  // Why a worker that could not start gave up (its backend would not load), NUL-terminated;
+  // written just before it exits with status 1. Untrusted text to its readers.
+  char start_error[256];
   ModelStatusData models[kMaxStatusModels];
 };
 
@@ -170,5 +173,9 @@ class StatusWriter {
 // `attempts` tries (a writer that died mid-write); the heartbeat is read separately.
 Result<StatusSnapshotData> ReadStatus(const Segment& segment, uint32_t slot, int attempts = 1000);
 uint64_t ReadHeartbeat(const Segment& segment, uint32_t slot);
+// The start error `slot`'s owner left before exiting (StatusSnapshotData::start_error), as
+// printable ASCII (anything else becomes '?'); empty when there is none or no consistent
+// snapshot. REQUIRES: read before ResetSlot clears the slot.
+std::string ReadStartError(const Segment& segment, uint32_t slot);
 
 }  // namespace ferry::shm

@@ -502,6 +502,9 @@ void Supervisor::Impl::OnExit(Child& c, int64_t now) {
   pid_t pid = c.process.pid;
   int status = Reap(&c.process);
   c.last_exit = DescribeWaitStatus(status);
+  if (std::string why = shm::ReadStartError(*segment, c.slot); !why.empty()) {
+    c.last_exit += ": " + why;
+  }
   // Whatever it left in shared memory is repaired before anyone can start in its place; its
   // peers see the new generation and fail what they had in flight with it (UNAVAILABLE).
   uint32_t generation = shm::ResetSlot(*segment, c.slot);

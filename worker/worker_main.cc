@@ -6,6 +6,7 @@
 #include <sys/prctl.h>
 
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <vector>
@@ -15,14 +16,12 @@
 #include "config/node_config.h"
 #include "shm/segment.h"
 #include "shm/status.h"
+#include "worker/backend_module.h"
 #include "worker/cpu/affinity.h"
 #include "worker/cpu/cpu_backend.h"
 #include "worker/dispatch_loop.h"
 #include "worker/repository.h"
 #include "worker/sim_backend.h"
-#if defined(FERRY_HAVE_CUDA)
-#include "worker/cuda/cuda_backend.h"
-#endif
 
 namespace ferry {
 namespace {
@@ -65,27 +64,26 @@ Result<std::unique_ptr<Backend>> MakeBackend(const NodeConfig& config, const shm
     options.threads = static_cast<unsigned>(config.cpu.threads);
     return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(options));
   }
-#if defined(FERRY_HAVE_CUDA)
-  CudaBackendOptions options;
-  options.device = device_pinned ? 0
-                   : devices.kind == DeviceSelection::Kind::kGpuList
-                       ? static_cast<int>(devices.gpu_ids[worker])
-                       : static_cast<int>(worker);
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CudaBackend::Create(options));
-  // Inputs are copied host-to-device straight from the hook hosts' arenas (mapped read-only
-  // here, so registered read-only), outputs device-to-host into this worker's own arena.
+  FerryBackendArgs args{};
+  args.device = device_pinned ? 0
+                : devices.kind == DeviceSelection::Kind::kGpuList
+                    ? static_cast<int>(devices.gpu_ids[worker])
+                    : static_cast<int>(worker);
+  std::vector<FerryHostRegion> regions;
   for (uint32_t h = 0; h < segment.hookhosts(); ++h) {
-    (void)cuda->RegisterHostMemory(segment.partition(segment.HookhostSlot(h)), true);
+    std::span<uint8_t> arena = segment.partition(segment.HookhostSlot(h));
+    regions.push_back({arena.data(), arena.size(), 1});
   }
-  (void)cuda->RegisterHostMemory(segment.partition(segment.WorkerSlot(worker)), false);
-  return std::unique_ptr<Backend>(std::move(cuda));
-#else
-  (void)segment;
-  (void)device_pinned;
-  return Unavailable(
-      "GPU devices selected but this build has no CUDA backend; use devices = "
-      "\"cpu:N\" or backend = \"sim\"");
-#endif
+  std::span<uint8_t> own = segment.partition(segment.WorkerSlot(worker));
+  regions.push_back({own.data(), own.size(), 0});
+  args.regions = regions.data();
+  args.num_regions = regions.size();
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path();
+  if (ec) {  // Never a module from a directory relative to wherever the worker runs.
+    return Unavailable("cannot find the worker's own directory: " + ec.message());
+  }
+  return LoadBackendModule(DefaultModuleDirs(self), kCudaModuleName, args);
 }
 
 // Runs every (model, variant, size) of the scheduler's warm-up plan on zero inputs and seeds
@@ -198,7 +196,11 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
   Result<std::unique_ptr<Backend>> backend =
       MakeBackend(*config, *segment, slot - segment->hookhosts(), device_pinned);
   if (!backend.ok()) {
+    // Left in the status for ferryd, which reports it as this worker's last exit.
     spdlog::error("{}", backend.error().ToString());
+    shm::CopyName(starting->start_error, backend.error().ToString());
+    starting->published_ns = MonotonicNs();
+    status.Publish(*starting);
     return 1;
   }
   std::vector<LoopModel> models;

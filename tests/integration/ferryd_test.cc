@@ -255,6 +255,29 @@ TEST_CASE("a bad node file: exit 2 listing every error, nothing started") {
   CHECK_FALSE(ShmExists(shm::Segment::NameForNode(name)));
 }
 
+TEST_CASE("a GPU worker whose CUDA backend cannot start says why in the status") {
+  // One GPU listed where ferryd looks, none usable here: the worker loads the CUDA module
+  // (or finds it missing in a build without CUDA), cannot create the backend, and exits 1;
+  // ferryd reports the worker's reason, naming the device, as its last exit.
+  TempDir dir;
+  std::filesystem::create_directories(dir / "gpus/0000:17:00.0");
+  FerrydProcess ferryd(dir, "devices = [0]\nhookhosts = 1\n", kQuick, {"--gpu-dir", dir / "gpus"});
+  std::optional<json> status = ferryd.StatusWhen([](const json& s) {
+    json worker = ChildOf(s, "worker", 0);
+    return worker.is_object() &&
+           worker["last_exit"].get<std::string>().find("device 0") != std::string::npos;
+  });
+  REQUIRE_MESSAGE(status, ferryd.log());
+  std::string last_exit = ChildOf(*status, "worker", 0)["last_exit"];
+  MESSAGE(last_exit);
+  CHECK(last_exit.rfind("exit 1: ", 0) == 0);
+  bool names_cuda = last_exit.find("CUDA") != std::string::npos ||
+                    last_exit.find("libferry_cuda.so") != std::string::npos;
+  CHECK(names_cuda);
+  // The hook host and ferryd keep running: the node is degraded, not gone.
+  CHECK(ChildOf(*status, "hookhost", 0)["pid"].get<int>() > 0);
+}
+
 TEST_CASE("control: set_policy, reload (good and bad), and re-applying after a restart") {
   TempDir dir;
   FerrydProcess ferryd(dir, kSimNode, kQuick);

@@ -648,7 +648,8 @@ CudaBackend::~CudaBackend() {
 Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBackendOptions& options) {
   FERRY_ASSIGN_OR_RETURN(int devices, CudaDeviceCount());
   if (devices == 0) {
-    return Unavailable("cuda backend: no CUDA device");
+    return Unavailable(
+        "cuda backend: no CUDA device (the NVIDIA driver, libcuda.so.1, is absent or sees no GPU)");
   }
   if (options.device < 0 || options.device >= devices) {
     return Unavailable("cuda backend: no CUDA device " + std::to_string(options.device) + " (" +
