@@ -17,12 +17,14 @@ case "${1:-}" in
     cmake -S . -B build-gpu -G Ninja -DFERRY_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
       -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
-    cmake --build build-gpu -j "$(nproc)" --target cuda_backend_test ferry-gpu-bench ferry-node-bench ferry-worker
+    cmake --build build-gpu -j "$(nproc)" --target cuda_backend_test ferry-gpu-bench ferry-node-bench ferry-worker \
+      ferry_cuda_module
     # Shared libraries from Debian packages that another Linux may lack travel along;
     # glibc, the CUDA driver and cuBLAS are found on the GPU machine.
     mkdir -p build-gpu/lib
     for binary in build-gpu/worker/cuda_backend_test build-gpu/bench/ferry-gpu-bench \
-                  build-gpu/worker/ferry-worker build-gpu/bench/ferry-node-bench; do
+                  build-gpu/worker/ferry-worker build-gpu/bench/ferry-node-bench \
+                  build-gpu/worker/libferry_cuda.so; do
       ldd "$binary" | awk '/=> \// {print $3}' | while read -r lib; do
         case "$(basename "$lib")" in
           libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcublas*|libcuda.so*) ;;

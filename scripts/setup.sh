@@ -24,6 +24,8 @@ packages=(
   python3-venv curl       # client tests: tritonclient from PyPI in a venv, and curl
   systemd                 # systemd-analyze verify of the unit (tests)
   dpkg-dev fakeroot       # the Debian package (CPack) and its inspection (tests)
+  lintian                 # the packages' policy check (tests)
+  debootstrap             # a clean Debian 12 root the packages are installed into (tests)
   prometheus              # promtool check metrics on ferryd's /metrics (tests)
   clang libclang-rt-14-dev  # libFuzzer for the fuzz targets, -Wthread-safety analysis
 )

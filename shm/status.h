@@ -120,7 +120,7 @@ struct StatusSnapshotData {
   double tenant_compute_seconds[kMaxTenants + 1];
   // Why a worker that could not start gave up (its backend would not load), NUL-terminated;
   // written just before it exits with status 1. Untrusted text to its readers.
-  char start_error[256];
+  char start_error[512];
   ModelStatusData models[kMaxStatusModels];
 };
 
