@@ -439,6 +439,7 @@ struct HookHost::Impl {
     const HookModel& model = *p->model;
     int64_t rows = 0;
     FERRY_ASSIGN_OR_RETURN(p->variant, MatchVariant(model.name, model.manifest(), inputs, &rows));
+    FERRY_RETURN_IF_ERROR(CheckRanges(model.name, model.manifest().inputs, inputs, bytes));
     p->model_rows = rows;
     bool preserved = p->subcall || model.plugin == nullptr || !model.plugin->has_preprocess() ||
                      (model.plugin->preserves_rows() && model.manifest().hooks.preserves_rows);

@@ -1,6 +1,7 @@
 #include "hookhost/request_checks.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "shm/descriptor.h"
 
@@ -82,6 +83,78 @@ Status CheckTensors(std::string_view model, const std::vector<TensorSpec>& specs
     }
   }
   *rows = found_rows >= 0 ? found_rows : 1;
+  return OkStatus();
+}
+
+namespace {
+
+// The index of the first element of `bytes` (elements of T) outside [lo, hi], or -1; *value
+// gets that element as text.
+template <typename T>
+int64_t FirstOutside(std::span<const uint8_t> bytes, int64_t lo, int64_t hi, std::string* value) {
+  size_t n = bytes.size() / sizeof(T);
+  for (size_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, bytes.data() + i * sizeof(T), sizeof(T));
+    bool outside;
+    if constexpr (std::is_same_v<T, uint64_t>) {  // May exceed INT64_MAX.
+      outside =
+          hi < 0 || v > static_cast<uint64_t>(hi) || (lo > 0 && v < static_cast<uint64_t>(lo));
+    } else {
+      outside = static_cast<int64_t>(v) < lo || static_cast<int64_t>(v) > hi;
+    }
+    if (outside) {
+      *value = std::to_string(v);
+      return static_cast<int64_t>(i);
+    }
+  }
+  return -1;
+}
+
+int64_t FirstOutside(DType dtype, std::span<const uint8_t> bytes, int64_t lo, int64_t hi,
+                     std::string* value) {
+  switch (dtype) {
+    case DType::kBool:
+    case DType::kU8:
+      return FirstOutside<uint8_t>(bytes, lo, hi, value);
+    case DType::kI8:
+      return FirstOutside<int8_t>(bytes, lo, hi, value);
+    case DType::kU16:
+      return FirstOutside<uint16_t>(bytes, lo, hi, value);
+    case DType::kI16:
+      return FirstOutside<int16_t>(bytes, lo, hi, value);
+    case DType::kU32:
+      return FirstOutside<uint32_t>(bytes, lo, hi, value);
+    case DType::kI32:
+      return FirstOutside<int32_t>(bytes, lo, hi, value);
+    case DType::kU64:
+      return FirstOutside<uint64_t>(bytes, lo, hi, value);
+    case DType::kI64:
+      return FirstOutside<int64_t>(bytes, lo, hi, value);
+    default:
+      return -1;  // ParseManifest allows a range on integer tensors only.
+  }
+}
+
+}  // namespace
+
+Status CheckRanges(std::string_view model, const std::vector<TensorSpec>& specs,
+                   std::span<const TensorMeta> tensors,
+                   std::span<const std::span<const uint8_t>> bytes) {
+  for (size_t i = 0; i < specs.size() && i < tensors.size() && i < bytes.size(); ++i) {
+    if (!specs[i].range) {
+      continue;
+    }
+    auto [lo, hi] = *specs[i].range;
+    std::string value;
+    int64_t at = FirstOutside(tensors[i].dtype, bytes[i], lo, hi, &value);
+    if (at >= 0) {
+      return InvalidArgument("model '" + std::string(model) + "': input '" + specs[i].name +
+                             "': element " + std::to_string(at) + " is " + value +
+                             ", outside the declared range [" + std::to_string(lo) + ", " +
+                             std::to_string(hi) + "]");
+    }
+  }
   return OkStatus();
 }
 

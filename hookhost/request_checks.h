@@ -44,6 +44,15 @@ Status CheckTensors(std::string_view model, const std::vector<TensorSpec>& specs
 Result<int> MatchVariant(std::string_view model, const Manifest& manifest,
                          std::span<const TensorMeta> tensors, int64_t* rows);
 
+// Every value of each integer input that declares a range (TensorSpec::range) lies in it:
+// a gather's indices are checked here, per request, before they reach a worker, so one bad
+// request never fails the batch it would have joined. `tensors` and `bytes` are ordered as
+// `specs` and already passed CheckTensors. INVALID_ARGUMENT naming the model, input, element
+// and value.
+Status CheckRanges(std::string_view model, const std::vector<TensorSpec>& specs,
+                   std::span<const TensorMeta> tensors,
+                   std::span<const std::span<const uint8_t>> bytes);
+
 // The rows of each piece of a request of `rows`: one piece up to the largest compiled size,
 // else pieces of that size and a last one with the rest. INVALID_ARGUMENT when it would have
 // to be split but cannot: a tensor whose batch axis is not axis 0 (its rows are not

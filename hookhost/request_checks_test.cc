@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <deque>
 
 #include "shm/descriptor.h"
@@ -104,6 +105,48 @@ TEST_CASE("CheckTensors: rows 1 to the limit, equal across inputs, bytes exact")
   std::vector<TensorMeta> rank{Meta("a", {3, 2, 1}), Meta("b", {3}, DType::kU8)};
   CHECK(CheckTensors("m", specs, declared, rank, &rows).error().message ==
         "model 'm': input 'a': expected FP32 [-1, 2], got FP32 [3, 2, 1]");
+}
+
+// Little-endian bytes of `values` as T.
+template <typename T>
+std::vector<uint8_t> Bytes(std::initializer_list<T> values) {
+  std::vector<uint8_t> out(values.size() * sizeof(T));
+  size_t at = 0;
+  for (T v : values) {
+    std::memcpy(out.data() + at, &v, sizeof(T));
+    at += sizeof(T);
+  }
+  return out;
+}
+
+std::string RangeError(DType dtype, const std::vector<uint8_t>& bytes,
+                       std::optional<std::array<int64_t, 2>> range) {
+  std::vector<TensorSpec> specs = {{"ids", dtype, {kBatchDim, 1}, 0, range}};
+  std::vector<TensorMeta> tensors = {{"ids", dtype, {}, bytes.size()}};
+  std::vector<std::span<const uint8_t>> data = {bytes};
+  Status s = CheckRanges("m", specs, tensors, data);
+  return s.ok() ? "" : s.error().message;
+}
+
+TEST_CASE("CheckRanges: every element of a ranged integer input, at both ends and past them") {
+  std::array<int64_t, 2> table{0, 999};
+  CHECK(RangeError(DType::kI64, Bytes<int64_t>({0, 999, 5}), table) == "");
+  CHECK(RangeError(DType::kI64, Bytes<int64_t>({0, 1000}), table) ==
+        "model 'm': input 'ids': element 1 is 1000, outside the declared range [0, 999]");
+  CHECK(RangeError(DType::kI64, Bytes<int64_t>({-1}), table).find("element 0 is -1") !=
+        std::string::npos);
+  CHECK(RangeError(DType::kI64, Bytes<int64_t>({INT64_MIN}), table) != "");
+  CHECK(RangeError(DType::kI32, Bytes<int32_t>({7, -5}), table).find("element 1 is -5") !=
+        std::string::npos);
+  CHECK(RangeError(DType::kI8, Bytes<int8_t>({-128}), table) != "");
+  CHECK(RangeError(DType::kU8, Bytes<uint8_t>({255}), std::array<int64_t, 2>{0, 254}) != "");
+  // Above INT64_MAX: never wraps into the range.
+  CHECK(RangeError(DType::kU64, Bytes<uint64_t>({uint64_t{1} << 63}), table)
+            .find("9223372036854775808") != std::string::npos);
+  CHECK(RangeError(DType::kU64, Bytes<uint64_t>({3}), std::array<int64_t, 2>{5, 9}) != "");
+  CHECK(RangeError(DType::kU64, Bytes<uint64_t>({0}), std::array<int64_t, 2>{-5, -1}) != "");
+  // No range: nothing is read.
+  CHECK(RangeError(DType::kI64, Bytes<int64_t>({-7, 1LL << 40}), std::nullopt) == "");
 }
 
 TEST_CASE("OrderByName: any order; missing, unknown and repeated inputs named") {

@@ -48,6 +48,23 @@ const DTypeInfo& Info(DType dtype) {
 
 }  // namespace
 
+bool IsInteger(DType dtype) {
+  switch (dtype) {
+    case DType::kBool:
+    case DType::kU8:
+    case DType::kI8:
+    case DType::kU16:
+    case DType::kI16:
+    case DType::kU32:
+    case DType::kI32:
+    case DType::kU64:
+    case DType::kI64:
+      return true;
+    default:
+      return false;
+  }
+}
+
 int DTypeBits(DType dtype) { return Info(dtype).bits; }
 std::string_view SafetensorsName(DType dtype) { return Info(dtype).safetensors; }
 std::string_view KServeName(DType dtype) { return Info(dtype).kserve; }

@@ -36,6 +36,9 @@ enum class DType {
   kC64,
 };
 
+// BOOL, UINT8 ... INT64.
+bool IsInteger(DType dtype);
+
 // Bits per element (4 and 6 for the packed float types).
 int DTypeBits(DType dtype);
 

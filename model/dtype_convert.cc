@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace ferry {
 
@@ -54,6 +55,80 @@ Result<std::vector<float>> ToFloat32(DType dtype, std::span<const uint8_t> bytes
     out[i] = dtype == DType::kBF16 ? Bf16ToFloat(bits) : F16ToFloat(bits);
   }
   return out;
+}
+
+namespace {
+
+template <typename T>
+void Widen(std::span<const uint8_t> bytes, std::span<float> out) {
+  for (size_t i = 0; i < out.size(); ++i) {
+    T v;
+    std::memcpy(&v, bytes.data() + i * sizeof(T), sizeof(T));
+    out[i] = static_cast<float>(v);
+  }
+}
+
+}  // namespace
+
+Status ConvertToFloat32(DType dtype, std::span<const uint8_t> bytes, std::span<float> out) {
+  int bits = DTypeBits(dtype);
+  if (bits % 8 != 0 || bytes.size() != out.size() * static_cast<size_t>(bits / 8)) {
+    return InvalidArgument("cannot convert " + std::to_string(bytes.size()) + " bytes of " +
+                           std::string(SafetensorsName(dtype)) + " to " +
+                           std::to_string(out.size()) + " FP32 values");
+  }
+  switch (dtype) {
+    case DType::kBool:
+      for (size_t i = 0; i < out.size(); ++i) {
+        out[i] = bytes[i] != 0 ? 1.0f : 0.0f;
+      }
+      return OkStatus();
+    case DType::kU8:
+      Widen<uint8_t>(bytes, out);
+      return OkStatus();
+    case DType::kI8:
+      Widen<int8_t>(bytes, out);
+      return OkStatus();
+    case DType::kU16:
+      Widen<uint16_t>(bytes, out);
+      return OkStatus();
+    case DType::kI16:
+      Widen<int16_t>(bytes, out);
+      return OkStatus();
+    case DType::kU32:
+      Widen<uint32_t>(bytes, out);
+      return OkStatus();
+    case DType::kI32:
+      Widen<int32_t>(bytes, out);
+      return OkStatus();
+    case DType::kU64:
+      Widen<uint64_t>(bytes, out);
+      return OkStatus();
+    case DType::kI64:
+      Widen<int64_t>(bytes, out);
+      return OkStatus();
+    case DType::kF64:
+      // Beyond FP32's range the cast would be undefined behaviour: saturate to infinity.
+      for (size_t i = 0; i < out.size(); ++i) {
+        double v;
+        std::memcpy(&v, bytes.data() + i * 8, 8);
+        out[i] = std::abs(v) > std::numeric_limits<float>::max() ? std::copysign(INFINITY, v)
+                                                                 : static_cast<float>(v);
+      }
+      return OkStatus();
+    case DType::kF32:
+      std::memcpy(out.data(), bytes.data(), bytes.size());
+      return OkStatus();
+    case DType::kF16:
+    case DType::kBF16:
+      for (size_t i = 0; i < out.size(); ++i) {
+        uint16_t v = static_cast<uint16_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8));
+        out[i] = dtype == DType::kBF16 ? Bf16ToFloat(v) : F16ToFloat(v);
+      }
+      return OkStatus();
+    default:
+      return InvalidArgument("cannot convert " + std::string(SafetensorsName(dtype)) + " to FP32");
+  }
 }
 
 }  // namespace ferry

@@ -33,6 +33,8 @@ constexpr OpInfo kOps[] = {
     {"flatten", OpKind::kFlatten},
     {"reshape", OpKind::kReshape},
     {"clip", OpKind::kClip},
+    {"gather", OpKind::kGather},
+    {"reduce_mean", OpKind::kReduceMean},
 };
 
 bool ValidName(const std::string& name) {
@@ -115,6 +117,16 @@ std::vector<TensorSpec> ReadTensors(TableReader& root, std::string_view key) {
       ok = false;
     }
     ok = ReadShape(r, "shape", &spec.shape, true) && ok;
+    if (r.Raw("range") != nullptr) {
+      std::vector<int64_t> range;
+      if (!IsInteger(spec.dtype) || !r.IntArray("range", &range, INT64_MIN, INT64_MAX) ||
+          range.size() != 2 || range[0] > range[1]) {
+        r.ErrorAt("range", "an integer tensor's range = [min, max], min <= max");
+        ok = false;
+      } else {
+        spec.range = std::array<int64_t, 2>{range[0], range[1]};
+      }
+    }
     r.Finish();
     if (ok) {
       spec.batch_axis = BatchAxisOf(spec.shape);
@@ -216,6 +228,18 @@ std::optional<Op> ReadOp(TableReader& r) {
       break;
     case OpKind::kSoftmax:
       r.Int("axis", &op.axis, -static_cast<int64_t>(kMaxRank), kMaxRank - 1);
+      break;
+    case OpKind::kReduceMean:
+      if (!r.Int("axis", &op.axis, -static_cast<int64_t>(kMaxRank), kMaxRank - 1)) {
+        r.ErrorAt("axis", "reduce_mean needs the axis it averages over");
+        ok = false;
+      }
+      break;
+    case OpKind::kGather:
+      if (!r.String("weight", &op.weight) || op.weight.empty()) {
+        r.ErrorAt("weight", "gather needs the table's weight tensor name");
+        ok = false;
+      }
       break;
     case OpKind::kClip: {
       const double kLimit = std::numeric_limits<float>::max();  // Finite in FP32.

@@ -40,6 +40,9 @@ struct TensorSpec {
   DType dtype = DType::kF32;
   Shape shape;                    // kBatchDim at batch_axis, positive elsewhere.
   std::optional<int> batch_axis;  // nullopt: the tensor has no batch dimension.
+  // Integer inputs only: the closed range every value must lie in, checked per request by
+  // the hook host before the request reaches a worker (a gather's indices: [0, rows - 1]).
+  std::optional<std::array<int64_t, 2>> range;
 
   // The concrete shape for `batch` rows.
   Shape At(int64_t batch) const;
@@ -68,6 +71,8 @@ enum class OpKind {
   kFlatten,
   kReshape,
   kClip,
+  kGather,
+  kReduceMean,
 };
 std::string_view OpKindName(OpKind kind);
 
@@ -75,9 +80,9 @@ struct Op {
   OpKind kind = OpKind::kRelu;
   std::vector<std::string> inputs;       // Tensor names: one, or two for add.
   std::string output;                    // A new tensor name.
-  std::string weight;                    // Safetensors name: dense, layernorm, conv2d.
+  std::string weight;                    // Safetensors name: dense, layernorm, conv2d, gather.
   std::string bias;                      // Safetensors name, optional for dense and conv2d.
-  int64_t axis = -1;                     // softmax.
+  int64_t axis = -1;                     // softmax, reduce_mean (the axis it removes).
   double eps = 1e-5;                     // layernorm.
   std::array<int64_t, 2> kernel{0, 0};   // maxpool2d.
   std::array<int64_t, 2> stride{1, 1};   // conv2d, maxpool2d (maxpool default: kernel).

@@ -77,6 +77,39 @@ TEST_CASE("an input without a batch marker has no batch axis") {
   CHECK_FALSE(m->all_batched());
 }
 
+TEST_CASE("range: an integer input's closed range; refused on floats and when reversed") {
+  auto parse = [](const std::string& input) {
+    return ParseManifest("name = \"m\"\n[[inputs]]\nname = \"ids\"\n" + input +
+                             "shape = [-1, 4]\n[[outputs]]\nname = \"y\"\nshape = [-1, 4, 8]\n"
+                             "[batching]\nsizes = [1]\n[[program]]\nop = \"gather\"\n"
+                             "input = \"ids\"\noutput = \"y\"\nweight = \"t\"\n",
+                         "m.toml");
+  };
+  Result<Manifest> ok = parse("dtype = \"INT64\"\nrange = [0, 29999]\n");
+  REQUIRE_MESSAGE(ok.ok(), (ok.ok() ? "" : ok.error().message));
+  REQUIRE(ok->inputs[0].range.has_value());
+  CHECK((*ok->inputs[0].range)[1] == 29999);
+  CHECK(ok->program[0].kind == OpKind::kGather);
+  CHECK(ok->program[0].weight == "t");
+  for (const char* bad :
+       {"dtype = \"FP32\"\nrange = [0, 1]\n", "dtype = \"INT64\"\nrange = [5, 1]\n",
+        "dtype = \"INT32\"\nrange = [1]\n", "dtype = \"INT32\"\nrange = 3\n"}) {
+    CAPTURE(bad);
+    Result<Manifest> m = parse(bad);
+    REQUIRE_FALSE(m.ok());
+    CHECK(m.error().message.find("range") != std::string::npos);
+  }
+  Result<Manifest> no_table = ParseManifest(
+      "name = \"m\"\n[[inputs]]\nname = \"x\"\nshape = [-1, 4]\n[[outputs]]\n"
+      "name = \"y\"\nshape = [-1]\n[batching]\nsizes = [1]\n[[program]]\n"
+      "op = \"gather\"\ninput = \"x\"\noutput = \"y\"\n[[program]]\n"
+      "op = \"reduce_mean\"\ninput = \"y\"\noutput = \"z\"\n",
+      "m.toml");
+  REQUIRE_FALSE(no_table.ok());
+  CHECK(no_table.error().message.find("gather needs the table") != std::string::npos);
+  CHECK(no_table.error().message.find("reduce_mean needs the axis") != std::string::npos);
+}
+
 TEST_CASE("structural errors name the file, position and key path") {
   CHECK(Contains(ErrorOf(kHead + R"(
 [[program]]

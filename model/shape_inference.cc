@@ -1,5 +1,7 @@
 #include "model/shape_inference.h"
 
+#include <algorithm>
+
 namespace ferry {
 namespace {
 
@@ -14,9 +16,10 @@ class Inference {
 
   Result<std::map<std::string, Shape>> Run() {
     for (const TensorSpec& input : m_.inputs) {
-      if (input.dtype != DType::kF32) {
-        return Fail("input '" + input.name + "' is " + std::string(KServeName(input.dtype)) +
-                    "; programs compute in FP32");
+      if (!IsFloat(input.dtype) && input.dtype != DType::kF64 && !IsInteger(input.dtype)) {
+        return Fail("input '" + input.name + "' is " + std::string(SafetensorsName(input.dtype)) +
+                    "; program inputs are BOOL, integers, FP16, BF16, FP32 or FP64 (converted "
+                    "to FP32)");
       }
       Shape shape = Concrete(v_.inputs.at(input.name));
       if (!NumElements(shape)) {
@@ -181,6 +184,23 @@ class Inference {
           return OpFail(op, xn, "global_avgpool needs [N, C, H, W], got " + ShapeToString(x));
         }
         return Shape{x[0], x[1]};
+      case OpKind::kGather:
+        return Gather(op, x);
+      case OpKind::kReduceMean: {
+        int64_t rank = static_cast<int64_t>(x.size());
+        if (op.axis < -rank || op.axis >= rank) {
+          return OpFail(
+              op, xn,
+              "axis " + std::to_string(op.axis) + " is out of range for " + ShapeToString(x));
+        }
+        int64_t axis = op.axis < 0 ? op.axis + rank : op.axis;
+        if (axis == 0 && !m_.unbatched()) {
+          return OpFail(op, xn, "reduce_mean over axis 0 would mix the requests of a batch");
+        }
+        Shape out = x;
+        out.erase(out.begin() + axis);
+        return out;
+      }
       case OpKind::kFlatten: {
         if (x.size() < 2) {
           return OpFail(op, xn, "flatten needs rank >= 2, got " + ShapeToString(x));
@@ -210,6 +230,41 @@ class Inference {
       }
     }
     return OpFail(op, xn, "unknown op");
+  }
+
+  // gather: rows of the table [V, D] picked by integer indices, which must be a model input
+  // whose declared range lies within the table. Indices reach the program as FP32, exact up
+  // to 2^24, so V is at most 2^24: any larger index converts to a value >= V, never into
+  // the table.
+  Result<Shape> Gather(const Op& op, const Shape& x) {
+    const std::string& xn = op.inputs[0];
+    auto input = std::find_if(m_.inputs.begin(), m_.inputs.end(),
+                              [&](const TensorSpec& spec) { return spec.name == xn; });
+    if (input == m_.inputs.end() || !IsInteger(input->dtype) || input->dtype == DType::kBool) {
+      return OpFail(op, xn, "gather's indices must be an integer model input");
+    }
+    std::optional<WeightSpec> w = weights_(op.weight);
+    if (!w || w->shape.size() != 2) {
+      return OpFail(op, op.weight,
+                    w ? "gather's table must be [rows, width], got " + ShapeToString(w->shape)
+                      : "no such weight in weights.safetensors");
+    }
+    FERRY_RETURN_IF_ERROR(Weight(op, op.weight, w->shape));
+    int64_t rows = w->shape[0];
+    if (rows > kMaxGatherRows) {
+      return OpFail(op, op.weight,
+                    std::to_string(rows) +
+                        " rows; a gather table has at most 2^24 (indices "
+                        "are exact in FP32 only that far)");
+    }
+    if (!input->range || (*input->range)[0] < 0 || (*input->range)[1] >= rows) {
+      return OpFail(op, xn,
+                    "declare range = [0, " + std::to_string(rows - 1) +
+                        "] (or narrower) on the input, so every index is checked before it runs");
+    }
+    Shape out = x;
+    out.push_back(w->shape[1]);
+    return out;
   }
 
   // Output of a 2-D window op (conv2d, maxpool2d) over [N, C, H, W].

@@ -18,6 +18,9 @@ struct WeightSpec {
   DType dtype;
   Shape shape;
 };
+// A gather table's rows at most: indices reach programs as FP32, exact to 2^24.
+inline constexpr int64_t kMaxGatherRows = int64_t{1} << 24;
+
 // Finds a weight by safetensors name; nullopt when the file has none of that name.
 using WeightLookup = std::function<std::optional<WeightSpec>(const std::string&)>;
 

@@ -178,28 +178,84 @@ TEST_CASE("inputs and op outputs over 2^40 elements, and a wrong declared output
         std::string::npos);
 }
 
-TEST_CASE("a program input that is not FP32 is refused, whatever its shape") {
+// A one-op manifest over input x (dtype `dtype`, optional range) producing y of `y_shape`.
+Manifest OneOp(DType dtype, Shape x_shape, Op op, Shape y_shape,
+               std::optional<std::array<int64_t, 2>> range = std::nullopt) {
   Manifest m;
   m.name = "m";
-  m.outputs = {{"y", DType::kF32, {kBatchDim, 4}, 0}};
+  m.inputs = {{"x", dtype, x_shape, 0, range}};
+  m.outputs = {{"y", DType::kF32, y_shape, 0, std::nullopt}};
   m.batch_sizes = {2};
-  m.variants = {{"default", {{"x", {kBatchDim, 4}}}, {{"y", {kBatchDim, 4}}}}};
+  m.variants = {{"default", {{"x", x_shape}}, {{"y", y_shape}}}};
+  op.inputs = {"x"};
+  op.output = "y";
+  m.program = {op};
+  return m;
+}
+
+std::string InferError(const Manifest& m, const WeightLookup& lookup) {
+  Result<std::map<std::string, Shape>> shapes = InferShapes(m, m.variants[0], 2, lookup);
+  return shapes.ok() ? "" : shapes.error().message;
+}
+
+TEST_CASE("program inputs of every numeric KServe type are taken (converted to FP32)") {
   Op relu;
   relu.kind = OpKind::kRelu;
-  relu.inputs = {"x"};
-  relu.output = "y";
-  m.program = {relu};
   WeightLookup none = [](const std::string&) { return std::nullopt; };
-  m.inputs = {{"x", DType::kF32, {kBatchDim, 4}, 0}};
-  CHECK(InferShapes(m, m.variants[0], 2, none).ok());
-  for (DType dtype : {DType::kF16, DType::kBF16, DType::kI64, DType::kU8}) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64, DType::kI64, DType::kI32,
+                      DType::kI8, DType::kU8, DType::kBool}) {
     CAPTURE(KServeName(dtype));
-    m.inputs[0].dtype = dtype;
-    Result<std::map<std::string, Shape>> shapes = InferShapes(m, m.variants[0], 2, none);
-    REQUIRE_FALSE(shapes.ok());
-    CHECK(shapes.error().message.find("input 'x' is " + std::string(KServeName(dtype)) +
-                                      "; programs compute in FP32") != std::string::npos);
+    CHECK(InferError(OneOp(dtype, {kBatchDim, 4}, relu, {kBatchDim, 4}), none) == "");
   }
+  // A type no client can send (FP8 exists only in safetensors files) is refused by name.
+  std::string error = InferError(OneOp(DType::kF8E4M3, {kBatchDim, 4}, relu, {kBatchDim, 4}), none);
+  CHECK(error.find("input 'x' is F8_E4M3; program inputs are") != std::string::npos);
+}
+
+TEST_CASE("gather: an integer model input with a range inside a table of at most 2^24 rows") {
+  Op gather;
+  gather.kind = OpKind::kGather;
+  gather.weight = "table";
+  int64_t rows = 100;
+  WeightLookup table = [&rows](const std::string& name) -> std::optional<WeightSpec> {
+    return name == "table" ? std::optional(WeightSpec{DType::kF32, {rows, 8}}) : std::nullopt;
+  };
+  auto manifest = [&](DType dtype, std::optional<std::array<int64_t, 2>> range) {
+    return OneOp(dtype, {kBatchDim, 5}, gather, {kBatchDim, 5, 8}, range);
+  };
+  CHECK(InferError(manifest(DType::kI64, std::array<int64_t, 2>{0, 99}), table) == "");
+  CHECK(InferError(manifest(DType::kI32, std::array<int64_t, 2>{3, 50}), table) == "");
+  // No range, one past the table, a negative low end: every index could leave the table.
+  for (auto range :
+       {std::optional<std::array<int64_t, 2>>{}, std::optional(std::array<int64_t, 2>{0, 100}),
+        std::optional(std::array<int64_t, 2>{-1, 10})}) {
+    CHECK(InferError(manifest(DType::kI64, range), table).find("declare range = [0, 99]") !=
+          std::string::npos);
+  }
+  CHECK(InferError(manifest(DType::kF32, std::nullopt), table).find("integer model input") !=
+        std::string::npos);
+  CHECK(InferError(manifest(DType::kBool, std::nullopt), table).find("integer model input") !=
+        std::string::npos);
+  rows = (int64_t{1} << 24) + 1;  // Index 2^24 + 1 would arrive as 2^24: refused at load.
+  CHECK(
+      InferError(manifest(DType::kI64, std::array<int64_t, 2>{0, 5}), table).find("at most 2^24") !=
+      std::string::npos);
+}
+
+TEST_CASE("reduce_mean removes its axis, never the batch axis") {
+  Op mean;
+  mean.kind = OpKind::kReduceMean;
+  WeightLookup none = [](const std::string&) { return std::nullopt; };
+  mean.axis = 1;
+  CHECK(InferError(OneOp(DType::kF32, {kBatchDim, 6, 4}, mean, {kBatchDim, 4}), none) == "");
+  mean.axis = -1;
+  CHECK(InferError(OneOp(DType::kF32, {kBatchDim, 6, 4}, mean, {kBatchDim, 6}), none) == "");
+  mean.axis = 0;
+  CHECK(InferError(OneOp(DType::kF32, {kBatchDim, 6, 4}, mean, {6, 4}), none)
+            .find("would mix the requests") != std::string::npos);
+  mean.axis = 3;
+  CHECK(InferError(OneOp(DType::kF32, {kBatchDim, 6, 4}, mean, {kBatchDim, 6}), none)
+            .find("out of range") != std::string::npos);
 }
 
 }  // namespace

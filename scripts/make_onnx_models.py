@@ -56,7 +56,24 @@ def mlp():
     return layers, (64,)
 
 
-MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "cnn": cnn, "mlp": mlp}
+class TextClassifier(torch.nn.Module):
+    """fastText-style: token ids -> embeddings -> their mean -> class scores. INT64 inputs."""
+
+    def __init__(self, vocabulary=1000, width=32, classes=4):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(vocabulary, width)
+        self.classify = torch.nn.Linear(width, classes)
+
+    def forward(self, ids):
+        return torch.softmax(self.classify(self.embedding(ids).mean(dim=1)), dim=1)
+
+
+def text():
+    return TextClassifier(), (16,)
+
+
+MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "cnn": cnn, "mlp": mlp,
+          "text": text}
 
 
 def export(name, out_dir, batch, opset):
@@ -65,7 +82,11 @@ def export(name, out_dir, batch, opset):
     module, shape = MODELS[name]()
     randomize_batch_norms(module, generator)
     module.eval()
-    x = torch.randn((batch,) + shape, generator=generator)
+    if isinstance(module, TextClassifier):
+        x = torch.randint(0, module.embedding.num_embeddings, (batch,) + shape,
+                          generator=generator)
+    else:
+        x = torch.randn((batch,) + shape, generator=generator)
     with torch.no_grad():
         y = module(x)
     directory = os.path.join(out_dir, name)

@@ -172,10 +172,58 @@ Op* Converter::SoleProducer(const Value& value) {
   return &out_.manifest.program[it->second];
 }
 
+TensorSpec* Converter::ModelInput(const std::string& tensor) {
+  for (TensorSpec& spec : out_.manifest.inputs) {
+    if (spec.name == tensor) {
+      return &spec;
+    }
+  }
+  return nullptr;
+}
+
 const ConstTensor* Converter::Keep(ConstTensor tensor) {
   kept_.push_back(std::make_unique<ConstTensor>(std::move(tensor)));
   return kept_.back().get();
 }
+
+namespace {
+
+// The dtype a graph input of ONNX element type `type` is declared as (programs convert it to
+// FP32 as it arrives); nullopt for types ferry does not take (strings, complex, FP8).
+std::optional<DType> InputDType(int type) {
+  switch (type) {
+    case onnx::TensorProto::FLOAT:
+      return DType::kF32;
+    case onnx::TensorProto::FLOAT16:
+      return DType::kF16;
+    case onnx::TensorProto::BFLOAT16:
+      return DType::kBF16;
+    case onnx::TensorProto::DOUBLE:
+      return DType::kF64;
+    case onnx::TensorProto::BOOL:
+      return DType::kBool;
+    case onnx::TensorProto::UINT8:
+      return DType::kU8;
+    case onnx::TensorProto::INT8:
+      return DType::kI8;
+    case onnx::TensorProto::UINT16:
+      return DType::kU16;
+    case onnx::TensorProto::INT16:
+      return DType::kI16;
+    case onnx::TensorProto::UINT32:
+      return DType::kU32;
+    case onnx::TensorProto::INT32:
+      return DType::kI32;
+    case onnx::TensorProto::UINT64:
+      return DType::kU64;
+    case onnx::TensorProto::INT64:
+      return DType::kI64;
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace
 
 Status Converter::DefineInputs() {
   const onnx::GraphProto& graph = model_.proto->graph();
@@ -188,11 +236,12 @@ Status Converter::DefineInputs() {
       return Fail(where + ": only tensor inputs are supported");
     }
     const onnx::TypeProto::Tensor& type = input.type().tensor_type();
-    if (type.elem_type() != onnx::TensorProto::FLOAT) {
+    std::optional<DType> dtype = InputDType(type.elem_type());
+    if (!dtype) {
       return Fail(where + " is " +
                   onnx::TensorProto::DataType_Name(
                       static_cast<onnx::TensorProto::DataType>(type.elem_type())) +
-                  ": ferry's programs compute in FP32 and take FP32 inputs");
+                  ": ferry takes BOOL, integer, FLOAT16, BFLOAT16, FLOAT and DOUBLE inputs");
     }
     if (!type.has_shape() || type.shape().dim_size() < 1 ||
         static_cast<size_t>(type.shape().dim_size()) > kMaxOnnxRank) {
@@ -215,7 +264,7 @@ Status Converter::DefineInputs() {
     if (!used_names_.insert(name).second) {
       return Fail(where + ": its name, as '" + name + "', is taken by another input");
     }
-    out_.manifest.inputs.push_back(TensorSpec{name, DType::kF32, shape, 0});
+    out_.manifest.inputs.push_back(TensorSpec{name, *dtype, shape, 0, std::nullopt});
     tensor_readers_[name] = readers_[input.name()];
     values_[input.name()] = Value{name, shape, nullptr};
   }
@@ -330,7 +379,7 @@ Status Converter::DefineOutputs() {
     } else {
       renames[value.tensor] = name;
     }
-    out_.manifest.outputs.push_back(TensorSpec{name, DType::kF32, value.shape, 0});
+    out_.manifest.outputs.push_back(TensorSpec{name, DType::kF32, value.shape, 0, std::nullopt});
   }
   if (out_.manifest.outputs.empty() || out_.manifest.outputs.size() > kMaxTensorsPerSide) {
     return Fail("the graph has " + std::to_string(out_.manifest.outputs.size()) +

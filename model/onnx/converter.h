@@ -72,6 +72,8 @@ class Converter {
   // The op that produced `value`'s tensor, when no node or graph output but the current node
   // reads that tensor (under any name): what folding (bias, batch norm) needs.
   Op* SoleProducer(const Value& value);
+  // The model input whose ferry tensor is `tensor`, or nullptr (an intermediate tensor).
+  TensorSpec* ModelInput(const std::string& tensor);
   // A constant made by this converter (Constant nodes), kept alive for the whole run.
   const ConstTensor* Keep(ConstTensor tensor);
 

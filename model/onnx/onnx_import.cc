@@ -28,6 +28,9 @@ void WriteTensors(std::ostringstream& out, const char* table,
   for (const TensorSpec& t : specs) {
     out << "\n[[" << table << "]]\nname = \"" << t.name << "\"\ndtype = \"" << KServeName(t.dtype)
         << "\"\nshape = " << ShapeToString(t.shape) << "\n";
+    if (t.range) {
+      out << "range = [" << (*t.range)[0] << ", " << (*t.range)[1] << "]\n";
+    }
   }
 }
 
@@ -50,6 +53,7 @@ void WriteOp(std::ostringstream& out, const Op& op) {
   };
   switch (op.kind) {
     case OpKind::kSoftmax:
+    case OpKind::kReduceMean:
       out << "axis = " << op.axis << "\n";
       break;
     case OpKind::kLayerNorm:

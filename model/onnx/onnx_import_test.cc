@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <numeric>
 
 #include "model/bundle.h"
 #include "model/onnx/converter.h"
@@ -393,13 +394,77 @@ TEST_CASE("PyTorch's exact GELU subgraph becomes one gelu op, in either order") 
   CHECK(Contains(ErrorOf(wrong), "op Div is not supported"));
 }
 
-TEST_CASE("inputs: FP32 only, fixed axes after the batch axis, each named once") {
-  onnx::ModelProto ints = Model({4});
-  ints.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(
+// ids: INT64 [N, 5]; Gather from `table` [10, 3]; then `then` (a node list built by the caller).
+onnx::ModelProto Embedding(int64_t axis = 0) {
+  onnx::ModelProto m = Model({5});
+  m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(
       onnx::TensorProto::INT64);
-  Node(ints, "Relu", {"x"}, "y");
-  Output(ints, "y");
-  CHECK(Contains(ErrorOf(ints), "input 'x' is INT64"));
+  std::vector<float> table(30);
+  std::iota(table.begin(), table.end(), 0.0f);
+  Init(m, "table", {10, 3}, table);
+  onnx::NodeProto* gather = Node(m, "Gather", {"table", "x"}, "e");
+  if (axis != 0) {
+    IntAttr(gather, "axis", axis);
+  }
+  return m;
+}
+
+TEST_CASE("Gather: an embedding table, its ids an INT64 input given the table's range") {
+  onnx::ModelProto m = Embedding();
+  onnx::NodeProto* mean = Node(m, "ReduceMean", {"e"}, "y");
+  IntsAttr(mean, "axes", {1});
+  IntAttr(mean, "keepdims", 0);
+  Output(m, "y");
+  Result<ImportedModel> r = Import(m);
+  REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
+  const Manifest& manifest = r->manifest;
+  CHECK(manifest.inputs[0].dtype == DType::kI64);
+  REQUIRE(manifest.inputs[0].range.has_value());
+  CHECK(*manifest.inputs[0].range == std::array<int64_t, 2>{0, 9});
+  REQUIRE(manifest.program.size() == 2);
+  CHECK(manifest.program[0].kind == OpKind::kGather);
+  CHECK(manifest.program[1].kind == OpKind::kReduceMean);
+  CHECK(manifest.program[1].axis == 1);
+  CHECK(manifest.outputs[0].shape == Shape{kBatchDim, 3});
+  CHECK(Contains(ManifestToml(manifest), "range = [0, 9]"));
+
+  // keepdims (the default) keeps the axis as size 1.
+  onnx::ModelProto kept = Embedding();
+  IntsAttr(Node(kept, "ReduceMean", {"e"}, "y"), "axes", {-2});
+  Output(kept, "y");
+  Result<ImportedModel> k = Import(kept);
+  REQUIRE_MESSAGE(k.ok(), (k.ok() ? "" : k.error().message));
+  CHECK(k->manifest.outputs[0].shape == Shape{kBatchDim, 1, 3});
+
+  // Refused: another axis, a float index input, the batch axis or several axes reduced,
+  // a cast to anything but FLOAT.
+  onnx::ModelProto along = Embedding(1);
+  Output(along, "e");
+  CHECK(Contains(ErrorOf(along), "only axis 0"));
+  onnx::ModelProto floats = Model({5});
+  Init(floats, "table", {10, 3}, std::vector<float>(30));
+  Node(floats, "Gather", {"table", "x"}, "e");
+  Output(floats, "e");
+  CHECK(Contains(ErrorOf(floats), "the indices must be an integer input"));
+  for (std::vector<int64_t> axes : {std::vector<int64_t>{0}, std::vector<int64_t>{1, 2}}) {
+    onnx::ModelProto bad = Embedding();
+    IntsAttr(Node(bad, "ReduceMean", {"e"}, "y"), "axes", axes);
+    Output(bad, "y");
+    CHECK(Contains(ErrorOf(bad), "only one axis after the batch axis"));
+  }
+  onnx::ModelProto cast = Model({4});
+  IntAttr(Node(cast, "Cast", {"x"}, "y"), "to", onnx::TensorProto::INT64);
+  Output(cast, "y");
+  CHECK(Contains(ErrorOf(cast), "only a cast to FLOAT"));
+}
+
+TEST_CASE("inputs: numeric types only, fixed axes after the batch axis, each named once") {
+  onnx::ModelProto text = Model({4});
+  text.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(
+      onnx::TensorProto::STRING);
+  Node(text, "Relu", {"x"}, "y");
+  Output(text, "y");
+  CHECK(Contains(ErrorOf(text), "input 'x' is STRING"));
 
   onnx::ModelProto dynamic = Model({4});
   dynamic.mutable_graph()

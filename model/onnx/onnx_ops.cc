@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "model/onnx/op_helpers.h"
+#include "model/shape_inference.h"
 
 namespace ferry::onnx_import {
 
@@ -359,6 +360,80 @@ Status Clip(Converter& c, Attributes& attrs) {
   return OkStatus();
 }
 
+// An embedding lookup: the table a constant [V, D], the indices an integer model input,
+// which gets range = [0, V - 1] so the hook host checks every index before a batch forms.
+// ONNX allows negative indices (counting from the end); ferry's range refuses them with 400.
+Status Gather(Converter& c, Attributes& attrs) {
+  FERRY_ASSIGN_OR_RETURN(const ConstTensor* table, c.Constant(0));
+  FERRY_ASSIGN_OR_RETURN(const Value* indices, c.Tensor(1));
+  if (attrs.Int("axis", 0) != 0) {
+    return c.Fail("only axis 0 (a row lookup in a constant table) is supported");
+  }
+  if (table->integer || table->dims.size() != 2 || table->dims[0] < 1 || table->dims[1] < 1) {
+    return c.Fail("the table must be a constant float matrix [rows, width]");
+  }
+  if (table->dims[0] > kMaxGatherRows) {
+    return c.Fail("the table has " + std::to_string(table->dims[0]) +
+                  " rows; at most 2^24 (indices are exact in FP32 only that far)");
+  }
+  TensorSpec* input = c.ModelInput(indices->tensor);
+  if (input == nullptr || !IsInteger(input->dtype) || input->dtype == DType::kBool) {
+    return c.Fail("the indices must be an integer input of the model");
+  }
+  int64_t last = table->dims[0] - 1;
+  input->range =
+      std::array<int64_t, 2>{0, input->range ? std::min((*input->range)[1], last) : last};
+  Op op;
+  op.kind = OpKind::kGather;
+  op.inputs = {indices->tensor};
+  op.weight = c.AddWeight(".table", table->dims, table->floats);
+  Shape shape = indices->shape;
+  shape.push_back(table->dims[1]);
+  c.Emit(op, shape);
+  return OkStatus();
+}
+
+// The mean over one axis after the batch axis; keepdims (the default) keeps it as size 1.
+Status ReduceMean(Converter& c, Attributes& attrs) {
+  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  std::vector<int64_t> axes = attrs.Ints("axes", {});
+  bool keep = attrs.Int("keepdims", 1) != 0;
+  std::optional<int64_t> axis =
+      axes.size() == 1 ? NormalAxis(axes[0], x->shape.size()) : std::nullopt;
+  if (!axis || *axis == 0) {
+    return c.Fail("only one axis after the batch axis is supported");
+  }
+  Op op;
+  op.kind = OpKind::kReduceMean;
+  op.inputs = {x->tensor};
+  op.axis = *axis;
+  Shape shape = x->shape;
+  shape.erase(shape.begin() + *axis);
+  if (!keep) {
+    c.Emit(op, shape);
+    return OkStatus();
+  }
+  Op& mean = c.Emit(op, shape);
+  Op reshape;
+  reshape.kind = OpKind::kReshape;
+  reshape.inputs = {mean.output};
+  Shape kept = x->shape;
+  kept[static_cast<size_t>(*axis)] = 1;
+  reshape.shape = Shape(kept.begin() + 1, kept.end());
+  c.Emit(reshape, kept);
+  return OkStatus();
+}
+
+// To FLOAT only, which inside a program is nothing: every input arrives converted to FP32.
+Status Cast(Converter& c, Attributes& attrs) {
+  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  if (attrs.Int("to", 0) != onnx::TensorProto::FLOAT) {
+    return c.Fail("only a cast to FLOAT is supported (programs compute in FP32)");
+  }
+  c.Define(0, *x);
+  return OkStatus();
+}
+
 Status Relu(Converter& c, Attributes&) { return Unary(c, OpKind::kRelu); }
 Status Sigmoid(Converter& c, Attributes&) { return Unary(c, OpKind::kSigmoid); }
 Status Tanh(Converter& c, Attributes&) { return Unary(c, OpKind::kTanh); }
@@ -369,17 +444,20 @@ const std::map<std::string, OpEntry>& Table() {
   static const auto* table = new std::map<std::string, OpEntry>{
       {"Add", {Add, {7, 13, 14}}},
       {"BatchNormalization", {BatchNormalization, {9, 14, 15}}},
+      {"Cast", {Cast, {6, 9, 13}}},
       {"Clip", {Clip, {6, 11, 12, 13}}},
       {"Constant", {ConstantNode, {9, 11, 12, 13}}},
       {"Conv", {Conv, {1, 11}}},
       {"Dropout", {Dropout, {12, 13}}},
       {"Flatten", {Flatten, {1, 9, 11, 13}}},
+      {"Gather", {Gather, {1, 11, 13}}},
       {"Gemm", {Gemm, {9, 11, 13}}},
       {"GlobalAveragePool", {GlobalAveragePool, {1}}},
       {"Identity", {Identity, {1, 13, 14, 16}}},
       {"LayerNormalization", {LayerNormalization, {17}}},
       {"MatMul", {MatMul, {1, 9, 13}}},
       {"MaxPool", {MaxPool, {8, 10, 11, 12}}},
+      {"ReduceMean", {ReduceMean, {1, 11, 13}}},
       {"Relu", {Relu, {6, 13, 14}}},
       {"Reshape", {Reshape, {5, 13, 14}}},
       {"Sigmoid", {Sigmoid, {6, 13}}},

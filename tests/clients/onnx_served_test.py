@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Models imported from ONNX (`ferryctl import`), served by a node: tritonclient over HTTP and
 gRPC gets answers equal to onnxruntime's on the same ONNX file within 1e-4 of the output's
-scale, and to PyTorch's own answer (scripts/make_onnx_models.py wrote both files).
+scale, and to PyTorch's own answer (scripts/make_onnx_models.py wrote both files). Inputs go
+in the graph's own type (INT64 token ids for the text model); an id outside the embedding
+table is refused with 400 / INVALID_ARGUMENT naming it, and the node keeps serving.
 
     onnx_served_test.py HTTP_HOST:PORT GRPC_HOST:PORT EXPORT_DIR MODEL=EXPORTED_NAME...
 """
@@ -26,6 +28,33 @@ def relative(got, want):
     return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
 
 
+def check_out_of_range(http, grpc, model, x):
+    """Token ids outside the table (one too large, negative, far beyond 2^24) are refused
+    before they reach a worker; JSON as well as binary."""
+    for bad in (1000, -1, 2**40):
+        ids = x.copy()
+        ids[0, 3] = bad
+        inp = httpclient.InferInput("input", list(ids.shape), "INT64")
+        inp.set_data_from_numpy(ids, binary_data=bad != 1000)
+        try:
+            http.infer(model, [inp])
+            check(False, f"{model}: HTTP id {bad} refused")
+        except Exception as e:  # tritonclient raises InferenceServerException
+            check("outside the declared range" in str(e), f"{model}: HTTP id {bad} refused")
+        ginp = grpcclient.InferInput("input", list(ids.shape), "INT64")
+        ginp.set_data_from_numpy(ids)
+        try:
+            grpc.infer(model, [ginp])
+            check(False, f"{model}: gRPC id {bad} refused")
+        except Exception as e:
+            check("INVALID_ARGUMENT" in str(e.status()) and "outside the declared range" in str(e),
+                  f"{model}: gRPC id {bad} refused as INVALID_ARGUMENT")
+    inp = httpclient.InferInput("input", list(x.shape), "INT64")
+    inp.set_data_from_numpy(x, binary_data=True)
+    got = http.infer(model, [inp]).as_numpy("output")
+    check(got is not None and got.shape[0] == x.shape[0], f"{model}: served again after refusals")
+
+
 def main():
     http = httpclient.InferenceServerClient(sys.argv[1])
     grpc = grpcclient.InferenceServerClient(sys.argv[2])
@@ -41,18 +70,22 @@ def main():
         meta = http.get_model_metadata(model)
         check(meta["inputs"][0]["name"] == "input" and meta["outputs"][0]["name"] == "output",
               f"{model}: metadata names the ONNX graph's input and output")
-        inp = httpclient.InferInput("input", list(x.shape), "FP32")
+        datatype = "INT64" if x.dtype == np.int64 else "FP32"
+        check(meta["inputs"][0]["datatype"] == datatype, f"{model}: input datatype {datatype}")
+        inp = httpclient.InferInput("input", list(x.shape), datatype)
         inp.set_data_from_numpy(x, binary_data=True)
         got = http.infer(model, [inp]).as_numpy("output")
         err = relative(got, ort_answer)
         check(got.shape == ort_answer.shape and err <= 1e-4,
               f"{model}: HTTP answer equals onnxruntime's (relative error {err:.1e})")
-        ginp = grpcclient.InferInput("input", list(x.shape), "FP32")
+        ginp = grpcclient.InferInput("input", list(x.shape), datatype)
         ginp.set_data_from_numpy(x)
         got = grpc.infer(model, [ginp]).as_numpy("output")
         err = relative(got, ort_answer)
         check(got.shape == ort_answer.shape and err <= 1e-4,
               f"{model}: gRPC answer equals onnxruntime's (relative error {err:.1e})")
+        if datatype == "INT64":
+            check_out_of_range(http, grpc, model, x)
     if failures:
         print(f"{len(failures)} checks failed")
         sys.exit(1)

@@ -35,6 +35,7 @@ const std::map<std::string, std::set<int>> kWeightOperands = {
     {"Reshape", {1}},
     {"Dropout", {1, 2}},
     {"Clip", {1, 2}},
+    {"Gather", {0}},
 };
 
 std::string DataDir() {
@@ -88,10 +89,13 @@ std::optional<Outcome> RunNodeTest(const fs::path& dir, std::string* op_type) {
     }
     *kept_inputs.add_input() = graph->input(i);
     Result<ConstTensor> tensor = onnx_import::ReadTensorFile(file);
-    if (!tensor.ok() || tensor->integer) {
-      return Outcome{Outcome::kRefused, "input " + name + " is not FP32"};
+    if (!tensor.ok()) {
+      return Outcome{Outcome::kRefused, "input " + name + ": " + tensor.error().message};
     }
-    inputs.push_back(tensor->floats);
+    // Integer inputs (gather's indices) go in as exact floats; RunOnnx packs them as the
+    // model input's type.
+    inputs.push_back(tensor->integer ? std::vector<float>(tensor->ints.begin(), tensor->ints.end())
+                                     : tensor->floats);
   }
   graph->mutable_input()->Swap(kept_inputs.mutable_input());
   // LayerNormalization's Mean and InvStdDev are training outputs ferry does not produce: Y is
@@ -108,6 +112,14 @@ std::optional<Outcome> RunNodeTest(const fs::path& dir, std::string* op_type) {
     return Outcome{Outcome::kRefused, "no batched input"};
   }
   int64_t rows = graph->input(0).type().tensor_type().shape().dim(0).dim_value();
+  for (const onnx::ValueInfoProto& input : graph->input()) {
+    const auto& shape = input.type().tensor_type().shape();
+    if (shape.dim_size() == 0 || shape.dim(0).dim_value() != rows) {
+      return Outcome{Outcome::kRefused,
+                     "inputs differ in their first dimension, which ferry "
+                     "batches together"};
+    }
+  }
   std::string bytes = model.SerializeAsString();
   Result<onnx_import::OnnxModel> parsed = onnx_import::ParseOnnx(
       std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,33 @@ struct OnnxRun {
   Manifest manifest;
 };
 
+// `values` as the bytes of an input of `dtype`; nullopt for a type the tests do not pack.
+inline std::optional<std::vector<uint8_t>> InputBytes(DType dtype,
+                                                      const std::vector<float>& values) {
+  auto pack = [&](auto zero) {
+    std::vector<uint8_t> bytes(values.size() * sizeof(zero));
+    for (size_t i = 0; i < values.size(); ++i) {
+      auto v = static_cast<decltype(zero)>(values[i]);
+      std::memcpy(bytes.data() + i * sizeof(v), &v, sizeof(v));
+    }
+    return bytes;
+  };
+  switch (dtype) {
+    case DType::kF32:
+      return pack(float{});
+    case DType::kF64:
+      return pack(double{});
+    case DType::kI64:
+      return pack(int64_t{});
+    case DType::kI32:
+      return pack(int32_t{});
+    default:
+      return std::nullopt;
+  }
+}
+
 // Imports `model` at the single compiled size `rows` and runs `inputs` (one per manifest
-// input, `rows` rows each) in `mode`.
+// input, `rows` rows each; integer inputs given as exact floats) in `mode`.
 inline OnnxRun RunOnnx(const onnx_import::OnnxModel& model, int64_t rows,
                        const std::vector<std::vector<float>>& inputs, CpuMode mode) {
   OnnxRun run;
@@ -56,8 +82,29 @@ inline OnnxRun RunOnnx(const onnx_import::OnnxModel& model, int64_t rows,
     return run;
   }
   RequestIo io{rows, {}, {}};
-  for (const std::vector<float>& input : inputs) {
-    io.inputs.emplace_back(reinterpret_cast<const uint8_t*>(input.data()), input.size() * 4);
+  std::vector<std::vector<uint8_t>> in_bytes;
+  for (size_t i = 0; i < inputs.size() && i < bundle->manifest.inputs.size(); ++i) {
+    const TensorSpec& spec = bundle->manifest.inputs[i];
+    std::optional<std::vector<uint8_t>> bytes = InputBytes(spec.dtype, inputs[i]);
+    // What the hook host refuses with 400 never reaches a worker: refused here the same way.
+    for (float v : inputs[i]) {
+      if (spec.range &&
+          (v < static_cast<float>((*spec.range)[0]) || v > static_cast<float>((*spec.range)[1]))) {
+        run.imported = false;
+        run.status = InvalidArgument("input '" + spec.name + "': " + std::to_string(v) +
+                                     " is outside the declared range (the hook host refuses it)");
+        return run;
+      }
+    }
+    if (!bytes) {
+      run.imported = false;
+      run.status = InvalidArgument("the test feeds no " + std::string(KServeName(spec.dtype)));
+      return run;
+    }
+    in_bytes.push_back(std::move(*bytes));
+  }
+  for (const std::vector<uint8_t>& bytes : in_bytes) {
+    io.inputs.emplace_back(bytes);
   }
   std::vector<std::vector<uint8_t>> out_bytes;
   for (const TensorSpec& spec : bundle->manifest.outputs) {

@@ -16,17 +16,24 @@
 namespace ferry {
 namespace {
 
-// Input `i` of every request into `batch` (the whole compiled batch), padding zeroed.
+// Input `i` of every request into `batch` (the whole compiled batch), padding zeroed. An
+// input that is not FP32 is gathered in its own type into `scratch`, then converted.
 Status GatherInput(const Manifest& manifest, const BatchJob& job, size_t i, const Shape& shape,
-                   std::span<float> batch) {
+                   std::span<float> batch, std::vector<uint8_t>* scratch) {
   const TensorSpec& spec = manifest.inputs[i];
+  int element = DTypeBits(spec.dtype) / 8;
   RowLayout layout{1, 0};
   if (spec.batch_axis && !manifest.unbatched()) {
-    FERRY_ASSIGN_OR_RETURN(layout, RowLayoutOf(shape, *spec.batch_axis, 4));
+    FERRY_ASSIGN_OR_RETURN(layout, RowLayoutOf(shape, *spec.batch_axis, element));
   }
-  GatherRows(job, i, layout.outer, layout.row_bytes,
-             std::span(reinterpret_cast<uint8_t*>(batch.data()), batch.size_bytes()));
-  return OkStatus();
+  if (spec.dtype == DType::kF32) {
+    GatherRows(job, i, layout.outer, layout.row_bytes,
+               std::span(reinterpret_cast<uint8_t*>(batch.data()), batch.size_bytes()));
+    return OkStatus();
+  }
+  scratch->resize(batch.size() * static_cast<size_t>(element));
+  GatherRows(job, i, layout.outer, layout.row_bytes, *scratch);
+  return ConvertToFloat32(spec.dtype, *scratch, batch);
 }
 
 // Every request's rows of output `o` from `batch`; padding rows are dropped.
@@ -186,6 +193,14 @@ Status CpuBackend::RunReference(const Model& model, const std::map<std::string, 
       case OpKind::kGlobalAvgPool:
         cpu::GlobalAvgPool(x, xs, y);
         break;
+      case OpKind::kGather: {
+        const TensorInfo* info = model.bundle->weights.index().Find(op.weight);
+        FERRY_RETURN_IF_ERROR(cpu::Gather(x, weight(op.weight), info->shape[0], info->shape[1], y));
+        break;
+      }
+      case OpKind::kReduceMean:
+        cpu::ReduceMean(x, xs, op.axis, y);
+        break;
       case OpKind::kFlatten:
       case OpKind::kReshape:
         y = x;  // Row-major: the bytes do not move.
@@ -211,8 +226,8 @@ Result<ExecutionTiming> CpuBackend::Execute(ModelHandle handle, const BatchJob& 
   if (options_.mode == CpuMode::kFast) {
     cpu::FastProgram& program = *model.programs[plan];
     for (size_t i = 0; i < manifest.inputs.size(); ++i) {
-      FERRY_RETURN_IF_ERROR(
-          GatherInput(manifest, job, i, shapes.at(manifest.inputs[i].name), program.Input(i)));
+      FERRY_RETURN_IF_ERROR(GatherInput(manifest, job, i, shapes.at(manifest.inputs[i].name),
+                                        program.Input(i), &scratch_));
     }
     omp_set_num_threads(static_cast<int>(threads_));
     FERRY_RETURN_IF_ERROR(program.Run());
@@ -226,7 +241,7 @@ Result<ExecutionTiming> CpuBackend::Execute(ModelHandle handle, const BatchJob& 
       const Shape& shape = shapes.at(manifest.inputs[i].name);
       std::vector<float>& value = values[manifest.inputs[i].name];
       value.resize(static_cast<size_t>(*NumElements(shape)));
-      FERRY_RETURN_IF_ERROR(GatherInput(manifest, job, i, shape, value));
+      FERRY_RETURN_IF_ERROR(GatherInput(manifest, job, i, shape, value, &scratch_));
     }
     FERRY_RETURN_IF_ERROR(RunReference(model, shapes, &values));
     for (size_t o = 0; o < manifest.outputs.size(); ++o) {

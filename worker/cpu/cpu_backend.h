@@ -65,6 +65,8 @@ class CpuBackend : public ThreadedBackend {
   unsigned threads_;
   std::vector<Model> models_;
   ThreadPool pool_;  // kReference only.
+  // Inputs that are not FP32, gathered in their own type before conversion (reused).
+  std::vector<uint8_t> scratch_;
 };
 
 // Threads for `requested` (0: the CPUs in this process's affinity mask, at least 1).

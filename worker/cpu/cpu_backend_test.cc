@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <random>
 
+#include "model/dtype_convert.h"
+#include "tests/testing/temp_dir.h"
+
 namespace ferry {
 namespace {
 
@@ -183,6 +186,104 @@ TEST_CASE("the fast path matches the reference within 1e-5 on every example, siz
       }
     }
   }
+}
+
+// A bundle: INT64 ids [N, 3] in [0, 3] -> gather from a [4, 2] table -> mean over the ids.
+std::string GatherBundle(const testing::TempDir& dir) {
+  std::string path = dir.path() + "/bag";
+  std::filesystem::create_directory(path);
+  testing::WriteFile(path + "/manifest.toml", R"(name = "bag"
+[[inputs]]
+name = "ids"
+dtype = "INT64"
+shape = [-1, 3]
+range = [0, 3]
+[[outputs]]
+name = "mean"
+shape = [-1, 2]
+[batching]
+sizes = [2]
+[[program]]
+op = "gather"
+input = "ids"
+output = "rows"
+weight = "table"
+[[program]]
+op = "reduce_mean"
+input = "rows"
+output = "mean"
+axis = 1
+)");
+  std::vector<float> table = {0, 1, 10, 11, 20, 21, 30, 31};
+  testing::WriteFile(
+      path + "/weights.safetensors",
+      testing::SafetensorsBytes(R"({"table":{"dtype":"F32","shape":[4,2],"data_offsets":[0,32]}})",
+                                std::string_view(reinterpret_cast<const char*>(table.data()), 32)));
+  return path;
+}
+
+TEST_CASE("INT64 ids through gather and reduce_mean; an id outside the table fails the batch") {
+  testing::TempDir dir;
+  Result<Bundle> bundle = LoadBundle(GatherBundle(dir));
+  REQUIRE_MESSAGE(bundle.ok(), (bundle.ok() ? "" : bundle.error().message));
+  for (CpuMode mode : kModes) {
+    CAPTURE(mode == CpuMode::kFast ? "fast" : "reference");
+    CpuBackend backend(CpuOptions{mode, 2});
+    Result<ModelHandle> handle = backend.Load(*bundle);
+    REQUIRE(handle.ok());
+    std::vector<int64_t> a = {0, 1, 3}, b = {2, 2, 2};
+    std::vector<float> out_a(2), out_b(2);
+    auto io = [](std::vector<int64_t>& ids, std::vector<float>& out) {
+      return RequestIo{1,
+                       {std::span(reinterpret_cast<const uint8_t*>(ids.data()), ids.size() * 8)},
+                       {std::span(reinterpret_cast<uint8_t*>(out.data()), out.size() * 4)}};
+    };
+    Result<ExecutionTiming> run =
+        backend.Execute(*handle, BatchJob{0, 2, {io(a, out_a), io(b, out_b)}});
+    REQUIRE_MESSAGE(run.ok(), (run.ok() ? "" : run.error().message));
+    CHECK(out_a == std::vector<float>{(0 + 10 + 30) / 3.0f, (1 + 11 + 31) / 3.0f});
+    CHECK(out_b == std::vector<float>{20, 21});
+    // A peer that bypassed the hook host's range check: refused, nothing read past the table.
+    for (int64_t bad : {int64_t{4}, int64_t{-1}, (int64_t{1} << 24) + 1, INT64_MAX}) {
+      CAPTURE(bad);
+      a[1] = bad;
+      run = backend.Execute(*handle, BatchJob{0, 2, {io(a, out_a)}});
+      REQUIRE_FALSE(run.ok());
+      CHECK(run.error().code == ErrorCode::kInvalidArgument);
+      CHECK(run.error().message.find("gather: index") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("ConvertToFloat32: every input type, integers exact to 2^24, sizes checked") {
+  std::vector<float> out(3);
+  int64_t i64[] = {-(int64_t{1} << 24), 7, int64_t{1} << 24};
+  REQUIRE(ConvertToFloat32(DType::kI64, std::span(reinterpret_cast<const uint8_t*>(i64), 24), out)
+              .ok());
+  CHECK(out == std::vector<float>{-16777216.0f, 7.0f, 16777216.0f});
+  uint8_t flags[] = {0, 1, 255};
+  REQUIRE(ConvertToFloat32(DType::kBool, flags, out).ok());
+  CHECK(out == std::vector<float>{0, 1, 1});
+  REQUIRE(ConvertToFloat32(DType::kU8, flags, out).ok());
+  CHECK(out == std::vector<float>{0, 1, 255});
+  int8_t signed_bytes[] = {-128, 0, 127};
+  REQUIRE(ConvertToFloat32(DType::kI8, std::span(reinterpret_cast<uint8_t*>(signed_bytes), 3), out)
+              .ok());
+  CHECK(out == std::vector<float>{-128, 0, 127});
+  uint16_t halves[] = {0x3c00, 0xc000, 0x7bff};  // F16: 1, -2, 65504.
+  REQUIRE(
+      ConvertToFloat32(DType::kF16, std::span(reinterpret_cast<uint8_t*>(halves), 6), out).ok());
+  CHECK(out == std::vector<float>{1, -2, 65504});
+  double doubles[] = {0.5, -1e300, 3};
+  REQUIRE(
+      ConvertToFloat32(DType::kF64, std::span(reinterpret_cast<uint8_t*>(doubles), 24), out).ok());
+  CHECK(out[0] == 0.5f);
+  CHECK(std::isinf(out[1]));
+  // Lying sizes and unconvertible types are refused.
+  CHECK_FALSE(
+      ConvertToFloat32(DType::kI64, std::span(reinterpret_cast<const uint8_t*>(i64), 23), out)
+          .ok());
+  CHECK_FALSE(ConvertToFloat32(DType::kF8E4M3, flags, out).ok());
 }
 
 }  // namespace

@@ -25,6 +25,8 @@ struct FastProgram::State {
     std::function<void()> run;
   };
   std::vector<Step> steps;
+  // Set by a step that refuses its input (a gather index outside the table); Run stops there.
+  std::optional<Error> failure;
 
   std::vector<float>& Buffer(const std::string& name) { return buffers[buffer_of.at(name)]; }
   memory Wrap(const memory::desc& desc, const std::string& tensor) {
@@ -273,6 +275,20 @@ Result<std::unique_ptr<FastProgram>> FastProgram::Build(const Bundle& bundle,
         case OpKind::kGlobalAvgPool:
           s->steps.push_back({index, [x, xs, y] { GlobalAvgPool(*x, xs, *y); }});
           break;
+        case OpKind::kGather: {
+          std::span<const float> table = weight(op.weight);
+          int64_t width = ys.back();
+          int64_t rows = static_cast<int64_t>(table.size()) / width;
+          s->steps.push_back({index, [s, x, table, rows, width, y] {
+                                if (Status g = Gather(*x, table, rows, width, *y); !g.ok()) {
+                                  s->failure = g.error();
+                                }
+                              }});
+          break;
+        }
+        case OpKind::kReduceMean:
+          s->steps.push_back({index, [x, xs, axis = op.axis, y] { ReduceMean(*x, xs, axis, *y); }});
+          break;
         case OpKind::kFlatten:
         case OpKind::kReshape:
           s->steps.push_back({index, [x, y] { std::copy(x->begin(), x->end(), y->begin()); }});
@@ -287,9 +303,15 @@ Result<std::unique_ptr<FastProgram>> FastProgram::Build(const Bundle& bundle,
 }
 
 Status FastProgram::Run() {
+  state_->failure.reset();
   for (const State::Step& step : state_->steps) {
     try {
       step.run();
+      if (state_->failure) {
+        state_->stream.wait();
+        return InvalidArgument("op " + std::to_string(step.op_index) + ": " +
+                               state_->failure->message);
+      }
     } catch (const dnnl::error& e) {
       return Internal("op " + std::to_string(step.op_index) + ": oneDNN: " + e.what());
     }

@@ -194,4 +194,37 @@ void GlobalAvgPool(std::span<const float> x, const Shape& xs, std::span<float> y
   }
 }
 
+Status Gather(std::span<const float> x, std::span<const float> table, int64_t rows, int64_t width,
+              std::span<float> y) {
+  for (size_t i = 0; i < x.size(); ++i) {
+    float index = x[i];
+    // Also false for NaN: every comparison with it is.
+    if (!(index >= 0.0f && index < static_cast<float>(rows)) || index != std::floor(index)) {
+      return InvalidArgument("gather: index " + std::to_string(index) + " at " + std::to_string(i) +
+                             " is not an integer in [0, " + std::to_string(rows) + ")");
+    }
+    const float* row = table.data() + static_cast<int64_t>(index) * width;
+    std::copy(row, row + width, y.begin() + static_cast<int64_t>(i) * width);
+  }
+  return OkStatus();
+}
+
+void ReduceMean(std::span<const float> x, const Shape& shape, int64_t axis, std::span<float> y) {
+  int64_t rank = static_cast<int64_t>(shape.size());
+  int64_t a = axis < 0 ? axis + rank : axis;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < a; ++d) outer *= shape[static_cast<size_t>(d)];
+  for (int64_t d = a + 1; d < rank; ++d) inner *= shape[static_cast<size_t>(d)];
+  int64_t n = shape[static_cast<size_t>(a)];
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t k = 0; k < inner; ++k) {
+      double sum = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        sum += x[static_cast<size_t>((o * n + j) * inner + k)];
+      }
+      y[static_cast<size_t>(o * inner + k)] = static_cast<float>(sum / static_cast<double>(n));
+    }
+  }
+}
+
 }  // namespace ferry::cpu

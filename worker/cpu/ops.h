@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 
+#include "common/result.h"
 #include "model/manifest.h"
 #include "worker/cpu/thread_pool.h"
 
@@ -46,6 +47,14 @@ void Conv2d(std::span<const float> x, const Shape& x_shape, std::span<const floa
 // Padding counts as -infinity.
 void MaxPool2d(std::span<const float> x, const Shape& x_shape, const Window& window,
                const Shape& y_shape, std::span<float> y);
+// y[..., :] = table[index(x[...]), :] for a [rows, width] table. The indices arrive as FP32
+// (model/dtype_convert.h); INVALID_ARGUMENT naming the first one that is not an integer in
+// [0, rows) (the hook host checks each request's range first: only a peer that bypassed it
+// gets here).
+Status Gather(std::span<const float> x, std::span<const float> table, int64_t rows, int64_t width,
+              std::span<float> y);
+// The mean over `axis` of `shape` (negative counts from the end), the axis removed.
+void ReduceMean(std::span<const float> x, const Shape& shape, int64_t axis, std::span<float> y);
 // [N, C, H, W] -> [N, C]
 void GlobalAvgPool(std::span<const float> x, const Shape& x_shape, std::span<float> y);
 

@@ -466,6 +466,9 @@ struct CudaBackend::Impl {
           });
           break;
         }
+        case OpKind::kGather:
+        case OpKind::kReduceMean:
+          break;  // CudaRuns refuses these at load, before any step is built.
         case OpKind::kFlatten:
         case OpKind::kReshape:
           exe->steps.push_back([=, this](cudaStream_t s) {
@@ -679,13 +682,40 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBackendOption
   return backend;
 }
 
+namespace {
+
+// What this backend does not run yet: inputs other than FP32 (the CPU backend converts them)
+// and the gather and reduce_mean ops. Refused at load with the reason, so a node file that
+// puts such a model on a GPU says so instead of failing at its first request.
+Status CudaRuns(const Manifest& manifest) {
+  for (const TensorSpec& input : manifest.inputs) {
+    if (input.dtype != DType::kF32) {
+      return InvalidArgument("model '" + manifest.name + "': input '" + input.name + "' is " +
+                             std::string(KServeName(input.dtype)) +
+                             "; the CUDA backend takes FP32 inputs only (CPU workers convert)");
+    }
+  }
+  for (const Op& op : manifest.program) {
+    if (op.kind == OpKind::kGather || op.kind == OpKind::kReduceMean) {
+      return InvalidArgument("model '" + manifest.name + "': the CUDA backend does not run " +
+                             std::string(OpKindName(op.kind)) + " yet (CPU workers do)");
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 Result<ModelHandle> CudaBackend::Load(const Bundle& bundle) {
   Impl& d = *impl_;
   ModelHandle handle = static_cast<ModelHandle>(d.models.size());
   d.models.emplace_back();
   Model& m = d.models.back();
   m.bundle = &bundle;
-  Status built = d.Select();
+  Status built = CudaRuns(bundle.manifest);
+  if (built.ok()) {
+    built = d.Select();
+  }
   if (built.ok()) {
     built = d.UploadWeights(m);
   }
