@@ -3,15 +3,18 @@
 // time.
 //
 //   ferry-cpu-bench [--threads 1,2] [--seconds 0.5] [--mode fast|reference] [--json]
-//   ferry-cpu-bench --bundle DIR --batches 1,8 [--input X.f32] [--output Y.f32] ...
+//   ferry-cpu-bench --bundle DIR --batches 1,8 [--input X.raw ...] [--output Y.f32] ...
 //
-// With --input, every execution reads those rows (raw little-endian FP32, `batch` rows of
-// the bundle's first input) and --output receives the first output of the last one.
+// With --input (once per model input, in manifest order), every execution reads those rows
+// (raw little-endian values of the input's own type, `batch` rows each) and --output receives
+// the first output of the last one. Without, FP32 inputs get seeded normal values and the
+// others zeros.
 // bench/cpu_vs_torch.py runs it beside PyTorch and bench/vs_onnxruntime.py beside
 // onnxruntime, in the same run, and report the ratio.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -29,37 +32,54 @@ struct Point {
 };
 
 struct Io {
-  std::string input_file;   // Empty: seeded normal values.
-  std::string output_file;  // Empty: not written.
+  std::vector<std::string> input_files;  // Empty: seeded values.
+  std::string output_file;               // Empty: not written.
 };
+
+// Input `i`'s `batch` rows: from its file, else seeded normal values (FP32) or zeros.
+std::vector<uint8_t> InputRows(const Manifest& m, size_t i, int64_t batch, const Io& io) {
+  std::vector<uint8_t> bytes(
+      static_cast<size_t>(batch * RowBytes(m, m.inputs[i], m.variants[0], true)));
+  if (i < io.input_files.size()) {
+    std::ifstream file(io.input_files[i], std::ios::binary);
+    file.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    if (file.gcount() != static_cast<std::streamsize>(bytes.size())) {
+      std::cerr << io.input_files[i] << ": needs " << bytes.size() << " bytes\n";
+      std::exit(1);
+    }
+  } else if (m.inputs[i].dtype == DType::kF32) {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> normal;
+    for (size_t at = 0; at + 4 <= bytes.size(); at += 4) {
+      float x = normal(rng);
+      std::memcpy(bytes.data() + at, &x, 4);
+    }
+  }
+  return bytes;
+}
 
 double RowsPerSecond(CpuBackend& backend, ModelHandle handle, const Bundle& bundle, int64_t batch,
                      double seconds, const Io& io) {
   const Manifest& m = bundle.manifest;
-  int64_t in_row = RowBytes(m, m.inputs[0], m.variants[0], true);
   int64_t out_row = RowBytes(m, m.outputs[0], m.variants[0], false);
-  std::vector<float> input(static_cast<size_t>(batch * in_row / 4));
-  std::mt19937 rng(1);
-  std::normal_distribution<float> normal;
-  for (float& x : input) {
-    x = normal(rng);
+  std::vector<std::vector<uint8_t>> inputs;
+  RequestIo request{batch, {}, {}};
+  for (size_t i = 0; i < m.inputs.size(); ++i) {
+    inputs.push_back(InputRows(m, i, batch, io));
   }
-  if (!io.input_file.empty()) {
-    std::ifstream file(io.input_file, std::ios::binary);
-    file.read(reinterpret_cast<char*>(input.data()),
-              static_cast<std::streamsize>(input.size() * 4));
-    if (file.gcount() != static_cast<std::streamsize>(input.size() * 4)) {
-      std::cerr << io.input_file << ": needs " << input.size() * 4 << " bytes\n";
-      std::exit(1);
-    }
+  for (const std::vector<uint8_t>& bytes : inputs) {
+    request.inputs.emplace_back(bytes);
   }
   std::vector<uint8_t> output(static_cast<size_t>(batch * out_row));
-  BatchJob job{
-      0,
-      batch,
-      {{batch,
-        {std::span<const uint8_t>(reinterpret_cast<uint8_t*>(input.data()), input.size() * 4)},
-        {output}}}};
+  std::vector<std::vector<uint8_t>> others;  // Outputs after the first: computed, not kept.
+  others.reserve(m.outputs.size());          // The spans below point into it.
+  request.outputs.emplace_back(output);
+  for (size_t o = 1; o < m.outputs.size(); ++o) {
+    others.emplace_back(
+        static_cast<size_t>(batch * RowBytes(m, m.outputs[o], m.variants[0], false)));
+    request.outputs.emplace_back(others.back());
+  }
+  BatchJob job{0, batch, {request}};
   auto run = [&] {
     Result<ExecutionTiming> r = backend.Execute(handle, job);
     if (!r.ok()) {
@@ -104,7 +124,8 @@ int main(int argc, char** argv) {
   Io io;
   app.add_option("--bundle", bundle_dir, "one bundle instead of the examples");
   app.add_option("--batches", batches, "batch sizes (with --bundle)")->delimiter(',');
-  app.add_option("--input", io.input_file, "raw FP32 rows to run (with --bundle, one batch)");
+  app.add_option("--input", io.input_files,
+                 "raw rows of each input, in manifest order (with --bundle, one batch)");
   app.add_option("--output", io.output_file, "write the first output of the last run");
   CLI11_PARSE(app, argc, argv);
 

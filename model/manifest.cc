@@ -35,6 +35,11 @@ constexpr OpInfo kOps[] = {
     {"clip", OpKind::kClip},
     {"gather", OpKind::kGather},
     {"reduce_mean", OpKind::kReduceMean},
+    {"sub", OpKind::kSub},
+    {"mul", OpKind::kMul},
+    {"div", OpKind::kDiv},
+    {"transpose", OpKind::kTranspose},
+    {"matmul", OpKind::kMatMul},
 };
 
 bool ValidName(const std::string& name) {
@@ -185,11 +190,20 @@ std::optional<Op> ReadOp(TableReader& r) {
   }
   op.kind = known->kind;
   bool ok = true;
-  if (op.kind == OpKind::kAdd) {
+  bool binary = IsBinaryElementwise(op.kind);
+  if (op.kind == OpKind::kMatMul || (binary && r.Raw("inputs") != nullptr)) {
     if (!r.StringArray("inputs", &op.inputs) || op.inputs.size() != 2) {
-      r.ErrorAt("inputs", "add needs inputs = [\"a\", \"b\"]");
+      r.ErrorAt("inputs", std::string(OpKindName(op.kind)) + " needs inputs = [\"a\", \"b\"]");
       ok = false;
     }
+  } else if (binary) {
+    op.inputs.resize(1);
+    if (!r.String("input", &op.inputs[0]) || !r.String("weight", &op.weight) || op.weight.empty()) {
+      r.ErrorAt("inputs", std::string(OpKindName(op.kind)) +
+                              " needs inputs = [\"a\", \"b\"], or input and a weight");
+      ok = false;
+    }
+    r.Bool("reverse", &op.reverse);
   } else {
     op.inputs.resize(1);
     if (!r.String("input", &op.inputs[0])) {
@@ -232,6 +246,12 @@ std::optional<Op> ReadOp(TableReader& r) {
     case OpKind::kReduceMean:
       if (!r.Int("axis", &op.axis, -static_cast<int64_t>(kMaxRank), kMaxRank - 1)) {
         r.ErrorAt("axis", "reduce_mean needs the axis it averages over");
+        ok = false;
+      }
+      break;
+    case OpKind::kTranspose:
+      if (!r.IntArray("perm", &op.perm, 0, kMaxRank - 1) || op.perm.empty()) {
+        r.ErrorAt("perm", "transpose needs perm = [0, ...], a permutation of the axes");
         ok = false;
       }
       break;
@@ -386,7 +406,7 @@ void ReadExecutable(TableReader& r, Manifest* manifest) {
     if (op) {
       for (const std::string& input : op->inputs) {
         if (defined.count(input) == 0) {
-          op_reader.ErrorAt(op->kind == OpKind::kAdd ? "inputs" : "input",
+          op_reader.ErrorAt(op->inputs.size() > 1 ? "inputs" : "input",
                             "op " + std::to_string(index) + " (" +
                                 std::string(OpKindName(op->kind)) + ") reads '" + input +
                                 "', which no input or earlier op defines");
@@ -457,6 +477,11 @@ void ReadPipeline(TableReader& r, Manifest* manifest) {
 }
 
 }  // namespace
+
+bool IsBinaryElementwise(OpKind kind) {
+  return kind == OpKind::kAdd || kind == OpKind::kSub || kind == OpKind::kMul ||
+         kind == OpKind::kDiv;
+}
 
 std::string_view OpKindName(OpKind kind) {
   for (const OpInfo& info : kOps) {

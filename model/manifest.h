@@ -73,14 +73,22 @@ enum class OpKind {
   kClip,
   kGather,
   kReduceMean,
+  kSub,
+  kMul,
+  kDiv,
+  kTranspose,
+  kMatMul,
 };
+// add, sub, mul, div: elementwise with numpy broadcasting.
+bool IsBinaryElementwise(OpKind kind);
 std::string_view OpKindName(OpKind kind);
 
 struct Op {
   OpKind kind = OpKind::kRelu;
-  std::vector<std::string> inputs;       // Tensor names: one, or two for add.
-  std::string output;                    // A new tensor name.
-  std::string weight;                    // Safetensors name: dense, layernorm, conv2d, gather.
+  std::vector<std::string> inputs;  // Tensor names: one, or two (binary ops, matmul).
+  std::string output;               // A new tensor name.
+  // Safetensors name: dense, layernorm, conv2d, gather, and a binary op's constant operand.
+  std::string weight;
   std::string bias;                      // Safetensors name, optional for dense and conv2d.
   int64_t axis = -1;                     // softmax, reduce_mean (the axis it removes).
   double eps = 1e-5;                     // layernorm.
@@ -90,6 +98,8 @@ struct Op {
   int64_t groups = 1;                    // conv2d: channel groups (depthwise: groups = C).
   double min = 0, max = 0;               // clip: the closed range values are clamped to.
   Shape shape;                           // reshape: the new shape of all but axis 0.
+  std::vector<int64_t> perm;             // transpose: output axis i is input axis perm[i].
+  bool reverse = false;                  // Binary op with a weight: weight OP input.
 };
 
 // GEMM arithmetic for backends that have a choice (the CPU reference is always fp32).

@@ -110,6 +110,37 @@ TEST_CASE("range: an integer input's closed range; refused on floats and when re
   CHECK(no_table.error().message.find("reduce_mean needs the axis") != std::string::npos);
 }
 
+TEST_CASE("binary ops take two inputs or an input and a weight; transpose needs perm") {
+  auto parse = [](const std::string& ops) {
+    return ParseManifest(
+        "name = \"m\"\n[[inputs]]\nname = \"x\"\nshape = [-1, 2, 3]\n"
+        "[[outputs]]\nname = \"y\"\nshape = [-1, 2, 2]\n[batching]\n"
+        "sizes = [1]\n" +
+            ops,
+        "m.toml");
+  };
+  Result<Manifest> ok = parse(
+      "[[program]]\nop = \"sub\"\ninput = \"x\"\nweight = \"one\"\nreverse = true\n"
+      "output = \"a\"\n[[program]]\nop = \"transpose\"\ninput = \"x\"\nperm = [0, 2, 1]\n"
+      "output = \"t\"\n[[program]]\nop = \"matmul\"\ninputs = [\"a\", \"t\"]\n"
+      "output = \"y\"\n");
+  REQUIRE_MESSAGE(ok.ok(), (ok.ok() ? "" : ok.error().message));
+  CHECK(ok->program[0].kind == OpKind::kSub);
+  CHECK(ok->program[0].reverse);
+  CHECK(ok->program[0].weight == "one");
+  CHECK(ok->program[1].perm == std::vector<int64_t>{0, 2, 1});
+  CHECK(ok->program[2].inputs == std::vector<std::string>{"a", "t"});
+  // mul with neither a second input nor a weight; matmul with one input; no perm.
+  for (const char* bad : {"[[program]]\nop = \"mul\"\ninput = \"x\"\noutput = \"y\"\n",
+                          "[[program]]\nop = \"matmul\"\ninput = \"x\"\noutput = \"y\"\n",
+                          "[[program]]\nop = \"transpose\"\ninput = \"x\"\noutput = \"y\"\n",
+                          "[[program]]\nop = \"div\"\ninputs = [\"x\", \"x\"]\nreverse = true\n"
+                          "output = \"y\"\n"}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parse(bad).ok());
+  }
+}
+
 TEST_CASE("structural errors name the file, position and key path") {
   CHECK(Contains(ErrorOf(kHead + R"(
 [[program]]

@@ -115,15 +115,15 @@ class Inference {
         }
         return x;
       }
-      case OpKind::kAdd: {
-        const Shape& y = shapes_.at(op.inputs[1]);
-        if (x != y) {
-          return OpFail(
-              op, op.inputs[1],
-              "shape " + ShapeToString(y) + " differs from '" + xn + "' " + ShapeToString(x));
-        }
-        return x;
-      }
+      case OpKind::kAdd:
+      case OpKind::kSub:
+      case OpKind::kMul:
+      case OpKind::kDiv:
+        return Binary(op, x);
+      case OpKind::kTranspose:
+        return Transpose(op, x);
+      case OpKind::kMatMul:
+        return MatMul(op, x);
       case OpKind::kDense: {
         if (x.empty()) {
           return OpFail(op, xn, "dense needs rank >= 1");
@@ -230,6 +230,80 @@ class Inference {
       }
     }
     return OpFail(op, xn, "unknown op");
+  }
+
+  // Numpy broadcasting of x with a second tensor (same rank, the same batch axis 0: requests
+  // never mix) or with a weight (of rank at most x's, size 1 at axis 0 when of equal rank:
+  // the same constant for every request).
+  Result<Shape> Binary(const Op& op, const Shape& x) {
+    Shape b;
+    std::string bn;
+    if (op.inputs.size() == 2) {
+      bn = op.inputs[1];
+      b = shapes_.at(bn);
+      if (b.size() != x.size() || b.empty() || b[0] != x[0]) {
+        return OpFail(op, bn,
+                      ShapeToString(b) + " and " + ShapeToString(x) +
+                          ": two computed operands need the same rank and batch axis");
+      }
+    } else {
+      bn = op.weight;
+      std::optional<WeightSpec> w = weights_(op.weight);
+      if (!w) {
+        return OpFail(op, bn, "no such weight in weights.safetensors");
+      }
+      FERRY_RETURN_IF_ERROR(Weight(op, op.weight, w->shape));
+      b = w->shape;
+      if (b.size() > x.size() || (b.size() == x.size() && !b.empty() && b[0] != 1)) {
+        return OpFail(op, bn,
+                      "a constant operand " + ShapeToString(b) +
+                          " may not span the batch axis of " + ShapeToString(x));
+      }
+    }
+    Shape out = x;
+    for (size_t i = 0; i < b.size(); ++i) {
+      int64_t& o = out[out.size() - b.size() + i];
+      if (b[i] != o && b[i] != 1 && o != 1) {
+        return OpFail(op, bn, ShapeToString(b) + " does not broadcast with " + ShapeToString(x));
+      }
+      o = std::max(o, b[i]);
+    }
+    return out;
+  }
+
+  Result<Shape> Transpose(const Op& op, const Shape& x) {
+    std::vector<int64_t> sorted = op.perm;
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      if (sorted[i] != static_cast<int64_t>(i)) {
+        sorted.clear();
+      }
+    }
+    if (op.perm.size() != x.size() || sorted.empty() || op.perm[0] != 0) {
+      return OpFail(op, op.inputs[0],
+                    "perm must reorder every axis of " + ShapeToString(x) + " and keep axis 0");
+    }
+    Shape out;
+    for (int64_t axis : op.perm) {
+      out.push_back(x[static_cast<size_t>(axis)]);
+    }
+    return out;
+  }
+
+  // [..., M, K] x [..., K, N]: the leading axes (the batch axis among them) equal.
+  Result<Shape> MatMul(const Op& op, const Shape& a) {
+    const Shape& b = shapes_.at(op.inputs[1]);
+    size_t r = a.size();
+    if (r < 3 || b.size() != r || !std::equal(a.begin(), a.end() - 2, b.begin()) ||
+        a[r - 1] != b[r - 2]) {
+      return OpFail(op, op.inputs[1],
+                    "matmul needs [..., M, K] x [..., K, N] with equal leading axes (rank >= 3), "
+                    "got " +
+                        ShapeToString(a) + " x " + ShapeToString(b));
+    }
+    Shape out = a;
+    out.back() = b.back();
+    return out;
   }
 
   // gather: rows of the table [V, D] picked by integer indices, which must be a model input

@@ -101,7 +101,7 @@ TEST_CASE("weights are F32, F16 or BF16; an integer weight is refused") {
   }
 }
 
-TEST_CASE("add needs both operands of one shape; outputs must be FP32") {
+TEST_CASE("add of two tensors needs one rank and batch axis; outputs must be FP32") {
   Manifest m;
   m.name = "m";
   m.inputs = {{"x", DType::kF32, {kBatchDim, 2, 3}, 0}};
@@ -123,8 +123,8 @@ TEST_CASE("add needs both operands of one shape; outputs must be FP32") {
   m.program[1].inputs = {"x", "f"};  // [2, 2, 3] + [2, 6].
   CHECK(InferShapes(m, m.variants[0], 2, none)
             .error()
-            .message.find("tensor 'f': shape [2, 6] differs from 'x' [2, 2, 3]") !=
-        std::string::npos);
+            .message.find("tensor 'f': [2, 6] and [2, 2, 3]: two computed operands need the same "
+                          "rank and batch axis") != std::string::npos);
   m.program[1].inputs = {"x", "x"};
   m.outputs[0].dtype = DType::kF16;
   CHECK(InferShapes(m, m.variants[0], 2, none).error().message.find("output 'y' must be FP32") !=
@@ -256,6 +256,48 @@ TEST_CASE("reduce_mean removes its axis, never the batch axis") {
   mean.axis = 3;
   CHECK(InferError(OneOp(DType::kF32, {kBatchDim, 6, 4}, mean, {kBatchDim, 6}), none)
             .find("out of range") != std::string::npos);
+}
+
+TEST_CASE("binary ops broadcast; transpose keeps axis 0; matmul needs equal leading axes") {
+  WeightLookup weights = [](const std::string& name) -> std::optional<WeightSpec> {
+    if (name == "row") return WeightSpec{DType::kF32, {4}};
+    if (name == "wide") return WeightSpec{DType::kF32, {3, 4}};
+    return std::nullopt;
+  };
+  Op mul;
+  mul.kind = OpKind::kMul;
+  mul.weight = "row";
+  CHECK(InferError(OneOp(DType::kF32, {kBatchDim, 3, 4}, mul, {kBatchDim, 3, 4}), weights) == "");
+  // A constant of the input's rank whose axis 0 is not 1 would differ between requests.
+  mul.weight = "wide";
+  CHECK(InferError(OneOp(DType::kF32, {kBatchDim, 4}, mul, {kBatchDim, 4}), weights)
+            .find("may not span the batch axis") != std::string::npos);
+  CHECK(InferError(OneOp(DType::kF32, {kBatchDim, 2, 4}, mul, {kBatchDim, 2, 4}), weights)
+            .find("does not broadcast") != std::string::npos);
+
+  Op swap;
+  swap.kind = OpKind::kTranspose;
+  swap.perm = {0, 2, 1};
+  CHECK(InferError(OneOp(DType::kF32, {kBatchDim, 3, 4}, swap, {kBatchDim, 4, 3}), weights) == "");
+  for (std::vector<int64_t> perm :
+       {std::vector<int64_t>{1, 0, 2}, std::vector<int64_t>{0, 1}, std::vector<int64_t>{0, 1, 1}}) {
+    swap.perm = perm;
+    CHECK(InferError(OneOp(DType::kF32, {kBatchDim, 3, 4}, swap, {kBatchDim, 3, 4}), weights)
+              .find("keep axis 0") != std::string::npos);
+  }
+
+  // x [N, 3, 4] times its own transpose: a matmul of two computed tensors.
+  Manifest m = OneOp(DType::kF32, {kBatchDim, 3, 4}, swap, {kBatchDim, 3, 3});
+  m.program[0].perm = {0, 2, 1};
+  m.program[0].output = "t";
+  Op product;
+  product.kind = OpKind::kMatMul;
+  product.inputs = {"x", "t"};
+  product.output = "y";
+  m.program.push_back(product);
+  CHECK(InferError(m, weights) == "");
+  m.program[1].inputs = {"x", "x"};  // [3, 4] x [3, 4]: K does not match.
+  CHECK(InferError(m, weights).find("matmul needs") != std::string::npos);
 }
 
 }  // namespace

@@ -72,8 +72,58 @@ def text():
     return TextClassifier(), (16,)
 
 
+class EncoderBlock(torch.nn.Module):
+    """Multi-head self-attention with an additive padding mask, then a GELU MLP; post-norm."""
+
+    def __init__(self, seq, width, heads):
+        super().__init__()
+        self.seq, self.width, self.heads = seq, width, heads
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(width, width) for _ in range(4))
+        self.fc1, self.fc2 = torch.nn.Linear(width, 4 * width), torch.nn.Linear(4 * width, width)
+        self.ln1, self.ln2 = torch.nn.LayerNorm(width), torch.nn.LayerNorm(width)
+
+    def split(self, x):  # [N, S, D] -> [N, H, S, D / H]
+        return x.reshape(-1, self.seq, self.heads, self.width // self.heads).transpose(1, 2)
+
+    def forward(self, x, bias):
+        q, k, v = self.split(self.q(x)), self.split(self.k(x)), self.split(self.v(x))
+        scores = q @ k.transpose(-2, -1) / (self.width // self.heads) ** 0.5 + bias
+        attended = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2)
+        x = self.ln1(x + self.o(attended.reshape(-1, self.seq, self.width)))
+        return self.ln2(x + self.fc2(torch.nn.functional.gelu(self.fc1(x))))
+
+
+class Encoder(torch.nn.Module):
+    """BERT-style: token and position embeddings, layers of multi-head attention under a
+    padding mask, layer norm, GELU MLPs; INT64 token ids and mask in, class scores from the
+    mean of the last layer's tokens out."""
+
+    def __init__(self, vocabulary=1000, seq=16, width=32, heads=4, layers=2, classes=4):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(vocabulary, width)
+        self.position = torch.nn.Parameter(torch.randn(seq, width) * 0.1)
+        self.blocks = torch.nn.ModuleList(EncoderBlock(seq, width, heads) for _ in range(layers))
+        self.classify = torch.nn.Linear(width, classes)
+
+    def forward(self, ids, mask):
+        x = self.embedding(ids) + self.position
+        bias = (1.0 - mask.to(torch.float32))[:, None, None, :] * -10000.0
+        for block in self.blocks:
+            x = block(x, bias)
+        return self.classify(x.mean(dim=1))
+
+
+def encoder():
+    return Encoder(), (16,)
+
+
+def encoder128():
+    """The encoder at sequence length 128: what bench/vs_onnxruntime.py measures."""
+    return Encoder(seq=128), (128,)
+
+
 MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "cnn": cnn, "mlp": mlp,
-          "text": text}
+          "text": text, "encoder": encoder, "encoder128": encoder128}
 
 
 def export(name, out_dir, batch, opset):
@@ -82,22 +132,32 @@ def export(name, out_dir, batch, opset):
     module, shape = MODELS[name]()
     randomize_batch_norms(module, generator)
     module.eval()
-    if isinstance(module, TextClassifier):
+    if isinstance(module, (TextClassifier, Encoder)):
         x = torch.randint(0, module.embedding.num_embeddings, (batch,) + shape,
                           generator=generator)
     else:
         x = torch.randn((batch,) + shape, generator=generator)
+    inputs, names = (x,), ["input"]
+    if isinstance(module, Encoder):  # Padding at the end of every row but the first.
+        mask = torch.ones((batch,) + shape, dtype=torch.int64)
+        for row in range(1, batch):
+            mask[row, shape[0] - 3 * row:] = 0
+        inputs, names = (x, mask), ["input", "mask"]
     with torch.no_grad():
-        y = module(x)
+        y = module(*inputs)
     directory = os.path.join(out_dir, name)
     os.makedirs(directory, exist_ok=True)
-    torch.onnx.export(module, x, os.path.join(directory, "model.onnx"), opset_version=opset,
-                      input_names=["input"], output_names=["output"],
-                      dynamic_axes={"input": {0: "N"}, "output": {0: "N"}})
-    for file, tensor in (("input_0.pb", x), ("output_0.pb", y)):
-        with open(os.path.join(directory, file), "wb") as f:
+    torch.onnx.export(module, inputs, os.path.join(directory, "model.onnx"), opset_version=opset,
+                      input_names=names, output_names=["output"],
+                      dynamic_axes={**{n: {0: "N"} for n in names}, "output": {0: "N"}})
+    for i, tensor in enumerate(inputs):
+        with open(os.path.join(directory, f"input_{i}.pb"), "wb") as f:
             f.write(numpy_helper.from_array(tensor.numpy()).SerializeToString())
-        np.save(os.path.join(directory, file.replace("_0.pb", ".npy")), tensor.numpy())
+        np.save(os.path.join(directory, f"input_{i}.npy"), tensor.numpy())
+    with open(os.path.join(directory, "output_0.pb"), "wb") as f:
+        f.write(numpy_helper.from_array(y.numpy()).SerializeToString())
+    np.save(os.path.join(directory, "input.npy"), x.numpy())
+    np.save(os.path.join(directory, "output.npy"), y.numpy())
 
 
 def main():

@@ -36,7 +36,7 @@ void WriteTensors(std::ostringstream& out, const char* table,
 
 void WriteOp(std::ostringstream& out, const Op& op) {
   out << "\n[[program]]\nop = \"" << OpKindName(op.kind) << "\"\n";
-  if (op.kind == OpKind::kAdd) {
+  if (op.inputs.size() == 2) {
     out << "inputs = [\"" << op.inputs[0] << "\", \"" << op.inputs[1] << "\"]\n";
   } else {
     out << "input = \"" << op.inputs[0] << "\"\n";
@@ -76,6 +76,17 @@ void WriteOp(std::ostringstream& out, const Op& op) {
       break;
     case OpKind::kReshape:
       out << "shape = " << ShapeToString(op.shape) << "\n";
+      break;
+    case OpKind::kTranspose:
+      out << "perm = " << ShapeToString(op.perm) << "\n";
+      break;
+    case OpKind::kAdd:
+    case OpKind::kSub:
+    case OpKind::kMul:
+    case OpKind::kDiv:
+      if (op.reverse) {
+        out << "reverse = true\n";
+      }
       break;
     default:
       break;

@@ -52,8 +52,12 @@ Status Unary(Converter& c, OpKind kind) {
   return OkStatus();
 }
 
+// A tensor or a constant (PyTorch's exporter shares equal constants through Identity).
 Status Identity(Converter& c, Attributes&) {
-  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  const Value* x = c.Input(0);
+  if (x == nullptr) {
+    return c.Fail("needs an input");
+  }
   c.Define(0, *x);
   return OkStatus();
 }
@@ -146,27 +150,21 @@ Status FoldBias(Converter& c, const Value& x, const ConstTensor& constant) {
   return OkStatus();
 }
 
+// A constant added after a Gemm, MatMul or Conv is its bias; any other Add broadcasts.
 Status Add(Converter& c, Attributes&) {
   const Value* a = c.Input(0);
   const Value* b = c.Input(1);
-  if (a == nullptr || b == nullptr) {
-    return c.Fail("needs two inputs");
+  if (a != nullptr && b != nullptr && (a->constant == nullptr) != (b->constant == nullptr)) {
+    const Value& x = a->constant != nullptr ? *b : *a;
+    const ConstTensor& k = a->constant != nullptr ? *a->constant : *b->constant;
+    Op* producer = c.SoleProducer(x);
+    if (producer != nullptr && producer->bias.empty() &&
+        (producer->kind == OpKind::kDense || producer->kind == OpKind::kConv2d) &&
+        FoldBias(c, x, k).ok()) {
+      return OkStatus();
+    }
   }
-  if (a->constant != nullptr && b->constant != nullptr) {
-    return c.Fail("Add of two constants is not folded");
-  }
-  if (a->constant != nullptr || b->constant != nullptr) {
-    return a->constant != nullptr ? FoldBias(c, *b, *a->constant) : FoldBias(c, *a, *b->constant);
-  }
-  if (a->shape != b->shape) {
-    return c.Fail("broadcasting between tensors of different shapes is not supported: " +
-                  Dims(a->shape) + " + " + Dims(b->shape));
-  }
-  Op op;
-  op.kind = OpKind::kAdd;
-  op.inputs = {a->tensor, b->tensor};
-  c.Emit(op, a->shape);
-  return OkStatus();
+  return Binary(c, OpKind::kAdd);
 }
 
 // `values` of a [rows, cols] matrix, transposed.
@@ -234,7 +232,7 @@ Status MatMul(Converter& c, Attributes&) {
     return c.Fail("A must have at least two axes, got " + Dims(a->shape));
   }
   if (c.Input(1) != nullptr && c.Input(1)->constant == nullptr) {
-    return c.Fail("a product of two computed tensors (attention) is not supported yet");
+    return MatMulOfTensors(c, *a, *c.Input(1));
   }
   FERRY_ASSIGN_OR_RETURN(const ConstTensor* b, c.Constant(1));
   return Dense(c, *a, *b, false, nullptr);
@@ -450,6 +448,7 @@ const std::map<std::string, OpEntry>& Table() {
       {"Conv", {Conv, {1, 11}}},
       {"Dropout", {Dropout, {12, 13}}},
       {"Flatten", {Flatten, {1, 9, 11, 13}}},
+      {"Div", {Div, {7, 13, 14}}},
       {"Gather", {Gather, {1, 11, 13}}},
       {"Gemm", {Gemm, {9, 11, 13}}},
       {"GlobalAveragePool", {GlobalAveragePool, {1}}},
@@ -457,12 +456,17 @@ const std::map<std::string, OpEntry>& Table() {
       {"LayerNormalization", {LayerNormalization, {17}}},
       {"MatMul", {MatMul, {1, 9, 13}}},
       {"MaxPool", {MaxPool, {8, 10, 11, 12}}},
+      {"Mul", {Mul, {7, 13, 14}}},
       {"ReduceMean", {ReduceMean, {1, 11, 13}}},
       {"Relu", {Relu, {6, 13, 14}}},
       {"Reshape", {Reshape, {5, 13, 14}}},
       {"Sigmoid", {Sigmoid, {6, 13}}},
       {"Softmax", {Softmax, {13}}},
+      {"Squeeze", {Squeeze, {1, 11, 13}}},
+      {"Sub", {Sub, {7, 13, 14}}},
       {"Tanh", {Tanh, {6, 13}}},
+      {"Transpose", {Transpose, {1, 13}}},
+      {"Unsqueeze", {Unsqueeze, {1, 11, 13}}},
   };
   return *table;
 }

@@ -61,30 +61,38 @@ def main():
     for pair in sys.argv[4:]:
         model, exported = pair.split("=")
         directory = os.path.join(sys.argv[3], exported)
-        x = np.load(os.path.join(directory, "input.npy"))
+        xs = []
+        while os.path.exists(os.path.join(directory, f"input_{len(xs)}.npy")):
+            xs.append(np.load(os.path.join(directory, f"input_{len(xs)}.npy")))
+        x = xs[0]
         torch_answer = np.load(os.path.join(directory, "output.npy"))
         session = ort.InferenceSession(os.path.join(directory, "model.onnx"),
                                        providers=["CPUExecutionProvider"])
-        ort_answer = session.run(None, {session.get_inputs()[0].name: x})[0]
+        names = [i.name for i in session.get_inputs()]
+        ort_answer = session.run(None, dict(zip(names, xs)))[0]
         check(relative(ort_answer, torch_answer) <= 1e-4, f"{model}: onnxruntime agrees with PyTorch")
         meta = http.get_model_metadata(model)
-        check(meta["inputs"][0]["name"] == "input" and meta["outputs"][0]["name"] == "output",
-              f"{model}: metadata names the ONNX graph's input and output")
-        datatype = "INT64" if x.dtype == np.int64 else "FP32"
-        check(meta["inputs"][0]["datatype"] == datatype, f"{model}: input datatype {datatype}")
-        inp = httpclient.InferInput("input", list(x.shape), datatype)
-        inp.set_data_from_numpy(x, binary_data=True)
-        got = http.infer(model, [inp]).as_numpy("output")
+        check([i["name"] for i in meta["inputs"]] == names and meta["outputs"][0]["name"] == "output",
+              f"{model}: metadata names the ONNX graph's inputs and output")
+        types = ["INT64" if v.dtype == np.int64 else "FP32" for v in xs]
+        check([i["datatype"] for i in meta["inputs"]] == types, f"{model}: input datatypes {types}")
+        inps = []
+        for name, value, datatype in zip(names, xs, types):
+            inps.append(httpclient.InferInput(name, list(value.shape), datatype))
+            inps[-1].set_data_from_numpy(value, binary_data=True)
+        got = http.infer(model, inps).as_numpy("output")
         err = relative(got, ort_answer)
         check(got.shape == ort_answer.shape and err <= 1e-4,
               f"{model}: HTTP answer equals onnxruntime's (relative error {err:.1e})")
-        ginp = grpcclient.InferInput("input", list(x.shape), datatype)
-        ginp.set_data_from_numpy(x)
-        got = grpc.infer(model, [ginp]).as_numpy("output")
+        ginps = []
+        for name, value, datatype in zip(names, xs, types):
+            ginps.append(grpcclient.InferInput(name, list(value.shape), datatype))
+            ginps[-1].set_data_from_numpy(value)
+        got = grpc.infer(model, ginps).as_numpy("output")
         err = relative(got, ort_answer)
         check(got.shape == ort_answer.shape and err <= 1e-4,
               f"{model}: gRPC answer equals onnxruntime's (relative error {err:.1e})")
-        if datatype == "INT64":
+        if len(xs) == 1 and types[0] == "INT64":
             check_out_of_range(http, grpc, model, x)
     if failures:
         print(f"{len(failures)} checks failed")

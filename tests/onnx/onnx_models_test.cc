@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "tests/onnx/onnx_runner.h"
 
@@ -20,17 +21,23 @@ void CheckModel(const std::string& name, std::vector<CpuMode> modes) {
   std::string dir = std::string(root) + "/" + name;
   Result<onnx_import::OnnxModel> model = onnx_import::ReadOnnx(dir + "/model.onnx");
   REQUIRE_MESSAGE(model.ok(), (model.ok() ? "" : model.error().message));
-  Result<ConstTensor> input = onnx_import::ReadTensorFile(dir + "/input_0.pb");
+  // Every input_K.pb the export wrote, integer ones (token ids, a mask) as exact floats.
+  std::vector<std::vector<float>> inputs;
+  int64_t rows = 0;
+  for (int k = 0; std::filesystem::exists(dir + "/input_" + std::to_string(k) + ".pb"); ++k) {
+    Result<ConstTensor> input =
+        onnx_import::ReadTensorFile(dir + "/input_" + std::to_string(k) + ".pb");
+    REQUIRE(input.ok());
+    rows = input->dims[0];
+    inputs.push_back(input->integer ? std::vector<float>(input->ints.begin(), input->ints.end())
+                                    : input->floats);
+  }
+  REQUIRE_FALSE(inputs.empty());
   Result<ConstTensor> want = onnx_import::ReadTensorFile(dir + "/output_0.pb");
-  REQUIRE(input.ok());
   REQUIRE(want.ok());
   for (CpuMode mode : modes) {
     CAPTURE(mode == CpuMode::kFast ? "fast" : "reference");
-    std::vector<float> values = input->floats;
-    if (input->integer) {  // Token ids: exact as floats far beyond any vocabulary here.
-      values.assign(input->ints.begin(), input->ints.end());
-    }
-    testing::OnnxRun run = testing::RunOnnx(*model, input->dims[0], {values}, mode);
+    testing::OnnxRun run = testing::RunOnnx(*model, rows, inputs, mode);
     REQUIRE_MESSAGE(run.status.ok(), (run.status.ok() ? "" : run.status.error().message));
     REQUIRE(run.outputs.size() == 1);
     double relative = 0;
@@ -50,6 +57,10 @@ TEST_CASE("MobileNetV2 from torchvision (depthwise convolutions, ReLU6) answers 
 
 TEST_CASE("a text classifier: INT64 token ids, an embedding lookup and a mean, as PyTorch") {
   CheckModel("text", {CpuMode::kFast, CpuMode::kReference});
+}
+
+TEST_CASE("a BERT-style encoder: embeddings, masked multi-head attention, GELU MLPs") {
+  CheckModel("encoder", {CpuMode::kFast, CpuMode::kReference});
 }
 
 TEST_CASE("a CNN with batch norm and an MLP with batch and layer norm answer as PyTorch does") {

@@ -36,7 +36,12 @@ const std::map<std::string, std::set<int>> kWeightOperands = {
     {"Dropout", {1, 2}},
     {"Clip", {1, 2}},
     {"Gather", {0}},
+    {"Unsqueeze", {1}},
+    {"Squeeze", {1}},
 };
+// Arithmetic whose operand of lower rank than the first is a constant in ferry's terms (a
+// batched tensor always has the batch axis).
+const std::set<std::string> kBroadcastOps = {"Add", "Sub", "Mul", "Div"};
 
 std::string DataDir() {
   const char* env = std::getenv("FERRY_ONNX_NODE_TESTS");
@@ -81,7 +86,10 @@ std::optional<Outcome> RunNodeTest(const fs::path& dir, std::string* op_type) {
     for (int k = 0; k < node.input_size(); ++k) {
       operand = node.input(k) == name ? k : operand;
     }
-    if (weights.count(operand) > 0) {
+    int first_rank = model.graph().input(0).type().tensor_type().shape().dim_size();
+    bool lower_rank = kBroadcastOps.count(node.op_type()) > 0 && operand > 0 &&
+                      graph->input(i).type().tensor_type().shape().dim_size() < first_rank;
+    if (weights.count(operand) > 0 || lower_rank) {
       onnx::TensorProto* t = graph->add_initializer();
       t->ParseFromString(ReadBytes(file));
       t->set_name(name);

@@ -11,6 +11,7 @@
 #include "model/shape_inference.h"
 #include "worker/batch_axis.h"
 #include "worker/cpu/ops.h"
+#include "worker/cpu/tensor_ops.h"
 #include "worker/staging.h"
 
 namespace ferry {
@@ -173,8 +174,29 @@ Status CpuBackend::RunReference(const Model& model, const std::map<std::string, 
         cpu::Clip(x, static_cast<float>(op.min), static_cast<float>(op.max), y);
         break;
       case OpKind::kAdd:
-        cpu::Add(x, values->at(op.inputs[1]), y);
+      case OpKind::kSub:
+      case OpKind::kMul:
+      case OpKind::kDiv: {
+        bool weighted = op.inputs.size() == 1;
+        std::span<const float> b = weighted ? weight(op.weight) : values->at(op.inputs[1]);
+        const Shape& bs = weighted ? model.bundle->weights.index().Find(op.weight)->shape
+                                   : shapes.at(op.inputs[1]);
+        if (op.reverse) {
+          cpu::Broadcast(op.kind, b, bs, x, xs, ys, y);
+        } else {
+          cpu::Broadcast(op.kind, x, xs, b, bs, ys, y);
+        }
         break;
+      }
+      case OpKind::kTranspose:
+        cpu::Transpose(x, xs, op.perm, y);
+        break;
+      case OpKind::kMatMul: {
+        int64_t m = xs[xs.size() - 2], k = xs.back(), n = ys.back();
+        cpu::BatchMatMul(x, values->at(op.inputs[1]), static_cast<int64_t>(x.size()) / (m * k), m,
+                         k, n, y);
+        break;
+      }
       case OpKind::kSoftmax:
         cpu::Softmax(x, xs, op.axis, y);
         break;

@@ -6,6 +6,7 @@
 
 #include "model/shape_inference.h"
 #include "worker/cpu/ops.h"
+#include "worker/cpu/tensor_ops.h"
 
 namespace ferry::cpu {
 
@@ -251,14 +252,64 @@ Result<std::unique_ptr<FastProgram>> FastProgram::Build(const Bundle& bundle,
           s->steps.push_back({index, [x, lo, hi, y] { Clip(*x, lo, hi, *y); }});
           break;
         }
-        case OpKind::kAdd: {
-          std::vector<float>* x2 = &s->Buffer(op.inputs[1]);
-          s->steps.push_back({index, [x, x2, y] { Add(*x, *x2, *y); }});
+        case OpKind::kAdd:
+        case OpKind::kSub:
+        case OpKind::kMul:
+        case OpKind::kDiv: {
+          if (op.kind == OpKind::kAdd && op.inputs.size() == 2 && shapes.at(op.inputs[1]) == xs) {
+            std::vector<float>* x2 = &s->Buffer(op.inputs[1]);
+            s->steps.push_back({index, [x, x2, y] { Add(*x, *x2, *y); }});
+            break;
+          }
+          bool weighted = op.inputs.size() == 1;
+          std::span<const float> w = weighted ? weight(op.weight) : std::span<const float>();
+          const std::vector<float>* x2 = weighted ? nullptr : &s->Buffer(op.inputs[1]);
+          Shape bs =
+              weighted ? bundle.weights.index().Find(op.weight)->shape : shapes.at(op.inputs[1]);
+          s->steps.push_back(
+              {index, [kind = op.kind, reverse = op.reverse, x, xs, w, x2, bs, ys, y] {
+                 std::span<const float> b = x2 != nullptr ? *x2 : w;
+                 if (reverse) {
+                   Broadcast(kind, b, bs, *x, xs, ys, *y);
+                 } else {
+                   Broadcast(kind, *x, xs, b, bs, ys, *y);
+                 }
+               }});
           break;
         }
-        case OpKind::kSoftmax:
-          s->steps.push_back({index, [x, xs, axis = op.axis, y] { Softmax(*x, xs, axis, *y); }});
+        case OpKind::kTranspose:
+          s->steps.push_back({index, [x, xs, perm = op.perm, y] { Transpose(*x, xs, perm, *y); }});
           break;
+        case OpKind::kMatMul: {  // oneDNN's batched matmul over the flattened leading axes.
+          int64_t m = xs[xs.size() - 2], k = xs.back(), n = ys.back();
+          int64_t batches = static_cast<int64_t>(x->size()) / (m * k);
+          memory::desc a({batches, m, k}, kF32, Tag::abc), b({batches, k, n}, kF32, Tag::abc);
+          memory::desc c({batches, m, n}, kF32, Tag::abc);
+          dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), s->engine);
+          dnnl::matmul primitive(pd);
+          std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, s->Wrap(a, op.inputs[0])},
+                                                  {DNNL_ARG_WEIGHTS, s->Wrap(b, op.inputs[1])},
+                                                  {DNNL_ARG_DST, s->Wrap(c, op.output)}};
+          s->steps.push_back({index, [s, primitive, args] { primitive.execute(s->stream, args); }});
+          break;
+        }
+        case OpKind::kSoftmax: {  // oneDNN's (vectorised exp); the reference loop in double.
+          memory::dims strides(xs.size(), 1);
+          for (size_t d = xs.size() - 1; d-- > 0;) {
+            strides[d] = strides[d + 1] * xs[d + 1];
+          }
+          memory::desc data(Dims(xs), kF32, strides);
+          int axis =
+              static_cast<int>(op.axis < 0 ? op.axis + static_cast<int64_t>(xs.size()) : op.axis);
+          dnnl::softmax_forward::primitive_desc pd(
+              dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, data, axis),
+              s->engine);
+          dnnl::softmax_forward primitive(pd);
+          std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, s->Wrap(data, op.inputs[0])},
+                                                  {DNNL_ARG_DST, s->Wrap(data, op.output)}};
+          s->steps.push_back({index, [s, primitive, args] { primitive.execute(s->stream, args); }});
+          break;
+        }
         case OpKind::kLayerNorm: {
           std::span<const float> w = weight(op.weight), b = weight(op.bias);
           s->steps.push_back({index, [x, d = xs.back(), w, b, eps = op.eps, y] {

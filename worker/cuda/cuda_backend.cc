@@ -247,6 +247,12 @@ struct CudaBackend::Impl {
       return info ? std::optional<WeightSpec>(WeightSpec{info->dtype, info->shape}) : std::nullopt;
     };
     FERRY_ASSIGN_OR_RETURN(auto shapes, InferShapes(manifest, variant, size, lookup));
+    for (const Op& op : manifest.program) {  // The add kernel takes two equal shapes only.
+      if (op.kind == OpKind::kAdd && shapes.at(op.inputs[0]) != shapes.at(op.inputs[1])) {
+        return InvalidArgument("model '" + manifest.name +
+                               "': the CUDA backend does not broadcast add yet (CPU workers do)");
+      }
+    }
     FERRY_ASSIGN_OR_RETURN(exe->staging, PlanStaging(manifest, shapes));
     // One buffer: every tensor, then the bf16 scratch (as large as the largest dense input).
     uint64_t total = 0, scratch = 0;
@@ -468,6 +474,11 @@ struct CudaBackend::Impl {
         }
         case OpKind::kGather:
         case OpKind::kReduceMean:
+        case OpKind::kSub:
+        case OpKind::kMul:
+        case OpKind::kDiv:
+        case OpKind::kTranspose:
+        case OpKind::kMatMul:
           break;  // CudaRuns refuses these at load, before any step is built.
         case OpKind::kFlatten:
         case OpKind::kReshape:
@@ -696,7 +707,10 @@ Status CudaRuns(const Manifest& manifest) {
     }
   }
   for (const Op& op : manifest.program) {
-    if (op.kind == OpKind::kGather || op.kind == OpKind::kReduceMean) {
+    bool broadcast = op.kind == OpKind::kAdd && op.inputs.size() != 2;  // A weight operand.
+    if (op.kind == OpKind::kGather || op.kind == OpKind::kReduceMean || op.kind == OpKind::kSub ||
+        op.kind == OpKind::kMul || op.kind == OpKind::kDiv || op.kind == OpKind::kTranspose ||
+        op.kind == OpKind::kMatMul || broadcast) {
       return InvalidArgument("model '" + manifest.name + "': the CUDA backend does not run " +
                              std::string(OpKindName(op.kind)) + " yet (CPU workers do)");
     }
