@@ -276,6 +276,10 @@ Status Converter::DefineInputs() {
 }
 
 Status Converter::CheckRow(const Shape& shape, const std::string& what) const {
+  if (shape.size() > kMaxOnnxRank) {  // Unsqueeze can add axes: manifests take 8 at most.
+    return Fail(what + " has " + std::to_string(shape.size()) + " axes; at most " +
+                std::to_string(kMaxOnnxRank));
+  }
   if (!NumElements(Shape(shape.begin() + 1, shape.end()))) {
     return Fail(what + " " + ShapeToString(shape) + " has more than 2^40 elements per row");
   }

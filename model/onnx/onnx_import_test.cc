@@ -508,6 +508,18 @@ TEST_CASE("attention's ops: broadcasting arithmetic, Transpose, MatMul, Unsqueez
   Node(front, "Unsqueeze", {"x", "axes"}, "y");
   Output(front, "y");
   CHECK(Contains(ErrorOf(front), "distinct axes after the batch axis"));
+  // Unsqueeze past the 8 axes a manifest holds.
+  onnx::ModelProto deep = Model({2});
+  onnx::TensorProto* many = deep.mutable_graph()->add_initializer();
+  many->set_name("axes");
+  many->set_data_type(onnx::TensorProto::INT64);
+  many->add_dims(8);
+  for (int64_t a = 1; a <= 8; ++a) {
+    many->add_int64_data(a);
+  }
+  Node(deep, "Unsqueeze", {"x", "axes"}, "y");
+  Output(deep, "y");
+  CHECK(Contains(ErrorOf(deep), "has 10 axes; at most 8"));
   onnx::ModelProto ints = Model({2});
   onnx::TensorProto* k = ints.mutable_graph()->add_initializer();
   k->set_name("k");
