@@ -46,14 +46,7 @@ Result<std::vector<float>> ToFloat32(DType dtype, std::span<const uint8_t> bytes
     return InvalidArgument("weight bytes are not a whole number of elements");
   }
   std::vector<float> out(bytes.size() / width);
-  if (dtype == DType::kF32) {
-    std::memcpy(out.data(), bytes.data(), bytes.size());
-    return out;
-  }
-  for (size_t i = 0; i < out.size(); ++i) {
-    uint16_t bits = static_cast<uint16_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8));
-    out[i] = dtype == DType::kBF16 ? Bf16ToFloat(bits) : F16ToFloat(bits);
-  }
+  FERRY_RETURN_IF_ERROR(ConvertToFloat32(dtype, bytes, out));
   return out;
 }
 
