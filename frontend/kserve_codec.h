@@ -2,9 +2,12 @@
 // extension: the request and response bodies, and the metadata and config documents. Pure
 // functions over bytes; the routing and the hook host are kserve_service.h.
 //
-// Everything a client sends is hostile: JSON nesting is bounded before parsing (nlohmann
-// recurses per level), element counts must match shapes whose byte sizes cannot overflow,
-// binary sections must add up exactly, every value must fit its datatype.
+// Everything a client sends is hostile: the infer body is read with simdjson's On-Demand API
+// (infer_json.cc), which validates UTF-8 and the structure of what it reads and skips what it
+// does not read without recursing; "data" may nest at most kMaxJsonDepth arrays; element
+// counts must match shapes whose byte sizes cannot overflow and that the text could hold
+// (nothing is allocated for a shape that lies); binary sections must add up exactly; every
+// value must fit its datatype (FP32 included: 1e39 is refused, not made infinite).
 //
 // Thread safety: pure functions.
 #pragma once
@@ -69,7 +72,8 @@ std::optional<TraceContext> ParseTraceparent(std::string_view header);
 void ApplyTrace(const std::optional<TraceContext>& trace, ParsedInfer& parsed);
 
 // `header` is the JSON part, `binary` what follows it (Inference-Header-Content-Length).
-// INVALID_ARGUMENT naming the tensor or field and what was expected.
+// INVALID_ARGUMENT naming the tensor or field and what was expected. Fields may come in any
+// order. Each thread keeps one parser for bodies up to 1 MiB; a larger body gets its own.
 Result<ParsedInfer> ParseInferRequest(std::string_view header, std::string_view binary);
 
 // A raw binary request (Inference-Header-Content-Length: 0): the body is the data of a

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <limits>
 
 #include "model/manifest.h"
 
@@ -73,7 +74,26 @@ TEST_CASE("hostile requests are refused with what was wrong, never crash") {
       {"", "not a JSON object"},
       {"[]", "not a JSON object"},
       {"{", "not a JSON object"},
-      {std::string(10000, '['), "nested deeper"},
+      {std::string(10000, '['), "not a JSON object"},
+      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}]} {})",
+       "not a JSON object"},
+      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}],)",
+       "not a JSON object"},
+      {"{\"inputs\":[{\"name\":\"x\xff\",\"datatype\":\"FP32\",\"shape\":[1],\"data\":[1]}]}",
+       "not a JSON object"},  // Not UTF-8.
+      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":)" + std::string(40, '[') +
+           "1" + std::string(40, ']') + "}]}",
+       "nested deeper"},
+      {R"({"inputs":[{"name":"x","datatype":"FP64","shape":[1000000000],"data":[1]}]})",
+       "shape holds 1000000000 elements but a body of 75 bytes cannot"},
+      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1e39]}]})",
+       "out of the range of FP32"},
+      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[2],"data":[1,1e39]}]})",
+       "element 1: value out of the range of FP32"},
+      {R"({"inputs":[{"name":"x","datatype":"INT64","shape":[1],"data":[9223372036854775808]}]})",
+       "out of range"},
+      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}],"outputs":[{"name":"y","parameters":{"binary_data":1}}]})",
+       "must be a boolean"},
       {R"({"inputs":[]})", "1 to 64 tensors"},
       {R"({"inputs":{}})", "1 to 64 tensors"},
       {R"({"inputs":[{"datatype":"FP32","shape":[1],"data":[1]}]})", "string \"name\""},
@@ -113,6 +133,72 @@ TEST_CASE("hostile requests are refused with what was wrong, never crash") {
     CHECK(p.error().code == ErrorCode::kInvalidArgument);
     CHECK(p.error().message.find(c.says) != std::string::npos);
   }
+}
+
+TEST_CASE("fields in any order; deep nesting where nothing is read costs no stack") {
+  // "data" before the shape and type it needs, in the second of two inputs.
+  Result<ParsedInfer> p = ParseInferRequest(
+      R"({"outputs":[{"name":"y"}],"inputs":[{"name":"a","shape":[1],"datatype":"INT32","data":[7]},
+          {"data":[[0.5,-1],[2,3]],"parameters":{"x":[[[]]]},"shape":[2,2],"name":"b\u0078","datatype":"FP32"}],
+          "parameters":{"binary_data_output":true}})",
+      "");
+  REQUIRE_MESSAGE(p.ok(), (p.ok() ? "" : p.error().message));
+  REQUIRE(p->request.inputs.size() == 2);
+  CHECK(p->request.inputs[1].name == "bx");
+  CHECK(Floats(p->request.inputs[1].bytes) == std::vector<float>{0.5f, -1, 2, 3});
+  // A later "binary_data_output" still sets the outputs' default.
+  REQUIRE(p->outputs.size() == 1);
+  CHECK(p->outputs[0].binary);
+  // An unknown field a million arrays deep is skipped without recursion.
+  std::string deep = R"({"x":)" + std::string(1'000'000, '[') + std::string(1'000'000, ']') +
+                     R"(,"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}]})";
+  CHECK(ParseInferRequest(deep, "").ok());
+  std::string unclosed = R"({"x":)" + std::string(1'000'000, '[') +
+                         R"(,"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}]})";
+  CHECK_FALSE(ParseInferRequest(unclosed, "").ok());
+  // An id longer than kept is cut at a character boundary ("é" is two bytes).
+  std::string id;
+  for (int i = 0; i < 200; ++i) {
+    id += "\u00e9";
+  }
+  p = ParseInferRequest(
+      R"({"id":")" + id + R"(","inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}]})",
+      "");
+  REQUIRE(p.ok());
+  CHECK(p->id.size() == 256);
+}
+
+TEST_CASE("responses are valid JSON whatever the strings; floats in their shortest form") {
+  hookhost::InferResponse response;
+  hookhost::ResponseTensor y{"y\"\n\xff", DType::kF32, {4}, std::vector<uint8_t>(16)};
+  float v[4] = {0.1f, 1e-7f, 3.4028235e38f, std::numeric_limits<float>::quiet_NaN()};
+  std::memcpy(y.bytes.data(), v, 16);
+  response.outputs.push_back(y);
+  hookhost::ResponseTensor b{"b", DType::kBool, {2}, std::vector<uint8_t>{1, 0}};
+  response.outputs.push_back(b);
+  hookhost::ResponseTensor i{"i", DType::kI64, {1}, std::vector<uint8_t>(8)};
+  int64_t min = std::numeric_limits<int64_t>::min();
+  std::memcpy(i.bytes.data(), &min, 8);
+  response.outputs.push_back(i);
+  ParsedInfer request;
+  request.id = std::string("q\x01\\", 3);
+  Result<EncodedResponse> e = EncodeInferResponse("m", 1, request, response);
+  REQUIRE(e.ok());
+  CHECK(e->body.find("[0.1,1e-07,3.4028235e+38,null]") != std::string::npos);
+  json doc = json::parse(e->body);  // Throws on invalid JSON.
+  CHECK(doc["id"] == std::string("q\x01\\", 3));
+  CHECK(doc["outputs"][0]["name"] == "y\"\n\uFFFD");
+  CHECK(doc["outputs"][1]["data"] == json::array({true, false}));
+  CHECK(doc["outputs"][2]["data"][0] == min);
+  CHECK(static_cast<float>(doc["outputs"][0]["data"][2].get<double>()) == v[2]);
+  // A large integral float is written as one (scientific), not as a 21-digit integer.
+  hookhost::ResponseTensor d{"d", DType::kF64, {2}, std::vector<uint8_t>(16)};
+  double big[2] = {1.1844674407370955e20, 2};
+  std::memcpy(d.bytes.data(), big, 16);
+  response.outputs = {d};
+  e = EncodeInferResponse("m", 1, request, response);
+  REQUIRE(e.ok());
+  CHECK(e->body.find("[1.1844674407370955e+20,2]") != std::string::npos);
 }
 
 TEST_CASE("nesting is counted outside strings only") {

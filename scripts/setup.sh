@@ -11,6 +11,7 @@ packages=(
   libspdlog-dev libfmt-dev
   doctest-dev             # unit tests
   nlohmann-json3-dev      # safetensors headers, --json output
+  libsimdjson-dev         # KServe JSON infer bodies (On-Demand API)
   libseccomp-dev          # hook host sandbox
   zlib1g-dev              # gzip/deflate request and response bodies
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # the gRPC front end
