@@ -362,6 +362,28 @@ void KServeService::Infer(const hookhost::HookModel& model, HttpRequest&& reques
     respond(ErrorResponse(Unavailable("this hook host is draining; retry on another")));
     return;
   }
+  bool heavy =
+      request.body.size() > kInlineParseBytes || request.Header("Content-Encoding") != nullptr;
+  if (!heavy) {
+    ParseAndSubmit(model, std::move(request), trace, std::move(respond));
+    return;
+  }
+  // As Submit: counted before the draining check, so the host outlives the task.
+  submitting_.fetch_add(1);
+  if (draining_.load()) {
+    submitting_.fetch_sub(1);
+    respond(ErrorResponse(Unavailable("this hook host is draining; retry on another")));
+    return;
+  }
+  auto moved = std::make_shared<HttpRequest>(std::move(request));
+  host_->RunOnHookThread([this, &model, moved, trace, respond = std::move(respond)]() mutable {
+    ParseAndSubmit(model, std::move(*moved), trace, std::move(respond));
+    submitting_.fetch_sub(1);
+  });
+}
+
+void KServeService::ParseAndSubmit(const hookhost::HookModel& model, HttpRequest&& request,
+                                   const std::optional<TraceContext>& trace, Responder respond) {
   // A request refused before it reaches the flow, counted with the answered ones; `status`
   // overrides the code's HTTP status.
   auto refuse = [&](const Error& error, int status = 0) {

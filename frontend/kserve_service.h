@@ -20,8 +20,9 @@
 // traceparent. Bodies may be compressed both ways (compression.h): Content-Encoding gzip/deflate on
 // the request (415 for another), Accept-Encoding on the answer.
 //
-// Thread safety: Handle is called from the HTTP thread; answers come from hook threads (a
-// cancelled request's from the thread that fired its cancel signal: HTTP's or gRPC's).
+// Thread safety: Handle is called from the HTTP thread (and parses there, or on a hook thread
+// for a large or compressed body); answers come from hook threads (a cancelled request's from
+// the thread that fired its cancel signal: HTTP's or gRPC's).
 // Lifetime: the segment, models and host outlive the service and its answers.
 #pragma once
 
@@ -40,6 +41,10 @@ namespace ferry::frontend {
 
 class KServeService {
  public:
+  // Infer bodies up to this size are parsed on the I/O thread (about 15 us for 16 KB of
+  // JSON: docs/benchmarks.md); larger or compressed ones on a hook thread.
+  static constexpr size_t kInlineParseBytes = 64 << 10;
+
   // `max_request_bytes` also bounds what a compressed body may inflate to; `tenants` are the
   // names a request may give as its tenant ([frontend] tenants).
   KServeService(const shm::Segment& segment, const std::vector<hookhost::HookModel>& models,
@@ -76,9 +81,13 @@ class KServeService {
   void CountRefused(const hookhost::HookModel* model, const Error& error);
 
  private:
-  // `trace`: the request's valid traceparent (Handle has `respond` echo it already).
+  // `trace`: the request's valid traceparent (Handle has `respond` echo it already). A body
+  // over kInlineParseBytes or compressed is inflated and parsed on a hook thread; a smaller
+  // one here, on the I/O thread, where parsing it costs less than the hand-off would.
   void Infer(const hookhost::HookModel& model, HttpRequest&& request,
              const std::optional<TraceContext>& trace, Responder respond);
+  void ParseAndSubmit(const hookhost::HookModel& model, HttpRequest&& request,
+                      const std::optional<TraceContext>& trace, Responder respond);
 
   const shm::Segment& segment_;
   const std::vector<hookhost::HookModel>& models_;

@@ -1393,6 +1393,8 @@ HookHost::~HookHost() {
   impl.PushReleases();
 }
 
+void HookHost::RunOnHookThread(std::function<void()> task) { impl_->Post(std::move(task)); }
+
 size_t HookHost::pending() const { return impl_->pending_count.load(std::memory_order_relaxed); }
 bool HookHost::healthy() const {
   return impl_->stuck.load(std::memory_order_relaxed) < impl_->options.threads;

@@ -151,6 +151,10 @@ class HookHost {
   void CountRefused(const HookModel* model, const Error& error);
   // Plugin calls that ran past call_timeout_ms.
   uint64_t timed_out_calls() const;
+  // Runs `task` on a hook thread, after the tasks queued before it (the front end's parsing
+  // of large or compressed bodies, kept off its I/O thread). A task queued when the host
+  // stops still runs before the threads end. Safe from any thread.
+  void RunOnHookThread(std::function<void()> task);
 
   struct Impl;
 

@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "frontend/compression.h"
 #include "frontend/kserve_service.h"
 #include "hookhost/hookhost.h"
 #include "shm/recovery.h"
@@ -518,6 +519,67 @@ TEST_CASE("readiness probes wait for a worker status caught mid-publish to settl
   sequence.store(even);
   kill(node.pids[0], SIGCONT);
   CHECK(service.ServerReady());
+}
+
+// What one HTTP infer answers, and on which thread.
+struct Answered {
+  frontend::HttpResponse response;
+  std::thread::id thread;
+};
+
+Answered Infer(frontend::KServeService& service, std::string body, bool gzip) {
+  frontend::HttpRequest request;
+  request.method = "POST";
+  request.target = "/v2/models/mlp/infer";
+  if (gzip) {
+    request.headers.emplace_back("Content-Encoding", "gzip");
+    body = frontend::Deflate(body, frontend::Encoding::kGzip);
+  }
+  request.body = std::move(body);
+  std::promise<Answered> answered;
+  service.Handle(std::move(request), [&](frontend::HttpResponse r) {
+    answered.set_value({std::move(r), std::this_thread::get_id()});
+  });
+  return answered.get_future().get();
+}
+
+// Parsing a small body costs less than a hand-off; a large or compressed one (a gzip bomb
+// inflates 1000-fold) must not hold the I/O thread, which serves every other connection.
+TEST_CASE("a large or compressed JSON body is parsed on a hook thread, a small one inline") {
+  FlowNode node(1);
+  Host host(node, GatewayMode::kLeastOutstanding);
+  frontend::KServeService service(host.view, host.models, host.host.get(), 4 << 20);
+  std::string row;
+  for (int i = 0; i < 784; ++i) {
+    row += (i == 0 ? "" : ",") + std::to_string(i % 7 - 3);
+  }
+  std::string valid =
+      R"({"inputs":[{"name":"input","datatype":"FP32","shape":[1,784],"data":[)" + row + "]}]}";
+  std::string broken = valid.substr(0, valid.size() - 2);
+  std::string padded = R"({"pad":")" +
+                       std::string(frontend::KServeService::kInlineParseBytes, 'x') + "\"," +
+                       broken.substr(1);
+  std::thread::id here = std::this_thread::get_id();
+
+  Answered small = Infer(service, broken, false);
+  CHECK(small.response.status == 400);
+  CHECK(small.thread == here);
+  Answered large = Infer(service, padded, false);
+  CHECK(large.response.status == 400);
+  CHECK(large.thread != here);
+  Answered compressed = Infer(service, broken, true);
+  CHECK(compressed.response.status == 400);
+  CHECK(compressed.thread != here);
+  // Served the same whichever thread parsed it.
+  Answered inline_ok = Infer(service, valid, false);
+  Answered offloaded_ok = Infer(service, valid, true);
+  REQUIRE(inline_ok.response.status == 200);
+  REQUIRE(offloaded_ok.response.status == 200);
+  auto logits = [](const std::string& body) {
+    return nlohmann::json::parse(body)["outputs"][0]["data"];
+  };
+  CHECK(logits(inline_ok.response.body) == logits(offloaded_ok.response.body));
+  CHECK(logits(inline_ok.response.body).size() == 10);
 }
 
 TEST_CASE(
