@@ -1,10 +1,12 @@
-// ferry-load: a KServe v2 load generator, over HTTP (binary tensors, keep-alive connections) or
+// ferry-load: a KServe v2 load generator, over HTTP (binary tensors or, with --encoding json,
+// JSON bodies whose floats carry full precision; keep-alive connections) or
 // gRPC (raw_input_contents, one channel per connection), for any server that speaks the
 // protocol: ferry, and Triton in the same run for comparison.
 //
 //   ferry-load --url 127.0.0.1:8000 --model mlp --concurrency 1,8,32 --seconds 5 [--json]
 //   ferry-load --url ... --model mlp --rate 2000 --seconds 5      (open loop)
 //   ferry-load --protocol grpc --url 127.0.0.1:8001 ...           (gRPC ModelInfer)
+//   ferry-load --encoding json ...                                (KServe JSON both ways)
 //
 // Closed loop: N connections, each sending its next request when the last is answered.
 // Open loop (--rate): requests are due at a fixed rate over --connections connections, and
@@ -125,8 +127,27 @@ ferry::Result<InputMeta> GrpcInputMeta(const std::string& url, const std::string
 }
 
 // One request per model: the model's first input, `rows` rows, random values.
-ferry::Result<Payload> MakePayload(const std::string& url, bool grpc, const std::string& model,
-                                   int rows, std::mt19937& rng) {
+// The KServe JSON body of `t` (FP32), each value with the 9 significant digits that
+// round-trip it (as curl users and most HTTP clients send), every output asked for as JSON.
+ferry::frontend::InferBody JsonBody(const ferry::frontend::Tensor& t) {
+  std::string body = R"({"inputs":[{"name":")" + t.name + R"(","datatype":"FP32","shape":[)";
+  for (size_t i = 0; i < t.shape.size(); ++i) {
+    body += (i == 0 ? "" : ",") + std::to_string(t.shape[i]);
+  }
+  body += R"(],"data":[)";
+  char buffer[32];
+  for (size_t i = 0; i + 4 <= t.bytes.size(); i += 4) {
+    float f;
+    std::memcpy(&f, t.bytes.data() + i, 4);
+    int n = std::snprintf(buffer, sizeof(buffer), "%s%.9g", i == 0 ? "" : ",", f);
+    body.append(buffer, static_cast<size_t>(n));
+  }
+  body += "]}]}";
+  return {std::move(body), {{"Content-Type", "application/json"}}};
+}
+
+ferry::Result<Payload> MakePayload(const std::string& url, bool grpc, bool json_body,
+                                   const std::string& model, int rows, std::mt19937& rng) {
   FERRY_ASSIGN_OR_RETURN(InputMeta meta,
                          grpc ? GrpcInputMeta(url, model) : HttpInputMeta(url, model));
   ferry::frontend::Tensor t;
@@ -145,7 +166,7 @@ ferry::Result<Payload> MakePayload(const std::string& url, bool grpc, const std:
     float f = value(rng);
     std::memcpy(t.bytes.data() + i, &f, 4);
   }
-  Payload p{model, ferry::frontend::BuildInferBody({t}), {}};
+  Payload p{model, json_body ? JsonBody(t) : ferry::frontend::BuildInferBody({t}), {}};
   p.grpc.set_model_name(model);
   auto* input = p.grpc.add_inputs();
   input->set_name(t.name);
@@ -321,6 +342,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ferry-load: KServe v2 load generator, HTTP or gRPC (closed loop or open loop)"};
   std::string url = "127.0.0.1:8000";
   std::string protocol = "http";
+  std::string encoding = "binary";
   std::vector<std::string> models = {"mlp"};
   std::vector<int> concurrency = {1, 8, 32};
   double rate = 0;
@@ -331,6 +353,9 @@ int main(int argc, char** argv) {
   bool as_json = false;
   std::string label = "server";
   app.add_option("--url", url, "HOST:PORT of the server")->capture_default_str();
+  app.add_option("--encoding", encoding, "HTTP bodies: binary or json")
+      ->check(CLI::IsMember({"binary", "json"}))
+      ->capture_default_str();
   app.add_option("--protocol", protocol, "http or grpc")
       ->check(CLI::IsMember({"http", "grpc"}))
       ->capture_default_str();
@@ -348,7 +373,7 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1);
   std::vector<Payload> payloads;
   for (const std::string& m : models) {
-    ferry::Result<Payload> p = MakePayload(url, grpc, m, rows, rng);
+    ferry::Result<Payload> p = MakePayload(url, grpc, encoding == "json", m, rows, rng);
     if (!p.ok()) {
       std::cerr << "ferry-load: " << p.error().ToString() << "\n";
       return 1;
@@ -363,14 +388,14 @@ int main(int argc, char** argv) {
       levels.push_back(Report(Run(url, grpc, payloads, false, c, 0, seconds, warmup)));
     }
   }
-  json out = {{"server", label},  {"url", url},   {"protocol", protocol},
+  json out = {{"server", label},  {"url", url},   {"protocol", protocol}, {"encoding", encoding},
               {"models", models}, {"rows", rows}, {"levels", levels}};
   if (as_json) {
     std::cout << out.dump() << "\n";
     return 0;
   }
-  std::printf("%s (%s, %s), %d row(s) per request\n", label.c_str(), protocol.c_str(), url.c_str(),
-              rows);
+  std::printf("%s (%s %s, %s), %d row(s) per request\n", label.c_str(), protocol.c_str(),
+              grpc ? "protobuf" : encoding.c_str(), url.c_str(), rows);
   std::printf("%-12s %9s %10s %10s %10s %12s %12s  %s\n", "level", "req/s", "p50 us", "p99 us",
               "errors", "overhead p50", "overhead p99", "batch sizes");
   for (const json& l : levels) {

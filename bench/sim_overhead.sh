@@ -8,6 +8,7 @@
 #   FERRY_SPIN_US=200 bench/sim_overhead.sh ...   sets [hooks] spin_us (default: absent, so the
 #                                                 hook host decides by its CPUs)
 #   FERRY_PROTOCOL=grpc bench/sim_overhead.sh ...  over gRPC ModelInfer (JSON: sim_overhead_grpc.json)
+#   FERRY_ENCODING=json bench/sim_overhead.sh ...  KServe JSON bodies both ways (sim_overhead_json.json)
 # A run with any failed request exits 1: its figures would measure nothing.
 # Prints each run's overhead p50 / p99 and the median of the p50s; JSON in
 # BUILD_DIR/bench-results/sim_overhead.json. --check exits 1 when that median is over 100 us.
@@ -18,6 +19,7 @@ seconds=${2:-3}
 runs=${3:-3}
 check=${4:-}
 protocol=${FERRY_PROTOCOL:-http}
+encoding=${FERRY_ENCODING:-binary}
 out="$build/bench-results"
 mkdir -p "$out"
 dir=$(mktemp -d)
@@ -60,10 +62,11 @@ for _ in $(seq 300); do
 done
 [[ -n $address ]] || { echo "ferryd did not become ready"; cat "$dir/ferryd.log"; exit 1; }
 for i in $(seq "$runs"); do
-  "$build/bench/ferry-load" --protocol "$protocol" --url "$address" --model mlp --concurrency 1 \
+  "$build/bench/ferry-load" --protocol "$protocol" --encoding "$encoding" --url "$address" \
+    --model mlp --concurrency 1 \
     --warmup 1 --seconds "$seconds" --json > "$dir/run$i.json"
 done
-name=sim_overhead$([[ $protocol == grpc ]] && echo _grpc || true)
+name=sim_overhead$([[ $protocol == grpc ]] && echo _grpc || true)$([[ $encoding == json ]] && echo _json || true)
 python3 - "$dir" "$runs" "$out/$name.json" "$check" <<'PY'
 import json, statistics, sys
 d, runs, out, check = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
