@@ -25,7 +25,11 @@ static_assert(kMaxTenants == shm::kMaxTenants, "the node file's tenants fit shar
 
 constexpr int64_t kViewRefreshNs = 5'000'000;  // Workers publish their status every 5 ms.
 constexpr int64_t kRepackNs = 1'000'000'000;   // lpt_packing re-placed every second.
-constexpr int64_t kIdleWaitNs = 1'000'000;     // The transport's longest sleep.
+constexpr int64_t kIdleWaitNs = 1'000'000;     // The transport's sleep with requests pending.
+// With nothing pending it sleeps longer (a hand-off or completion wakes it at once); it still
+// re-reads the workers' status every so often, so a view is never older than a quarter of
+// stale_status_ns when a request arrives.
+constexpr int64_t kQuietWaitNs = 20'000'000;
 // Answers up to this many output bytes, with no postprocess to run, are joined and answered
 // on the transport thread (their callback's encoding is short).
 constexpr uint64_t kInlineAnswerBytes = 4096;
@@ -910,8 +914,10 @@ struct HookHost::Impl {
       }
       if (!busy) {
         transport_idle.store(true, std::memory_order_relaxed);
+        bool quiet = pending_count.load(std::memory_order_relaxed) == 0;
+        int64_t wait = quiet ? std::min(kQuietWaitNs, options.stale_status_ns / 4) : kIdleWaitNs;
         shm::WaitForWork(
-            segment, slot, [this] { return HasWork(); }, kIdleWaitNs, 200);
+            segment, slot, [this] { return HasWork(); }, std::max(wait, kIdleWaitNs), 200);
         transport_idle.store(false, std::memory_order_relaxed);
       }
     }
