@@ -31,7 +31,9 @@
 namespace ferry::hookhost {
 namespace {
 
-constexpr auto kControlPoll = std::chrono::milliseconds(5);
+// The control ring's poll and the heartbeat's period: the same 20 ms as a worker's idle
+// heartbeat and ferryd's watch tick (a stop or drain waits at most this long to be seen).
+constexpr auto kControlPoll = std::chrono::milliseconds(20);
 
 // [hooks] spin_us, or when absent (-1) 200 us where this process may run on 4 or more CPUs:
 // with fewer, polling would take a core the worker and the client need (measured: fewer

@@ -945,12 +945,16 @@ void DispatchLoop::Sleep() {
       spins = std::min(spins, 100);
     }
   }
-  shm::WaitForWork(
+  if (quiet_wakes_ > 0 && inflight_.empty()) {
+    spins = 0;  // Woken by the heartbeat's timeout with nothing to do: spinning finds nothing.
+  }
+  bool ready = shm::WaitForWork(
       segment_, slot_,
       [this] {
         return HasRingWork() || HasCompletionSpace() || (!inflight_.empty() && backend_->Ready());
       },
       timeout, spins);
+  quiet_wakes_ = ready ? 0 : quiet_wakes_ + 1;
 }
 
 void DispatchLoop::PublishStatus(shm::ProcessState state) {

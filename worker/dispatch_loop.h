@@ -230,6 +230,7 @@ class DispatchLoop {
   bool stopping_ = false;
   bool unhealthy_ = false;
   int64_t last_status_ns_ = 0;
+  int quiet_wakes_ = 0;  // Sleeps in a row that ended by their timeout, not by work.
   std::unique_ptr<shm::StatusSnapshotData> snapshot_;  // 40 KiB: kept off the stack.
 };
 

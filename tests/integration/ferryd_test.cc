@@ -79,7 +79,7 @@ TEST_CASE("ferryd starts the node, reports it ready, and stops cleanly on SIGTER
         "ferry_requests_total{gpu=\"0\",model=\"cnn\",outcome=\"shed\"} 0",
         "ferry_model_loads_total{gpu=\"1\"} 2", "ferry_model_load_failures_total{gpu=\"0\"} 0",
         "ferry_model_residency{gpu=\"0\",model=\"mlp\",residency=\"warm\"} 1"}) {
-    CHECK_MESSAGE(metrics->body.find(line) != std::string::npos, line);
+    CHECK_MESSAGE(metrics->body.find(line) != std::string::npos, std::string(line));
   }
   WriteFile(dir / "metrics.txt", metrics->body);
   std::string promtool = "promtool check metrics < " + (dir / "metrics.txt") + " > " +
