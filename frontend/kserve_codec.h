@@ -3,7 +3,7 @@
 // functions over bytes; the routing and the hook host are kserve_service.h.
 //
 // Everything a client sends is hostile: the infer body is read with simdjson's On-Demand API
-// (infer_json.cc), which validates UTF-8 and the structure of what it reads and skips what it
+// (infer_request_json.cc), which validates UTF-8 and the structure of what it reads and skips what it
 // does not read without recursing; "data" may nest at most kMaxJsonDepth arrays; element
 // counts must match shapes whose byte sizes cannot overflow and that the text could hold
 // (nothing is allocated for a shape that lies); binary sections must add up exactly; every

@@ -1,6 +1,6 @@
-// The KServe v2 infer request parsed with simdjson's On-Demand API and the response written
-// with std::to_chars: no DOM of the document, no vector of doubles between the text and the
-// tensor's bytes (kserve_codec.h states the rules; docs/frontend.md why simdjson).
+// The KServe v2 infer request parsed with simdjson's On-Demand API: no DOM of the document,
+// no vector of doubles between the text and the tensor's bytes (kserve_codec.h states the
+// rules; docs/frontend.md why simdjson).
 #include <simdjson.h>
 
 #include <charconv>
@@ -8,7 +8,6 @@
 #include <cstring>
 #include <limits>
 
-#include "frontend/json_writer.h"
 #include "frontend/kserve_codec.h"
 
 namespace ferry::frontend {
@@ -278,10 +277,7 @@ struct TensorFields {
   bool has_data = false;
 };
 
-// `text_bytes`: the JSON document's size, which bounds how many elements "data" can hold.
-Status ReadInput(od::object& tensor, size_t text_bytes, std::string_view binary, size_t* offset,
-                 ParsedInfer* parsed) {
-  TensorFields f;
+Status ReadFields(od::object& tensor, TensorFields* f) {
   for (simdjson::simdjson_result<od::field> field : tensor) {
     std::string_view key;
     od::value v;
@@ -289,17 +285,27 @@ Status ReadInput(od::object& tensor, size_t text_bytes, std::string_view binary,
       return NotAnObject();
     }
     if (key == "name") {
-      FERRY_ASSIGN_OR_RETURN(f.name, ReadString(v, "each input needs a string \"name\""));
+      FERRY_ASSIGN_OR_RETURN(f->name, ReadString(v, "each input needs a string \"name\""));
     } else if (key == "datatype") {
-      FERRY_ASSIGN_OR_RETURN(f.datatype, ReadString(v, "\"datatype\" must be a string"));
+      FERRY_ASSIGN_OR_RETURN(f->datatype, ReadString(v, "\"datatype\" must be a string"));
     } else if (key == "shape") {
-      FERRY_ASSIGN_OR_RETURN(f.shape, ReadShape(v, f.name.value_or("?")));
+      FERRY_ASSIGN_OR_RETURN(f->shape, ReadShape(v, f->name.value_or("?")));
     } else if (key == "parameters") {
-      FERRY_RETURN_IF_ERROR(ReadParameters(v, &f.parameters));
+      FERRY_RETURN_IF_ERROR(ReadParameters(v, &f->parameters));
     } else if (key == "data") {
-      f.has_data = true;  // Read in a second pass, once name, type and shape are known.
+      f->has_data = true;  // Read in a second pass, once name, type and shape are known.
     }
   }
+  return OkStatus();
+}
+
+// The input's name, type and shape, checked; its size in bytes.
+struct CheckedInput {
+  hookhost::ClientTensor client;
+  uint64_t bytes = 0;
+};
+
+Result<CheckedInput> CheckFields(const TensorFields& f) {
   if (!f.name) {
     return InvalidArgument("each input needs a string \"name\"");
   }
@@ -319,35 +325,38 @@ Status ReadInput(od::object& tensor, size_t text_bytes, std::string_view binary,
   if (!bytes || *bytes > (uint64_t{1} << 40)) {
     return InvalidArgument("input '" + name + "': shape too large");
   }
-  hookhost::ClientTensor client{name, *dtype, *f.shape, {}};
-  if (int64_t size = f.parameters.binary_data_size.value_or(-1); size >= 0) {
-    if (f.has_data) {
-      return InvalidArgument("input '" + name + "': both \"data\" and binary_data_size");
-    }
-    if (static_cast<uint64_t>(size) != *bytes) {
-      return InvalidArgument("input '" + name + "': binary_data_size " + std::to_string(size) +
-                             " but shape and datatype make " + std::to_string(*bytes) + " bytes");
-    }
-    if (binary.size() - *offset < *bytes) {
-      return InvalidArgument("input '" + name + "': the binary section is truncated (" +
-                             std::to_string(binary.size() - *offset) + " bytes left, " +
-                             std::to_string(*bytes) + " expected)");
-    }
-    client.bytes =
-        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(binary.data()) + *offset, *bytes);
-    *offset += *bytes;
-    parsed->request.inputs.push_back(std::move(client));
-    return OkStatus();
+  return CheckedInput{{name, *dtype, *f.shape, {}}, *bytes};
+}
+
+// The input's bytes from the binary section at *offset (binary_data_size: `size`).
+Status TakeBinary(CheckedInput& in, int64_t size, std::string_view binary, size_t* offset) {
+  const std::string& name = in.client.name;
+  if (static_cast<uint64_t>(size) != in.bytes) {
+    return InvalidArgument("input '" + name + "': binary_data_size " + std::to_string(size) +
+                           " but shape and datatype make " + std::to_string(in.bytes) + " bytes");
   }
-  if (!f.has_data) {
-    return InvalidArgument("input '" + name + "': no \"data\" and no binary_data_size");
+  if (binary.size() - *offset < in.bytes) {
+    return InvalidArgument("input '" + name + "': the binary section is truncated (" +
+                           std::to_string(binary.size() - *offset) + " bytes left, " +
+                           std::to_string(in.bytes) + " expected)");
   }
-  size_t elem = static_cast<size_t>(DTypeBits(*dtype) / 8);
-  size_t count = elem == 0 ? 0 : *bytes / elem;
+  in.client.bytes =
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(binary.data()) + *offset, in.bytes);
+  *offset += in.bytes;
+  return OkStatus();
+}
+
+// The input's bytes from its "data" (`text_bytes`: the document's size, which bounds how many
+// elements it can hold), into a new block of parsed->storage.
+Status ReadData(CheckedInput& in, od::object& tensor, size_t text_bytes, ParsedInfer* parsed) {
+  const std::string& name = in.client.name;
+  DType dtype = in.client.dtype;
+  size_t elem = static_cast<size_t>(DTypeBits(dtype) / 8);
   if (elem == 0 || dtype == DType::kF16 || dtype == DType::kBF16) {
-    return InvalidArgument("input '" + name + "': " + std::string(KServeName(*dtype)) +
+    return InvalidArgument("input '" + name + "': " + std::string(KServeName(dtype)) +
                            " tensors must be sent as binary data (binary_data_size)");
   }
+  size_t count = in.bytes / elem;
   // n elements take at least 2n - 1 characters: a shape that lies about its size is refused
   // before its bytes are allocated.
   if (count > text_bytes / 2 + 1) {
@@ -359,8 +368,8 @@ Status ReadInput(od::object& tensor, size_t text_bytes, std::string_view binary,
   if (tensor.find_field_unordered("data").get(data)) {
     return NotAnObject();
   }
-  std::vector<uint8_t>& storage = parsed->storage.emplace_back(*bytes);
-  DataReader reader(*dtype, storage.data(), count);
+  std::vector<uint8_t>& storage = parsed->storage.emplace_back(in.bytes);
+  DataReader reader(dtype, storage.data(), count);
   Status read = reader.Read(data, 0);
   if (reader.more() || (read.ok() && reader.read() != count)) {
     return InvalidArgument("input '" + name + "': shape holds " + std::to_string(count) +
@@ -370,8 +379,26 @@ Status ReadInput(od::object& tensor, size_t text_bytes, std::string_view binary,
   if (!read.ok()) {
     return InvalidArgument("input '" + name + "' " + read.error().message);
   }
-  client.bytes = storage;
-  parsed->request.inputs.push_back(std::move(client));
+  in.client.bytes = storage;
+  return OkStatus();
+}
+
+Status ReadInput(od::object& tensor, size_t text_bytes, std::string_view binary, size_t* offset,
+                 ParsedInfer* parsed) {
+  TensorFields f;
+  FERRY_RETURN_IF_ERROR(ReadFields(tensor, &f));
+  FERRY_ASSIGN_OR_RETURN(CheckedInput in, CheckFields(f));
+  if (int64_t size = f.parameters.binary_data_size.value_or(-1); size >= 0) {
+    if (f.has_data) {
+      return InvalidArgument("input '" + in.client.name + "': both \"data\" and binary_data_size");
+    }
+    FERRY_RETURN_IF_ERROR(TakeBinary(in, size, binary, offset));
+  } else if (!f.has_data) {
+    return InvalidArgument("input '" + in.client.name + "': no \"data\" and no binary_data_size");
+  } else {
+    FERRY_RETURN_IF_ERROR(ReadData(in, tensor, text_bytes, parsed));
+  }
+  parsed->request.inputs.push_back(std::move(in.client));
   return OkStatus();
 }
 
@@ -519,86 +546,6 @@ Result<ParsedInfer> ParseInferRequest(std::string_view header, std::string_view 
     return read.error();
   }
   return parsed;
-}
-
-Result<EncodedResponse> EncodeInferResponse(const std::string& model, int64_t version,
-                                            const ParsedInfer& request,
-                                            const hookhost::InferResponse& response) {
-  std::vector<RequestedOutput> wanted = request.outputs;
-  if (wanted.empty()) {
-    for (const hookhost::ResponseTensor& t : response.outputs) {
-      wanted.push_back({t.name, request.binary_default});
-    }
-  }
-  std::vector<const hookhost::ResponseTensor*> tensors;
-  size_t data_bytes = 0;
-  for (const RequestedOutput& w : wanted) {
-    const hookhost::ResponseTensor* tensor = nullptr;
-    for (const hookhost::ResponseTensor& r : response.outputs) {
-      if (r.name == w.name) {
-        tensor = &r;
-      }
-    }
-    if (tensor == nullptr) {
-      return InvalidArgument("model '" + model + "' has no output '" + w.name + "'");
-    }
-    tensors.push_back(tensor);
-    data_bytes += tensor->bytes.size();
-  }
-  const hookhost::RequestTimings& t = response.timings;
-  JsonWriter json;
-  json.Reserve(512 + data_bytes * 4);  // Up to ~16 characters per 4-byte element.
-  json.BeginObject();
-  if (!request.id.empty()) {
-    json.Key("id").String(request.id);
-  }
-  json.Key("model_name").String(model);
-  json.Key("model_version").String(std::to_string(version));
-  json.Key("parameters").BeginObject();
-  json.Key("queue_us").Int(t.queue_ns / 1000);
-  json.Key("compute_us").Int(t.compute_ns / 1000);
-  json.Key("preprocess_us").Int(t.preprocess_ns / 1000);
-  json.Key("postprocess_us").Int(t.postprocess_ns / 1000);
-  json.Key("validate_us").Int(t.validate_ns / 1000);
-  json.Key("total_server_us").Int(t.total_ns / 1000);
-  json.Key("batch_size").Int(t.batch_size);
-  json.Key("pieces").Int(t.pieces);
-  json.EndObject();
-  json.Key("outputs").BeginArray();
-  std::string binary;
-  bool any_binary = false;
-  for (size_t i = 0; i < wanted.size(); ++i) {
-    const hookhost::ResponseTensor& tensor = *tensors[i];
-    json.BeginObject();
-    json.Key("name").String(tensor.name);
-    json.Key("datatype").String(KServeName(tensor.dtype));
-    json.Key("shape").BeginArray();
-    for (int64_t d : tensor.shape) {
-      json.Int(d);
-    }
-    json.EndArray();
-    size_t elem = static_cast<size_t>(DTypeBits(tensor.dtype) / 8);
-    any_binary = any_binary || wanted[i].binary;
-    if (wanted[i].binary || elem == 0 || tensor.dtype == DType::kF16 ||
-        tensor.dtype == DType::kBF16) {
-      json.Key("parameters").BeginObject();
-      json.Key("binary_data_size").Int(static_cast<int64_t>(tensor.bytes.size()));
-      json.EndObject();
-      binary.append(reinterpret_cast<const char*>(tensor.bytes.data()), tensor.bytes.size());
-    } else {
-      json.Key("data");
-      json.Elements(tensor.dtype, tensor.bytes);
-    }
-    json.EndObject();
-  }
-  json.EndArray();
-  json.EndObject();
-  EncodedResponse encoded;
-  encoded.body = json.Take();
-  encoded.json_bytes = encoded.body.size();
-  encoded.binary = !binary.empty() || any_binary;
-  encoded.body += binary;
-  return encoded;
 }
 
 }  // namespace ferry::frontend
