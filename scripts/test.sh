@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 
 scripts/setup.sh
 
+# The house's size limits, as a warning: files over about 600 lines, functions over about 80.
+scripts/check-sizes.py || true
+
 jobs=$(nproc)
 fuzz_seconds=${FERRY_FUZZ_SECONDS:-15}
 if command -v clang++ >/dev/null && [[ "$fuzz_seconds" != 0 ]]; then
