@@ -178,6 +178,18 @@ ferry::Result<Payload> MakePayload(const std::string& url, bool grpc, bool json_
   return p;
 }
 
+// One payload per model (random values from one seeded generator).
+ferry::Result<std::vector<Payload>> MakePayloads(const std::string& url, bool grpc, bool json_body,
+                                                 const std::vector<std::string>& models, int rows) {
+  std::mt19937 rng(1);
+  std::vector<Payload> payloads;
+  for (const std::string& m : models) {
+    FERRY_ASSIGN_OR_RETURN(Payload p, MakePayload(url, grpc, json_body, m, rows, rng));
+    payloads.push_back(std::move(p));
+  }
+  return payloads;
+}
+
 // Sends one request over HTTP; its sample, or what failed ("http 503", "connection").
 std::variant<Sample, std::string> SendHttp(Connection& c, const std::string& url, const Payload& p,
                                            Clock::time_point due) {
@@ -370,22 +382,18 @@ int main(int argc, char** argv) {
   app.add_flag("--json", as_json, "one JSON object");
   CLI11_PARSE(app, argc, argv);
   bool grpc = protocol == "grpc";
-  std::mt19937 rng(1);
-  std::vector<Payload> payloads;
-  for (const std::string& m : models) {
-    ferry::Result<Payload> p = MakePayload(url, grpc, encoding == "json", m, rows, rng);
-    if (!p.ok()) {
-      std::cerr << "ferry-load: " << p.error().ToString() << "\n";
-      return 1;
-    }
-    payloads.push_back(std::move(*p));
+  ferry::Result<std::vector<Payload>> payloads =
+      MakePayloads(url, grpc, encoding == "json", models, rows);
+  if (!payloads.ok()) {
+    std::cerr << "ferry-load: " << payloads.error().ToString() << "\n";
+    return 1;
   }
   json levels = json::array();
   if (rate > 0) {
-    levels.push_back(Report(Run(url, grpc, payloads, true, rate, connections, seconds, warmup)));
+    levels.push_back(Report(Run(url, grpc, *payloads, true, rate, connections, seconds, warmup)));
   } else {
     for (int c : concurrency) {
-      levels.push_back(Report(Run(url, grpc, payloads, false, c, 0, seconds, warmup)));
+      levels.push_back(Report(Run(url, grpc, *payloads, false, c, 0, seconds, warmup)));
     }
   }
   json out = {{"server", label},  {"url", url},   {"protocol", protocol}, {"encoding", encoding},
