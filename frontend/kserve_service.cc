@@ -166,20 +166,12 @@ void KServeService::CountRefused(const hookhost::HookModel* model, const Error& 
 
 namespace {
 
-// A readiness probe waits this long for a worker's status to settle: a writer preempted
-// mid-publish on a busy host holds it torn for a scheduling quantum or two, and 16 quick
-// attempts answered a ready node 503. A status torn for longer counts as not ready.
-constexpr auto kProbePatience = std::chrono::milliseconds(20);
+// A readiness probe waits this long for a worker's status to settle: 16 quick attempts
+// answered a ready node 503 on a busy host. A status torn for longer counts as not ready.
+constexpr int64_t kProbePatienceNs = 20'000'000;
 
 Result<shm::StatusSnapshotData> ProbeStatus(const shm::Segment& segment, uint32_t slot) {
-  auto until = std::chrono::steady_clock::now() + kProbePatience;
-  while (true) {
-    Result<shm::StatusSnapshotData> s = shm::ReadStatus(segment, slot, 64);
-    if (s.ok() || std::chrono::steady_clock::now() >= until) {
-      return s;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
+  return shm::ReadSettledStatus(segment, slot, kProbePatienceNs);
 }
 
 }  // namespace

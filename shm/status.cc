@@ -1,5 +1,8 @@
 #include "shm/status.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <thread>
 
@@ -21,6 +24,18 @@ std::string_view ProcessStateName(ProcessState state) {
   return "unknown";
 }
 
+namespace {
+
+constexpr size_t kFixedBytes = offsetof(StatusSnapshotData, models);
+
+// The bytes of a snapshot listing `num_models` models: the fixed part and those entries. The
+// rest of `models` is neither written nor read (readers look only at the first num_models).
+size_t UsedBytes(uint32_t num_models) {
+  return kFixedBytes + std::min(num_models, kMaxStatusModels) * sizeof(ModelStatusData);
+}
+
+}  // namespace
+
 StatusWriter::StatusWriter(const Segment& segment, uint32_t slot)
     : data_(&segment.status(slot)),
       sequence_(data_->sequence.load(std::memory_order_relaxed) & ~uint64_t{1}) {}
@@ -28,7 +43,7 @@ StatusWriter::StatusWriter(const Segment& segment, uint32_t slot)
 void StatusWriter::Publish(const StatusSnapshotData& snapshot) {
   data_->sequence.store(sequence_ + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  std::memcpy(&data_->snapshot, &snapshot, sizeof(snapshot));
+  std::memcpy(&data_->snapshot, &snapshot, UsedBytes(snapshot.num_models));
   sequence_ += 2;
   data_->sequence.store(sequence_, std::memory_order_release);
 }
@@ -39,7 +54,10 @@ Result<StatusSnapshotData> ReadStatus(const Segment& segment, uint32_t slot, int
   for (int i = 0; i < attempts; ++i) {
     uint64_t before = data.sequence.load(std::memory_order_acquire);
     if ((before & 1) == 0) {
-      std::memcpy(&copy, &data.snapshot, sizeof(copy));
+      // The fixed part, then the entries it counts (a count that lies is bounded; one torn
+      // by the writer is caught by the sequence below).
+      std::memcpy(&copy, &data.snapshot, kFixedBytes);
+      std::memcpy(copy.models, data.snapshot.models, UsedBytes(copy.num_models) - kFixedBytes);
       std::atomic_thread_fence(std::memory_order_acquire);
       if (data.sequence.load(std::memory_order_relaxed) == before) {
         // Strings come from another process: terminate them whatever it wrote.
@@ -59,6 +77,18 @@ Result<StatusSnapshotData> ReadStatus(const Segment& segment, uint32_t slot, int
   }
   return Unavailable("status of slot " + std::to_string(slot) +
                      " is being written and never settled (its writer died mid-write?)");
+}
+
+Result<StatusSnapshotData> ReadSettledStatus(const Segment& segment, uint32_t slot,
+                                             int64_t patience_ns) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(patience_ns);
+  while (true) {
+    Result<StatusSnapshotData> s = ReadStatus(segment, slot, 64);
+    if (s.ok() || std::chrono::steady_clock::now() >= until) {
+      return s;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
 }
 
 uint64_t ReadHeartbeat(const Segment& segment, uint32_t slot) {

@@ -170,8 +170,14 @@ class StatusWriter {
 };
 
 // A consistent snapshot of `slot`'s status. UNAVAILABLE when none could be read in
-// `attempts` tries (a writer that died mid-write); the heartbeat is read separately.
+// `attempts` tries (a writer that died mid-write); the heartbeat is read separately. Only the
+// first num_models entries of `models` are read (and published): the rest are unspecified.
 Result<StatusSnapshotData> ReadStatus(const Segment& segment, uint32_t slot, int attempts = 1000);
+// ReadStatus retried for up to `patience_ns`, sleeping 200 us between tries: a writer
+// preempted mid-publish on a busy host holds its status torn for a scheduling quantum or two,
+// which quick attempts alone take for a status that cannot be read. UNAVAILABLE when still torn.
+Result<StatusSnapshotData> ReadSettledStatus(const Segment& segment, uint32_t slot,
+                                             int64_t patience_ns);
 uint64_t ReadHeartbeat(const Segment& segment, uint32_t slot);
 // The start error `slot`'s owner left before exiting (StatusSnapshotData::start_error), as
 // printable ASCII (anything else becomes '?'); empty when there is none or no consistent

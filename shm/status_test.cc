@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -100,6 +101,28 @@ TEST_CASE("a writer that died mid-write leaves the status unreadable until Reset
   // Its successor writes from a settled sequence.
   StatusWriter(f.segment, 1).Publish(Filled(9));
   CHECK(ReadStatus(f.segment, 1)->dispatches == 9);
+}
+
+TEST_CASE("a status held torn for a moment is waited for, one held torn longer is not") {
+  Fixture f;
+  StatusWriter(f.segment, 1).Publish(Filled(7));
+  std::atomic<uint64_t>& sequence = f.segment.status(1).sequence;
+  sequence.fetch_add(1);  // A writer preempted mid-publish.
+  CHECK_FALSE(ReadStatus(f.segment, 1, 64).ok());
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    sequence.fetch_add(1);  // It runs again and finishes.
+  });
+  Result<StatusSnapshotData> settled = ReadSettledStatus(f.segment, 1, 5'000'000'000);
+  writer.join();
+  REQUIRE(settled.ok());
+  CHECK(settled->dispatches == 7);
+  sequence.fetch_add(1);  // Torn past the patience: UNAVAILABLE, after about the patience.
+  auto start = std::chrono::steady_clock::now();
+  Result<StatusSnapshotData> torn = ReadSettledStatus(f.segment, 1, 10'000'000);
+  CHECK_FALSE(torn.ok());
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(10));
+  sequence.fetch_add(1);
 }
 
 TEST_CASE("strings and counts from a hostile status writer are bounded when read") {

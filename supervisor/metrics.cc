@@ -131,6 +131,8 @@ void RenderFrontEnd(const shm::Segment& segment, const shm::StatusSnapshotData* 
 
 }  // namespace
 
+constexpr int64_t kScrapePatienceNs = 20'000'000;
+
 std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters& counters) {
   struct WorkerView {
     uint32_t index;
@@ -138,7 +140,10 @@ std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters&
   };
   std::vector<WorkerView> workers;
   for (uint32_t w = 0; w < segment.workers(); ++w) {
-    Result<shm::StatusSnapshotData> s = shm::ReadStatus(segment, segment.WorkerSlot(w), 64);
+    // A worker caught mid-publish is waited for: a scrape without its series would read as
+    // its counters vanishing.
+    Result<shm::StatusSnapshotData> s =
+        shm::ReadSettledStatus(segment, segment.WorkerSlot(w), kScrapePatienceNs);
     if (s.ok()) {
       workers.push_back({w, *s});
     }
