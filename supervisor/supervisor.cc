@@ -287,6 +287,8 @@ struct Supervisor::Impl {
   size_t SendTableChange(const shm::ControlMessage& message);
   void QueueHookhostRefresh();
   void RefreshHookhosts(int64_t now);
+  // How long the loop may sleep: kTickNs, or up to kRestTickNs while the node is settled.
+  int64_t TickNs() const;
   json StatusJson() const;
 };
 
@@ -751,10 +753,28 @@ void Supervisor::Impl::Tick(int64_t now) {
   Notify(now);
 }
 
+int64_t Supervisor::Impl::TickNs() const {
+  bool settled = phase == Phase::kRunning && control->clients() == 0 && refresh_queue.empty() &&
+                 !refresh_current &&
+                 std::all_of(children.begin(), children.end(),
+                             [](const Child& c) { return c.ready() && c.kill_reason.empty(); });
+  if (!settled) {
+    return kTickNs;
+  }
+  // Every child ready and nothing in progress: only heartbeats to watch. The tick stays well
+  // inside the stall limit and the systemd watchdog's half period.
+  auto stall_limit = static_cast<int64_t>(config.scheduler.dispatch_timeout_seconds * 1e9);
+  int64_t tick = std::min(kRestTickNs, stall_limit / 10);
+  if (watchdog_usec > 0) {
+    tick = std::min(tick, static_cast<int64_t>(watchdog_usec) * 250);
+  }
+  return std::max(tick, kTickNs);
+}
+
 void Supervisor::Impl::Loop() {
   while (phase != Phase::kDone) {
     epoll_event events[16];
-    int n = epoll_wait(epoll_fd, events, 16, static_cast<int>(kTickNs / 1'000'000));
+    int n = epoll_wait(epoll_fd, events, 16, static_cast<int>(TickNs() / 1'000'000));
     int64_t now = MonotonicNs();
     for (int i = 0; i < n; ++i) {
       uint64_t tag = events[i].data.u64;

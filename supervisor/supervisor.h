@@ -9,10 +9,10 @@
 // ferryd). A worker on a GPU sees only that GPU (CUDA_VISIBLE_DEVICES, PCI bus order) and is
 // told so (--device-pinned).
 //
-// Watch (every kTickNs): a child that exits is reaped through its pidfd, its slot repaired
-// (shm::ResetSlot: its peers fail what they had in flight with it, UNAVAILABLE, and nothing of
-// its shared memory stays allocated) and a successor started after the restart policy's
-// backoff (restart_policy.h). A child whose heartbeat stops advancing for
+// Watch (every kTickNs; kRestTickNs while the node is settled): a child that exits is reaped
+// through its pidfd, its slot repaired (shm::ResetSlot: its peers fail what they had in flight with
+// it, UNAVAILABLE, and nothing of its shared memory stays allocated) and a successor started after
+// the restart policy's backoff (restart_policy.h). A child whose heartbeat stops advancing for
 // scheduler.dispatch_timeout_seconds once ready (a hung GPU, a SIGSTOP), or that is not ready
 // supervisor.start_timeout_seconds after its start, is killed, then restarted the same way.
 //
@@ -44,6 +44,9 @@
 namespace ferry::supervisor {
 
 inline constexpr int64_t kTickNs = 20'000'000;
+// The tick while every child is ready and nothing is in progress (no control client, no
+// restart or model-table change): a pidfd, signal or control connection still wakes it at once.
+inline constexpr int64_t kRestTickNs = 100'000'000;
 
 struct SupervisorOptions {
   std::string config_path;

@@ -947,6 +947,9 @@ void DispatchLoop::Sleep() {
   }
   if (quiet_wakes_ > 0 && inflight_.empty()) {
     spins = 0;  // Woken by the heartbeat's timeout with nothing to do: spinning finds nothing.
+    if (quiet_wakes_ >= kQuietWakesBeforeRest) {
+      timeout = std::max(timeout, options_.rest_sleep_ns);  // Idle: heartbeat less often.
+    }
   }
   bool ready = shm::WaitForWork(
       segment_, slot_,

@@ -74,9 +74,13 @@ using ModelLoader = std::function<LoadedModel(const std::string& name)>;
 struct DispatchLoopOptions {
   int64_t status_interval_ns = 5'000'000;  // Status snapshot and reaping period.
   int64_t idle_sleep_ns = 20'000'000;      // Longest doorbell sleep (the heartbeat's period).
-  int spin_iterations = 2000;              // Ring checks before sleeping.
-  bool plan_ahead = true;                  // Plan batch k+1 while batch k executes.
-  ModelLoader loader;                      // For kLoadModel; null: loads are refused.
+  // After kQuietWakesBeforeRest such sleeps in a row with nothing to do: the heartbeat's and
+  // status's period while the worker idles (work, a control message or a completion's room
+  // still wakes it at once).
+  int64_t rest_sleep_ns = 100'000'000;
+  int spin_iterations = 2000;  // Ring checks before sleeping.
+  bool plan_ahead = true;      // Plan batch k+1 while batch k executes.
+  ModelLoader loader;          // For kLoadModel; null: loads are refused.
 };
 
 class DispatchLoop {
@@ -231,6 +235,7 @@ class DispatchLoop {
   bool unhealthy_ = false;
   int64_t last_status_ns_ = 0;
   int quiet_wakes_ = 0;  // Sleeps in a row that ended by their timeout, not by work.
+  static constexpr int kQuietWakesBeforeRest = 5;
   std::unique_ptr<shm::StatusSnapshotData> snapshot_;  // 40 KiB: kept off the stack.
 };
 

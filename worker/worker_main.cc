@@ -6,6 +6,7 @@
 #include <sys/prctl.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -229,6 +230,10 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
   }
   WarmUp(**backend, *scheduler, models);
   DispatchLoopOptions options;
+  // The idle heartbeat stays well inside ferryd's stall limit, however short it is set.
+  auto stall_limit_ns = static_cast<int64_t>(config->scheduler.dispatch_timeout_seconds * 1e9);
+  options.rest_sleep_ns = std::clamp<int64_t>(stall_limit_ns / 10, 1'000'000, 100'000'000);
+  options.idle_sleep_ns = std::min(options.idle_sleep_ns, options.rest_sleep_ns);
   Backend* running = backend->get();
   options.loader = [running, &dir](const std::string& name) {
     LoadedModel loaded;
