@@ -3,7 +3,6 @@
 // rules; docs/frontend.md why simdjson).
 #include <simdjson.h>
 
-#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -41,9 +40,11 @@ void Put(uint8_t* dst, T v) {
 template <typename T>
 Status PutInteger(od::value& v, uint8_t* dst) {
   od::number n;
-  od::number_type type;
-  if (v.get_number().get(n) ||
-      (type = n.get_number_type()) == od::number_type::floating_point_number) {
+  if (v.get_number().get(n)) {
+    return InvalidArgument("an integer was expected");
+  }
+  od::number_type type = n.get_number_type();
+  if (type == od::number_type::floating_point_number) {
     return InvalidArgument("an integer was expected");
   }
   if (type == od::number_type::unsigned_integer) {
