@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "shm/descriptor.h"
+#include "worker/request_splitting.h"
 
 namespace ferry::hookhost {
 
@@ -186,34 +187,19 @@ Result<int> MatchVariant(std::string_view model, const Manifest& manifest,
 
 Result<std::vector<int64_t>> PieceRows(std::string_view model, const Manifest& manifest,
                                        int64_t rows, bool rows_preserved, size_t max_pieces) {
-  int64_t largest = manifest.batch_sizes.back();
-  if (manifest.unbatched() || rows <= largest) {
-    return std::vector<int64_t>{rows};
-  }
-  std::string where = "model '" + std::string(model) + "': " + std::to_string(rows) +
-                      " rows exceed the largest compiled batch size " + std::to_string(largest);
+  std::string cannot_split;
   if (!rows_preserved) {
-    return InvalidArgument(where +
-                           ", and its preprocess does not keep rows, so it cannot be split");
+    cannot_split = "its preprocess does not keep rows";
   }
   for (const std::vector<TensorSpec>* side : {&manifest.inputs, &manifest.outputs}) {
     for (const TensorSpec& t : *side) {
-      if (t.batch_axis != 0) {
-        return InvalidArgument(where + ", and tensor '" + t.name +
-                               "' does not batch on axis 0, so it cannot be split");
+      if (cannot_split.empty() && t.batch_axis != 0) {
+        cannot_split = "tensor '" + t.name + "' does not batch on axis 0";
       }
     }
   }
-  auto count = static_cast<size_t>((rows + largest - 1) / largest);
-  if (count > max_pieces) {
-    return InvalidArgument(where + ", and its " + std::to_string(count) + " pieces are more than " +
-                           std::to_string(max_pieces) + " (the most one request may be cut into)");
-  }
-  std::vector<int64_t> pieces(static_cast<size_t>(rows / largest), largest);
-  if (rows % largest != 0) {
-    pieces.push_back(rows % largest);
-  }
-  return pieces;
+  int64_t largest = manifest.unbatched() ? 0 : manifest.batch_sizes.back();
+  return PlanSplit(model, rows, largest, cannot_split, max_pieces);
 }
 
 }  // namespace ferry::hookhost

@@ -108,15 +108,24 @@ TEST_CASE("outputs are sliced per caller and padding rows dropped") {
 }
 
 TEST_CASE("an oversize request splits into pieces of the largest size and joins back") {
-  CHECK(PlanSplit(70, 32, true, true) == std::vector<int64_t>{32, 32, 6});
-  CHECK(PlanSplit(32, 32, true, true) == std::vector<int64_t>{32});
-  CHECK(PlanSplit(70, 32, false, true) == std::vector<int64_t>{70});  // Hook changes rows.
-  CHECK(PlanSplit(70, 32, true, false) == std::vector<int64_t>{70});  // Unbatched output.
+  CHECK(PlanSplit("m", 70, 32, "", 256).value() == std::vector<int64_t>{32, 32, 6});
+  CHECK(PlanSplit("m", 32, 32, "", 256).value() == std::vector<int64_t>{32});
+  CHECK(PlanSplit("m", 70, 0, "", 256).value() == std::vector<int64_t>{70});  // Unbatched.
+  // One behaviour for a request that must be split and cannot: refused, never run whole.
+  Result<std::vector<int64_t>> kept =
+      PlanSplit("m", 70, 32, "its preprocess does not keep rows", 256);
+  REQUIRE_FALSE(kept.ok());
+  CHECK(kept.error().message ==
+        "model 'm': 70 rows exceed the largest compiled batch size 32, and its preprocess does "
+        "not keep rows, so it cannot be split");
+  CHECK(PlanSplit("m", 32, 32, "its preprocess does not keep rows", 256).ok());  // Fits whole.
+  CHECK(PlanSplit("m", 64, 32, "", 2).ok());
+  CHECK_FALSE(PlanSplit("m", 65, 32, "", 2).ok());  // Three pieces, two allowed.
   QueuedRequest whole;
   whole.rows = 5;
   whole.deadline = 123;
   whole.arrival = 7;
-  std::vector<int64_t> pieces = PlanSplit(5, 2, true, true);
+  std::vector<int64_t> pieces = PlanSplit("m", 5, 2, "", 256).value();
   std::vector<QueuedRequest> split = SplitRequest(whole, pieces);
   REQUIRE(split.size() == 3);
   for (const QueuedRequest& piece : split) {

@@ -1,15 +1,29 @@
 #include "worker/request_splitting.h"
 
+#include <string>
+
 namespace ferry {
 
-std::vector<int64_t> PlanSplit(int64_t rows, int64_t largest_size, bool preserves_rows,
-                               bool all_outputs_batched) {
-  if (rows <= largest_size || largest_size <= 0 || !preserves_rows || !all_outputs_batched) {
-    return {rows};
+Result<std::vector<int64_t>> PlanSplit(std::string_view model, int64_t rows, int64_t largest_size,
+                                       std::string_view cannot_split, size_t max_pieces) {
+  if (largest_size <= 0 || rows <= largest_size) {
+    return std::vector<int64_t>{rows};
   }
-  std::vector<int64_t> pieces;
-  for (int64_t left = rows; left > 0; left -= largest_size) {
-    pieces.push_back(left < largest_size ? left : largest_size);
+  std::string where = "model '" + std::string(model) + "': " + std::to_string(rows) +
+                      " rows exceed the largest compiled batch size " +
+                      std::to_string(largest_size);
+  if (!cannot_split.empty()) {
+    return InvalidArgument(where + ", and " + std::string(cannot_split) +
+                           ", so it cannot be split");
+  }
+  auto count = static_cast<size_t>((rows + largest_size - 1) / largest_size);
+  if (count > max_pieces) {
+    return InvalidArgument(where + ", and its " + std::to_string(count) + " pieces are more than " +
+                           std::to_string(max_pieces) + " (the most one request may be cut into)");
+  }
+  std::vector<int64_t> pieces(static_cast<size_t>(rows / largest_size), largest_size);
+  if (rows % largest_size != 0) {
+    pieces.push_back(rows % largest_size);
   }
   return pieces;
 }

@@ -84,6 +84,10 @@ struct StreamTally {
   uint64_t good_rows = 0;
 };
 
+// The most pieces one request may be cut into: a node's ring capacity (shm::SegmentLayout),
+// since a request's pieces are all sent at once.
+constexpr size_t kMaxPiecesPerRequest = 1024;
+
 // A request as issued by a stream: split into pieces when larger than the largest size.
 struct Issued {
   size_t stream;
@@ -243,16 +247,18 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
     if (deadline) {
       r.deadline = at + ToNanos(*deadline);
     }
-    // Larger than the largest compiled size: split as the hook host does (all or none).
-    int64_t largest = sm.sizes.back();
-    std::vector<int64_t> pieces = PlanSplit(r.rows, largest > 0 ? largest : r.rows, true, true);
+    // Larger than the largest compiled size: cut by the hook host's own rule (PlanSplit: all
+    // pieces or none; refused like a full queue when it cannot be).
+    Result<std::vector<int64_t>> plan =
+        PlanSplit(sm.name, r.rows, sm.sizes.back(), "", kMaxPiecesPerRequest);
+    std::vector<int64_t> pieces = plan.ok() ? *plan : std::vector<int64_t>{};
     issued.push_back({stream_index, client, r.rows, static_cast<int>(pieces.size())});
     ModelTally& t = tally[static_cast<size_t>(model)];
     if (scheduler.queue_depth(model) == 0) {
       t.backlog_start = at;
     }
     std::vector<QueuedRequest> parts = SplitRequest(r, pieces);
-    if (!scheduler.EnqueueAll(model, parts).ok()) {
+    if (!plan.ok() || !scheduler.EnqueueAll(model, parts).ok()) {
       if (at >= warmup) {
         ++t.rejected;
         ++t.dropped;
