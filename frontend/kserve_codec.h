@@ -3,11 +3,11 @@
 // functions over bytes; the routing and the hook host are kserve_service.h.
 //
 // Everything a client sends is hostile: the infer body is read with simdjson's On-Demand API
-// (infer_request_json.cc), which validates UTF-8 and the structure of what it reads and skips what it
-// does not read without recursing; "data" may nest at most kMaxJsonDepth arrays; element
-// counts must match shapes whose byte sizes cannot overflow and that the text could hold
-// (nothing is allocated for a shape that lies); binary sections must add up exactly; every
-// value must fit its datatype (FP32 included: 1e39 is refused, not made infinite).
+// (infer_request_json.cc), which validates UTF-8 and the structure of what it reads and skips what
+// it does not read without recursing; "data" may nest at most kMaxJsonDepth arrays; element counts
+// must match shapes whose byte sizes cannot overflow and that the text could hold (nothing is
+// allocated for a shape that lies); binary sections must add up exactly; every value must fit its
+// datatype (FP32 included: 1e39 is refused, not made infinite).
 //
 // Thread safety: pure functions.
 #pragma once
