@@ -64,28 +64,31 @@ Status PutInteger(od::value& v, uint8_t* dst) {
   return OkStatus();
 }
 
+// A number read as a double into an FP32 or FP64 element; FP32 refuses what it cannot hold
+// (rounding to infinity) rather than storing infinity.
+Status PutFloating(DType dtype, double x, uint8_t* dst) {
+  if (dtype == DType::kF64) {
+    Put<double>(dst, x);
+    return OkStatus();
+  }
+  auto f = static_cast<float>(x);
+  if (std::isinf(f)) {
+    return InvalidArgument("value out of the range of FP32");
+  }
+  Put<float>(dst, f);
+  return OkStatus();
+}
+
 // One element of `dtype` from `v` into dst.
 Status PutElement(DType dtype, od::value& v, uint8_t* dst) {
   switch (dtype) {
-    case DType::kF32: {
-      double x;
-      if (v.get_double().get(x)) {
-        return InvalidArgument("a number was expected");
-      }
-      float f = static_cast<float>(x);
-      if (std::isinf(f)) {
-        return InvalidArgument("value out of the range of FP32");
-      }
-      Put<float>(dst, f);
-      return OkStatus();
-    }
+    case DType::kF32:
     case DType::kF64: {
       double x;
       if (v.get_double().get(x)) {
         return InvalidArgument("a number was expected");
       }
-      Put<double>(dst, x);
-      return OkStatus();
+      return PutFloating(dtype, x, dst);
     }
     case DType::kBool: {
       bool b;
@@ -145,14 +148,14 @@ class DataReader {
         return InvalidArgument("\"data\" is not valid JSON");
       }
       double x;
-      if (dtype_ == DType::kF32 && read_ < count_ && !v.get_double().get(x)) {
-        // The common case, without a Status per element.
-        auto f = static_cast<float>(x);
-        if (std::isinf(f)) {
-          return InvalidArgument("element " + std::to_string(read_) +
-                                 ": value out of the range of FP32");
+      bool floating = dtype_ == DType::kF32 || dtype_ == DType::kF64;
+      if (floating && read_ < count_ && !v.get_double().get(x)) {
+        // The common case: a number, read once (a nested array or a mistyped value fails
+        // get_double without being consumed, and takes the general path below).
+        Status put = PutFloating(dtype_, x, out_ + read_ * elem_);
+        if (!put.ok()) {
+          return InvalidArgument("element " + std::to_string(read_) + ": " + put.error().message);
         }
-        Put<float>(out_ + read_ * 4, f);
         ++read_;
         continue;
       }
