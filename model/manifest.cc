@@ -40,6 +40,10 @@ constexpr OpInfo kOps[] = {
     {"div", OpKind::kDiv},
     {"transpose", OpKind::kTranspose},
     {"matmul", OpKind::kMatMul},
+    {"slice", OpKind::kSlice},
+    {"sqrt", OpKind::kSqrt},
+    {"exp", OpKind::kExp},
+    {"log", OpKind::kLog},
 };
 
 bool ValidName(const std::string& name) {
@@ -246,6 +250,13 @@ std::optional<Op> ReadOp(TableReader& r) {
     case OpKind::kReduceMean:
       if (!r.Int("axis", &op.axis, -static_cast<int64_t>(kMaxRank), kMaxRank - 1)) {
         r.ErrorAt("axis", "reduce_mean needs the axis it averages over");
+        ok = false;
+      }
+      break;
+    case OpKind::kSlice:
+      if (!r.Int("axis", &op.axis, -static_cast<int64_t>(kMaxRank), kMaxRank - 1) ||
+          !r.Int("start", &op.start, 0, kMaxDim - 1) || !r.Int("end", &op.end, 1, kMaxDim)) {
+        r.ErrorAt("axis", "slice needs axis, start and end (0 <= start < end)");
         ok = false;
       }
       break;

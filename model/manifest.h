@@ -78,6 +78,10 @@ enum class OpKind {
   kDiv,
   kTranspose,
   kMatMul,
+  kSlice,
+  kSqrt,
+  kExp,
+  kLog,
 };
 // add, sub, mul, div: elementwise with numpy broadcasting.
 bool IsBinaryElementwise(OpKind kind);
@@ -90,7 +94,8 @@ struct Op {
   // Safetensors name: dense, layernorm, conv2d, gather, and a binary op's constant operand.
   std::string weight;
   std::string bias;                      // Safetensors name, optional for dense and conv2d.
-  int64_t axis = -1;                     // softmax, reduce_mean (the axis it removes).
+  int64_t axis = -1;                     // softmax, reduce_mean (the axis it removes), slice.
+  int64_t start = 0, end = 0;            // slice: the range [start, end) kept along axis.
   double eps = 1e-5;                     // layernorm.
   std::array<int64_t, 2> kernel{0, 0};   // maxpool2d.
   std::array<int64_t, 2> stride{1, 1};   // conv2d, maxpool2d (maxpool default: kernel).

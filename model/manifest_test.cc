@@ -110,7 +110,7 @@ TEST_CASE("range: an integer input's closed range; refused on floats and when re
   CHECK(no_table.error().message.find("reduce_mean needs the axis") != std::string::npos);
 }
 
-TEST_CASE("binary ops take two inputs or an input and a weight; transpose needs perm") {
+TEST_CASE("binary ops take two inputs or an input and a weight; transpose perm; slice a range") {
   auto parse = [](const std::string& ops) {
     return ParseManifest(
         "name = \"m\"\n[[inputs]]\nname = \"x\"\nshape = [-1, 2, 3]\n"
@@ -130,12 +130,24 @@ TEST_CASE("binary ops take two inputs or an input and a weight; transpose needs 
   CHECK(ok->program[0].weight == "one");
   CHECK(ok->program[1].perm == std::vector<int64_t>{0, 2, 1});
   CHECK(ok->program[2].inputs == std::vector<std::string>{"a", "t"});
+  Result<Manifest> sliced = parse(
+      "[[program]]\nop = \"slice\"\ninput = \"x\"\naxis = 2\nstart = 1\nend = 3\n"
+      "output = \"s\"\n[[program]]\nop = \"sqrt\"\ninput = \"s\"\noutput = \"y\"\n");
+  REQUIRE_MESSAGE(sliced.ok(), (sliced.ok() ? "" : sliced.error().message));
+  CHECK(sliced->program[0].kind == OpKind::kSlice);
+  CHECK((sliced->program[0].axis == 2 && sliced->program[0].start == 1 &&
+         sliced->program[0].end == 3));
+  CHECK(sliced->program[1].kind == OpKind::kSqrt);
   // mul with neither a second input nor a weight; matmul with one input; no perm.
   for (const char* bad : {"[[program]]\nop = \"mul\"\ninput = \"x\"\noutput = \"y\"\n",
                           "[[program]]\nop = \"matmul\"\ninput = \"x\"\noutput = \"y\"\n",
                           "[[program]]\nop = \"transpose\"\ninput = \"x\"\noutput = \"y\"\n",
                           "[[program]]\nop = \"div\"\ninputs = [\"x\", \"x\"]\nreverse = true\n"
-                          "output = \"y\"\n"}) {
+                          "output = \"y\"\n",
+                          "[[program]]\nop = \"slice\"\ninput = \"x\"\naxis = 1\nstart = 0\n"
+                          "output = \"y\"\n",
+                          "[[program]]\nop = \"slice\"\ninput = \"x\"\naxis = 1\nstart = -1\n"
+                          "end = 1\noutput = \"y\"\n"}) {
     CAPTURE(bad);
     CHECK_FALSE(parse(bad).ok());
   }

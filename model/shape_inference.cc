@@ -105,7 +105,12 @@ class Inference {
       case OpKind::kTanh:
       case OpKind::kSigmoid:
       case OpKind::kClip:
+      case OpKind::kSqrt:
+      case OpKind::kExp:
+      case OpKind::kLog:
         return x;
+      case OpKind::kSlice:
+        return Slice(op, x);
       case OpKind::kSoftmax: {
         int64_t rank = static_cast<int64_t>(x.size());
         if (op.axis < -rank || op.axis >= rank) {
@@ -230,6 +235,27 @@ class Inference {
       }
     }
     return OpFail(op, xn, "unknown op");
+  }
+
+  // [start, end) along one axis after the batch axis.
+  Result<Shape> Slice(const Op& op, const Shape& x) {
+    int64_t rank = static_cast<int64_t>(x.size());
+    if (op.axis < -rank || op.axis >= rank) {
+      return OpFail(op, op.inputs[0],
+                    "axis " + std::to_string(op.axis) + " is out of range for " + ShapeToString(x));
+    }
+    auto axis = static_cast<size_t>(op.axis < 0 ? op.axis + rank : op.axis);
+    if (axis == 0 && !m_.unbatched()) {
+      return OpFail(op, op.inputs[0], "slice along axis 0 would cut the requests of a batch");
+    }
+    if (op.start < 0 || op.start >= op.end || op.end > x[axis]) {
+      return OpFail(op, op.inputs[0],
+                    "the range [" + std::to_string(op.start) + ", " + std::to_string(op.end) +
+                        ") is not inside axis " + std::to_string(axis) + " of " + ShapeToString(x));
+    }
+    Shape out = x;
+    out[axis] = op.end - op.start;
+    return out;
   }
 
   // Numpy broadcasting of x with a second tensor (same rank, the same batch axis 0: requests

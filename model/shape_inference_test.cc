@@ -300,5 +300,32 @@ TEST_CASE("binary ops broadcast; transpose keeps axis 0; matmul needs equal lead
   CHECK(InferError(m, weights).find("matmul needs") != std::string::npos);
 }
 
+TEST_CASE("slice: a non-empty range inside one axis after the batch axis") {
+  WeightLookup weights = [](const std::string&) { return std::nullopt; };
+  Op slice;
+  slice.kind = OpKind::kSlice;
+  slice.axis = -1;
+  slice.start = 1;
+  slice.end = 3;
+  CHECK(InferError(OneOp(DType::kF32, {kBatchDim, 5, 4}, slice, {kBatchDim, 5, 2}), weights) == "");
+  slice.axis = 1;
+  slice.end = 5;
+  CHECK(InferError(OneOp(DType::kF32, {kBatchDim, 5, 4}, slice, {kBatchDim, 4, 4}), weights) == "");
+  for (auto [start, end] : std::vector<std::pair<int64_t, int64_t>>{{2, 2}, {3, 1}, {0, 6}}) {
+    slice.start = start;
+    slice.end = end;
+    CHECK(InferError(OneOp(DType::kF32, {kBatchDim, 5, 4}, slice, {kBatchDim, 5, 4}), weights)
+              .find("is not inside axis 1") != std::string::npos);
+  }
+  slice.axis = 0;
+  slice.start = 0;
+  slice.end = 1;
+  CHECK(InferError(OneOp(DType::kF32, {kBatchDim, 5}, slice, {kBatchDim, 5}), weights)
+            .find("would cut the requests of a batch") != std::string::npos);
+  slice.axis = 2;
+  CHECK(InferError(OneOp(DType::kF32, {kBatchDim, 5}, slice, {kBatchDim, 5}), weights)
+            .find("out of range") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace ferry

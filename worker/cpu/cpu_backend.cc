@@ -191,6 +191,15 @@ Status CpuBackend::RunReference(const Model& model, const std::map<std::string, 
       case OpKind::kTranspose:
         cpu::Transpose(x, xs, op.perm, y);
         break;
+      case OpKind::kSlice:
+        cpu::Slice(x, xs, op.axis < 0 ? op.axis + static_cast<int64_t>(xs.size()) : op.axis,
+                   op.start, op.end, y);
+        break;
+      case OpKind::kSqrt:
+      case OpKind::kExp:
+      case OpKind::kLog:
+        cpu::Elementwise(op.kind, x, y);
+        break;
       case OpKind::kMatMul: {
         int64_t m = xs[xs.size() - 2], k = xs.back(), n = ys.back();
         cpu::BatchMatMul(x, values->at(op.inputs[1]), static_cast<int64_t>(x.size()) / (m * k), m,

@@ -280,6 +280,18 @@ Result<std::unique_ptr<FastProgram>> FastProgram::Build(const Bundle& bundle,
         case OpKind::kTranspose:
           s->steps.push_back({index, [x, xs, perm = op.perm, y] { Transpose(*x, xs, perm, *y); }});
           break;
+        case OpKind::kSlice: {
+          int64_t axis = op.axis < 0 ? op.axis + static_cast<int64_t>(xs.size()) : op.axis;
+          s->steps.push_back({index, [x, xs, axis, start = op.start, end = op.end, y] {
+                                Slice(*x, xs, axis, start, end, *y);
+                              }});
+          break;
+        }
+        case OpKind::kSqrt:
+        case OpKind::kExp:
+        case OpKind::kLog:
+          s->steps.push_back({index, [kind = op.kind, x, y] { Elementwise(kind, *x, *y); }});
+          break;
         case OpKind::kMatMul: {  // oneDNN's batched matmul over the flattened leading axes.
           int64_t m = xs[xs.size() - 2], k = xs.back(), n = ys.back();
           int64_t batches = static_cast<int64_t>(x->size()) / (m * k);

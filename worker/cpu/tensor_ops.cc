@@ -1,5 +1,7 @@
 #include "worker/cpu/tensor_ops.h"
 
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 namespace ferry::cpu {
@@ -151,6 +153,37 @@ void BatchMatMul(std::span<const float> a, std::span<const float> b, int64_t bat
         py[i * n + j] = static_cast<float>(row[static_cast<size_t>(j)]);
       }
     }
+  }
+}
+
+void Slice(std::span<const float> x, const Shape& x_shape, int64_t axis, int64_t start, int64_t end,
+           std::span<float> y) {
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < x_shape.size(); ++i) {
+    if (static_cast<int64_t>(i) < axis) {
+      outer *= x_shape[i];
+    } else if (static_cast<int64_t>(i) > axis) {
+      inner *= x_shape[i];
+    }
+  }
+  int64_t dim = x_shape[static_cast<size_t>(axis)], kept = (end - start) * inner;
+  for (int64_t o = 0; o < outer; ++o) {
+    const float* from = x.data() + (o * dim + start) * inner;
+    std::copy(from, from + kept, y.data() + o * kept);
+  }
+}
+
+void Elementwise(OpKind op, std::span<const float> x, std::span<float> y) {
+  switch (op) {
+    case OpKind::kSqrt:
+      std::transform(x.begin(), x.end(), y.begin(), [](float v) { return std::sqrt(v); });
+      break;
+    case OpKind::kExp:
+      std::transform(x.begin(), x.end(), y.begin(), [](float v) { return std::exp(v); });
+      break;
+    default:
+      std::transform(x.begin(), x.end(), y.begin(), [](float v) { return std::log(v); });
+      break;
   }
 }
 

@@ -1,6 +1,7 @@
 // fp32 reference kernels for the tensor ops transformers need: elementwise arithmetic with
-// numpy broadcasting, axis permutation and batched matrix products between two computed
-// tensors (docs/bundles.md, Ops). Shapes are checked by model/shape_inference.h first.
+// numpy broadcasting, axis permutation, batched matrix products between two computed
+// tensors, slices and elementwise sqrt / exp / log (docs/bundles.md, Ops). Shapes are checked by
+// model/shape_inference.h first.
 //
 // Thread safety: safe for concurrent use on distinct outputs.
 #pragma once
@@ -23,5 +24,11 @@ void Transpose(std::span<const float> x, const Shape& x_shape, const std::vector
 // leading entries.
 void BatchMatMul(std::span<const float> a, std::span<const float> b, int64_t batches, int64_t m,
                  int64_t k, int64_t n, std::span<float> y);
+// y = x[..., start:end, ...] along `axis` (counted from the front) of `x_shape`.
+// REQUIRES: 0 <= start < end <= x_shape[axis]; y holds the slice.
+void Slice(std::span<const float> x, const Shape& x_shape, int64_t axis, int64_t start, int64_t end,
+           std::span<float> y);
+// y = sqrt(x), exp(x) or log(x) for `op` kSqrt, kExp or kLog (IEEE: NaN below the domain).
+void Elementwise(OpKind op, std::span<const float> x, std::span<float> y);
 
 }  // namespace ferry::cpu

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 namespace ferry::cpu {
@@ -110,6 +111,42 @@ TEST_CASE("BatchMatMul: each batch entry is its own product") {
       }
     }
   }
+}
+
+TEST_CASE("Slice: every range of every axis of a [2, 3, 4] tensor") {
+  std::mt19937 rng(11);
+  Shape x_shape = {2, 3, 4};
+  std::vector<float> x = Random(24, rng);
+  for (int64_t axis = 0; axis < 3; ++axis) {
+    int64_t dim = x_shape[static_cast<size_t>(axis)];
+    for (int64_t start = 0; start < dim; ++start) {
+      for (int64_t end = start + 1; end <= dim; ++end) {
+        Shape y_shape = x_shape;
+        y_shape[static_cast<size_t>(axis)] = end - start;
+        std::vector<float> y(static_cast<size_t>(Count(y_shape)), -99.0f);
+        Slice(x, x_shape, axis, start, end, y);
+        for (int64_t i = 0; i < Count(y_shape); ++i) {
+          std::vector<int64_t> index = Unravel(i, y_shape);
+          index[static_cast<size_t>(axis)] += start;
+          REQUIRE(y[static_cast<size_t>(i)] == At(x, x_shape, index));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("Elementwise: sqrt, exp and log, NaN below their domain") {
+  std::vector<float> x = {0.0f, 0.25f, 1.0f, 4.0f, -1.0f}, y(5);
+  Elementwise(OpKind::kSqrt, x, y);
+  CHECK(std::vector<float>(y.begin(), y.end() - 1) == std::vector<float>{0.0f, 0.5f, 1.0f, 2.0f});
+  CHECK(std::isnan(y[4]));
+  Elementwise(OpKind::kExp, x, y);
+  CHECK(y[0] == 1.0f);
+  CHECK(y[2] == doctest::Approx(std::exp(1.0)));
+  Elementwise(OpKind::kLog, x, y);
+  CHECK(std::isinf(y[0]));
+  CHECK(y[3] == doctest::Approx(std::log(4.0)));
+  CHECK(std::isnan(y[4]));
 }
 
 }  // namespace

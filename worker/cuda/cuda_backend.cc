@@ -479,6 +479,10 @@ struct CudaBackend::Impl {
         case OpKind::kDiv:
         case OpKind::kTranspose:
         case OpKind::kMatMul:
+        case OpKind::kSlice:
+        case OpKind::kSqrt:
+        case OpKind::kExp:
+        case OpKind::kLog:
           break;  // CudaRuns refuses these at load, before any step is built.
         case OpKind::kFlatten:
         case OpKind::kReshape:
@@ -710,7 +714,8 @@ Status CudaRuns(const Manifest& manifest) {
     bool broadcast = op.kind == OpKind::kAdd && op.inputs.size() != 2;  // A weight operand.
     if (op.kind == OpKind::kGather || op.kind == OpKind::kReduceMean || op.kind == OpKind::kSub ||
         op.kind == OpKind::kMul || op.kind == OpKind::kDiv || op.kind == OpKind::kTranspose ||
-        op.kind == OpKind::kMatMul || broadcast) {
+        op.kind == OpKind::kMatMul || op.kind == OpKind::kSlice || op.kind == OpKind::kSqrt ||
+        op.kind == OpKind::kExp || op.kind == OpKind::kLog || broadcast) {
       return InvalidArgument("model '" + manifest.name + "': the CUDA backend does not run " +
                              std::string(OpKindName(op.kind)) + " yet (CPU workers do)");
     }
