@@ -9,6 +9,7 @@ output_0.pb (the module's own answer in eval mode), the tensors as ONNX TensorPr
 ONNX backend tests' test_data_set_0, and the same two as input.npy and output.npy.
 """
 import argparse
+import math
 import os
 
 import numpy as np
@@ -113,8 +114,73 @@ class Encoder(torch.nn.Module):
         return self.classify(x.mean(dim=1))
 
 
+class HfSelfAttention(torch.nn.Module):
+    """Attention as Hugging Face's modeling_bert writes it: shapes read from the tensors
+    (`x.size()[:-1] + (heads, head_size)`), which the exporter turns into Shape, Gather,
+    Unsqueeze and Concat chains that ferry folds at import."""
+
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads, self.head_size = heads, width // heads
+        self.query, self.key, self.value = (torch.nn.Linear(width, width) for _ in range(3))
+
+    def split(self, x):
+        return x.view(x.size()[:-1] + (self.heads, self.head_size)).permute(0, 2, 1, 3)
+
+    def forward(self, x, mask):
+        q, k, v = self.split(self.query(x)), self.split(self.key(x)), self.split(self.value(x))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_size) + mask
+        context = torch.matmul(torch.softmax(scores, dim=-1), v).permute(0, 2, 1, 3).contiguous()
+        return context.view(context.size()[:-2] + (self.heads * self.head_size,))
+
+
+class HfLayer(torch.nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.attention, self.out = HfSelfAttention(width, heads), torch.nn.Linear(width, width)
+        self.fc1, self.fc2 = torch.nn.Linear(width, 4 * width), torch.nn.Linear(4 * width, width)
+        self.ln1 = torch.nn.LayerNorm(width, eps=1e-12)
+        self.ln2 = torch.nn.LayerNorm(width, eps=1e-12)
+
+    def forward(self, x, mask):
+        x = self.ln1(self.out(self.attention(x, mask)) + x)
+        return self.ln2(self.fc2(torch.nn.functional.gelu(self.fc1(x))) + x)
+
+
+class HfBert(torch.nn.Module):
+    """BERT as Hugging Face writes it: word, position and token-type embeddings (position ids
+    and token types sliced from buffers by the input's length and expanded to the batch), the
+    extended attention mask `(1 - mask[:, None, None, :]) * finfo.min`, post-norm layers and the
+    tanh pooler over the first token."""
+
+    def __init__(self, vocabulary=1000, width=32, heads=4, layers=2, positions=64):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(vocabulary, width)
+        self.position = torch.nn.Embedding(positions, width)
+        self.token_type = torch.nn.Embedding(2, width)
+        self.ln = torch.nn.LayerNorm(width, eps=1e-12)
+        self.register_buffer("position_ids", torch.arange(positions).expand((1, -1)))
+        self.register_buffer("token_type_ids", torch.zeros((1, positions), dtype=torch.long))
+        self.layers = torch.nn.ModuleList(HfLayer(width, heads) for _ in range(layers))
+        self.pool = torch.nn.Linear(width, width)
+
+    def forward(self, ids, mask):
+        length = ids.size()[1]
+        types = self.token_type_ids[:, :length].expand(ids.size(0), length)
+        x = self.embedding(ids) + self.token_type(types)
+        x = self.ln(x + self.position(self.position_ids[:, :length]))
+        extended = (1.0 - mask[:, None, None, :].to(torch.float32)) * torch.finfo(torch.float32).min
+        for layer in self.layers:
+            x = layer(x, extended)
+        return torch.tanh(self.pool(x[:, 0]))
+
+
 def encoder():
     return Encoder(), (16,)
+
+
+def bert():
+    return HfBert(), (16,)
 
 
 def encoder128():
@@ -123,7 +189,11 @@ def encoder128():
 
 
 MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "cnn": cnn, "mlp": mlp,
-          "text": text, "encoder": encoder, "encoder128": encoder128}
+          "text": text, "encoder": encoder, "encoder128": encoder128, "bert": bert,
+          "bert_opset14": bert}
+# Models exported at their own opset: before 17, LayerNormalization is exported as
+# ReduceMean, Sub, Pow, Sqrt and Div.
+OPSETS = {"bert_opset14": 14}
 
 
 def export(name, out_dir, batch, opset):
@@ -132,13 +202,13 @@ def export(name, out_dir, batch, opset):
     module, shape = MODELS[name]()
     randomize_batch_norms(module, generator)
     module.eval()
-    if isinstance(module, (TextClassifier, Encoder)):
+    if isinstance(module, (TextClassifier, Encoder, HfBert)):
         x = torch.randint(0, module.embedding.num_embeddings, (batch,) + shape,
                           generator=generator)
     else:
         x = torch.randn((batch,) + shape, generator=generator)
     inputs, names = (x,), ["input"]
-    if isinstance(module, Encoder):  # Padding at the end of every row but the first.
+    if isinstance(module, (Encoder, HfBert)):  # Padding at the end of every row but the first.
         mask = torch.ones((batch,) + shape, dtype=torch.int64)
         for row in range(1, batch):
             mask[row, shape[0] - 3 * row:] = 0
@@ -147,6 +217,7 @@ def export(name, out_dir, batch, opset):
         y = module(*inputs)
     directory = os.path.join(out_dir, name)
     os.makedirs(directory, exist_ok=True)
+    opset = OPSETS.get(name, opset)
     torch.onnx.export(module, inputs, os.path.join(directory, "model.onnx"), opset_version=opset,
                       input_names=names, output_names=["output"],
                       dynamic_axes={**{n: {0: "N"} for n in names}, "output": {0: "N"}})

@@ -104,13 +104,38 @@ Result<const Value*> Converter::Tensor(int i) const {
   return v;
 }
 
-Result<const ConstTensor*> Converter::Constant(int i) const {
+bool HasBatchSize(const ConstTensor& t) {
+  return t.integer && std::find(t.ints.begin(), t.ints.end(), kBatchSize) != t.ints.end();
+}
+
+Result<const ConstTensor*> Converter::Folded(int i) const {
   const Value* v = Input(i);
   if (v == nullptr || v->constant == nullptr) {
     return Fail("input " + std::to_string(i) +
-                " must be a constant (an initializer or a Constant node)");
+                " must be a constant (an initializer, a Constant node or a shape computation)");
   }
   return v->constant;
+}
+
+Result<const ConstTensor*> Converter::Constant(int i) const {
+  FERRY_ASSIGN_OR_RETURN(const ConstTensor* t, Folded(i));
+  if (HasBatchSize(*t) || t->batch_broadcast) {
+    return Fail("input " + std::to_string(i) +
+                " depends on the batch size, which is known only at run time");
+  }
+  return t;
+}
+
+Status Converter::DefineConstant(int i, ConstTensor value) {
+  int64_t elements = value.elements();
+  if (elements > kMaxFoldedElements || folded_elements_ > kMaxFoldedTotal - elements) {
+    return Fail("folding makes a constant of " + std::to_string(elements) +
+                " elements; at most 2^24 each and 2^26 in all");
+  }
+  folded_elements_ += elements;
+  Shape dims = value.dims;
+  Define(i, Value{"", std::move(dims), Keep(std::move(value))});
+  return OkStatus();
 }
 
 void Converter::Define(int i, Value value) {
@@ -332,8 +357,20 @@ Status Converter::ConvertNode(const onnx::NodeProto& node) {
                   "topological order, or has a cycle)");
     }
   }
+  bool all_constant = node.input_size() > 0;
+  for (int i = 0; i < node.input_size(); ++i) {
+    all_constant = all_constant && (Input(i) == nullptr || Input(i)->constant != nullptr);
+  }
   Attributes attrs(node);
-  FERRY_RETURN_IF_ERROR(entry->convert(*this, attrs));
+  if (entry->fold != nullptr && all_constant) {
+    FERRY_RETURN_IF_ERROR(entry->fold(*this, attrs));
+  } else if (entry->convert == nullptr) {
+    return Fail(
+        "is folded at import only when every input is a constant (a shape "
+        "computation); here an input is computed from the model's inputs");
+  } else {
+    FERRY_RETURN_IF_ERROR(entry->convert(*this, attrs));
+  }
   if (attrs.wrong_type_) {
     return Fail("attribute '" + *attrs.wrong_type_ + "' has the wrong type");
   }
@@ -400,6 +437,25 @@ Status Converter::DefineOutputs() {
     }
   }
   return OkStatus();
+}
+
+Result<std::vector<ConstTensor>> Converter::Fold() {
+  for (const auto& [name, tensor] : model_.initializers) {
+    values_[name] = Value{"", tensor.dims, &tensor};
+  }
+  for (const onnx::NodeProto& node : model_.proto->graph().node()) {
+    FERRY_RETURN_IF_ERROR(ConvertNode(node));
+  }
+  node_ = nullptr;
+  std::vector<ConstTensor> out;
+  for (const onnx::ValueInfoProto& output : model_.proto->graph().output()) {
+    auto it = values_.find(output.name());
+    if (it == values_.end() || it->second.constant == nullptr) {
+      return Fail("output '" + output.name() + "' does not fold to a constant");
+    }
+    out.push_back(*it->second.constant);
+  }
+  return out;
 }
 
 Result<ImportedModel> Converter::Run() {

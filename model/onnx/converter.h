@@ -7,6 +7,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -17,6 +18,17 @@
 #include "model/onnx/onnx_import.h"
 
 namespace ferry::onnx_import {
+
+// In a folded integer constant (a shape read from a batched tensor): the batch size, known
+// only at run time. Converter::Constant refuses constants holding it; the shape folding in
+// folding.cc carries it through Gather, Concat and the like to a Reshape's first value.
+inline constexpr int64_t kBatchSize = std::numeric_limits<int64_t>::min();
+// Folded constants: at most 2^24 elements each and 2^26 in all, so a hostile graph
+// (ConstantOfShape of [2^31], an Expand or Range loop) cannot exhaust memory at import.
+inline constexpr int64_t kMaxFoldedElements = int64_t{1} << 24;
+inline constexpr int64_t kMaxFoldedTotal = int64_t{1} << 26;
+
+bool HasBatchSize(const ConstTensor& t);
 
 // What an ONNX value name stands for: a ferry tensor (batched at axis 0, `shape` holding
 // kBatchDim there) or a constant.
@@ -52,14 +64,22 @@ class Converter {
  public:
   Converter(const OnnxModel& model, const ImportOptions& options);
   Result<ImportedModel> Run();
+  // FoldGraph (onnx_import.h): every node folded, the outputs' constants returned.
+  Result<std::vector<ConstTensor>> Fold();
 
   // For the op converters (onnx_ops.cc). Errors name the node being converted.
   Error Fail(const std::string& message) const;
   // Input `i` of the current node; nullptr when it is absent or empty.
   const Value* Input(int i) const;
   // Input `i` as a batched tensor / as a constant, or an error saying what it must be.
+  // Constant refuses a folded constant that holds kBatchSize or is batch_broadcast.
   Result<const Value*> Tensor(int i) const;
   Result<const ConstTensor*> Constant(int i) const;
+  // Input `i` as any constant, folded ones with kBatchSize or batch_broadcast included.
+  Result<const ConstTensor*> Folded(int i) const;
+  // Defines output `i` as the folded constant `value`, within kMaxFoldedElements and
+  // kMaxFoldedTotal.
+  Status DefineConstant(int i, ConstTensor value);
   // Defines output `i` of the current node as `value`.
   void Define(int i, Value value);
   // Emits `op` (its output a fresh tensor of `shape`) and defines output 0 as that tensor.
@@ -101,6 +121,7 @@ class Converter {
   std::vector<std::unique_ptr<ConstTensor>> kept_;
   Fusions fusions_;
   std::map<std::string, size_t> weight_index_;
+  int64_t folded_elements_ = 0;
   std::set<std::string> used_names_;
   ImportedModel out_;
   int next_tensor_ = 0;
@@ -109,8 +130,9 @@ class Converter {
 // Converts the current node of `c` (its op type known to the table in onnx_ops.cc).
 using OpConverter = Status (*)(Converter& c, Attributes& attrs);
 struct OpEntry {
-  OpConverter convert;
-  std::vector<int> versions;  // The op's versions (since_version) this converter implements.
+  OpConverter convert;         // Null for an op ferry folds only (every input a constant).
+  std::vector<int> versions;   // The op's versions (since_version) this converter implements.
+  OpConverter fold = nullptr;  // Used instead of `convert` when every input is a constant.
 };
 // The converter of `op_type` in the default domain, or nullptr when ferry has none.
 const OpEntry* FindOpConverter(const std::string& op_type);

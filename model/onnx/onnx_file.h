@@ -45,6 +45,9 @@ struct ConstTensor {
   bool integer = false;
   std::vector<float> floats;
   std::vector<int64_t> ints;
+  // Folded at import from a batch-sized shape (model/onnx/folding.h): axis 0, of size 1 here,
+  // stands for the batch axis, the same values in every row.
+  bool batch_broadcast = false;
 
   int64_t elements() const;
 };

@@ -77,6 +77,9 @@ void WriteOp(std::ostringstream& out, const Op& op) {
     case OpKind::kReshape:
       out << "shape = " << ShapeToString(op.shape) << "\n";
       break;
+    case OpKind::kSlice:
+      out << "axis = " << op.axis << "\nstart = " << op.start << "\nend = " << op.end << "\n";
+      break;
     case OpKind::kTranspose:
       out << "perm = " << ShapeToString(op.perm) << "\n";
       break;
@@ -128,6 +131,11 @@ std::string SafetensorsOf(const std::vector<Weight>& weights) {
 }
 
 }  // namespace
+
+Result<std::vector<ConstTensor>> FoldGraph(const OnnxModel& model) {
+  ImportOptions options{"fold", {1}};
+  return Converter(model, options).Fold();
+}
 
 Result<ImportedModel> ConvertOnnx(const OnnxModel& model, const ImportOptions& options) {
   Converter converter(model, options);

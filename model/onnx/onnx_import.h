@@ -39,6 +39,12 @@ struct ImportedModel {
 // (ferryctl checks both; LoadBundle checks the written bundle again).
 Result<ImportedModel> ConvertOnnx(const OnnxModel& model, const ImportOptions& options);
 
+// Evaluates a graph whose every input is an initializer with the folding the importer applies
+// to shape computations (folding.h), returning each graph output's value in order: how ONNX's
+// node tests check the folds. INVALID_ARGUMENT where a node does not fold or an output is not
+// a constant.
+Result<std::vector<ConstTensor>> FoldGraph(const OnnxModel& model);
+
 // The manifest.toml text of `manifest` (a model, not a pipeline).
 std::string ManifestToml(const Manifest& manifest);
 

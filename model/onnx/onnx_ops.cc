@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 
+#include "model/onnx/folding.h"
 #include "model/onnx/op_helpers.h"
 #include "model/shape_inference.h"
 
@@ -252,7 +253,7 @@ Status Flatten(Converter& c, Attributes& attrs) {
 
 Status Reshape(Converter& c, Attributes& attrs) {
   FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
-  FERRY_ASSIGN_OR_RETURN(const ConstTensor* target, c.Constant(1));
+  FERRY_ASSIGN_OR_RETURN(const ConstTensor* target, c.Folded(1));
   bool allow_zero = attrs.Int("allowzero", 0) != 0;
   if (!target->integer || target->dims.size() != 1 || target->ints.size() < 2 ||
       target->ints.size() > kMaxOnnxRank) {
@@ -260,8 +261,14 @@ Status Reshape(Converter& c, Attributes& attrs) {
                   std::to_string(kMaxOnnxRank) + " values (the batch axis first)");
   }
   const std::vector<int64_t>& want = target->ints;
-  if (want[0] != 0 && want[0] != -1) {
-    return c.Fail("the first value of the shape must be 0 or -1 so the batch axis is kept");
+  if (want[0] != 0 && want[0] != -1 && want[0] != kBatchSize) {
+    return c.Fail(
+        "the first value of the shape must be 0, -1 or the input's batch size so the batch "
+        "axis is kept");
+  }
+  if (target->batch_broadcast ||
+      std::find(want.begin() + 1, want.end(), kBatchSize) != want.end()) {
+    return c.Fail("the batch size may only be the first value of the shape");
   }
   int64_t total = Product(x->shape, 1);  // At most 2^40: the converter checks every row.
   Shape rest;
@@ -281,6 +288,9 @@ Status Reshape(Converter& c, Attributes& attrs) {
       known *= d;
     }
     rest.push_back(d);
+  }
+  if (want[0] == -1 && infer) {
+    return c.Fail("two values of the shape are -1");
   }
   if (infer) {
     rest[*infer] = known > 0 && total % known == 0 ? total / known : 0;
@@ -362,6 +372,9 @@ Status Clip(Converter& c, Attributes& attrs) {
 // which gets range = [0, V - 1] so the hook host checks every index before a batch forms.
 // ONNX allows negative indices (counting from the end); ferry's range refuses them with 400.
 Status Gather(Converter& c, Attributes& attrs) {
+  if (c.Input(0) != nullptr && c.Input(0)->constant == nullptr) {
+    return GatherOfTensor(c, attrs);
+  }
   FERRY_ASSIGN_OR_RETURN(const ConstTensor* table, c.Constant(0));
   FERRY_ASSIGN_OR_RETURN(const Value* indices, c.Tensor(1));
   if (attrs.Int("axis", 0) != 0) {
@@ -435,38 +448,55 @@ Status Cast(Converter& c, Attributes& attrs) {
 Status Relu(Converter& c, Attributes&) { return Unary(c, OpKind::kRelu); }
 Status Sigmoid(Converter& c, Attributes&) { return Unary(c, OpKind::kSigmoid); }
 Status Tanh(Converter& c, Attributes&) { return Unary(c, OpKind::kTanh); }
+Status Sqrt(Converter& c, Attributes&) { return Unary(c, OpKind::kSqrt); }
+Status Exp(Converter& c, Attributes&) { return Unary(c, OpKind::kExp); }
+Status Log(Converter& c, Attributes&) { return Unary(c, OpKind::kLog); }
 
 // Each op with the versions (an op schema's since_version) whose semantics its converter
 // implements: for a model's opset, the version in effect is the newest one not after it.
 const std::map<std::string, OpEntry>& Table() {
   static const auto* table = new std::map<std::string, OpEntry>{
-      {"Add", {Add, {7, 13, 14}}},
+      {"Add", {Add, {7, 13, 14}, FoldAdd}},
       {"BatchNormalization", {BatchNormalization, {9, 14, 15}}},
-      {"Cast", {Cast, {6, 9, 13}}},
+      {"Cast", {Cast, {6, 9, 13}, FoldCast}},
       {"Clip", {Clip, {6, 11, 12, 13}}},
+      {"Concat", {nullptr, {4, 11, 13}, Concat}},
       {"Constant", {ConstantNode, {9, 11, 12, 13}}},
+      {"ConstantOfShape", {nullptr, {9}, ConstantOfShape}},
       {"Conv", {Conv, {1, 11}}},
+      {"Div", {Div, {7, 13, 14}, FoldDiv}},
       {"Dropout", {Dropout, {12, 13}}},
+      {"Equal", {nullptr, {7, 11, 13}, Equal}},
+      {"Exp", {Exp, {6, 13}}},
+      {"Expand", {Expand, {8, 13}, FoldExpand}},
       {"Flatten", {Flatten, {1, 9, 11, 13}}},
-      {"Div", {Div, {7, 13, 14}}},
-      {"Gather", {Gather, {1, 11, 13}}},
+      {"Gather", {Gather, {1, 11, 13}, FoldGather}},
       {"Gemm", {Gemm, {9, 11, 13}}},
       {"GlobalAveragePool", {GlobalAveragePool, {1}}},
       {"Identity", {Identity, {1, 13, 14, 16}}},
       {"LayerNormalization", {LayerNormalization, {17}}},
+      {"Log", {Log, {6, 13}}},
       {"MatMul", {MatMul, {1, 9, 13}}},
       {"MaxPool", {MaxPool, {8, 10, 11, 12}}},
-      {"Mul", {Mul, {7, 13, 14}}},
+      {"Mul", {Mul, {7, 13, 14}, FoldMul}},
+      {"Neg", {Neg, {6, 13}}},
+      {"Pow", {Pow, {7, 12, 13, 15}, FoldPow}},
+      {"Range", {nullptr, {11}, Range}},
+      {"Reciprocal", {Reciprocal, {6, 13}}},
       {"ReduceMean", {ReduceMean, {1, 11, 13}}},
       {"Relu", {Relu, {6, 13, 14}}},
-      {"Reshape", {Reshape, {5, 13, 14}}},
+      {"Reshape", {Reshape, {5, 13, 14}, FoldReshape}},
+      {"Shape", {ShapeOf, {1, 13, 15}, ShapeOf}},
       {"Sigmoid", {Sigmoid, {6, 13}}},
+      {"Slice", {SliceOp, {10, 11, 13}, FoldSlice}},
       {"Softmax", {Softmax, {13}}},
-      {"Squeeze", {Squeeze, {1, 11, 13}}},
-      {"Sub", {Sub, {7, 13, 14}}},
+      {"Sqrt", {Sqrt, {6, 13}}},
+      {"Squeeze", {Squeeze, {1, 11, 13}, FoldSqueeze}},
+      {"Sub", {Sub, {7, 13, 14}, FoldSub}},
       {"Tanh", {Tanh, {6, 13}}},
       {"Transpose", {Transpose, {1, 13}}},
-      {"Unsqueeze", {Unsqueeze, {1, 11, 13}}},
+      {"Unsqueeze", {Unsqueeze, {1, 11, 13}, FoldUnsqueeze}},
+      {"Where", {nullptr, {9, 16}, Where}},
   };
   return *table;
 }

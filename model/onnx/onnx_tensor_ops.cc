@@ -58,6 +58,10 @@ Status Binary(Converter& c, OpKind kind) {
   if (k.integer) {
     return c.Fail("an integer constant operand is not supported (programs compute in FP32)");
   }
+  if (k.batch_broadcast && k.dims.size() != x.shape.size()) {
+    return c.Fail("a batch-sized constant " + Dims(k.dims) + " does not align with " +
+                  Dims(x.shape));
+  }
   Shape dims = k.dims.empty() ? Shape{1} : k.dims;  // A scalar: one value, broadcast.
   if (dims.size() > x.shape.size() || (dims.size() == x.shape.size() && dims[0] != 1)) {
     return c.Fail("the constant " + Dims(k.dims) + " would span the batch axis of " +
@@ -71,6 +75,60 @@ Status Binary(Converter& c, OpKind kind) {
   op.weight = c.AddWeight(".constant", dims, k.floats);
   op.reverse = a->constant != nullptr;
   c.Emit(op, *shape);
+  return OkStatus();
+}
+
+// x OP value, or value OP x when `reverse`: the scalar a weight of shape [1].
+Status WithScalar(Converter& c, const Value& x, OpKind kind, float value, bool reverse) {
+  Op op;
+  op.kind = kind;
+  op.inputs = {x.tensor};
+  op.weight = c.AddWeight(".constant", {1}, {value});
+  op.reverse = reverse;
+  c.Emit(op, x.shape);
+  return OkStatus();
+}
+
+Status Neg(Converter& c, Attributes&) {
+  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  return WithScalar(c, *x, OpKind::kMul, -1.0f, false);
+}
+
+Status Reciprocal(Converter& c, Attributes&) {
+  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  return WithScalar(c, *x, OpKind::kDiv, 1.0f, true);
+}
+
+// A constant scalar exponent of 0.5, 1, 2, 3 or -1: what exported models use (variance,
+// RMS and layer norms), each written as the exact ops it stands for.
+Status Pow(Converter& c, Attributes&) {
+  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  FERRY_ASSIGN_OR_RETURN(const ConstTensor* e, c.Constant(1));
+  if (e->elements() != 1) {
+    return c.Fail("the exponent must be one constant value");
+  }
+  double power = e->integer ? static_cast<double>(e->ints[0]) : e->floats[0];
+  Op op;
+  op.inputs = {x->tensor, x->tensor};
+  if (power == 1) {
+    c.Define(0, *x);
+  } else if (power == 0.5) {
+    op.kind = OpKind::kSqrt;
+    op.inputs = {x->tensor};
+    c.Emit(op, x->shape);
+  } else if (power == -1) {
+    return WithScalar(c, *x, OpKind::kDiv, 1.0f, true);
+  } else if (power == 2 || power == 3) {
+    op.kind = OpKind::kMul;
+    Op& square = c.Emit(op, x->shape);
+    if (power == 3) {
+      op.inputs = {square.output, x->tensor};
+      c.Emit(op, x->shape);
+    }
+  } else {
+    return c.Fail("exponent " + std::to_string(power) +
+                  " is not supported (ferry converts 0.5, 1, 2, 3 and -1)");
+  }
   return OkStatus();
 }
 

@@ -30,13 +30,17 @@ Status MaxPool(Converter& c, Attributes& attrs);
 Status GlobalAveragePool(Converter& c, Attributes& attrs);
 
 // onnx_tensor_ops.cc: arithmetic with broadcasting (`kind` add, sub, mul or div; a constant
-// operand becomes a weight), Transpose, MatMul of two computed tensors, Unsqueeze, Squeeze.
+// operand becomes a weight), Neg, Reciprocal, Pow by a constant, Transpose, MatMul of two
+// computed tensors, Unsqueeze, Squeeze.
 Status Binary(Converter& c, OpKind kind);
 Status Sub(Converter& c, Attributes& attrs);
 Status Mul(Converter& c, Attributes& attrs);
 Status Div(Converter& c, Attributes& attrs);
 Status Transpose(Converter& c, Attributes& attrs);
 Status MatMulOfTensors(Converter& c, const Value& a, const Value& b);
+Status Neg(Converter& c, Attributes& attrs);
+Status Reciprocal(Converter& c, Attributes& attrs);
+Status Pow(Converter& c, Attributes& attrs);
 Status Unsqueeze(Converter& c, Attributes& attrs);
 Status Squeeze(Converter& c, Attributes& attrs);
 

@@ -63,6 +63,16 @@ TEST_CASE("a BERT-style encoder: embeddings, masked multi-head attention, GELU M
   CheckModel("encoder", {CpuMode::kFast, CpuMode::kReference});
 }
 
+// Shapes read from tensors (Shape/Gather/Concat chains), buffers sliced and expanded, the
+// finfo.min mask, x[:, 0]: folded at import, the rest run as ops.
+TEST_CASE("BERT as Hugging Face writes it, at opset 17, answers as PyTorch does") {
+  CheckModel("bert", {CpuMode::kFast, CpuMode::kReference});
+}
+
+TEST_CASE("the same BERT at opset 14 (layer norm as ReduceMean, Pow, Sqrt, Div) as PyTorch") {
+  CheckModel("bert_opset14", {CpuMode::kFast, CpuMode::kReference});
+}
+
 TEST_CASE("a CNN with batch norm and an MLP with batch and layer norm answer as PyTorch does") {
   CheckModel("cnn", {CpuMode::kFast, CpuMode::kReference});
   CheckModel("mlp", {CpuMode::kFast, CpuMode::kReference});
