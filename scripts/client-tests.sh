@@ -28,11 +28,12 @@ mkdir "$dir/models"
 ln -s "$PWD/examples/models/mlp" "$dir/models/mlp"
 ln -s "$PWD/examples/models/cnn" "$dir/models/cnn"
 # Models from PyTorch, through ONNX, into the repository.
-/usr/bin/python3 scripts/make_onnx_models.py "$dir/onnx" --models resnet18,cnn,text,encoder >/dev/null
+/usr/bin/python3 scripts/make_onnx_models.py "$dir/onnx" --models resnet18,cnn,text,encoder,bert >/dev/null
 "$build/ctl/ferryctl" import "$dir/onnx/resnet18/model.onnx" --out "$dir/models/resnet18" --sizes 1,2,4
 "$build/ctl/ferryctl" import "$dir/onnx/cnn/model.onnx" --out "$dir/models/torch_cnn" --sizes 1,2,8
 "$build/ctl/ferryctl" import "$dir/onnx/text/model.onnx" --out "$dir/models/text" --sizes 1,2,8
 "$build/ctl/ferryctl" import "$dir/onnx/encoder/model.onnx" --out "$dir/models/encoder" --sizes 1,2,8
+"$build/ctl/ferryctl" import "$dir/onnx/bert/model.onnx" --out "$dir/models/bert" --sizes 1,2,8
 # Starts ferryd on node file $1 (written under $dir with name $2 and the extra keys in $3 and
 # $4: [node] keys, then tables); sets pid, address, grpc_address, metrics_address.
 start_node() {
@@ -74,7 +75,7 @@ TOML
 start_node node.toml "$name" 'devices = "cpu:2"' ""
 "$venv/bin/python" tests/clients/tritonclient_test.py "$address" "$grpc_address"
 "$venv/bin/python" tests/clients/onnx_served_test.py "$address" "$grpc_address" "$dir/onnx" \
-  resnet18=resnet18 torch_cnn=cnn text=text encoder=encoder
+  resnet18=resnet18 torch_cnn=cnn text=text encoder=encoder bert=bert
 
 # curl: JSON in, JSON out; health; an error body.
 out=$(curl -sS -X POST "http://$address/v2/models/mlp/infer" -H 'Content-Type: application/json' \
