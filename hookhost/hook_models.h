@@ -6,10 +6,12 @@
 // a pipeline whose plugin has no run or whose [pipeline] calls name a model that is missing or
 // a pipeline); requests for it are answered with that error, and the others serve.
 //
-// Thread safety: LoadHookModels runs before the sandbox (it opens files and dlopens plugins);
-// the result is immutable afterwards and safe for concurrent use.
+// Thread safety: LoadHookModels runs before the serving sandbox (it opens files and dlopens
+// plugins; hookhost_main enters the load sandbox through `before_plugins`); the result is
+// immutable afterwards and safe for concurrent use.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,11 +36,17 @@ struct HookModel {
   const Manifest& manifest() const { return bundle->manifest; }  // REQUIRES: !failure.
 };
 
+// Called after every manifest is read and before any plugin is opened, with the directories
+// (canonical) of the bundles that have plugins; an error ends the load.
+using BeforePlugins = std::function<Status(const std::vector<std::string>& plugin_dirs)>;
+
 // Lists and loads the repository at `dir`, opening each bundle's plugin.
-Result<std::vector<HookModel>> LoadHookModels(const std::string& dir);
+Result<std::vector<HookModel>> LoadHookModels(const std::string& dir,
+                                              const BeforePlugins& before_plugins = nullptr);
 // The same for the node's model table (model/repository.h LoadModelTable): an unloaded
 // index is a placeholder no request can name.
 Result<std::vector<HookModel>> LoadHookModels(const std::string& dir,
-                                              const std::vector<std::string>& table);
+                                              const std::vector<std::string>& table,
+                                              const BeforePlugins& before_plugins = nullptr);
 
 }  // namespace ferry::hookhost

@@ -23,7 +23,7 @@
 #include "frontend/http_server.h"
 #include "frontend/kserve_service.h"
 #include "hookhost/hookhost.h"
-#include "hookhost/sandbox.h"
+#include "hookhost/startup.h"
 #include "shm/control.h"
 #include "shm/ring.h"
 #include "shm/status.h"
@@ -152,21 +152,26 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
   shm::StatusWriter status(*segment, slot);
   Publish(status, shm::ProcessState::kStarting, generation, {});
 
-  Result<std::vector<HookModel>> models =
-      table ? LoadHookModels(config->node.model_repository, SplitModelTable(*table))
-            : LoadHookModels(config->node.model_repository);
-  if (!models.ok()) {
-    spdlog::error("{}", models.error().ToString());
+  bool strict = config->hooks.sandbox == SandboxMode::kStrict;
+  std::optional<std::vector<std::string>> names;
+  if (table) {
+    names = SplitModelTable(*table);
+  }
+  Result<LoadedModels> loaded = LoadModelsConfined(config->node.model_repository, names, strict);
+  if (!loaded.ok()) {
+    spdlog::error("{}", loaded.error().ToString());
     return 1;
   }
+  spdlog::info("hook host slot {}: plugins loaded {}", slot, loaded->confinement);
+  std::vector<HookModel>* models = &loaded->models;
   for (const HookModel& m : *models) {
     if (m.failure) {
       spdlog::error("model '{}' unusable: {}", m.name, m.failure->ToString());
     }
   }
   int64_t spin_us = SpinMicros(config->hooks.spin_us);  // Before the sandbox: it reads affinity.
-  if (config->hooks.sandbox == SandboxMode::kStrict) {
-    Result<SandboxReport> report = EnterSandbox({});
+  if (strict) {
+    Result<SandboxReport> report = Seal(*loaded);
     if (!report.ok()) {
       spdlog::error("cannot enter the sandbox: {}", report.error().ToString());
       return 1;

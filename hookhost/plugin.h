@@ -9,8 +9,8 @@
 //
 // Lifetimes: a PluginInstance keeps its Plugin loaded. Objects are never unloaded while any
 // instance lives.
-// Thread safety: Open and Create run before the sandbox, on one thread. Preprocess and
-// Postprocess may run concurrently (the ABI tells plugins so).
+// Thread safety: Open and Create run in the load sandbox (sandbox.h), on one thread.
+// Preprocess and Postprocess may run concurrently (the ABI tells plugins so).
 #pragma once
 
 #include <ferry/plugin.h>

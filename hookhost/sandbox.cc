@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -16,9 +17,20 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <string>
+#include <vector>
 
 // libseccomp's SCMP_A* macros leave a field to zero-initialisation.
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+// getdents64's record (glibc declares none).
+struct linux_dirent64 {
+  uint64_t d_ino;
+  int64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[];
+};
 
 namespace ferry::hookhost {
 namespace {
@@ -38,7 +50,36 @@ constexpr uint64_t kScopeAbstractUnix = 1, kScopeSignal = 2;  // ABI 6.
 
 std::string Errno(std::string_view what) { return std::string(what) + ": " + std::strerror(errno); }
 
-Result<int> EnterLandlock() {
+constexpr uint64_t kFsExecute = 1, kFsReadFile = 4, kFsReadDir = 8;
+
+// Grants `ruleset` reading (and mapping as code) beneath each of `paths` that exists: a
+// directory's whole hierarchy, or one regular file.
+Status AllowReading(int ruleset, const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) {
+    int fd = open(path.c_str(), O_PATH | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) {
+        continue;
+      }
+      return Internal(Errno("landlock: open " + path));
+    }
+    struct stat st {};
+    bool dir = fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
+    landlock_path_beneath_attr rule{};
+    rule.allowed_access = kFsExecute | kFsReadFile | (dir ? kFsReadDir : 0);
+    rule.parent_fd = fd;
+    long added = syscall(__NR_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &rule, 0);
+    close(fd);
+    if (added != 0) {
+      return Internal(Errno("landlock_add_rule " + path));
+    }
+  }
+  return OkStatus();
+}
+
+// Every filesystem right of the kernel's ABI handled, with reading granted beneath `readable`
+// only; TCP bind and connect (ABI 4), abstract Unix sockets and signals (ABI 6) scoped.
+Result<int> EnterLandlock(const std::vector<std::string>& readable) {
   long abi = syscall(__NR_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
   if (abi <= 0) {
     return 0;  // ENOSYS or EOPNOTSUPP: not built in or not enabled.
@@ -60,6 +101,10 @@ Result<int> EnterLandlock() {
   long ruleset = syscall(__NR_landlock_create_ruleset, &attr, size, 0);
   if (ruleset < 0) {
     return Internal(Errno("landlock_create_ruleset"));
+  }
+  if (Status granted = AllowReading(static_cast<int>(ruleset), readable); !granted.ok()) {
+    close(static_cast<int>(ruleset));
+    return granted.error();
   }
   long restricted = syscall(__NR_landlock_restrict_self, ruleset, 0);
   close(static_cast<int>(ruleset));
@@ -207,6 +252,77 @@ Status EnterSeccomp() {
   return OkStatus();
 }
 
+// The load stage's filter: everything a loader needs is allowed (opening for reading, mapping
+// code, what glibc's dlopen does); what a plugin's constructor or create() would escape with
+// is refused with EPERM. The serving filter (EnterSeccomp) is stacked on it later.
+Status EnterLoadSeccomp() {
+  std::unique_ptr<void, FilterDeleter> filter(seccomp_init(SCMP_ACT_ALLOW));
+  if (!filter) {
+    return Internal("seccomp_init failed");
+  }
+  scmp_filter_ctx ctx = filter.get();
+  int failed = 0;
+  auto refuse = [&](std::initializer_list<int> calls, int error = EPERM) {
+    for (int nr : calls) {
+      failed |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(error), nr, 0);
+    }
+  };
+  // No sockets, processes, other processes' memory, kernel attack surface or namespaces.
+  refuse({__NR_socket, __NR_socketpair, __NR_connect, __NR_bind, __NR_listen, __NR_execve,
+          __NR_execveat, __NR_fork, __NR_vfork, __NR_ptrace, __NR_process_vm_readv,
+          __NR_process_vm_writev, __NR_io_uring_setup, __NR_io_uring_enter, __NR_io_uring_register,
+          __NR_bpf, __NR_memfd_create, __NR_userfaultfd, __NR_perf_event_open, __NR_mount,
+          __NR_umount2, __NR_unshare, __NR_setns, __NR_pivot_root, __NR_chroot, __NR_keyctl,
+          __NR_add_key, __NR_request_key, __NR_tkill, __NR_pidfd_open, __NR_pidfd_send_signal,
+          __NR_pidfd_getfd, __NR_openat2, __NR_creat,
+          // Changing the filesystem (Landlock refuses these too, where the kernel has it).
+          __NR_unlink, __NR_unlinkat, __NR_rename, __NR_renameat, __NR_renameat2, __NR_mkdir,
+          __NR_mkdirat, __NR_rmdir, __NR_link, __NR_linkat, __NR_symlink, __NR_symlinkat,
+          __NR_chmod, __NR_fchmod, __NR_fchmodat, __NR_chown, __NR_fchown, __NR_lchown,
+          __NR_fchownat, __NR_truncate, __NR_mknod, __NR_mknodat});
+  // Threads, never processes (as the serving filter). A thread create() leaves running would
+  // escape the serving filter, which applies to the threads that exist when it is loaded:
+  // ThreadCensus finds it first.
+  failed |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), __NR_clone, 1,
+                             SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0));
+  refuse({__NR_clone3}, ENOSYS);
+  // Opening for writing (a worker's shared memory, a file): refused by its flags.
+  for (auto [nr, arg] : {std::pair{__NR_open, 1u}, std::pair{__NR_openat, 2u}}) {
+    for (scmp_datum_t bit : {O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_APPEND}) {
+      failed |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1,
+                                 scmp_arg_cmp{arg, SCMP_CMP_MASKED_EQ, bit, bit});
+    }
+  }
+  // Signals: to this process only.
+  const auto self = static_cast<scmp_datum_t>(getpid());
+  for (int nr : {__NR_kill, __NR_tgkill}) {
+    failed |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1, SCMP_A0(SCMP_CMP_NE, self));
+  }
+  if (failed != 0) {
+    return Internal("seccomp (load stage): a rule could not be added");
+  }
+  int loaded = seccomp_load(ctx);
+  if (loaded != 0) {
+    return Internal(std::string("seccomp_load (load stage): ") + std::strerror(-loaded));
+  }
+  return OkStatus();
+}
+
+// rlimits (no core dumps), no_new_privs, not dumpable: the first layers of both stages.
+Status EnterBaseLayers() {
+  rlimit no_core{0, 0};
+  if (setrlimit(RLIMIT_CORE, &no_core) != 0) {
+    return Internal(Errno("setrlimit(RLIMIT_CORE)"));
+  }
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    return Internal(Errno("prctl(PR_SET_NO_NEW_PRIVS)"));
+  }
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    return Internal(Errno("prctl(PR_SET_DUMPABLE)"));
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 std::string SandboxReport::Describe() const {
@@ -216,11 +332,57 @@ std::string SandboxReport::Describe() const {
          (seccomp ? ", seccomp allow-list" : "");
 }
 
-Result<SandboxReport> EnterSandbox(const SandboxOptions& options) {
-  rlimit no_core{0, 0};
-  if (setrlimit(RLIMIT_CORE, &no_core) != 0) {
-    return Internal(Errno("setrlimit(RLIMIT_CORE)"));
+Result<SandboxReport> EnterLoadSandbox(const std::vector<std::string>& readable) {
+  FERRY_RETURN_IF_ERROR(EnterBaseLayers());
+  SandboxReport report;
+  FERRY_ASSIGN_OR_RETURN(report.landlock_abi, EnterLandlock(readable));
+  FERRY_RETURN_IF_ERROR(EnterLoadSeccomp());
+  report.seccomp = true;
+  return report;
+}
+
+Result<ThreadCensus> ThreadCensus::Open() {
+  int fd = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    return Internal(Errno("open /proc/self/task"));
   }
+  return ThreadCensus(fd);
+}
+
+ThreadCensus::~ThreadCensus() {
+  if (fd_ >= 0) {
+    close(fd_);
+  }
+}
+
+Result<int> ThreadCensus::Count() const {
+  if (lseek(fd_, 0, SEEK_SET) != 0) {
+    return Internal(Errno("lseek /proc/self/task"));
+  }
+  int threads = 0;
+  alignas(8) char buffer[4096];
+  for (;;) {
+    long n = syscall(__NR_getdents64, fd_, buffer, sizeof(buffer));
+    if (n < 0) {
+      return Internal(Errno("getdents64 /proc/self/task"));
+    }
+    if (n == 0) {
+      return threads;
+    }
+    for (long at = 0; at < n;) {
+      auto* entry = reinterpret_cast<const struct linux_dirent64*>(buffer + at);
+      threads += entry->d_name[0] != '.';
+      at += entry->d_reclen;
+    }
+  }
+}
+
+std::vector<std::string> SystemLibraryPaths() {
+  return {"/usr/lib", "/usr/lib64", "/usr/local/lib", "/lib", "/lib64", "/etc/ld.so.cache"};
+}
+
+Result<SandboxReport> EnterSandbox(const SandboxOptions& options) {
+  FERRY_RETURN_IF_ERROR(EnterBaseLayers());
   rlimit files{};
   if (getrlimit(RLIMIT_NOFILE, &files) != 0) {
     return Internal(Errno("getrlimit(RLIMIT_NOFILE)"));
@@ -230,14 +392,8 @@ Result<SandboxReport> EnterSandbox(const SandboxOptions& options) {
   if (setrlimit(RLIMIT_NOFILE, &files) != 0) {
     return Internal(Errno("setrlimit(RLIMIT_NOFILE)"));
   }
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
-    return Internal(Errno("prctl(PR_SET_NO_NEW_PRIVS)"));
-  }
-  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
-    return Internal(Errno("prctl(PR_SET_DUMPABLE)"));
-  }
   SandboxReport report;
-  Result<int> landlock = EnterLandlock();
+  Result<int> landlock = EnterLandlock({});
   if (!landlock.ok()) {
     return landlock.error();
   }

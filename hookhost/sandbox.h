@@ -1,5 +1,16 @@
-// The hook host's sandbox: entered once, after the segment is mapped, the plugins opened and
-// the listening sockets inherited, before the first request (Chromium's "load, then seal").
+// The hook host's sandbox, in two stages.
+//
+// The load stage (EnterLoadSandbox) is entered after the repository's manifests are read and
+// before any plugin is opened: dlopen runs a plugin's constructors and create() runs its code,
+// so both run confined. Files can be read (and mapped as code) only beneath the plugins'
+// bundle directories and the system library directories (Landlock, where the kernel has it);
+// nothing can be written, created or removed; no socket or process can be started, no other
+// process traced or signalled (a seccomp filter that allows the rest). A thread may be
+// started but not left running (ThreadCensus).
+//
+// The serving stage (EnterSandbox) is entered once, after the segment is mapped, the plugins
+// created and the listening sockets inherited, before the first request (Chromium's "load,
+// then seal"). It stacks on the load stage.
 //
 // Layers, in order (docs/hookhost.md gives the why of each):
 //  1. rlimits: no core dumps, a bounded number of descriptors;
@@ -23,6 +34,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 
@@ -39,8 +51,33 @@ struct SandboxReport {
   std::string Describe() const;
 };
 
-// Enters every layer. INTERNAL naming the layer when one that must engage cannot (rlimits,
-// no_new_privs, seccomp); Landlock's absence is reported, not an error.
+// The load stage: rlimits, no_new_privs, not dumpable, Landlock granting reading beneath
+// `readable` (directories or regular files; missing ones are skipped), the load filter.
+// INTERNAL naming the layer that cannot engage; Landlock's absence is reported (then files
+// anywhere can be opened for reading, but never for writing). Same thread rule as below.
+Result<SandboxReport> EnterLoadSandbox(const std::vector<std::string>& readable);
+// The threads of this process, counted through /proc/self/task opened before the load
+// sandbox (which refuses opening /proc). hookhost_main checks, before the serving sandbox,
+// that create() left no thread running: such a thread would not get the serving filter.
+class ThreadCensus {
+ public:
+  static Result<ThreadCensus> Open();
+  ThreadCensus(ThreadCensus&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  ThreadCensus& operator=(ThreadCensus&&) = delete;
+  ~ThreadCensus();
+  // Threads alive now, this one included.
+  Result<int> Count() const;
+
+ private:
+  explicit ThreadCensus(int fd) : fd_(fd) {}
+  int fd_;
+};
+
+// Where the dynamic loader finds a plugin's libraries: /usr/lib, /lib, ..., /etc/ld.so.cache.
+std::vector<std::string> SystemLibraryPaths();
+
+// The serving stage: enters every layer. INTERNAL naming the layer when one that must engage cannot
+// (rlimits, no_new_privs, seccomp); Landlock's absence is reported, not an error.
 Result<SandboxReport> EnterSandbox(const SandboxOptions& options);
 
 }  // namespace ferry::hookhost

@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -95,6 +96,112 @@ std::string TryEscape(const std::string& action, bool sandbox) {
       std::span(&input, 1), names,
       [](uint32_t, DType, const Shape&) { return std::optional<AllocatedTensor>(); }, &out);
   return s.ok() ? "returned OK" : s.error().message;
+}
+
+// In the child: the load sandbox (reading beneath the system libraries and the plugin's
+// directory), then the escape plugin opened and its create() trying `action`.
+std::string TryEscapeAtLoad(const std::string& action, bool sandbox) {
+  if (sandbox) {
+    std::vector<std::string> readable = SystemLibraryPaths();
+    readable.push_back(FERRY_TEST_PLUGIN_DIR);
+    Result<SandboxReport> report = EnterLoadSandbox(readable);
+    if (!report.ok()) {
+      return "setup: " + report.error().message;
+    }
+    if (report->landlock_abi == 0 && action == "open") {
+      return "no landlock: reading is confined only where the kernel has it";
+    }
+  }
+  Result<std::shared_ptr<Plugin>> plugin =
+      Plugin::Open(std::string(FERRY_TEST_PLUGIN_DIR) + "/escape.so");
+  if (!plugin.ok()) {
+    return "setup: " + plugin.error().message;
+  }
+  Result<std::unique_ptr<PluginInstance>> instance =
+      PluginInstance::Create(*plugin, "create:" + action);
+  return instance.ok() ? "created" : instance.error().message;
+}
+
+TEST_CASE("without the load sandbox a plugin's create() escapes (the test can tell)") {
+  for (std::string action : {"open", "write_file", "fork"}) {
+    CAPTURE(action);
+    Outcome o = InChild([&] { return TryEscapeAtLoad(action, false); });
+    CHECK(o.message.find("ESCAPED") != std::string::npos);
+  }
+}
+
+TEST_CASE("under the load sandbox each escape a plugin's create() tries is refused") {
+  for (std::string action : {"open", "write_file", "shm_write", "connect", "execve", "fork",
+                             "ptrace", "io_uring", "kill_parent"}) {
+    CAPTURE(action);
+    Outcome o = InChild([&] { return TryEscapeAtLoad(action, true); });
+    CAPTURE(o.message);
+    CHECK(o.exit_code == 0);
+    CHECK(o.message.find("setup:") == std::string::npos);
+    CHECK(o.message.find("ESCAPED") == std::string::npos);
+    CHECK((o.message.find("refused: ") != std::string::npos ||
+           o.message.rfind("no landlock", 0) == 0));
+  }
+}
+
+TEST_CASE(
+    "under the load sandbox a plugin loads, its bundle reads, and the serving sandbox stacks") {
+  std::string dir = FERRY_TEST_PLUGIN_DIR;
+  Outcome o = InChild([&] {
+    std::vector<std::string> readable = SystemLibraryPaths();
+    readable.push_back(dir);
+    Result<SandboxReport> report = EnterLoadSandbox(readable);
+    if (!report.ok()) {
+      return "setup: " + report.error().message;
+    }
+    int own = open((dir + "/escape.so").c_str(), O_RDONLY | O_CLOEXEC);
+    if (own < 0) {
+      return std::string("cannot read beneath a readable directory: ") + std::strerror(errno);
+    }
+    close(own);
+    int other = open("/etc/hostname", O_RDONLY | O_CLOEXEC);
+    if (other >= 0 && report->landlock_abi > 0) {
+      return std::string("read /etc/hostname outside the readable directories");
+    }
+    Result<std::shared_ptr<Plugin>> plugin = Plugin::Open(dir + "/escape.so");
+    if (!plugin.ok()) {
+      return "cannot load under the load sandbox: " + plugin.error().message;
+    }
+    Result<std::unique_ptr<PluginInstance>> instance = PluginInstance::Create(*plugin, "open");
+    if (!instance.ok()) {
+      return "create failed: " + instance.error().message;
+    }
+    Result<SandboxReport> serving = EnterSandbox({});
+    if (!serving.ok()) {
+      return "the serving sandbox does not stack: " + serving.error().message;
+    }
+    std::thread([] {}).join();  // Threads again once serving.
+    return std::string("ok");
+  });
+  CHECK(o.exit_code == 0);
+  CHECK(o.message == "ok");
+}
+
+TEST_CASE("a thread create() leaves running is counted before the serving sandbox") {
+  Outcome o = InChild([] {
+    Result<ThreadCensus> census = ThreadCensus::Open();
+    if (!census.ok()) {
+      return "setup: " + census.error().message;
+    }
+    Result<int> before = census->Count();
+    std::string passing = TryEscapeAtLoad("thread", true);  // Started and joined: allowed.
+    Result<int> between = census->Count();
+    std::string lingering = TryEscapeAtLoad("linger", true);
+    Result<int> after = census->Count();
+    if (!before.ok() || !between.ok() || !after.ok()) {
+      return std::string("count failed");
+    }
+    return passing + " " + lingering + " " + std::to_string(*before) + " " +
+           std::to_string(*between) + " " + std::to_string(*after);
+  });
+  CHECK(o.exit_code == 0);
+  CHECK(o.message.find("ESCAPED: start a thread") != std::string::npos);  // It may start one,
+  CHECK(o.message.find(" 1 1 2") != std::string::npos);                   // but not leave it.
 }
 
 TEST_CASE("without the sandbox the probe escapes (the test can tell)") {

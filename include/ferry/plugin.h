@@ -22,7 +22,10 @@
  *    shape in the hook host's shared-memory arena (256-byte aligned), or NULL (too large, bad
  *    rank or dtype, arena full). Each index may be allocated once per call.
  *  - Input tensors are read-only and valid only during the call.
- *  - create() runs once, before the sandbox; every other call runs after it is entered: no
+ *  - Loading (constructors) and create() run in the host's load sandbox: files can be read
+ *    only beneath the plugin's own bundle directory and the system libraries, nothing can be
+ *    written, no socket or process started; a thread may be started but must not outlive
+ *    create() (the host refuses to start). Every other call runs in the serving sandbox: no
  *    files can be opened, no sockets created, no processes started. Calls may run on several
  *    host threads at once: per-call state lives on the stack, shared state is the plugin's
  *    to synchronize.
@@ -136,7 +139,7 @@ typedef struct ferry_plugin {
   uint32_t flags;       /* FERRY_PLUGIN_* bits */
   const char* name;
 
-  /* Called once per model using the plugin, before the sandbox. `config` is the manifest's
+  /* Called once per model using the plugin, in the load sandbox. `config` is the manifest's
    * [hooks] config string ("" when absent). Returns FERRY_OK and sets *state, or fails. */
   int32_t (*create)(const char* config, void** state, ferry_error* error);
   void (*destroy)(void* state);

@@ -1,9 +1,10 @@
 // A hook host process for the multi-process tests: attaches a hook host slot, loads the
-// repository and its plugins, enters the sandbox, starts a HookHost and sends `--requests`
-// requests, taking the `--model`s in turn (random inputs of `--rows` rows, all in flight at
-// once), then prints
-// one line per request in submission order ("ok" or "CODE message") and exits 0. What a
-// plugin does to it (a crash, a forbidden call) is what the test watches for.
+// repository and its plugins (in the load sandbox), enters the sandbox, starts a HookHost and
+// sends `--requests` requests, taking the `--model`s in turn (random inputs of `--rows` rows,
+// all in flight at once), then prints one line per request in submission order ("ok" or
+// "CODE message") and exits 0; "unusable MESSAGE" and exit 2 when a `--model` failed to load;
+// exit 1 when the setup or the sandbox failed. What a plugin does to it (a crash, a forbidden
+// call) is what the test watches for.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -14,7 +15,7 @@
 
 #include "common/logging.h"
 #include "hookhost/hookhost.h"
-#include "hookhost/sandbox.h"
+#include "hookhost/startup.h"
 
 int main(int argc, char** argv) {
   using namespace ferry;
@@ -40,11 +41,13 @@ int main(int argc, char** argv) {
                     "warn");  // stderr: stdout is the result.
 
   Result<shm::Segment> segment = shm::Segment::Attach(segment_name, slot);
-  Result<std::vector<HookModel>> models = LoadHookModels(repository);
-  if (!segment.ok() || !models.ok()) {
-    std::fprintf(stderr, "setup failed\n");
+  Result<LoadedModels> loaded = LoadModelsConfined(repository, std::nullopt, sandbox);
+  if (!segment.ok() || !loaded.ok()) {
+    std::fprintf(stderr, "setup failed: %s\n",
+                 loaded.ok() ? "segment" : loaded.error().message.c_str());
     return 1;
   }
+  std::vector<HookModel>* models = &loaded->models;
   // Per model, a request: every client input, random bytes of its dtype and shape.
   std::mt19937 rng(1);
   std::vector<std::vector<uint8_t>> buffers;
@@ -55,10 +58,13 @@ int main(int argc, char** argv) {
     for (const HookModel& m : *models) {
       if (m.name == name) target = &m;
     }
-    if (target == nullptr || target->failure) {
-      std::fprintf(stderr, "model %s unusable: %s\n", name.c_str(),
-                   target ? target->failure->message.c_str() : "not in the repository");
+    if (target == nullptr) {
+      std::fprintf(stderr, "model %s is not in the repository\n", name.c_str());
       return 1;
+    }
+    if (target->failure) {  // On stdout, for the test to read; exit 2.
+      std::printf("unusable %s\n", target->failure->message.c_str());
+      return 2;
     }
     InferRequest request;
     request.model = name;
@@ -76,9 +82,9 @@ int main(int argc, char** argv) {
     kinds.push_back(std::move(request));
   }
   if (sandbox) {
-    Result<SandboxReport> report = EnterSandbox({});
+    Result<SandboxReport> report = Seal(*loaded);
     if (!report.ok()) {
-      std::fprintf(stderr, "sandbox: %s\n", report.error().message.c_str());
+      std::printf("sandbox: %s\n", report.error().message.c_str());
       return 1;
     }
   }

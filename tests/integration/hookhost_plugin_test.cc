@@ -44,10 +44,11 @@ void AddHookedBundle(const std::string& repo, const std::string& name, const std
   fs::copy_file(plugin, dir + "/" + fs::path(plugin).filename().string());
 }
 
-// The mlp with the escape plugin doing `action` in its preprocess.
-void AddEscapeBundle(const std::string& repo, const std::string& action) {
+// The mlp with the escape plugin doing `action` in its preprocess (or, as "create:ACTION", in
+// its create()), named escape_`name`.
+void AddEscapeBundle(const std::string& repo, const std::string& action, std::string name = "") {
+  name = "escape_" + (name.empty() ? action : name);
   std::string manifest = ReadAll("examples/models/mlp/manifest.toml");
-  std::string name = "escape_" + action;
   manifest.replace(manifest.find("name = \"mlp\""), 12, "name = \"" + name + "\"");
   manifest += "\n[hooks]\nplugin = \"escape.so\"\nconfig = \"" + action + "\"\n";
   AddHookedBundle(repo, name, manifest, "mlp", std::string(FERRY_TEST_PLUGIN_DIR) + "/escape.so");
@@ -60,7 +61,11 @@ struct PluginNode {
   shm::Segment segment;
   pid_t worker = -1;
 
-  PluginNode() : segment(shm::Segment::Create(name, {2, 1, 256, 64 << 20}).value()) {
+  // Bundles whose plugins misbehave in create(): only for tests that load them in the peer
+  // (never through Local, which would run them in this process, unconfined).
+  enum class AtCreate { kNone, kEscapes, kLingering };
+  explicit PluginNode(AtCreate at_create = AtCreate::kNone)
+      : segment(shm::Segment::Create(name, {2, 1, 256, 64 << 20}).value()) {
     std::string config = testing::NodeFile(dir, "[cpu]\nthreads = 1\npin = false\n");
     repo = dir / "models";
     std::string classify = ReadAll("examples/hooks/cnn_classify.toml");
@@ -68,6 +73,14 @@ struct PluginNode {
                     std::string(FERRY_EXAMPLE_PLUGIN_DIR) + "/image_classify.so");
     for (const char* action : {"wild_write", "spin", "open", "crash"}) {
       AddEscapeBundle(repo, action);
+    }
+    for (const char* action : {"open", "connect", "execve", "fork", "write_file"}) {
+      if (at_create == AtCreate::kEscapes) {
+        AddEscapeBundle(repo, std::string("create:") + action, std::string("at_create_") + action);
+      }
+    }
+    if (at_create == AtCreate::kLingering) {
+      AddEscapeBundle(repo, "create:linger", "at_create_linger");
     }
     // Declares client outputs, but the escape plugin has no postprocess to produce them.
     std::string manifest = ReadAll("examples/models/mlp/manifest.toml");
@@ -288,6 +301,32 @@ TEST_CASE("in a sandboxed hook host, a forbidden call fails its request and the 
       CHECK(r.lines[i] == "ok");
     }
   }
+}
+
+TEST_CASE("a plugin's create() runs confined: each escape is refused, only its model fails") {
+  PluginNode node(PluginNode::AtCreate::kEscapes);
+  for (const char* action : {"open", "connect", "execve", "fork", "write_file"}) {
+    CAPTURE(action);
+    PeerResult r = RunPeer(node, {"--model", std::string("escape_at_create_") + action});
+    CHECK(r.exit_code == 2);
+    REQUIRE(r.lines.size() == 1);
+    CAPTURE(r.lines[0]);
+    CHECK(r.lines[0].rfind("unusable model 'escape_at_create_", 0) == 0);
+    CHECK(r.lines[0].find("refused: ") != std::string::npos);
+    CHECK(r.lines[0].find("ESCAPED") == std::string::npos);
+  }
+  // The same repository, its other models: served.
+  PeerResult r = RunPeer(node, {"--model", "mlp", "--requests", "2"});
+  CHECK(r.exit_code == 0);
+  CHECK(r.lines == std::vector<std::string>{"ok", "ok"});
+}
+
+TEST_CASE("a hook host whose plugin left a thread running after create() refuses to serve") {
+  PluginNode node(PluginNode::AtCreate::kLingering);
+  PeerResult r = RunPeer(node, {"--model", "mlp", "--requests", "1"});
+  CHECK(r.exit_code == 1);
+  REQUIRE(r.lines.size() == 1);
+  CHECK(r.lines[0].find("a plugin left 1 thread(s) running after create()") != std::string::npos);
 }
 
 TEST_CASE("a plugin call past its time limit fails only its request") {

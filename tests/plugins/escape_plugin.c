@@ -1,5 +1,6 @@
 /* A hostile hook plugin for the sandbox tests: its preprocess tries the escape its config
- * names and reports what happened. "refused: ..." when the kernel said no, "ESCAPED: ..." when
+ * names and reports what happened; with a config "create:ACTION" its create() tries it (and
+ * fails with the report), as a plugin would before the serving sandbox is entered. "refused: ..." when the kernel said no, "ESCAPED: ..." when
  * the action succeeded (the test fails on that). Actions that cannot be refused (a wild
  * write) kill the host instead, which is the other allowed outcome. */
 #define _GNU_SOURCE
@@ -7,11 +8,13 @@
 #include <fcntl.h>
 #include <ferry/plugin.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -29,21 +32,47 @@ static int32_t report(ferry_error* error, int escaped, const char* what) {
   return FERRY_ERR_INTERNAL;
 }
 
-static int32_t escape_create(const char* config, void** state, ferry_error* error) {
-  escape_state* s = calloc(1, sizeof(escape_state));
-  if (s == NULL) {
-    return FERRY_ERR_INTERNAL;
+static void* idle_thread(void* arg) { return arg; }
+static void* lingering_thread(void* arg) {
+  for (;;) {
+    pause();
   }
-  snprintf(s->action, sizeof(s->action), "%s", config);
-  *state = s;
-  return FERRY_OK;
+  return arg;
 }
 
-static void escape_destroy(void* state) { free(state); }
-
-static int32_t escape_preprocess(void* state, const ferry_tensor* inputs, uint32_t num_inputs,
-                                 ferry_outputs* outputs, ferry_error* error) {
-  const char* action = ((escape_state*)state)->action;
+/* Tries `action`; returns the report (or, for actions that cannot be refused, never). */
+static int32_t attempt(const char* action, const ferry_tensor* inputs, uint32_t num_inputs,
+                       ferry_error* error) {
+  if (strcmp(action, "write_file") == 0) {
+    int fd = open("/tmp/ferry-escape-probe", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+      close(fd);
+      unlink("/tmp/ferry-escape-probe");
+    }
+    return report(error, fd >= 0, "create /tmp/ferry-escape-probe");
+  }
+  if (strcmp(action, "shm_write") == 0) {
+    int fd = open("/dev/shm/ferry-escape-probe", O_RDWR | O_CREAT, 0600);
+    if (fd >= 0) {
+      close(fd);
+      unlink("/dev/shm/ferry-escape-probe");
+    }
+    return report(error, fd >= 0, "open /dev/shm read-write");
+  }
+  if (strcmp(action, "linger") == 0) { /* A thread left running: create() then succeeds. */
+    pthread_t thread;
+    errno = pthread_create(&thread, NULL, lingering_thread, NULL);
+    return errno == 0 ? FERRY_OK : report(error, 0, "start a lingering thread");
+  }
+  if (strcmp(action, "thread") == 0) {
+    pthread_t thread;
+    int rc = pthread_create(&thread, NULL, idle_thread, NULL);
+    if (rc == 0) {
+      pthread_join(thread, NULL);
+    }
+    errno = rc;
+    return report(error, rc == 0, "start a thread");
+  }
   errno = 0;
   if (strcmp(action, "open") == 0) {
     int fd = open("/etc/passwd", O_RDONLY);
@@ -114,6 +143,33 @@ static int32_t escape_preprocess(void* state, const ferry_tensor* inputs, uint32
   }
   snprintf(error->message, sizeof(error->message), "unknown action '%s'", action);
   return FERRY_ERR_INVALID_ARGUMENT;
+}
+
+
+static int32_t escape_create(const char* config, void** state, ferry_error* error) {
+  if (strncmp(config, "create:", 7) == 0) {
+    errno = 0;
+    int32_t rc = attempt(config + 7, NULL, 0, error);
+    if (rc != FERRY_OK) {
+      return rc;
+    }
+  }
+  escape_state* s = calloc(1, sizeof(escape_state));
+  if (s == NULL) {
+    return FERRY_ERR_INTERNAL;
+  }
+  snprintf(s->action, sizeof(s->action), "%s", config);
+  *state = s;
+  return FERRY_OK;
+}
+
+static void escape_destroy(void* state) { free(state); }
+
+static int32_t escape_preprocess(void* state, const ferry_tensor* inputs, uint32_t num_inputs,
+                                 ferry_outputs* outputs, ferry_error* error) {
+  (void)outputs;
+  errno = 0;
+  return attempt(((escape_state*)state)->action, inputs, num_inputs, error);
 }
 
 static const ferry_plugin kEscape = {FERRY_PLUGIN_ABI_VERSION,
