@@ -149,11 +149,13 @@ struct FrontendSettings {
   // Largest request body in bytes (JSON and binary tensors together); larger gets 413.
   // 1024..2^34. Default 64 MiB.
   uint64_t max_request_bytes = 64 << 20;
-  // Connections each hook host holds; more are answered 503 and closed. 1..65536. Default 1024.
+  // Connections each hook host holds, HTTP and gRPC each; more are closed at once (HTTP
+  // answers 503 first). 1..65536. Default 1024.
   int64_t max_connections = 1024;
   // A request must arrive whole within this (slow clients get 408). 0.1..3600. Default 30.
   double request_timeout_seconds = 30;
-  // An idle keep-alive connection is closed after this. 0.1..86400. Default 60.
+  // An idle keep-alive connection (HTTP), or one with no call (gRPC), is closed after this.
+  // 0.1..86400. Default 60.
   double idle_timeout_seconds = 60;
   // The tenants a request may name (the "tenant" parameter or the Ferry-Tenant header /
   // metadata); another name is refused (400), so clients cannot grow the metrics' label

@@ -1,6 +1,8 @@
 #include "frontend/grpc_service.h"
 
 #include <absl/synchronization/mutex.h>
+#include <errno.h>
+#include <grpc/grpc.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/server_posix.h>
 #include <spdlog/spdlog.h>
@@ -8,11 +10,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <mutex>
 
 #include "common/clock.h"
+#include "frontend/open_connections.h"
 #include "frontend/proto/inference.grpc.pb.h"
 
 namespace ferry::frontend {
@@ -664,7 +668,9 @@ Service::ModelStreamInfer(grpc::CallbackServerContext* call) {
 struct GrpcFrontEnd::Impl {
   KServeService* kserve;
   int listen_fd;
-  size_t max_message_bytes;
+  GrpcOptions options;
+  OpenConnections open;  // The accept thread's.
+  std::atomic<uint64_t> refused{0};
   std::unique_ptr<Service> service;
   std::unique_ptr<grpc::Server> server;
   std::thread acceptor;
@@ -672,12 +678,14 @@ struct GrpcFrontEnd::Impl {
   std::atomic<bool> stopping{false};
 };
 
-GrpcFrontEnd::GrpcFrontEnd(KServeService* service, int listen_fd, size_t max_message_bytes)
+GrpcFrontEnd::GrpcFrontEnd(KServeService* service, int listen_fd, const GrpcOptions& options)
     : impl_(std::make_unique<Impl>()) {
   impl_->kserve = service;
   impl_->listen_fd = listen_fd;
-  impl_->max_message_bytes = max_message_bytes;
+  impl_->options = options;
 }
+
+uint64_t GrpcFrontEnd::refused_connections() const { return impl_->refused.load(); }
 
 GrpcFrontEnd::~GrpcFrontEnd() { Stop(0); }
 
@@ -691,7 +699,7 @@ Status GrpcFrontEnd::Start() {
   s.service = std::make_unique<Service>(s.kserve);
   grpc::ServerBuilder builder;
   builder.RegisterService(s.service.get());
-  int limit = static_cast<int>(std::min<size_t>(s.max_message_bytes, INT32_MAX));
+  int limit = static_cast<int>(std::min<size_t>(s.options.max_message_bytes, INT32_MAX));
   builder.SetMaxReceiveMessageSize(limit);
   builder.SetMaxSendMessageSize(INT32_MAX);
   // No call or stream holds a thread while it waits (callback API); the callback executor is
@@ -700,6 +708,9 @@ Status GrpcFrontEnd::Start() {
   grpc::ResourceQuota quota("ferry-hookhost");
   quota.SetMaxThreads(kMaxGrpcThreads);
   builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+      static_cast<int>(std::clamp<int64_t>(s.options.idle_timeout_ms, 1, INT32_MAX)));
   s.server = builder.BuildAndStart();
   if (s.server == nullptr) {
     return Internal("the gRPC server did not start");
@@ -715,9 +726,19 @@ Status GrpcFrontEnd::Start() {
         continue;
       }
       int fd = accept4(s.listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd >= 0) {
-        grpc::AddInsecureChannelFromFd(s.server.get(), fd);  // gRPC owns it now.
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE) {  // Still readable: wait, do not spin.
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        continue;
       }
+      if (s.open.AtLeast(s.options.max_connections)) {
+        s.refused.fetch_add(1, std::memory_order_relaxed);  // Counted before the client sees it.
+        close(fd);
+        continue;
+      }
+      s.open.Add(fd);
+      grpc::AddInsecureChannelFromFd(s.server.get(), fd);  // gRPC owns it now.
     }
     close(epoll_fd);
   });

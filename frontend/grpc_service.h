@@ -10,6 +10,12 @@
 // Messages up to [frontend] max_request_bytes are accepted. Every method runs on gRPC's
 // callback API: no call or stream holds a thread while it waits.
 //
+// Connections are bounded: at most max_connections open at once (more are accepted and
+// closed at once, so the listening backlog never fills with them and clients fail fast and
+// retry, as the HTTP server does); a connection with no call for idle_timeout_ms is closed by
+// gRPC (GOAWAY); out of descriptors (EMFILE), the accept thread waits 50 ms instead of
+// spinning on the still-readable listening socket.
+//
 // Thread safety: Start once, Drain/Stop from any thread. Lifetime: the service outlives it.
 #pragma once
 
@@ -34,9 +40,15 @@ Result<ParsedInfer> ParseGrpcInfer(const inference::ModelInferRequest& request);
 Status EncodeGrpcInfer(const std::string& model, int64_t version, const ParsedInfer& request,
                        const hookhost::InferResponse& response, inference::ModelInferResponse* out);
 
+struct GrpcOptions {
+  size_t max_message_bytes = 64 << 20;
+  size_t max_connections = 1024;
+  int64_t idle_timeout_ms = 60'000;
+};
+
 class GrpcFrontEnd {
  public:
-  GrpcFrontEnd(KServeService* service, int listen_fd, size_t max_message_bytes);
+  GrpcFrontEnd(KServeService* service, int listen_fd, const GrpcOptions& options);
   ~GrpcFrontEnd();
   GrpcFrontEnd(const GrpcFrontEnd&) = delete;
   GrpcFrontEnd& operator=(const GrpcFrontEnd&) = delete;
@@ -47,6 +59,8 @@ class GrpcFrontEnd {
   void Drain();
   // Ends every call (waits up to `deadline_ms` for those in progress) and the accept thread.
   void Stop(int deadline_ms);
+  // Connections closed at once because max_connections were open.
+  uint64_t refused_connections() const;
 
  private:
   struct Impl;

@@ -93,8 +93,11 @@ struct FrontEnd {
         });
     thread = std::thread([this] { server->Run(); });
     if (grpc_fd >= 0) {
-      grpc = std::make_unique<frontend::GrpcFrontEnd>(service.get(), grpc_fd,
-                                                      settings.max_request_bytes);
+      frontend::GrpcOptions grpc_options;
+      grpc_options.max_message_bytes = settings.max_request_bytes;
+      grpc_options.max_connections = static_cast<size_t>(settings.max_connections);
+      grpc_options.idle_timeout_ms = static_cast<int64_t>(settings.idle_timeout_seconds * 1e3);
+      grpc = std::make_unique<frontend::GrpcFrontEnd>(service.get(), grpc_fd, grpc_options);
       return grpc->Start();
     }
     return OkStatus();
