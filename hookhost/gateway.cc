@@ -43,6 +43,12 @@ Result<size_t> Gateway::Choose(int model, std::string_view model_name, uint64_t 
                              std::string(queue_full ? "queue" : "arena") + " (retry in " +
                              std::to_string(kRetryAfterMs) + " ms)");
   }
+  std::vector<size_t> responsive;
+  std::copy_if(eligible.begin(), eligible.end(), std::back_inserter(responsive),
+               [&](size_t w) { return workers[w].responsive; });
+  if (!responsive.empty()) {
+    eligible = std::move(responsive);
+  }
   std::vector<size_t> resident;
   std::copy_if(eligible.begin(), eligible.end(), std::back_inserter(resident),
                [&](size_t w) { return workers[w].resident; });

@@ -2,8 +2,12 @@
 //
 // Eligibility first: the worker is ready (not starting, draining, stopped or unhealthy), has
 // the model loaded without error, its queue for the model is not full and its arena can take
-// the request's outputs. Among the eligible, workers where the model's weights are resident
-// are preferred over ones that would have to load them. Then the mode:
+// the request's outputs. Among the eligible, responsive workers (whose heartbeat advanced
+// within HookHostOptions::stall_ns) are preferred over stalled ones (stopped by SIGSTOP, a
+// debugger, a machine swapping, or inside one very long execution): a stalled worker is sent
+// requests only when no responsive one can take them, so one stopped worker no longer stops
+// the node. Then workers where the model's weights are resident are preferred over ones that
+// would have to load them. Then the mode:
 //  - round_robin: the next eligible worker after the last one chosen;
 //  - least_outstanding: the fewest requests queued or executing (ties rotate);
 //  - lpt_packing: each model is placed on one worker by longest-processing-time-first packing
@@ -31,6 +35,7 @@ struct WorkerView {
   bool ready = false;      // Serving (ProcessState::kReady).
   bool has_model = false;  // The model loaded there (not failed).
   bool resident = false;   // Its weights are on the device now.
+  bool responsive = true;  // Its heartbeat advanced lately (not stalled).
   uint64_t queue_depth = 0;
   uint64_t max_queue_depth = 0;  // The model's limit on that worker.
   uint64_t outstanding = 0;      // Queued or executing there, counting what was just sent.

@@ -47,6 +47,24 @@ TEST_CASE("eligibility: ready, model loaded, queue not full, arena room; at the 
   CHECK(Pick(g, w, 1024) == 0);
 }
 
+TEST_CASE("a stalled worker gets requests only when no responsive one can take them") {
+  for (GatewayMode mode :
+       {GatewayMode::kRoundRobin, GatewayMode::kLeastOutstanding, GatewayMode::kLptPacking}) {
+    Gateway g(mode, 1);
+    g.Repack(std::vector<double>{1.0}, 2);  // lpt_packing places the model on worker 0.
+    std::vector<WorkerView> w = {Ready(0), Ready(5)};
+    w[0].responsive = false;  // Stopped, with the fewest outstanding: still passed over.
+    for (int i = 0; i < 4; ++i) CHECK(Pick(g, w) == 1);
+    w[1].queue_depth = 16;  // The responsive one is full: the stalled one is better than none.
+    CHECK(Pick(g, w) == 0);
+    w[1].queue_depth = 0;
+    w[1].responsive = false;  // Both stalled: served as before.
+    CHECK(Pick(g, w) < 2);
+    w[0].responsive = true;  // Back: preferred again.
+    CHECK(Pick(g, w) == 0);
+  }
+}
+
 TEST_CASE("no eligible worker: UNAVAILABLE or RESOURCE_EXHAUSTED with the reason") {
   Gateway g(GatewayMode::kLeastOutstanding, 1);
   std::vector<WorkerView> none;

@@ -188,6 +188,8 @@ struct HookHost::Impl {
     uint32_t generation = 0;
     uint32_t view_generation = 0;  // The incarnation the last status read described.
     int64_t read_ok_ns = 0;        // When its status was last read whole (0: never yet).
+    uint64_t heartbeat = 0;        // Its heartbeat as last read, and when it last advanced.
+    int64_t beat_ns = 0;
     double last_compute[shm::kMaxStatusModels] = {};
   };
   Gateway gateway;
@@ -1033,6 +1035,12 @@ void HookHost::Impl::RefreshViews(int64_t now) {
     }
     bool ready = st.ok() && st->state == static_cast<uint32_t>(shm::ProcessState::kReady) &&
                  st->generation == current;
+    uint64_t beat = shm::ReadHeartbeat(segment, ws.slot);
+    if (beat != ws.heartbeat || ws.beat_ns == 0) {
+      ws.heartbeat = beat;
+      ws.beat_ns = now;
+    }
+    bool responsive = now - ws.beat_ns < options.stall_ns;
     ws.view_generation = current;
     uint64_t outstanding = 0;
     uint32_t listed = ready ? std::min<uint32_t>(st->num_models, shm::kMaxStatusModels) : 0;
@@ -1045,6 +1053,7 @@ void HookHost::Impl::RefreshViews(int64_t now) {
       WorkerView& v = views[m][w];
       v = WorkerView{};
       v.ready = ready;
+      v.responsive = responsive;
       v.max_queue_depth = m < options.max_queue_depth.size() ? options.max_queue_depth[m] : 1024;
       v.outstanding = outstanding;
       v.arena_free = arena_free;

@@ -123,6 +123,10 @@ struct HookHostOptions {
   // makes its worker ineligible; shorter, its last view stands (a writer preempted between its
   // two stores). Tests lengthen it so a loaded machine cannot outlast it by accident.
   int64_t stale_status_ns = 100'000'000;
+  // A worker whose heartbeat has not advanced for this long is stalled: the gateway sends it
+  // requests only when no responsive worker can take them (gateway.h). Workers beat at least
+  // every 100 ms at rest and on every dispatch turn.
+  int64_t stall_ns = 1'000'000'000;
 };
 
 class HookHost {
