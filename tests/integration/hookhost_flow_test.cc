@@ -82,7 +82,7 @@ struct Host {
   std::vector<HookModel> models;
   std::unique_ptr<HookHost> host;
   Host(const FlowNode& node, GatewayMode mode, int threads = 2, int64_t spin_ns = 0,
-       int64_t stale_status_ns = 100'000'000)
+       int64_t stale_status_ns = 100'000'000, int64_t stall_ns = 1'000'000'000)
       : view(shm::Segment::Attach(node.name, 0).value()),
         models(LoadHookModels(node.repository()).value()) {
     HookHostOptions options;
@@ -90,6 +90,7 @@ struct Host {
     options.threads = threads;
     options.spin_ns = spin_ns;
     options.stale_status_ns = stale_status_ns;
+    options.stall_ns = stall_ns;
     host = std::make_unique<HookHost>(view, 0, models, options);
     host->Start();
   }
@@ -398,6 +399,29 @@ TEST_CASE("a worker killed mid-traffic fails only its requests; the other worker
   // The survivor still serves.
   Result<InferResponse> after = Get(host.host->Submit(Request("mlp", {8, 784}, input, "input")));
   CHECK(after.ok());
+}
+
+TEST_CASE("a stopped worker is passed over once its heartbeat stalls; the other serves all") {
+  for (GatewayMode mode : {GatewayMode::kRoundRobin, GatewayMode::kLeastOutstanding}) {
+    CAPTURE(GatewayModeName(mode));
+    FlowNode node(2);
+    Host host(node, mode, 2, 0, 100'000'000, 300'000'000);
+    std::mt19937 rng(5);
+    std::vector<uint8_t> input = RandomFloats(784, rng);
+    REQUIRE(Get(host.host->Submit(Request("mlp", {1, 784}, input, "input"))).ok());
+    kill(node.pids[1], SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));  // Twice the stall limit.
+    std::vector<std::future<Result<InferResponse>>> futures;
+    for (int i = 0; i < 40; ++i) {
+      futures.push_back(host.host->Submit(Request("mlp", {1, 784}, input, "input")));
+    }
+    int answered = 0;
+    for (auto& f : futures) {  // Before: about half waited on the stopped worker.
+      answered += f.wait_for(std::chrono::seconds(10)) == std::future_status::ready && f.get().ok();
+    }
+    CHECK(answered == 40);
+    kill(node.pids[1], SIGCONT);
+  }
 }
 
 // Stops the worker (SIGSTOP) where it is not publishing its status, so that the test's own
