@@ -6,6 +6,7 @@
 #include <strings.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -77,6 +78,7 @@ struct Connection {
   bool stop_reading = false;  // No further request is read (close, error, drain).
   bool close_when_written = false;
   bool peer_closed = false;
+  uint64_t written = 0;                    // Answers serialized, toward max_keepalive_requests.
   uint32_t events = EPOLLIN | EPOLLRDHUP;  // Registered with epoll.
 };
 
@@ -172,6 +174,9 @@ struct HttpServer::Impl {
   HttpServerStats stats;
 
   void Accept(int64_t now);
+  // Closes the connection idle longest (at least min_idle_to_evict_ns, nothing of a request
+  // read); false when none is.
+  bool EvictIdlest(int64_t now);
   // `events`: what epoll reported for the connection.
   void Read(uint64_t id, Connection& c, int64_t now, uint32_t events);
   void Parse(uint64_t id, Connection& c, int64_t now);
@@ -204,13 +209,33 @@ void HttpServer::Impl::Watch(uint64_t id, Connection& c, bool write) {
   c.events = want;
 }
 
+bool HttpServer::Impl::EvictIdlest(int64_t now) {
+  std::optional<uint64_t> idlest;
+  int64_t oldest = now - options.min_idle_to_evict_ns;
+  for (const auto& [id, c] : connections) {
+    bool idle = c.in_flight == 0 && c.answered.empty() && c.out.empty() && c.request_started == 0 &&
+                !c.close_when_written;
+    int unread = 0;  // A request that arrived but is not read yet is not idleness.
+    if (idle && c.last_active <= oldest && ioctl(c.fd, FIONREAD, &unread) == 0 && unread == 0) {
+      idlest = id;
+      oldest = c.last_active;
+    }
+  }
+  if (!idlest) {
+    return false;
+  }
+  CloseConnection(*idlest);
+  ++stats.evicted_idle;
+  return true;
+}
+
 void HttpServer::Impl::Accept(int64_t now) {
   while (true) {
     int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       return;  // EAGAIN (another hook host took it), or a connection reset before accept.
     }
-    if (connections.size() >= options.max_connections) {
+    if (connections.size() >= options.max_connections && !EvictIdlest(now)) {
       // Answered and closed, so the kernel's backlog never fills with connections nobody
       // serves; the client retries (on another hook host, with luck).
       std::string busy =
@@ -363,7 +388,7 @@ void HttpServer::Impl::Read(uint64_t id, Connection& c, int64_t now, uint32_t ev
 void HttpServer::Impl::WriteAnswered(Connection& c) {
   for (auto it = c.answered.find(c.next_write); it != c.answered.end();
        it = c.answered.find(c.next_write)) {
-    bool close = it->second.close;
+    bool close = it->second.close || ++c.written >= options.max_keepalive_requests;
     c.out += Serialize(it->second, close);
     c.answered.erase(it);
     ++c.next_write;

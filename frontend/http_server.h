@@ -6,10 +6,14 @@
 // Hostile clients (every connection is one): the header is at most max_header_bytes and the
 // body max_body_bytes (413 and close beyond); a request must arrive whole within
 // request_timeout (408 and close: slowloris); an idle keep-alive connection is closed after
-// idle_timeout; at most max_connections (more are accepted and closed at once, so the backlog
-// never fills); at most max_pipelined requests in flight per connection (reading pauses
-// until answers go out); a client that does not read its answers is closed once
-// max_unsent_bytes wait. Memory is bounded by
+// idle_timeout; at most max_connections: at the limit a new connection closes the one idle
+// longest (at least min_idle_to_evict; nginx reuses idle keep-alive connections the same way),
+// so idle connections cannot lock new clients out, and only when every connection is busy is
+// the new one answered 503 and closed (the backlog never fills); a connection is closed
+// after max_keepalive_requests answers, so clients reconnect and spread again over the hook
+// hosts (after one restarts, say); at most max_pipelined requests in flight per connection
+// (reading pauses until answers go out); a client that does not read its answers is closed
+// once max_unsent_bytes wait. Memory is bounded by
 // max_connections * (max_header_bytes + max_body_bytes + max_unsent_bytes).
 //
 // Thread safety: Run on one thread; Respond (through the Responder) and Drain/Stop from any.
@@ -62,12 +66,15 @@ struct HttpServerOptions {
   size_t max_unsent_bytes = 256 << 20;
   int64_t request_timeout_ns = 30'000'000'000;
   int64_t idle_timeout_ns = 60'000'000'000;
+  int64_t min_idle_to_evict_ns = 1'000'000'000;
+  uint64_t max_keepalive_requests = 1000;
 };
 
 struct HttpServerStats {
   std::atomic<uint64_t> connections{0};
   std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> refused_connections{0};
+  std::atomic<uint64_t> evicted_idle{0};  // Idle connections closed to admit a new one.
   std::atomic<uint64_t> bad_requests{0};  // Unparsable, too large or too slow: closed.
 };
 

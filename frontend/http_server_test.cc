@@ -245,6 +245,49 @@ TEST_CASE("hostile clients: malformed, oversized, slow; the server keeps serving
   CHECK(s.server->stats().bad_requests.load() <= 5);
 }
 
+TEST_CASE("at max_connections an idle connection makes room; a busy one never does") {
+  HttpServerOptions options;
+  options.max_connections = 2;
+  options.min_idle_to_evict_ns = 0;
+  Server server(options, Echo());
+  const std::string get = "GET /x HTTP/1.1\r\nHost: h\r\n\r\n";
+  const std::string partial = "POST /y HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\nabc";
+  int idle = server.Connect();
+  Send(idle, get);
+  CHECK(ReadResponses(idle, 1).find("200 OK") != std::string::npos);  // Kept alive, idle.
+  int busy = server.Connect();
+  Send(busy, partial);  // A request begun: never evicted.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  int fresh = server.Connect();
+  Send(fresh, get);
+  CHECK(ReadResponses(fresh, 1).find("200 OK") != std::string::npos);
+  CHECK(ReadAll(idle).empty());  // Closed to make room.
+  CHECK(server.server->stats().evicted_idle.load() == 1);
+  Send(fresh, partial);  // Now both are busy: the next is refused.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  int refused = server.Connect();
+  CHECK(ReadAll(refused).find("503") != std::string::npos);
+  CHECK(server.server->stats().refused_connections.load() == 1);
+  for (int fd : {idle, busy, fresh, refused}) {
+    close(fd);
+  }
+}
+
+TEST_CASE("after max_keepalive_requests answers a connection is closed, so clients spread") {
+  HttpServerOptions options;
+  options.max_keepalive_requests = 3;
+  Server server(options, Echo());
+  int fd = server.Connect();
+  Send(fd, "GET /1 HTTP/1.1\r\nHost: h\r\n\r\nGET /2 HTTP/1.1\r\nHost: h\r\n\r\n");
+  std::string first = ReadResponses(fd, 2);
+  CHECK(first.find("Connection: close") == std::string::npos);
+  Send(fd, "GET /3 HTTP/1.1\r\nHost: h\r\n\r\n");
+  std::string third = ReadAll(fd);  // Answered, then closed.
+  CHECK(third.find("\"target\":\"/3\"") != std::string::npos);
+  CHECK(third.find("Connection: close") != std::string::npos);
+  close(fd);
+}
+
 TEST_CASE("Expect: 100-continue gets its interim answer; drain answers what was read") {
   Server s({}, Echo());
   int fd = s.Connect();
