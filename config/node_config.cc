@@ -128,6 +128,43 @@ Result<ListenAddress> ParseListen(const std::string& text) {
   return ListenAddress{host, static_cast<uint16_t>(port)};
 }
 
+// A size in bytes and how the messages name it.
+struct ByteBound {
+  uint64_t bytes;
+  const char* text;
+};
+
+// `key` as bytes: an integer or a string like "512MiB", within [min, max]; a mistake is
+// recorded at the key and *out left as it was.
+void ReadByteSize(TableReader& r, std::string_view key, ByteBound min, ByteBound max,
+                  uint64_t* out) {
+  const toml::node* node = r.Raw(key);
+  if (node == nullptr) {
+    return;
+  }
+  Result<uint64_t> size =
+      InvalidArgument("expected bytes as an integer or a string like \"512MiB\", got " +
+                      std::string(TomlTypeName(*node)));
+  if (node->is_integer()) {
+    int64_t bytes = node->as_integer()->get();
+    size = bytes < 0 ? Result<uint64_t>(InvalidArgument("must not be negative"))
+                     : Result<uint64_t>(static_cast<uint64_t>(bytes));
+  } else if (node->is_string()) {
+    size = ParseByteSize(node->as_string()->get());
+  }
+  if (!size.ok()) {
+    r.ErrorAt(key, size.error().message);
+  } else if (*size < min.bytes) {
+    r.ErrorAt(key, std::string("must be at least ") + min.text + ", got " + std::to_string(*size) +
+                       " bytes");
+  } else if (*size > max.bytes) {
+    r.ErrorAt(key, std::string("must be at most ") + max.text + ", got " + std::to_string(*size) +
+                       " bytes");
+  } else {
+    *out = *size;
+  }
+}
+
 void ReadDevices(TableReader& r, DeviceSelection* d) {
   const toml::node* node = r.Raw("devices");
   if (node == nullptr) {
@@ -229,29 +266,8 @@ void ReadNode(TableReader& r, const std::string& base_dir, NodeSettings* n) {
           (std::filesystem::path(base_dir) / n->model_repository).lexically_normal().string();
     }
   }
-  const toml::node* shm = r.Raw("shm_size");
-  if (shm != nullptr) {
-    Result<uint64_t> size = InvalidArgument(
-        "expected bytes as an integer or a string like "
-        "\"512MiB\", got " +
-        std::string(TomlTypeName(*shm)));
-    if (shm->is_integer()) {
-      int64_t bytes = shm->as_integer()->get();
-      size = bytes < 0 ? Result<uint64_t>(InvalidArgument("must not be negative"))
-                       : Result<uint64_t>(static_cast<uint64_t>(bytes));
-    } else if (shm->is_string()) {
-      size = ParseByteSize(shm->as_string()->get());
-    }
-    if (!size.ok()) {
-      r.ErrorAt("shm_size", size.error().message);
-    } else if (*size < (uint64_t{1} << 20)) {
-      r.ErrorAt("shm_size", "must be at least 1MiB, got " + std::to_string(*size) + " bytes");
-    } else if (*size > kMaxShmSize) {
-      r.ErrorAt("shm_size", "must be at most 1TiB, got " + std::to_string(*size) + " bytes");
-    } else {
-      n->shm_size = *size;
-    }
-  }
+  ReadByteSize(r, "shm_size", {uint64_t{1} << 20, "1MiB"}, {kMaxShmSize, "1TiB"}, &n->shm_size);
+
   r.Finish();
 }
 
@@ -429,6 +445,8 @@ Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& sou
       hooks->Int("call_timeout_ms", &config.hooks.call_timeout_ms, 1, 600'000);
       hooks->Int("max_pending", &config.hooks.max_pending, 1, 1 << 20);
       hooks->Int("spin_us", &config.hooks.spin_us, 0, 10'000);
+      ReadByteSize(*hooks, "max_memory", {64 << 20, "64MiB"}, {uint64_t{1} << 40, "1TiB"},
+                   &config.hooks.max_memory);
       hooks->Finish();
     }
     reader.Finish();

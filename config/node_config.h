@@ -92,6 +92,11 @@ struct HookSettings {
   // sleeps (microseconds): at light load the answer is caught without a wake-up. 0..10000;
   // 0 never polls. Absent (-1): 200 where the hook host may run on 4 or more CPUs, else 0.
   int64_t spin_us = -1;
+  // Private memory a hook host may add once its manifests are read: its plugins (loading,
+  // create() and every call), the front end's buffers, its threads' stacks. Past it an
+  // allocation fails (a plugin's malloc returns NULL; the host itself exits and is restarted,
+  // the workers unaffected). RLIMIT_DATA over what is mapped then. 64MiB..1TiB. Default 8GiB.
+  uint64_t max_memory = uint64_t{8} << 30;
 };
 
 // CPU workers (devices = "cpu:N").

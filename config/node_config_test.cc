@@ -295,6 +295,15 @@ TEST_CASE("shm_size: 1MiB to 1TiB, both edges") {
   CHECK(Contains(ErrorOf("[node]\nshm_size = 1048575\n"), "must be at least 1MiB"));
 }
 
+TEST_CASE("hooks.max_memory: 64MiB to 1TiB, 8GiB by default") {
+  CHECK(Parse("").value().hooks.max_memory == uint64_t{8} << 30);
+  CHECK(Parse("[hooks]\nmax_memory = \"64MiB\"\n").value().hooks.max_memory == 64 << 20);
+  CHECK(Parse("[hooks]\nmax_memory = \"1TiB\"\n").value().hooks.max_memory == uint64_t{1} << 40);
+  CHECK(Contains(ErrorOf("[hooks]\nmax_memory = 67108863\n"), "must be at least 64MiB"));
+  CHECK(Contains(ErrorOf("[hooks]\nmax_memory = \"1025GiB\"\n"), "must be at most 1TiB"));
+  CHECK(Contains(ErrorOf("[hooks]\nmax_memory = true\n"), "expected bytes"));
+}
+
 TEST_CASE("hooks: threads, call_timeout_ms and max_pending at both edges") {
   NodeConfig defaults = Parse("").value();
   CHECK(defaults.hooks.call_timeout_ms == 1000);

@@ -160,7 +160,8 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
   if (table) {
     names = SplitModelTable(*table);
   }
-  Result<LoadedModels> loaded = LoadModelsConfined(config->node.model_repository, names, strict);
+  Result<LoadedModels> loaded =
+      LoadModelsConfined(config->node.model_repository, names, strict, config->hooks.max_memory);
   if (!loaded.ok()) {
     spdlog::error("{}", loaded.error().ToString());
     return 1;

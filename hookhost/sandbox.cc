@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <initializer_list>
 #include <memory>
@@ -332,9 +333,45 @@ std::string SandboxReport::Describe() const {
          (seccomp ? ", seccomp allow-list" : "");
 }
 
-Result<SandboxReport> EnterLoadSandbox(const std::vector<std::string>& readable) {
-  FERRY_RETURN_IF_ERROR(EnterBaseLayers());
+namespace {
+
+// The private writable memory mapped now (VmData in /proc/self/status), in bytes.
+Result<uint64_t> DataBytes() {
+  int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return Internal(Errno("open /proc/self/status"));
+  }
+  char text[8192];
+  ssize_t n = read(fd, text, sizeof(text) - 1);
+  close(fd);
+  text[n > 0 ? n : 0] = '\0';
+  const char* line = std::strstr(text, "\nVmData:");
+  unsigned long long kib = 0;
+  if (line == nullptr || std::sscanf(line + 8, "%llu", &kib) != 1) {
+    return Internal("/proc/self/status has no VmData");
+  }
+  return static_cast<uint64_t>(kib) * 1024;
+}
+
+// RLIMIT_DATA (soft and hard) at what is mapped now plus `headroom`.
+Result<uint64_t> LimitData(uint64_t headroom) {
+  FERRY_ASSIGN_OR_RETURN(uint64_t now, DataBytes());
+  rlimit limit{now + headroom, now + headroom};
+  if (setrlimit(RLIMIT_DATA, &limit) != 0) {
+    return Internal(Errno("setrlimit(RLIMIT_DATA)"));
+  }
+  return now + headroom;
+}
+
+}  // namespace
+
+Result<SandboxReport> EnterLoadSandbox(const std::vector<std::string>& readable,
+                                       uint64_t max_memory) {
   SandboxReport report;
+  if (max_memory > 0) {
+    FERRY_ASSIGN_OR_RETURN(report.data_limit, LimitData(max_memory));
+  }
+  FERRY_RETURN_IF_ERROR(EnterBaseLayers());
   FERRY_ASSIGN_OR_RETURN(report.landlock_abi, EnterLandlock(readable));
   FERRY_RETURN_IF_ERROR(EnterLoadSeccomp());
   report.seccomp = true;

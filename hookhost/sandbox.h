@@ -46,16 +46,20 @@ struct SandboxOptions {
 
 // What was engaged, for the start-up log and the tests.
 struct SandboxReport {
-  int landlock_abi = 0;  // 0 when the kernel has no Landlock (or it is disabled).
+  int landlock_abi = 0;     // 0 when the kernel has no Landlock (or it is disabled).
+  uint64_t data_limit = 0;  // RLIMIT_DATA set by the load stage; 0 when none.
   bool seccomp = false;
   std::string Describe() const;
 };
 
-// The load stage: rlimits, no_new_privs, not dumpable, Landlock granting reading beneath
-// `readable` (directories or regular files; missing ones are skipped), the load filter.
+// The load stage: RLIMIT_DATA at what is mapped now plus `max_memory` (none when 0: the
+// plugins' allocations, and the host's own from then on, fail past it), rlimits,
+// no_new_privs, not dumpable, Landlock granting reading beneath `readable` (directories or
+// regular files; missing ones are skipped), the load filter.
 // INTERNAL naming the layer that cannot engage; Landlock's absence is reported (then files
 // anywhere can be opened for reading, but never for writing). Same thread rule as below.
-Result<SandboxReport> EnterLoadSandbox(const std::vector<std::string>& readable);
+Result<SandboxReport> EnterLoadSandbox(const std::vector<std::string>& readable,
+                                       uint64_t max_memory = 0);
 // The threads of this process, counted through /proc/self/task opened before the load
 // sandbox (which refuses opening /proc). hookhost_main checks, before the serving sandbox,
 // that create() left no thread running: such a thread would not get the serving filter.

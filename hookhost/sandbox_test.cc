@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -202,6 +203,28 @@ TEST_CASE("a thread create() leaves running is counted before the serving sandbo
   CHECK(o.exit_code == 0);
   CHECK(o.message.find("ESCAPED: start a thread") != std::string::npos);  // It may start one,
   CHECK(o.message.find(" 1 1 2") != std::string::npos);                   // but not leave it.
+}
+
+TEST_CASE("the load stage bounds the memory the host may add ([hooks] max_memory)") {
+#if defined(__SANITIZE_ADDRESS__)
+  MESSAGE("skipped under AddressSanitizer: its allocator aborts instead of returning NULL");
+  return;
+#endif
+  Outcome o = InChild([] {
+    Result<SandboxReport> report = EnterLoadSandbox(SystemLibraryPaths(), 64 << 20);
+    if (!report.ok() || report->data_limit == 0) {
+      return std::string("setup failed");
+    }
+    void* within = std::malloc(16 << 20);
+    void* beyond = std::malloc(256 << 20);  // What a plugin's 2 GiB allocation meets.
+    std::string out = std::string(within != nullptr ? "within: ok" : "within: refused") +
+                      (beyond != nullptr ? ", beyond: ESCAPED" : ", beyond: refused");
+    std::free(within);
+    std::free(beyond);
+    return out;
+  });
+  CHECK(o.exit_code == 0);
+  CHECK(o.message == "within: ok, beyond: refused");
 }
 
 TEST_CASE("without the sandbox the probe escapes (the test can tell)") {

@@ -4,17 +4,17 @@ namespace ferry::hookhost {
 
 Result<LoadedModels> LoadModelsConfined(const std::string& repository,
                                         const std::optional<std::vector<std::string>>& table,
-                                        bool confine) {
+                                        bool confine, uint64_t max_memory) {
   LoadedModels loaded;
   loaded.confinement = "unconfined: [hooks] sandbox = \"off\"";
   BeforePlugins enter = nullptr;
   if (confine) {
     FERRY_ASSIGN_OR_RETURN(ThreadCensus census, ThreadCensus::Open());
     loaded.census.emplace(std::move(census));
-    enter = [&loaded](const std::vector<std::string>& plugin_dirs) -> Status {
+    enter = [&loaded, max_memory](const std::vector<std::string>& plugin_dirs) -> Status {
       std::vector<std::string> readable = SystemLibraryPaths();
       readable.insert(readable.end(), plugin_dirs.begin(), plugin_dirs.end());
-      Result<SandboxReport> report = EnterLoadSandbox(readable);
+      Result<SandboxReport> report = EnterLoadSandbox(readable, max_memory);
       if (!report.ok()) {
         return Error{report.error().code,
                      "cannot enter the load sandbox: " + report.error().message};

@@ -25,10 +25,11 @@ struct LoadedModels {
 
 // LoadHookModels of `repository` (the node's model table when `table` is set); with
 // `confine`, the load sandbox is entered after the manifests are read, granting reading
-// beneath the system libraries and the bundles that have plugins.
+// beneath the system libraries and the bundles that have plugins, and bounding the memory
+// the host may add from then on by `max_memory` ([hooks] max_memory; 0: unbounded).
 Result<LoadedModels> LoadModelsConfined(const std::string& repository,
                                         const std::optional<std::vector<std::string>>& table,
-                                        bool confine);
+                                        bool confine, uint64_t max_memory = 0);
 
 // REQUIRES: `loaded` came from LoadModelsConfined with confine. INVALID_ARGUMENT when a
 // plugin left a thread running; else enters the serving sandbox (EnterSandbox).
