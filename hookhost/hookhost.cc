@@ -1,6 +1,8 @@
 #include "hookhost/hookhost.h"
 
+#include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <time.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -93,10 +95,22 @@ struct PipelineRun {
 struct CallSlot {
   std::atomic<int64_t> started_ns{0};  // 0: no call running.
   std::atomic<bool> written_off{false};
-  PendingPtr pending;  // Guarded by Impl::calls_mutex.
-  std::string what;    // Guarded by Impl::calls_mutex.
-  std::thread thread;  // Detached once written off.
+  PendingPtr pending;            // Guarded by Impl::calls_mutex.
+  std::string what;              // Guarded by Impl::calls_mutex.
+  std::thread thread;            // Detached once written off.
+  clockid_t cpu_clock{};         // The thread's CPU-time clock (set at its start).
+  int64_t cpu_at_write_off = 0;  // Its CPU time when written off.
+  bool spinning = false;         // Counted in Impl::spinning.
 };
+
+// CPU time a written-off call may burn before its host asks for a restart.
+constexpr int64_t kSpinningCpuNs = 1'000'000'000;
+
+// The CPU time of the thread `clock` belongs to, in ns; 0 when it cannot be read.
+int64_t ThreadCpuNs(clockid_t clock) {
+  timespec t{};
+  return clock_gettime(clock, &t) == 0 ? t.tv_sec * 1'000'000'000 + t.tv_nsec : 0;
+}
 
 }  // namespace
 
@@ -140,6 +154,7 @@ struct HookHost::Impl {
   const HookHostOptions options;
   std::atomic<size_t> pending_count{0};
   std::atomic<int> stuck{0};
+  std::atomic<int> spinning{0};  // Written-off calls still burning CPU (CallSlot::spinning).
   std::atomic<uint64_t> timed_out{0};
   std::atomic<bool> stopping{false};
 
@@ -317,6 +332,7 @@ struct HookHost::Impl {
     MutexLock lock(&calls_mutex);
     CallSlot* call = &calls.emplace_back();
     call->thread = std::thread([this, call] { PoolLoop(call); });
+    pthread_getcpuclockid(call->thread.native_handle(), &call->cpu_clock);
   }
 
   void PoolLoop(CallSlot* call) {
@@ -1304,10 +1320,18 @@ void HookHost::Impl::CheckCallTimeouts(int64_t now) {
     MutexLock lock(&calls_mutex);
     for (CallSlot& call : calls) {
       int64_t started = call.started_ns.load(std::memory_order_acquire);
+      if (started != 0 && call.written_off.load() && !call.spinning &&
+          ThreadCpuNs(call.cpu_clock) - call.cpu_at_write_off > kSpinningCpuNs) {
+        call.spinning = true;  // Still in its call (started_ns set): the thread is alive.
+        spinning.fetch_add(1, std::memory_order_relaxed);
+        spdlog::error("hook host slot {}: a plugin {} written off past its limit still burns CPU",
+                      slot, call.what);
+      }
       if (started == 0 || now - started <= limit || call.written_off.load()) {
         continue;
       }
       call.written_off.store(true);
+      call.cpu_at_write_off = ThreadCpuNs(call.cpu_clock);
       call.thread.detach();  // A running call cannot be stopped; it returns, or the host exits.
       stuck.fetch_add(1, std::memory_order_relaxed);
       timed_out.fetch_add(1, std::memory_order_relaxed);
@@ -1417,6 +1441,8 @@ bool HookHost::healthy() const {
 void HookHost::CountRefused(const HookModel* model, const Error& error) {
   impl_->Count(model, 0, error.code, 0);
 }
+
+bool HookHost::wants_restart() const { return impl_->spinning.load(std::memory_order_relaxed) > 0; }
 
 uint64_t HookHost::timed_out_calls() const {
   return impl_->timed_out.load(std::memory_order_relaxed);

@@ -149,6 +149,10 @@ class HookHost {
   size_t pending() const;
   // False once `threads` plugin calls are stuck past their limit: restart this process.
   bool healthy() const;
+  // True once a plugin call written off past its limit has burned another kSpinningCpuNs of
+  // CPU since: a spinning call cannot be stopped and takes a core from every other request
+  // for as long as it runs, so the process should drain and be restarted.
+  bool wants_restart() const;
   // A request for `model` the front end refused before submitting it (unparsable, a bad
   // parameter; nullptr: a model not served): counted with the answered ones
   // (shm::FrontEndCountersData).

@@ -134,6 +134,9 @@ struct FrontEnd {
   }
 };
 
+// How long a hook host that asked for a restart answers what it has taken before it exits.
+constexpr int64_t kRestartDrainNs = 10'000'000'000;
+
 int Main(const std::string& segment_name, uint32_t slot, const std::string& config_path,
          int http_fd, int grpc_fd, const std::optional<std::string>& table) {
   Result<NodeConfig> config = LoadNodeConfig(config_path, SchedulerEnvironment());
@@ -212,6 +215,7 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
   shm::RingConsumer control(*segment, segment->ControlRing(slot));
   bool draining = false;
   int code = 0;
+  int64_t restart_deadline = 0;  // Set when a spinning plugin call asks for a restart.
   while (true) {
     status.Beat();
     shm::DescriptorData d{};
@@ -231,7 +235,23 @@ int Main(const std::string& segment_name, uint32_t slot, const std::string& conf
         Publish(status, shm::ProcessState::kDraining, generation, *models);
       }
     }
-    if (stop || (draining && host->pending() == 0 && front.Drained())) {
+    if (!draining && host->wants_restart()) {
+      // A spinning call takes a core for as long as it runs: stop taking requests, answer
+      // those taken (for up to 10 s), then exit for a restart.
+      spdlog::error("hook host slot {}: a plugin call spins past its limit; draining to restart",
+                    slot);
+      draining = true;
+      front.Drain();
+      Publish(status, shm::ProcessState::kDraining, generation, *models);
+      restart_deadline = MonotonicNs() + kRestartDrainNs;
+    }
+    bool drained = draining && host->pending() == 0 && front.Drained();
+    if (restart_deadline != 0 && (drained || MonotonicNs() > restart_deadline)) {
+      Publish(status, shm::ProcessState::kUnhealthy, generation, *models);
+      code = 3;
+      break;
+    }
+    if (stop || drained) {
       break;
     }
     if (!host->healthy()) {

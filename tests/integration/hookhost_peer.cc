@@ -12,6 +12,7 @@
 #include <cstring>
 #include <future>
 #include <random>
+#include <thread>
 
 #include "common/logging.h"
 #include "hookhost/hookhost.h"
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> names;
   uint32_t slot = 0;
   int requests = 1, threads = 2;
-  int64_t rows = 1, timeout_ms = 1000;
+  int64_t rows = 1, timeout_ms = 1000, report_restart_ms = 0;
   bool sandbox = true;
   app.add_option("--segment", segment_name)->required();
   app.add_option("--slot", slot)->required();
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   app.add_option("--rows", rows);
   app.add_option("--threads", threads);
   app.add_option("--call-timeout-ms", timeout_ms);
+  app.add_option("--report-restart-ms", report_restart_ms);
   app.add_flag("!--no-sandbox", sandbox);
   CLI11_PARSE(app, argc, argv);
   (void)InitLogging("ferry-test-hookhost", LogFormat::kText,
@@ -105,6 +107,12 @@ int main(int argc, char** argv) {
       std::printf("%s %s\n", std::string(ErrorCodeName(r.error().code)).c_str(),
                   r.error().message.c_str());
     }
+  }
+  if (report_restart_ms > 0) {  // Whether a spinning call made the host ask for a restart.
+    for (int64_t waited = 0; waited < report_restart_ms && !host->wants_restart(); waited += 10) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::printf("restart: %s\n", host->wants_restart() ? "yes" : "no");
   }
   std::fflush(stdout);
   if (host->timed_out_calls() == 0) {

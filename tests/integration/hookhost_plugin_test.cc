@@ -71,7 +71,7 @@ struct PluginNode {
     std::string classify = ReadAll("examples/hooks/cnn_classify.toml");
     AddHookedBundle(repo, "cnn_classify", classify, "cnn",
                     std::string(FERRY_EXAMPLE_PLUGIN_DIR) + "/image_classify.so");
-    for (const char* action : {"wild_write", "spin", "open", "crash"}) {
+    for (const char* action : {"wild_write", "spin", "sleep", "open", "crash"}) {
       AddEscapeBundle(repo, action);
     }
     for (const char* action : {"open", "connect", "execve", "fork", "write_file"}) {
@@ -341,6 +341,20 @@ TEST_CASE("a plugin call past its time limit fails only its request") {
   CHECK(r.lines[1] == "ok");
   CHECK(r.lines[2] == r.lines[0]);
   CHECK(r.lines[3] == "ok");
+}
+
+TEST_CASE("a call that spins past its limit makes its host ask for a restart; a sleeping one not") {
+  PluginNode node;
+  for (std::string action : {"spin", "sleep"}) {
+    CAPTURE(action);
+    PeerResult r = RunPeer(node, {"--model", "escape_" + action, "--requests", "1", "--threads",
+                                  "2", "--call-timeout-ms", "100", "--report-restart-ms", "4000"});
+    CHECK(r.exit_code == 0);
+    REQUIRE(r.lines.size() == 2);
+    CHECK(r.lines[0].rfind("DEADLINE_EXCEEDED", 0) == 0);
+    // Spinning: past a second of CPU after its write-off. Sleeping costs nothing but a thread.
+    CHECK(r.lines[1] == (action == "spin" ? "restart: yes" : "restart: no"));
+  }
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct {
@@ -136,6 +137,12 @@ static int32_t attempt(const char* action, const ferry_tensor* inputs, uint32_t 
   }
   if (strcmp(action, "crash") == 0) {
     abort();
+  }
+  if (strcmp(action, "sleep") == 0) { /* Stuck, but burning no CPU. */
+    for (;;) {
+      struct timespec t = {1000, 0};
+      nanosleep(&t, NULL);
+    }
   }
   if (strcmp(action, "spin") == 0) {
     for (;;) {
