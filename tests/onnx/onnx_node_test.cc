@@ -59,6 +59,14 @@ std::string ReadBytes(const std::string& path) {
   return bytes.ok() ? *bytes : "";
 }
 
+// `model` (a node test's, changed) through ferry's hostile-file parser, as the importer reads.
+Result<onnx_import::OnnxModel> Reparse(const onnx::ModelProto& model, const fs::path& dir) {
+  std::string bytes = model.SerializeAsString();
+  return onnx_import::ParseOnnx(
+      std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+      dir.filename().string(), "");
+}
+
 // The test with every input an initializer, folded as the importer folds shape computations
 // (onnx_import::FoldGraph), each output compared with ONNX's: integers exactly, floats with
 // the tolerances above.
@@ -73,10 +81,7 @@ Outcome RunFolded(const fs::path& dir) {
     t->set_name(graph->input(i).name());
   }
   graph->clear_input();
-  std::string bytes = model.SerializeAsString();
-  Result<onnx_import::OnnxModel> parsed = onnx_import::ParseOnnx(
-      std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
-      dir.filename().string(), "");
+  Result<onnx_import::OnnxModel> parsed = Reparse(model, dir);
   if (!parsed.ok()) {
     return Outcome{Outcome::kRefused, parsed.error().message};
   }
@@ -174,10 +179,7 @@ std::optional<Outcome> RunAsProgram(const fs::path& dir, std::string* op_type) {
                      "batches together"};
     }
   }
-  std::string bytes = model.SerializeAsString();
-  Result<onnx_import::OnnxModel> parsed = onnx_import::ParseOnnx(
-      std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
-      dir.filename().string(), "");
+  Result<onnx_import::OnnxModel> parsed = Reparse(model, dir);
   if (!parsed.ok()) {
     return Outcome{Outcome::kRefused, parsed.error().message};
   }
