@@ -105,7 +105,20 @@ Result<const Value*> Converter::Tensor(int i) const {
 }
 
 bool HasBatchSize(const ConstTensor& t) {
-  return t.integer && std::find(t.ints.begin(), t.ints.end(), kBatchSize) != t.ints.end();
+  return std::find(t.batch_size.begin(), t.batch_size.end(), true) != t.batch_size.end();
+}
+
+bool IsBatchSize(const ConstTensor& t, size_t i) {
+  return i < t.batch_size.size() && t.batch_size[i];
+}
+
+void AppendInt(const ConstTensor& from, size_t i, ConstTensor* to) {
+  bool batch = IsBatchSize(from, i);
+  if (batch || !to->batch_size.empty()) {
+    to->batch_size.resize(to->ints.size(), false);
+    to->batch_size.push_back(batch);
+  }
+  to->ints.push_back(from.ints[i]);
 }
 
 Result<const ConstTensor*> Converter::Folded(int i) const {

@@ -19,16 +19,21 @@
 
 namespace ferry::onnx_import {
 
-// In a folded integer constant (a shape read from a batched tensor): the batch size, known
-// only at run time. Converter::Constant refuses constants holding it; the shape folding in
-// folding.cc carries it through Gather, Concat and the like to a Reshape's first value.
-inline constexpr int64_t kBatchSize = std::numeric_limits<int64_t>::min();
+// The batch size in a folded integer constant (a shape read from a batched tensor), marked by
+// ConstTensor::batch_size: Converter::Constant refuses constants holding it; the shape
+// folding in folding.cc carries it through Gather, Concat and the like to a Reshape's first
+// value. A mark, not a value, so that no number in a model (INT64_MIN ends a backward Slice)
+// is ever taken for it.
 // Folded constants: at most 2^24 elements each and 2^26 in all, so a hostile graph
 // (ConstantOfShape of [2^31], an Expand or Range loop) cannot exhaust memory at import.
 inline constexpr int64_t kMaxFoldedElements = int64_t{1} << 24;
 inline constexpr int64_t kMaxFoldedTotal = int64_t{1} << 26;
 
 bool HasBatchSize(const ConstTensor& t);
+// Whether ints[i] of `t` is the batch size.
+bool IsBatchSize(const ConstTensor& t, size_t i);
+// Appends from.ints[i], marked as the batch size where it is one, to *to.
+void AppendInt(const ConstTensor& from, size_t i, ConstTensor* to);
 
 // What an ONNX value name stands for: a ferry tensor (batched at axis 0, `shape` holding
 // kBatchDim there) or a constant.
@@ -72,10 +77,10 @@ class Converter {
   // Input `i` of the current node; nullptr when it is absent or empty.
   const Value* Input(int i) const;
   // Input `i` as a batched tensor / as a constant, or an error saying what it must be.
-  // Constant refuses a folded constant that holds kBatchSize or is batch_broadcast.
+  // Constant refuses a folded constant that holds the batch size or is batch_broadcast.
   Result<const Value*> Tensor(int i) const;
   Result<const ConstTensor*> Constant(int i) const;
-  // Input `i` as any constant, folded ones with kBatchSize or batch_broadcast included.
+  // Input `i` as any constant, folded ones with the batch size or batch_broadcast included.
   Result<const ConstTensor*> Folded(int i) const;
   // Defines output `i` as the folded constant `value`, within kMaxFoldedElements and
   // kMaxFoldedTotal.

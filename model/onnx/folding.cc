@@ -152,7 +152,7 @@ Status FoldArithmetic(Converter& c, OpKind kind) {
         bad = bad || __builtin_mul_overflow(x, y, &r);
         break;
       case OpKind::kDiv:
-        bad = bad || y == 0 || (x == kBatchSize && y == -1);
+        bad = bad || y == 0 || (x == std::numeric_limits<int64_t>::min() && y == -1);
         r = bad ? 0 : x / y;  // Truncates toward zero, as ONNX Runtime's integer Div.
         break;
       default:
@@ -199,17 +199,21 @@ Status ShapeOf(Converter& c, Attributes& attrs) {
   if (x == nullptr) {
     return c.Fail("needs an input");
   }
-  Shape dims = x->shape;
-  if (!dims.empty() && (x->constant == nullptr || x->constant->batch_broadcast)) {
-    dims[0] = kBatchSize;
+  ConstTensor dims;  // Axis 0 of a batched tensor is the batch size.
+  dims.integer = true;
+  dims.ints = x->shape;
+  if (!dims.ints.empty() && (x->constant == nullptr || x->constant->batch_broadcast)) {
+    dims.ints[0] = 0;
+    dims.batch_size.assign(dims.ints.size(), false);
+    dims.batch_size[0] = true;
   }
-  auto rank = static_cast<int64_t>(dims.size());
+  auto rank = static_cast<int64_t>(dims.ints.size());
   auto bound = [rank](int64_t v) { return std::clamp(v < 0 ? v + rank : v, int64_t{0}, rank); };
   int64_t start = bound(attrs.Int("start", 0)), end = bound(attrs.Int("end", rank));
   ConstTensor out;
   out.integer = true;
-  if (start < end) {
-    out.ints.assign(dims.begin() + start, dims.begin() + end);
+  for (int64_t i = start; i < end; ++i) {
+    AppendInt(dims, static_cast<size_t>(i), &out);
   }
   out.dims = {static_cast<int64_t>(out.ints.size())};
   return c.DefineConstant(0, std::move(out));
@@ -232,7 +236,12 @@ Status ConstantOfShape(Converter& c, Attributes& attrs) {
   }
   ConstTensor out;
   out.dims = shape->ints;
-  if (!out.dims.empty() && out.dims[0] == kBatchSize) {
+  for (size_t i = 1; i < shape->ints.size(); ++i) {
+    if (IsBatchSize(*shape, i)) {
+      return c.Fail("the batch size may only be the first dimension");
+    }
+  }
+  if (IsBatchSize(*shape, 0)) {
     out.dims[0] = 1;  // The same values in every row of the batch.
     out.batch_broadcast = true;
   }
@@ -291,11 +300,16 @@ Status Equal(Converter& c, Attributes&) {
       return a->floats[i] == b->floats[j] ? 1.0 : 0.0;
     }
     int64_t x = a->ints[i], y = b->ints[j];
-    if ((x == kBatchSize) != (y == kBatchSize) && std::max(x, y) > 0) {
-      return c.Fail("compares the batch size with " + std::to_string(std::max(x, y)) +
-                    ", which only the running batch decides");
+    bool batch_x = IsBatchSize(*a, i), batch_y = IsBatchSize(*b, j);
+    if (batch_x != batch_y) {  // The batch size is positive: never equal to a number <= 0.
+      int64_t other = batch_x ? y : x;
+      if (other > 0) {
+        return c.Fail("compares the batch size with " + std::to_string(other) +
+                      ", which only the running batch decides");
+      }
+      return 0.0;
     }
-    return x == y ? 1.0 : 0.0;  // The batch size is positive: never equal to y <= 0.
+    return batch_x || x == y ? 1.0 : 0.0;
   });
 }
 
@@ -306,7 +320,7 @@ Status Where(Converter& c, Attributes&) {
   if (!cond->integer || x->integer != y->integer) {
     return c.Fail("needs a BOOL condition and two values of one type");
   }
-  // Integers pass through as they are (kBatchSize included); a double would round them.
+  // Integers pass through as they are (the batch size mark included); a double would round them.
   std::vector<Shape> shapes = {cond->dims, x->dims, y->dims};
   std::optional<Shape> dims = BroadcastDims(shapes);
   if (!dims) {
@@ -323,7 +337,7 @@ Status Where(Converter& c, Attributes&) {
     const ConstTensor& from = cond->ints[static_cast<size_t>(at[0])] != 0 ? *x : *y;
     auto i = static_cast<size_t>(at[&from == x ? 1 : 2]);
     if (out.integer) {
-      out.ints.push_back(from.ints[i]);
+      AppendInt(from, i, &out);
     } else {
       out.floats.push_back(from.floats[i]);
     }

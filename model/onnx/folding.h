@@ -4,9 +4,9 @@
 // small integer tensors. None of them computes on request data, so the importer evaluates them
 // here and the program holds only their result: a Reshape's target, a slice of a buffer, a
 // constant added to the activations. The batch size is unknown at import; it travels through
-// the folding as the value kBatchSize (converter.h) and reaches a Reshape's first value or an
-// Expand's first axis, where it means "the batch axis, kept". Any other use of it (arithmetic,
-// a comparison with a positive number) is refused rather than guessed.
+// the folding as a mark on its element (ConstTensor::batch_size) and reaches a Reshape's first
+// value or an Expand's first axis, where it means "the batch axis, kept". Any other use of it
+// (arithmetic, a comparison with a positive number) is refused rather than guessed.
 //
 // Each fold converter runs only when every input of its node is a constant (OpEntry::fold),
 // and refuses results over kMaxFoldedElements.

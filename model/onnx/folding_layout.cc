@@ -16,7 +16,11 @@ namespace {
 struct Range1 {
   int64_t start, step, count;
 };
+// REQUIRES: step is neither 0 nor INT64_MIN. No arithmetic here can overflow.
 Range1 Clamp(int64_t start, int64_t end, int64_t step, int64_t dim) {
+  if (dim == 0) {
+    return {0, step, 0};
+  }
   auto fix = [dim](int64_t v, int64_t lo, int64_t hi) {
     v = v < 0 ? (v < -dim ? lo : v + dim) : v;
     return std::clamp(v, lo, hi);
@@ -24,11 +28,11 @@ Range1 Clamp(int64_t start, int64_t end, int64_t step, int64_t dim) {
   if (step > 0) {
     start = fix(start, 0, dim);
     end = fix(end, 0, dim);
-    return {start, step, end > start ? (end - start + step - 1) / step : 0};
+    return {start, step, end > start ? (end - start - 1) / step + 1 : 0};
   }
-  start = fix(start, -1, dim - 1);
+  start = fix(start, 0, dim - 1);  // ONNX: [0, dim - 1] when stepping back.
   end = fix(end, -1, dim - 1);
-  return {start, step, start > end ? (start - end + (-step) - 1) / (-step) : 0};
+  return {start, step, start > end ? (start - end - 1) / -step + 1 : 0};
 }
 
 // A Slice's starts, ends, axes and steps, each a constant integer vector of one length.
@@ -120,7 +124,9 @@ Status Concat(Converter& c, Attributes& attrs) {
       int64_t block = Product(t->dims, static_cast<size_t>(*axis));
       auto from = static_cast<size_t>(o * block), to = from + static_cast<size_t>(block);
       if (out.integer) {
-        out.ints.insert(out.ints.end(), t->ints.begin() + from, t->ints.begin() + to);
+        for (size_t k = from; k < to; ++k) {
+          AppendInt(*t, k, &out);
+        }
       } else {
         out.floats.insert(out.floats.end(), t->floats.begin() + from, t->floats.begin() + to);
       }
@@ -154,6 +160,7 @@ Status FoldSlice(Converter& c, Attributes&) {
   out.dims = dims;
   out.ints.clear();
   out.floats.clear();
+  out.batch_size.clear();
   std::vector<int64_t> coord(rank, 0);
   for (int64_t n = 0; n < *count; ++n) {
     int64_t from = 0;
@@ -161,7 +168,7 @@ Status FoldSlice(Converter& c, Attributes&) {
       from = from * data->dims[a] + ranges[a].start + coord[a] * ranges[a].step;
     }
     if (out.integer) {
-      out.ints.push_back(data->ints[static_cast<size_t>(from)]);
+      AppendInt(*data, static_cast<size_t>(from), &out);
     } else {
       out.floats.push_back(data->floats[static_cast<size_t>(from)]);
     }
@@ -216,8 +223,9 @@ Status Expand(Converter& c, Attributes&) {
   size_t offset = x->shape.size() - shape->ints.size();
   for (size_t i = 0; i < shape->ints.size(); ++i) {
     int64_t want = shape->ints[i], have = x->shape[offset + i];
-    bool batch = offset + i == 0 && (want == kBatchSize || want == 1);
-    if (!batch && want != 1 && want != have) {
+    bool marked = IsBatchSize(*shape, i);
+    bool kept = offset + i == 0 ? marked || want == 1 : !marked && (want == 1 || want == have);
+    if (!kept) {
       return c.Fail("expanding a computed tensor " + Dims(x->shape) +
                     " beyond its shape is not supported");
     }
@@ -233,7 +241,12 @@ Status FoldExpand(Converter& c, Attributes&) {
     return c.Fail("the shape must be a constant integer vector");
   }
   Shape target = shape->ints;
-  bool batch = !target.empty() && target[0] == kBatchSize && target.size() >= x->dims.size();
+  bool batch = !target.empty() && IsBatchSize(*shape, 0) && target.size() >= x->dims.size();
+  for (size_t i = batch ? 1 : 0; i < target.size(); ++i) {
+    if (IsBatchSize(*shape, i)) {
+      return c.Fail("the batch size may only be the first value of an Expand's shape");
+    }
+  }
   if (batch) {
     target[0] = 1;  // Expanded to every row: kept as one row that broadcasts.
   }
@@ -292,7 +305,9 @@ Status FoldGather(Converter& c, Attributes& attrs) {
       auto from = static_cast<size_t>((o * n + (index < 0 ? index + n : index)) * inner);
       auto to = from + static_cast<size_t>(inner);
       if (out.integer) {
-        out.ints.insert(out.ints.end(), data->ints.begin() + from, data->ints.begin() + to);
+        for (size_t k = from; k < to; ++k) {
+          AppendInt(*data, k, &out);
+        }
       } else {
         out.floats.insert(out.floats.end(), data->floats.begin() + from, data->floats.begin() + to);
       }
@@ -477,6 +492,12 @@ Status FoldCast(Converter& c, Attributes& attrs) {
     default:
       return c.Fail("a constant is folded to FLOAT, DOUBLE, INT64, INT32 or BOOL only");
   }
+  if (x->integer && to == onnx::TensorProto::INT64) {
+    return c.DefineConstant(0, std::move(out));  // As it is, batch size marks included.
+  }
+  if (HasBatchSize(*x)) {
+    return c.Fail("the batch size cast to a type other than INT64 is not folded");
+  }
   out.integer = true;
   out.ints.clear();
   out.floats.clear();
@@ -486,7 +507,7 @@ Status FoldCast(Converter& c, Attributes& attrs) {
       out.ints.push_back(x->integer ? x->ints[k] != 0 : x->floats[k] != 0.0f);
       continue;
     }
-    if (x->integer && (x->ints[k] == kBatchSize || to == onnx::TensorProto::INT64)) {
+    if (x->integer && to == onnx::TensorProto::INT64) {
       out.ints.push_back(x->ints[k]);
       continue;
     }

@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include "model/onnx/test_graphs.h"
 
 namespace ferry::onnx_import {
@@ -248,6 +250,34 @@ TEST_CASE("hostile folds are refused before they allocate") {
     Output(m, "y");
     CHECK(Contains(ErrorOf(m), "does not fit the type cast to"));
   }
+}
+
+TEST_CASE("Slice of a constant clamps as ONNX says, and a huge step does not overflow") {
+  // Folded values come back through FoldGraph: every input an initializer.
+  auto fold = [](int64_t start, int64_t end, int64_t step) {
+    onnx::ModelProto m = Model({1});
+    m.mutable_graph()->clear_input();
+    IntInit(m, "data", {5}, {10, 11, 12, 13, 14});
+    IntInit(m, "s", {1}, {start});
+    IntInit(m, "e", {1}, {end});
+    IntInit(m, "a", {1}, {0});
+    IntInit(m, "t", {1}, {step});
+    Node(m, "Slice", {"data", "s", "e", "a", "t"}, "y");
+    Output(m, "y");
+    Result<OnnxModel> parsed = Parse(Bytes(m));
+    REQUIRE(parsed.ok());
+    Result<std::vector<ConstTensor>> got = FoldGraph(*parsed);
+    REQUIRE_MESSAGE(got.ok(), (got.ok() ? "" : got.error().message));
+    return (*got)[0].ints;
+  };
+  const int64_t kMin = std::numeric_limits<int64_t>::min();
+  const int64_t kMax = std::numeric_limits<int64_t>::max();
+  // Stepping back from before the start: clamped to element 0 (onnxruntime answers [10]).
+  CHECK(fold(-100, -1000, -1) == std::vector<int64_t>{10});
+  CHECK(fold(kMax, kMin, -2) == std::vector<int64_t>{14, 12, 10});
+  CHECK(fold(0, 5, kMax) == std::vector<int64_t>{10});
+  CHECK(fold(1, kMax, 1) == std::vector<int64_t>{11, 12, 13, 14});
+  CHECK(fold(3, 1, 1).empty());
 }
 
 TEST_CASE("an op folded only on constants says so when given a computed tensor") {

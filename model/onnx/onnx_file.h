@@ -48,6 +48,9 @@ struct ConstTensor {
   // Folded at import from a batch-sized shape (model/onnx/folding.h): axis 0, of size 1 here,
   // stands for the batch axis, the same values in every row.
   bool batch_broadcast = false;
+  // Folded from a tensor's shape: true where ints[i] is the batch size, known only at run
+  // time (its value there is 0, never read as a number); empty when no element is.
+  std::vector<bool> batch_size;
 
   int64_t elements() const;
 };

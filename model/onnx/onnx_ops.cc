@@ -261,13 +261,15 @@ Status Reshape(Converter& c, Attributes& attrs) {
                   std::to_string(kMaxOnnxRank) + " values (the batch axis first)");
   }
   const std::vector<int64_t>& want = target->ints;
-  if (want[0] != 0 && want[0] != -1 && want[0] != kBatchSize) {
+  bool batch_first = IsBatchSize(*target, 0);
+  if (want[0] != 0 && want[0] != -1 && !batch_first) {
     return c.Fail(
         "the first value of the shape must be 0, -1 or the input's batch size so the batch "
         "axis is kept");
   }
   if (target->batch_broadcast ||
-      std::find(want.begin() + 1, want.end(), kBatchSize) != want.end()) {
+      std::find(target->batch_size.begin() + (batch_first ? 1 : 0), target->batch_size.end(),
+                true) != target->batch_size.end()) {
     return c.Fail("the batch size may only be the first value of the shape");
   }
   int64_t total = Product(x->shape, 1);  // At most 2^40: the converter checks every row.
