@@ -45,7 +45,17 @@ Result<ControlServer> ControlServer::Open(const std::string& path, const std::st
     }
     server.policy_.group = entry->gr_gid;
   }
+  // Run by hand (no systemd RuntimeDirectory=), /run/ferry may not exist: made here, one
+  // level only, reachable by ferryd's user and the control group alone.
+  std::string parent = path.substr(0, path.find_last_of('/'));
   struct stat st {};
+  if (!parent.empty() && stat(parent.c_str(), &st) != 0 && errno == ENOENT) {
+    if (mkdir(parent.c_str(), 0750) != 0 ||
+        chown(parent.c_str(), static_cast<uid_t>(-1), server.policy_.group) != 0 ||
+        chmod(parent.c_str(), 0750) != 0) {
+      return Errno("create the control socket's directory " + parent);
+    }
+  }
   if (lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
       return InvalidArgument("control socket path " + path +

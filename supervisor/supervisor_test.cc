@@ -2,6 +2,7 @@
 // backoff and crash-loop rule, device resolution against a fake driver directory, and who
 // may use the control socket.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <string>
 
@@ -218,6 +219,22 @@ TEST_CASE("devices: cpu:N, GPU lists and 'all' against a fake driver directory")
   // The simulator needs no GPU: the ids only name its workers.
   node.backend = BackendKind::kSim;
   CHECK(ResolveDevices(node, gpus).ok());
+}
+
+TEST_CASE("the control socket's missing directory is made (0750), one level only") {
+  testing::TempDir dir;
+  auto handler = [](const ControlRequest&) -> Result<nlohmann::json> {
+    return nlohmann::json::object();
+  };
+  Result<ControlServer> server = ControlServer::Open(dir / "run/ctl.sock", "", handler);
+  REQUIRE_MESSAGE(server.ok(), (server.ok() ? "" : server.error().message));
+  struct stat st {};
+  REQUIRE(stat((dir / "run").c_str(), &st) == 0);
+  CHECK(S_ISDIR(st.st_mode));
+  CHECK((st.st_mode & 0777) == 0750);
+  Result<ControlServer> deeper = ControlServer::Open(dir / "a/b/ctl.sock", "", handler);
+  REQUIRE_FALSE(deeper.ok());
+  CHECK(deeper.error().message.find("create the control socket's directory") != std::string::npos);
 }
 
 TEST_CASE("control socket policy: root, ferryd's user and the group's members only") {
