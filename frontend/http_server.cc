@@ -326,6 +326,14 @@ void HttpServer::Impl::Parse(uint64_t id, Connection& c, int64_t now) {
       }
       c.sent_continue = true;
     }
+    if ((!ec || ec == http::error::need_more) && c.parser->is_header_done() &&
+        !c.parser->chunked() &&
+        c.parser->get().find(http::field::transfer_encoding) != c.parser->get().end()) {
+      // RFC 9112 6.1: a request whose last transfer coding is not chunked has no knowable
+      // length: 400 and close, never its body read as a next request.
+      Fail(c, 400, "Transfer-Encoding other than chunked is not supported");
+      break;
+    }
     if (ec == http::error::need_more ||
         (!ec && !c.parser->is_done() && (c.in.empty() || used == 0))) {
       break;

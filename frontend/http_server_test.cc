@@ -202,6 +202,18 @@ TEST_CASE("hostile clients: malformed, oversized, slow; the server keeps serving
     CHECK(got.find("\"bytes\":3") != std::string::npos);
     close(fd);
   }
+  SUBCASE("a transfer coding other than chunked: 400 and closed, the body never a request") {
+    int fd = s.Connect();
+    Send(fd,
+         "POST /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n"
+         "GET /smuggled HTTP/1.1\r\nHost: h\r\n\r\n");
+    std::string got = ReadAll(fd);  // Until the server closes.
+    CHECK(got.find("HTTP/1.1 400") == 0);
+    CHECK(got.find("Transfer-Encoding other than chunked") != std::string::npos);
+    CHECK(got.find("/smuggled") == std::string::npos);
+    CHECK(got.find("HTTP/1.1", 1) == std::string::npos);  // One answer only.
+    close(fd);
+  }
   SUBCASE("more connections than allowed: 503, then served again once they close") {
     std::vector<int> held;
     uint64_t before = s.server->stats().connections.load();
