@@ -271,6 +271,13 @@ Status Range(Converter& c, Attributes&) {
   };
   double start = at(0), limit = at(1), delta = at(2);
   double n = std::ceil((limit - start) / delta);
+  if (v[0]->integer && v[2]->ints[0] != 0) {
+    // Counted exactly: doubles near 2^63 are 1,024 apart, and would miscount.
+    __int128 span = static_cast<__int128>(v[1]->ints[0]) - v[0]->ints[0];
+    __int128 step = v[2]->ints[0];
+    __int128 steps = span / step + ((span % step != 0 && (span > 0) == (step > 0)) ? 1 : 0);
+    n = static_cast<double>(steps);
+  }
   if (delta == 0 || !(n < static_cast<double>(kMaxFoldedElements))) {
     return c.Fail("the range is empty of steps or has more than 2^24 elements");
   }
@@ -279,7 +286,7 @@ Status Range(Converter& c, Attributes&) {
   auto count = static_cast<int64_t>(std::max(n, 0.0));
   out.dims = {count};
   for (int64_t i = 0; i < count; ++i) {
-    if (out.integer) {  // |start| and |i * delta| stay far below 2^63 here: no overflow.
+    if (out.integer) {  // Every value lies in [start, limit): no overflow.
       out.ints.push_back(v[0]->ints[0] + i * v[2]->ints[0]);
     } else {
       out.floats.push_back(static_cast<float>(start + static_cast<double>(i) * delta));

@@ -280,6 +280,23 @@ TEST_CASE("Slice of a constant clamps as ONNX says, and a huge step does not ove
   CHECK(fold(3, 1, 1).empty());
 }
 
+TEST_CASE("Range of integers near 2^63 is counted exactly") {
+  onnx::ModelProto m = Model({1});
+  m.mutable_graph()->clear_input();
+  const int64_t kMax = std::numeric_limits<int64_t>::max();
+  IntInit(m, "from", {}, {kMax - 10});
+  IntInit(m, "to", {}, {kMax});
+  IntInit(m, "by", {}, {3});
+  Node(m, "Range", {"from", "to", "by"}, "y");
+  Output(m, "y");
+  Result<OnnxModel> parsed = Parse(Bytes(m));
+  REQUIRE(parsed.ok());
+  Result<std::vector<ConstTensor>> got = FoldGraph(*parsed);
+  REQUIRE_MESSAGE(got.ok(), (got.ok() ? "" : got.error().message));
+  // 10 / 3 rounded up: 4 values. In doubles both ends are the same number: 0 values.
+  CHECK((*got)[0].ints == std::vector<int64_t>{kMax - 10, kMax - 7, kMax - 4, kMax - 1});
+}
+
 TEST_CASE("an op folded only on constants says so when given a computed tensor") {
   onnx::ModelProto m = Model({3});
   Node(m, "Equal", {"x", "x"}, "y");
