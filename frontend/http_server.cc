@@ -224,8 +224,8 @@ bool HttpServer::Impl::EvictIdlest(int64_t now) {
   if (!idlest) {
     return false;
   }
+  ++stats.evicted_idle;  // Counted before the client can see the close.
   CloseConnection(*idlest);
-  ++stats.evicted_idle;
   return true;
 }
 
@@ -242,9 +242,9 @@ void HttpServer::Impl::Accept(int64_t now) {
           Serialize(Plain(503, "too many connections to this hook host (" +
                                    std::to_string(options.max_connections) + "); retry"),
                     true);
+      ++stats.refused_connections;  // Counted before the client can see the answer.
       (void)!send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       close(fd);
-      ++stats.refused_connections;
       continue;
     }
     int one = 1;
