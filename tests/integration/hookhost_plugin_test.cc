@@ -348,7 +348,7 @@ TEST_CASE("a call that spins past its limit makes its host ask for a restart; a 
   for (std::string action : {"spin", "sleep"}) {
     CAPTURE(action);
     PeerResult r = RunPeer(node, {"--model", "escape_" + action, "--requests", "1", "--threads",
-                                  "2", "--call-timeout-ms", "100", "--report-restart-ms", "4000"});
+                                  "2", "--call-timeout-ms", "100", "--report-restart-ms", "8000"});
     CHECK(r.exit_code == 0);
     REQUIRE(r.lines.size() == 2);
     CHECK(r.lines[0].rfind("DEADLINE_EXCEEDED", 0) == 0);
