@@ -4,6 +4,7 @@
  * the action succeeded (the test fails on that). Actions that cannot be refused (a wild
  * write) kill the host instead, which is the other allowed outcome. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ferry/plugin.h>
@@ -61,6 +62,11 @@ static int32_t attempt(const char* action, const ferry_tensor* inputs, uint32_t 
     return report(error, fd >= 0, "open /dev/shm read-write");
   }
   if (strcmp(action, "linger") == 0) { /* A thread left running: create() then succeeds. */
+    /* The thread runs this object's code: keep it mapped when the host unloads the plugin. */
+    Dl_info info;
+    if (dladdr((void*)lingering_thread, &info) != 0 && info.dli_fname != NULL) {
+      dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+    }
     pthread_t thread;
     errno = pthread_create(&thread, NULL, lingering_thread, NULL);
     return errno == 0 ? FERRY_OK : report(error, 0, "start a lingering thread");
