@@ -35,6 +35,18 @@ Range1 Clamp(int64_t start, int64_t end, int64_t step, int64_t dim) {
   return {start, step, start > end ? (start - end - 1) / -step + 1 : 0};
 }
 
+// Appends elements [begin, end) of `from` (batch size marks kept) to *to, of the same type.
+void AppendRange(const ConstTensor& from, size_t begin, size_t end, ConstTensor* to) {
+  if (!from.integer) {
+    to->floats.insert(to->floats.end(), from.floats.begin() + static_cast<std::ptrdiff_t>(begin),
+                      from.floats.begin() + static_cast<std::ptrdiff_t>(end));
+    return;
+  }
+  for (size_t k = begin; k < end; ++k) {
+    AppendInt(from, k, to);
+  }
+}
+
 // A Slice's starts, ends, axes and steps, each a constant integer vector of one length.
 struct SliceArgs {
   std::vector<int64_t> starts, ends, axes, steps;
@@ -123,13 +135,7 @@ Status Concat(Converter& c, Attributes& attrs) {
     for (const ConstTensor* t : in) {
       int64_t block = Product(t->dims, static_cast<size_t>(*axis));
       auto from = static_cast<size_t>(o * block), to = from + static_cast<size_t>(block);
-      if (out.integer) {
-        for (size_t k = from; k < to; ++k) {
-          AppendInt(*t, k, &out);
-        }
-      } else {
-        out.floats.insert(out.floats.end(), t->floats.begin() + from, t->floats.begin() + to);
-      }
+      AppendRange(*t, from, to, &out);
     }
   }
   return c.DefineConstant(0, std::move(out));
@@ -304,13 +310,7 @@ Status FoldGather(Converter& c, Attributes& attrs) {
       }
       auto from = static_cast<size_t>((o * n + (index < 0 ? index + n : index)) * inner);
       auto to = from + static_cast<size_t>(inner);
-      if (out.integer) {
-        for (size_t k = from; k < to; ++k) {
-          AppendInt(*data, k, &out);
-        }
-      } else {
-        out.floats.insert(out.floats.end(), data->floats.begin() + from, data->floats.begin() + to);
-      }
+      AppendRange(*data, from, to, &out);
     }
   }
   return c.DefineConstant(0, std::move(out));
