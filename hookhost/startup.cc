@@ -23,7 +23,10 @@ Result<LoadedModels> LoadModelsConfined(const std::string& repository,
           std::string("confined: read-only files ") +
           (report->landlock_abi > 0 ? "beneath their bundles and the system libraries"
                                     : "anywhere (the kernel has no Landlock)") +
-          ", no sockets or processes";
+          ", no sockets or processes" +
+          (report->data_limit > 0
+               ? ", RLIMIT_DATA " + std::to_string(report->data_limit >> 20) + " MiB"
+               : std::string());
       return OkStatus();
     };
   }
