@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "worker/cpu/cpu_backend.h"
+#include "worker/backends/cpu/cpu_backend.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "worker/scheduler.h"
+#include "worker/scheduler/scheduler.h"
 
 namespace {
 

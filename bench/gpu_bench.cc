@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "worker/cuda/cuda_backend.h"
+#include "worker/backends/cuda/cuda_backend.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // ferry-host-dispatch-bench [--json]: the CUDA backend's host work per dispatch with the CUDA
 // calls stubbed (not made): ValidateJob, gathering every request's input rows into the staging
-// buffer (padding zeroed) and scattering the outputs back (worker/staging.h), for batches of
-// 1, 8 and 32 one-row requests of the example MLP. What the real dispatch adds is one
+// buffer (padding zeroed) and scattering the outputs back (worker/backends/staging.h), for batches
+// of 1, 8 and 32 one-row requests of the example MLP. What the real dispatch adds is one
 // host-to-device copy per input, one graph launch, one device-to-host copy per output and one
 // synchronisation (4 API calls for the MLP, ~3 us of launch on an H200 per
 // ../shared/research/h200_probe.md), whatever the number of requests. Baseline in the same
@@ -15,7 +15,7 @@
 
 #include "model/bundle.h"
 #include "model/shape_inference.h"
-#include "worker/staging.h"
+#include "worker/backends/staging.h"
 
 namespace {
 

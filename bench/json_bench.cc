@@ -2,7 +2,8 @@
 // its baselines in the same run, on one thread.
 //   parse:  an infer body of N rows x 784 FP32 values written with full precision (%.9g, as
 //           the load generator sends), parsed into the tensor's bytes by
-//           - ferry (frontend/infer_request_json.cc: simdjson On-Demand, straight into the bytes);
+//           - ferry (hookhost/frontend/infer_request_json.cc: simdjson On-Demand, straight into the
+//           bytes);
 //           - nlohmann: a DOM of the document, then each element converted (what a
 //             straightforward server does, and ferry did before);
 //           - memcpy of the same tensor sent binary (the floor: no text at all).
@@ -20,7 +21,7 @@
 #include <random>
 #include <vector>
 
-#include "frontend/kserve_codec.h"
+#include "hookhost/frontend/kserve_codec.h"
 
 namespace {
 

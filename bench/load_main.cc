@@ -34,25 +34,25 @@
 #include <thread>
 #include <variant>
 
-#include "frontend/http_client.h"
-#include "frontend/kserve_client.h"
-#include "frontend/proto/inference.grpc.pb.h"
+#include "client/kserve_client.h"
+#include "hookhost/frontend/proto/inference.grpc.pb.h"
+#include "net/http_client.h"
 
 namespace {
 
-using ferry::frontend::HttpClient;
+using ferry::net::HttpClient;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 struct Payload {
   std::string model;
-  ferry::frontend::InferBody body;    // HTTP.
+  ferry::client::InferBody body;      // HTTP.
   inference::ModelInferRequest grpc;  // gRPC.
 };
 
 // One connection to the server: an HTTP keep-alive connection or a gRPC channel of its own.
 struct Connection {
-  std::optional<ferry::frontend::HttpClient> http;
+  std::optional<ferry::net::HttpClient> http;
   std::unique_ptr<inference::GRPCInferenceService::Stub> grpc;
 };
 
@@ -96,8 +96,7 @@ struct InputMeta {
 
 ferry::Result<InputMeta> HttpInputMeta(const std::string& url, const std::string& model) {
   FERRY_ASSIGN_OR_RETURN(HttpClient client, HttpClient::Connect(url));
-  FERRY_ASSIGN_OR_RETURN(ferry::frontend::HttpAnswer meta,
-                         client.Request("GET", "/v2/models/" + model));
+  FERRY_ASSIGN_OR_RETURN(ferry::net::HttpAnswer meta, client.Request("GET", "/v2/models/" + model));
   json doc = json::parse(meta.body, nullptr, false);
   if (meta.status != 200 || !doc.is_object() || !doc.contains("inputs")) {
     return ferry::NotFound("model metadata of '" + model + "': HTTP " +
@@ -129,7 +128,7 @@ ferry::Result<InputMeta> GrpcInputMeta(const std::string& url, const std::string
 // One request per model: the model's first input, `rows` rows, random values.
 // The KServe JSON body of `t` (FP32), each value with the 9 significant digits that
 // round-trip it (as curl users and most HTTP clients send), every output asked for as JSON.
-ferry::frontend::InferBody JsonBody(const ferry::frontend::Tensor& t) {
+ferry::client::InferBody JsonBody(const ferry::client::Tensor& t) {
   std::string body = R"({"inputs":[{"name":")" + t.name + R"(","datatype":"FP32","shape":[)";
   for (size_t i = 0; i < t.shape.size(); ++i) {
     body += (i == 0 ? "" : ",") + std::to_string(t.shape[i]);
@@ -150,7 +149,7 @@ ferry::Result<Payload> MakePayload(const std::string& url, bool grpc, bool json_
                                    const std::string& model, int rows, std::mt19937& rng) {
   FERRY_ASSIGN_OR_RETURN(InputMeta meta,
                          grpc ? GrpcInputMeta(url, model) : HttpInputMeta(url, model));
-  ferry::frontend::Tensor t;
+  ferry::client::Tensor t;
   t.name = meta.name;
   t.dtype = ferry::DTypeFromKServe(meta.datatype).value_or(ferry::DType::kF32);
   for (int64_t v : meta.shape) {
@@ -166,7 +165,7 @@ ferry::Result<Payload> MakePayload(const std::string& url, bool grpc, bool json_
     float f = value(rng);
     std::memcpy(t.bytes.data() + i, &f, 4);
   }
-  Payload p{model, json_body ? JsonBody(t) : ferry::frontend::BuildInferBody({t}), {}};
+  Payload p{model, json_body ? JsonBody(t) : ferry::client::BuildInferBody({t}), {}};
   p.grpc.set_model_name(model);
   auto* input = p.grpc.add_inputs();
   input->set_name(t.name);
@@ -201,7 +200,7 @@ std::variant<Sample, std::string> SendHttp(Connection& c, const std::string& url
     }
     client.emplace(std::move(*connected));
   }
-  ferry::Result<ferry::frontend::HttpAnswer> a =
+  ferry::Result<ferry::net::HttpAnswer> a =
       client->Request("POST", "/v2/models/" + p.model + "/infer", p.body.body, p.body.headers);
   auto done = Clock::now();
   if (!a.ok()) {

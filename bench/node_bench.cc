@@ -29,10 +29,10 @@
 #include "tests/testing/node_driver.h"
 #include "tests/testing/shm_name.h"
 #include "tests/testing/temp_dir.h"
-#include "worker/cpu/cpu_backend.h"
-#include "worker/repository.h"
+#include "worker/backends/cpu/cpu_backend.h"
+#include "worker/backends/repository.h"
 #if defined(FERRY_HAVE_CUDA)
-#include "worker/cuda/cuda_backend.h"
+#include "worker/backends/cuda/cuda_backend.h"
 #endif
 
 namespace ferry {

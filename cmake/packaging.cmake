@@ -2,7 +2,7 @@
 # header, the systemd unit with its sysusers/tmpfiles entries, /etc/ferry/node.toml (a
 # conffile) and the docs; `ferry-cuda` holds the CUDA backend module alone, so a CPU host
 # installs no CUDA. ferryd finds its children in ../libexec/ferry beside itself, a worker its
-# backend modules in ../../lib/ferry/backends (worker/backend_module.h).
+# backend modules in ../../lib/ferry/backends (worker/backends/backend_module.h).
 include(GNUInstallDirs)
 set(CMAKE_INSTALL_DEFAULT_COMPONENT_NAME ferry)
 

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "common/cli.h"
-#include "ctl/control_client.h"
+#include "control/control_client.h"
 #include "ctl/import.h"
 #include "ctl/infer.h"
 #include "ctl/tables.h"
@@ -18,11 +18,11 @@
 
 namespace {
 
-using ferry::supervisor::ControlCommand;
-using ferry::supervisor::ControlRequest;
+using ferry::control::Command;
+using ferry::control::ControlRequest;
 
-ControlRequest Plain(ControlCommand command) {
-  ControlRequest request;
+ferry::control::ControlRequest Plain(ferry::control::Command command) {
+  ferry::control::ControlRequest request;
   request.command = command;
   return request;
 }
@@ -33,9 +33,9 @@ std::string DefaultSocket() {
 }
 
 // Sends `request` and prints the reply: a table by default, the JSON with --json.
-int Call(const std::string& socket, const ControlRequest& request, bool json,
+int Call(const std::string& socket, const ferry::control::ControlRequest& request, bool json,
          std::string (*table)(const nlohmann::json&)) {
-  ferry::Result<nlohmann::json> reply = ferry::ctl::CallFerryd(socket, request);
+  ferry::Result<nlohmann::json> reply = ferry::control::CallFerryd(socket, request);
   if (!reply.ok()) {
     std::cerr << "ferryctl: " << reply.error().ToString() << "\n";
     return 1;
@@ -56,7 +56,7 @@ int WaitForModel(const std::string& socket, const std::string& model, bool loade
   std::string last;
   while (std::chrono::steady_clock::now() < deadline) {
     ferry::Result<nlohmann::json> status =
-        ferry::ctl::CallFerryd(socket, Plain(ControlCommand::kStatus));
+        ferry::control::CallFerryd(socket, Plain(ferry::control::Command::kStatus));
     if (!status.ok()) {
       std::cerr << "ferryctl: " << status.error().ToString() << "\n";
       return 1;
@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
       app.add_subcommand("metrics", "Every scheduler counter, per worker and model");
   CLI::App* control_status =
       app.add_subcommand("control-status", "Discipline, weights, residency, per worker");
-  ControlRequest request;
+  ferry::control::ControlRequest request;
   CLI::App* set_policy = app.add_subcommand("set-policy", "Set a model's fair-share weight");
   set_policy->add_option("MODEL", request.model)->required();
   set_policy->add_option("--weight", request.weight, "> 0")->required();
@@ -193,45 +193,47 @@ int main(int argc, char** argv) {
     return ferry::ctl::RunImport(import_command, std::cout, std::cerr);
   }
   if (status->parsed()) {
-    return Call(socket, Plain(ControlCommand::kStatus), json, ferry::ctl::FormatStatus);
+    return Call(socket, Plain(ferry::control::Command::kStatus), json, ferry::ctl::FormatStatus);
   }
   if (metrics->parsed()) {
-    return Call(socket, Plain(ControlCommand::kSchedulerMetrics), json, ferry::ctl::FormatMetrics);
+    return Call(socket, Plain(ferry::control::Command::kSchedulerMetrics), json,
+                ferry::ctl::FormatMetrics);
   }
   if (control_status->parsed()) {
-    return Call(socket, Plain(ControlCommand::kControlStatus), json,
+    return Call(socket, Plain(ferry::control::Command::kControlStatus), json,
                 ferry::ctl::FormatControlStatus);
   }
   if (set_policy->parsed()) {
-    request.command = ControlCommand::kSetPolicy;
+    request.command = ferry::control::Command::kSetPolicy;
     return Call(socket, request, json, nullptr);
   }
   if (set_residency->parsed()) {
-    request.command = ControlCommand::kSetResidency;
+    request.command = ferry::control::Command::kSetResidency;
     request.residency = level == "pinned" ? ferry::Residency::kPinned
                         : level == "warm" ? ferry::Residency::kWarm
                                           : ferry::Residency::kOnDemand;
     return Call(socket, request, json, nullptr);
   }
   if (set_discipline->parsed()) {
-    request.command = ControlCommand::kSetDiscipline;
+    request.command = ferry::control::Command::kSetDiscipline;
     request.discipline = discipline == "fair"   ? ferry::Discipline::kFair
                          : discipline == "fifo" ? ferry::Discipline::kFifo
                                                 : ferry::Discipline::kEdf;
     return Call(socket, request, json, nullptr);
   }
   if (compact->parsed()) {
-    return Call(socket, Plain(ControlCommand::kCompact), json, nullptr);
+    return Call(socket, Plain(ferry::control::Command::kCompact), json, nullptr);
   }
   if (reload->parsed()) {
-    return Call(socket, Plain(ControlCommand::kReload), json, nullptr);
+    return Call(socket, Plain(ferry::control::Command::kReload), json, nullptr);
   }
   if (drain->parsed()) {
-    return Call(socket, Plain(ControlCommand::kDrain), json, nullptr);
+    return Call(socket, Plain(ferry::control::Command::kDrain), json, nullptr);
   }
   if (load->parsed() || unload->parsed()) {
-    ControlRequest change;
-    change.command = load->parsed() ? ControlCommand::kLoad : ControlCommand::kUnload;
+    ferry::control::ControlRequest change;
+    change.command =
+        load->parsed() ? ferry::control::Command::kLoad : ferry::control::Command::kUnload;
     change.model = model_name;
     int code = Call(socket, change, json, nullptr);
     if (code != 0 || no_wait) {
@@ -246,11 +248,11 @@ int main(int argc, char** argv) {
   }
   if (top->parsed()) {
     ferry::Result<nlohmann::json> before =
-        ferry::ctl::CallFerryd(socket, Plain(ControlCommand::kSchedulerMetrics));
+        ferry::control::CallFerryd(socket, Plain(ferry::control::Command::kSchedulerMetrics));
     for (int i = 0; before.ok() && (iterations == 0 || i < iterations); ++i) {
       std::this_thread::sleep_for(std::chrono::duration<double>(interval));
       ferry::Result<nlohmann::json> after =
-          ferry::ctl::CallFerryd(socket, Plain(ControlCommand::kSchedulerMetrics));
+          ferry::control::CallFerryd(socket, Plain(ferry::control::Command::kSchedulerMetrics));
       if (!after.ok()) {
         before = after;
         break;

@@ -6,17 +6,17 @@
 #include <fstream>
 #include <ostream>
 
-#include "ctl/control_client.h"
+#include "client/kserve_client.h"
+#include "control/control_client.h"
 #include "ctl/npy.h"
-#include "frontend/http_client.h"
-#include "frontend/kserve_client.h"
+#include "net/http_client.h"
 
 namespace ferry::ctl {
 namespace {
 
 using nlohmann::json;
 
-std::string Preview(const frontend::Tensor& t) {
+std::string Preview(const client::Tensor& t) {
   std::string out;
   size_t elem = static_cast<size_t>(DTypeBits(t.dtype) / 8);
   size_t n = elem == 0 ? 0 : t.bytes.size() / elem;
@@ -59,9 +59,9 @@ std::string Preview(const frontend::Tensor& t) {
 int RunInfer(const InferOptions& options, std::ostream& out, std::ostream& err) {
   std::string url = options.url;
   if (url.empty()) {
-    supervisor::ControlRequest status;
-    status.command = supervisor::ControlCommand::kStatus;
-    Result<json> reply = CallFerryd(options.socket, status);
+    control::ControlRequest status;
+    status.command = control::Command::kStatus;
+    Result<json> reply = control::CallFerryd(options.socket, status);
     if (!reply.ok()) {
       err << "ferryctl: " << reply.error().ToString() << " (or pass --url HOST:PORT)\n";
       return 1;
@@ -75,12 +75,12 @@ int RunInfer(const InferOptions& options, std::ostream& out, std::ostream& err) 
       url = "127.0.0.1:" + url.substr(8);
     }
   }
-  Result<frontend::HttpClient> client = frontend::HttpClient::Connect(url);
+  Result<net::HttpClient> client = net::HttpClient::Connect(url);
   if (!client.ok()) {
     err << "ferryctl: " << client.error().ToString() << "\n";
     return 1;
   }
-  Result<frontend::HttpAnswer> meta = client->Request("GET", "/v2/models/" + options.model);
+  Result<net::HttpAnswer> meta = client->Request("GET", "/v2/models/" + options.model);
   if (!meta.ok() || meta->status != 200) {
     err << "ferryctl: model '" << options.model
         << "': " << (meta.ok() ? meta->body : meta.error().ToString()) << "\n";
@@ -92,12 +92,12 @@ int RunInfer(const InferOptions& options, std::ostream& out, std::ostream& err) 
       !metadata["inputs"].empty() && metadata["inputs"][0].contains("name")) {
     first_input = metadata["inputs"][0]["name"].get<std::string>();
   }
-  std::vector<frontend::Tensor> inputs;
+  std::vector<client::Tensor> inputs;
   for (const std::string& spec : options.inputs) {
     size_t eq = spec.find('=');
     std::string name = eq == std::string::npos ? first_input : spec.substr(0, eq);
     std::string path = eq == std::string::npos ? spec : spec.substr(eq + 1);
-    Result<frontend::Tensor> t = ReadNpy(path, name);
+    Result<client::Tensor> t = ReadNpy(path, name);
     if (!t.ok()) {
       err << "ferryctl: " << t.error().ToString() << "\n";
       return 2;
@@ -108,21 +108,21 @@ int RunInfer(const InferOptions& options, std::ostream& out, std::ostream& err) 
   if (options.deadline_ms > 0) {
     parameters["timeout"] = options.deadline_ms * 1000;  // Microseconds.
   }
-  frontend::InferBody body = frontend::BuildInferBody(inputs, parameters);
-  Result<frontend::HttpAnswer> answer =
+  client::InferBody body = client::BuildInferBody(inputs, parameters);
+  Result<net::HttpAnswer> answer =
       client->Request("POST", "/v2/models/" + options.model + "/infer", body.body, body.headers);
   if (!answer.ok()) {
     err << "ferryctl: " << answer.error().ToString() << "\n";
     return 1;
   }
-  Result<frontend::InferAnswer> result = frontend::ReadInferAnswer(*answer);
+  Result<client::InferAnswer> result = client::ReadInferAnswer(*answer);
   if (!result.ok()) {
     err << "ferryctl: " << result.error().ToString() << "\n";
     return 1;
   }
   json report = {
       {"model", options.model}, {"parameters", result->parameters}, {"outputs", json::array()}};
-  for (const frontend::Tensor& t : result->outputs) {
+  for (const client::Tensor& t : result->outputs) {
     json o = {{"name", t.name}, {"datatype", std::string(KServeName(t.dtype))}, {"shape", t.shape}};
     if (!options.output_dir.empty()) {
       std::string path = options.output_dir + "/" + t.name + ".npy";

@@ -36,7 +36,7 @@ std::string_view Field(std::string_view header, std::string_view key) {
 
 }  // namespace
 
-Result<frontend::Tensor> ParseNpy(std::string_view bytes, const std::string& name) {
+Result<client::Tensor> ParseNpy(std::string_view bytes, const std::string& name) {
   if (bytes.size() < 10 || std::memcmp(bytes.data(), "\x93NUMPY", 6) != 0) {
     return InvalidArgument("not a .npy file (no \\x93NUMPY magic)");
   }
@@ -64,7 +64,7 @@ Result<frontend::Tensor> ParseNpy(std::string_view bytes, const std::string& nam
   }
   std::string_view header = bytes.substr(prefix, header_len);
   std::string_view descr = Field(header, "descr");
-  frontend::Tensor t;
+  client::Tensor t;
   t.name = name;
   bool known = false;
   for (const Descr& d : kDescrs) {
@@ -116,16 +116,16 @@ Result<frontend::Tensor> ParseNpy(std::string_view bytes, const std::string& nam
   return t;
 }
 
-Result<frontend::Tensor> ReadNpy(const std::string& path, const std::string& name) {
+Result<client::Tensor> ReadNpy(const std::string& path, const std::string& name) {
   FERRY_ASSIGN_OR_RETURN(std::string bytes, ReadRegularFile(path, kMaxNpyBytes, Symlinks::kFollow));
-  Result<frontend::Tensor> t = ParseNpy(bytes, name);
+  Result<client::Tensor> t = ParseNpy(bytes, name);
   if (!t.ok()) {
     return InvalidArgument(path + ": " + t.error().message);
   }
   return t;
 }
 
-std::string EncodeNpy(const frontend::Tensor& tensor) {
+std::string EncodeNpy(const client::Tensor& tensor) {
   std::string descr = "<f4";
   for (const Descr& d : kDescrs) {
     if (d.dtype == tensor.dtype) {

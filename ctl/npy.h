@@ -12,8 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "client/kserve_client.h"
 #include "common/result.h"
-#include "frontend/kserve_client.h"
 
 namespace ferry::ctl {
 
@@ -21,9 +21,9 @@ inline constexpr size_t kMaxNpyBytes = size_t{4} << 30;
 
 // INVALID_ARGUMENT naming what is wrong (not .npy, a dtype or order ferry does not take, a
 // size mismatch); the tensor is named `name`.
-Result<frontend::Tensor> ParseNpy(std::string_view bytes, const std::string& name);
-Result<frontend::Tensor> ReadNpy(const std::string& path, const std::string& name);
+Result<client::Tensor> ParseNpy(std::string_view bytes, const std::string& name);
+Result<client::Tensor> ReadNpy(const std::string& path, const std::string& name);
 // A version 1.0 file (C order).
-std::string EncodeNpy(const frontend::Tensor& tensor);
+std::string EncodeNpy(const client::Tensor& tensor);
 
 }  // namespace ferry::ctl

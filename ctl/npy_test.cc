@@ -27,26 +27,26 @@ std::string Header(const std::string& dict, int major = 1) {
 }
 
 TEST_CASE("npy: a tensor survives encoding and parsing; versions 1 to 3") {
-  frontend::Tensor t{"x", DType::kF32, {2, 3}, std::vector<uint8_t>(24)};
+  client::Tensor t{"x", DType::kF32, {2, 3}, std::vector<uint8_t>(24)};
   for (size_t i = 0; i < 24; ++i) {
     t.bytes[i] = static_cast<uint8_t>(i);
   }
   std::string file = EncodeNpy(t);
   CHECK((file.size() - t.bytes.size()) % 64 == 0);
-  Result<frontend::Tensor> back = ParseNpy(file, "x");
+  Result<client::Tensor> back = ParseNpy(file, "x");
   REQUIRE(back.ok());
   CHECK(back->shape == Shape{2, 3});
   CHECK(back->bytes == t.bytes);
   for (int major : {2, 3}) {
     std::string v = Header("{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }", major) +
                     std::string(16, '\1');
-    Result<frontend::Tensor> r = ParseNpy(v, "y");
+    Result<client::Tensor> r = ParseNpy(v, "y");
     REQUIRE(r.ok());
     CHECK(r->dtype == DType::kI64);
     CHECK(r->shape == Shape{2});
   }
   // A scalar: shape ().
-  Result<frontend::Tensor> scalar = ParseNpy(
+  Result<client::Tensor> scalar = ParseNpy(
       Header("{'descr': '<f8', 'fortran_order': False, 'shape': (), }") + std::string(8, '\0'),
       "s");
   REQUIRE(scalar.ok());
@@ -82,7 +82,7 @@ TEST_CASE("npy: hostile files are refused with the reason") {
   };
   for (const Case& c : cases) {
     CAPTURE(c.says);
-    Result<frontend::Tensor> r = ParseNpy(c.bytes, "x");
+    Result<client::Tensor> r = ParseNpy(c.bytes, "x");
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().message.find(c.says) != std::string::npos);
   }

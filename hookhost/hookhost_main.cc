@@ -19,11 +19,11 @@
 #include "common/cli.h"
 #include "common/clock.h"
 #include "config/node_config.h"
-#include "frontend/grpc_service.h"
-#include "frontend/http_server.h"
-#include "frontend/kserve_service.h"
+#include "hookhost/frontend/grpc_service.h"
+#include "hookhost/frontend/kserve_service.h"
 #include "hookhost/hookhost.h"
 #include "hookhost/startup.h"
+#include "net/http_server.h"
 #include "shm/control.h"
 #include "shm/ring.h"
 #include "shm/status.h"
@@ -73,7 +73,7 @@ void Publish(shm::StatusWriter& status, shm::ProcessState state, uint32_t genera
 // gRPC's threads (fed by an accept thread).
 struct FrontEnd {
   std::unique_ptr<frontend::KServeService> service;
-  std::unique_ptr<frontend::HttpServer> server;
+  std::unique_ptr<net::HttpServer> server;
   std::unique_ptr<frontend::GrpcFrontEnd> grpc;
   std::thread thread;
 
@@ -81,16 +81,16 @@ struct FrontEnd {
                int fd, int grpc_fd, const FrontendSettings& settings) {
     service = std::make_unique<frontend::KServeService>(
         segment, models, host, settings.max_request_bytes, settings.tenants);
-    frontend::HttpServerOptions options;
+    net::HttpServerOptions options;
     options.max_body_bytes = settings.max_request_bytes;
     options.max_connections = static_cast<size_t>(settings.max_connections);
     options.request_timeout_ns = static_cast<int64_t>(settings.request_timeout_seconds * 1e9);
     options.idle_timeout_ns = static_cast<int64_t>(settings.idle_timeout_seconds * 1e9);
     frontend::KServeService* s = service.get();
-    server = std::make_unique<frontend::HttpServer>(
-        fd, options, [s](frontend::HttpRequest&& r, frontend::Responder respond) {
-          s->Handle(std::move(r), std::move(respond));
-        });
+    server = std::make_unique<net::HttpServer>(fd, options,
+                                               [s](net::HttpRequest&& r, net::Responder respond) {
+                                                 s->Handle(std::move(r), std::move(respond));
+                                               });
     thread = std::thread([this] { server->Run(); });
     if (grpc_fd >= 0) {
       frontend::GrpcOptions grpc_options;

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "shm/descriptor.h"
-#include "worker/request_splitting.h"
+#include "worker/scheduler/request_splitting.h"
 
 namespace ferry::hookhost {
 

@@ -53,8 +53,8 @@ Status CheckRanges(std::string_view model, const std::vector<TensorSpec>& specs,
                    std::span<const TensorMeta> tensors,
                    std::span<const std::span<const uint8_t>> bytes);
 
-// The rows of each piece of a request of `rows` (PlanSplit, worker/request_splitting.h: one
-// piece up to the largest compiled size, else pieces of that size and a last one with the
+// The rows of each piece of a request of `rows` (PlanSplit, worker/scheduler/request_splitting.h:
+// one piece up to the largest compiled size, else pieces of that size and a last one with the
 // rest). INVALID_ARGUMENT when it would have to be split but cannot: a tensor whose batch
 // axis is not axis 0 (its rows are not contiguous), a plugin that does not keep rows
 // (`rows_preserved` false), or more pieces than `max_pieces` (a ring's capacity: all pieces

@@ -22,7 +22,7 @@ case "${1:-}" in
     # Shared libraries from Debian packages that another Linux may lack travel along;
     # glibc, the CUDA driver and cuBLAS are found on the GPU machine.
     mkdir -p build-gpu/lib
-    for binary in build-gpu/worker/cuda_backend_test build-gpu/bench/ferry-gpu-bench \
+    for binary in build-gpu/worker/backends/cuda_backend_test build-gpu/bench/ferry-gpu-bench \
                   build-gpu/worker/ferry-worker build-gpu/bench/ferry-node-bench \
                   build-gpu/worker/libferry_cuda.so; do
       ldd "$binary" | awk '/=> \// {print $3}' | while read -r lib; do
@@ -47,7 +47,7 @@ case "${1:-}" in
     out="${OUT:-build-gpu/out}"
     mkdir -p "$out"
     echo "== CUDA backend tests"
-    LD_LIBRARY_PATH="$libs" timeout 300 build-gpu/worker/cuda_backend_test 2>&1 |
+    LD_LIBRARY_PATH="$libs" timeout 300 build-gpu/worker/backends/cuda_backend_test 2>&1 |
       tee "$out/test.log" | tail -n 40 || echo "cuda_backend_test failed (exit ${PIPESTATUS[0]})"
     echo "== benchmark"
     LD_LIBRARY_PATH="$libs" timeout 300 build-gpu/bench/ferry-gpu-bench --json >"$out/gpu.json"

@@ -41,8 +41,8 @@ MODULES = {
     "shape_inference": (["model/shape_inference.cc"],
                         ["shape_inference_test", "manifest_test", "bundle_test"],
                         "^(shape_inference_test|manifest_test|bundle_test)$"),
-    "backend": (["worker/backend.cc"], ["validate_job_test"], "^validate_job_test$"),
-    "weight_cache": (["worker/weight_cache.cc"], ["weight_cache_test"], "^weight_cache_test$"),
+    "backend": (["worker/backends/backend.cc"], ["validate_job_test"], "^validate_job_test$"),
+    "weight_cache": (["worker/backends/weight_cache.cc"], ["weight_cache_test"], "^weight_cache_test$"),
 }
 
 

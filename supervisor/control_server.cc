@@ -149,7 +149,7 @@ void ControlServer::Accept(int64_t now) {
     }
     if (refusal) {
       ++refused_;
-      std::string line = EncodeReply(*refusal);
+      std::string line = control::EncodeReply(*refusal);
       (void)!send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
       close(fd);
       continue;
@@ -203,13 +203,14 @@ void ControlServer::Serve(Client& client, int64_t now) {
     size_t start = 0;
     for (size_t eol; (eol = client.in.find('\n', start)) != std::string::npos; start = eol + 1) {
       std::string_view line(client.in.data() + start, eol - start);
-      Result<ControlRequest> request = ParseControlRequest(line);
-      client.out += request.ok() ? EncodeReply(handler_(*request)) : EncodeReply(request.error());
+      Result<control::ControlRequest> request = control::ParseControlRequest(line);
+      client.out += request.ok() ? control::EncodeReply(handler_(*request))
+                                 : control::EncodeReply(request.error());
     }
     client.in.erase(0, start);
-    if (client.in.size() > kMaxRequestBytes) {
-      client.out += EncodeReply(InvalidArgument(
-          "request longer than " + std::to_string(kMaxRequestBytes) + " bytes; closing"));
+    if (client.in.size() > control::kMaxRequestBytes) {
+      client.out += control::EncodeReply(InvalidArgument(
+          "request longer than " + std::to_string(control::kMaxRequestBytes) + " bytes; closing"));
       client.in.clear();
       client.closing = true;
     }

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "common/result.h"
-#include "supervisor/control_protocol.h"
+#include "control/control_protocol.h"
 
 namespace ferry::supervisor {
 
@@ -39,7 +39,7 @@ struct PeerPolicy {
 
 class ControlServer {
  public:
-  using Handler = std::function<Result<nlohmann::json>(const ControlRequest&)>;
+  using Handler = std::function<Result<nlohmann::json>(const control::ControlRequest&)>;
 
   // Creates the socket at `path` (a stale socket file is replaced; any other file there is an
   // error), mode 0660, group `group` ("" = ferryd's). INVALID_ARGUMENT / INTERNAL naming the

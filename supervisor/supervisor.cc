@@ -15,9 +15,9 @@
 #include <thread>
 
 #include "common/clock.h"
-#include "frontend/http_server.h"
 #include "model/bundle.h"
 #include "model/repository.h"
+#include "net/http_server.h"
 #include "shm/control.h"
 #include "shm/recovery.h"
 #include "shm/ring.h"
@@ -224,7 +224,7 @@ struct Supervisor::Impl {
   // /metrics: its own thread, reading only shared memory and `counters`.
   std::optional<Listener> metrics_listener;
   std::unique_ptr<SupervisorCounters> counters;
-  std::unique_ptr<frontend::HttpServer> metrics_server;
+  std::unique_ptr<net::HttpServer> metrics_server;
   std::thread metrics_thread;
   std::vector<Child> children;
   int epoll_fd = -1;
@@ -276,7 +276,7 @@ struct Supervisor::Impl {
   void Notify(int64_t now);
   bool NodeReady() const;
   bool Degraded(int64_t now) const;
-  Result<json> Handle(const ControlRequest& request);
+  Result<json> Handle(const control::ControlRequest& request);
   Result<json> Reload();
   Result<json> SendToModel(const std::string& model, shm::ControlCode code, double weight,
                            int32_t value);
@@ -384,7 +384,7 @@ Status Supervisor::Impl::Start() {
   FERRY_ASSIGN_OR_RETURN(
       ControlServer server,
       ControlServer::Open(config.supervisor.control_socket, config.supervisor.control_group,
-                          [this](const ControlRequest& r) { return Handle(r); }));
+                          [this](const control::ControlRequest& r) { return Handle(r); }));
   control.emplace(std::move(server));
   event.data.u64 = kControlTag;
   epoll_ctl(epoll_fd, EPOLL_CTL_ADD, control->fd(), &event);
@@ -416,16 +416,16 @@ Status Supervisor::Impl::Start() {
 
 Status Supervisor::Impl::StartMetrics() {
   counters = std::make_unique<SupervisorCounters>(segment->num_slots(), config.frontend.tenants);
-  frontend::HttpServerOptions options;
+  net::HttpServerOptions options;
   options.max_body_bytes = 1024;
   options.max_connections = 64;
   options.request_timeout_ns = 5'000'000'000;
   const shm::Segment* view = &*segment;
   const SupervisorCounters* c = counters.get();
-  metrics_server = std::make_unique<frontend::HttpServer>(
+  metrics_server = std::make_unique<net::HttpServer>(
       metrics_listener->fd(), options,
-      [view, c](frontend::HttpRequest&& request, frontend::Responder respond) {
-        frontend::HttpResponse r;
+      [view, c](net::HttpRequest&& request, net::Responder respond) {
+        net::HttpResponse r;
         std::string_view path =
             std::string_view(request.target).substr(0, request.target.find('?'));
         if (path != "/metrics") {
@@ -1075,12 +1075,12 @@ json Supervisor::Impl::StatusJson() const {
           {"children", children_json}};
 }
 
-Result<json> Supervisor::Impl::Handle(const ControlRequest& request) {
+Result<json> Supervisor::Impl::Handle(const control::ControlRequest& request) {
   switch (request.command) {
-    case ControlCommand::kStatus:
+    case control::Command::kStatus:
       return StatusJson();
-    case ControlCommand::kSchedulerMetrics:
-    case ControlCommand::kControlStatus: {
+    case control::Command::kSchedulerMetrics:
+    case control::Command::kControlStatus: {
       json workers = json::array();
       for (const Child& c : children) {
         if (!c.worker) {
@@ -1091,7 +1091,7 @@ Result<json> Supervisor::Impl::Handle(const ControlRequest& request) {
         if (c.running() && c.status) {
           entry.update(WorkerSummaryJson(*c.status));
           for (uint32_t m = 0; m < c.status->num_models && m < shm::kMaxStatusModels; ++m) {
-            models.push_back(request.command == ControlCommand::kSchedulerMetrics
+            models.push_back(request.command == control::Command::kSchedulerMetrics
                                  ? ModelMetricsJson(c.status->models[m])
                                  : ModelControlJson(c.status->models[m]));
           }
@@ -1101,14 +1101,14 @@ Result<json> Supervisor::Impl::Handle(const ControlRequest& request) {
       }
       return json{{"workers", workers}};
     }
-    case ControlCommand::kSetPolicy: {
+    case control::Command::kSetPolicy: {
       FERRY_ASSIGN_OR_RETURN(
           json sent, SendToModel(request.model, shm::ControlCode::kSetPolicy, request.weight, 0));
       weight_overrides[request.model] = request.weight;
       spdlog::info("set_policy: model '{}' weight {}", request.model, request.weight);
       return sent;
     }
-    case ControlCommand::kSetResidency:
+    case control::Command::kSetResidency:
       if (config.scheduler.residency_mode != ResidencyMode::kExternal) {
         return InvalidArgument(
             "set_residency needs scheduler.residency_mode = \"external\"; this node manages "
@@ -1116,7 +1116,7 @@ Result<json> Supervisor::Impl::Handle(const ControlRequest& request) {
       }
       return SendToModel(request.model, shm::ControlCode::kSetResidency, 0,
                          static_cast<int32_t>(request.residency));
-    case ControlCommand::kSetDiscipline: {
+    case control::Command::kSetDiscipline: {
       size_t sent = 0;
       for (const Child& c : children) {
         if (c.worker && c.running()) {
@@ -1130,7 +1130,7 @@ Result<json> Supervisor::Impl::Handle(const ControlRequest& request) {
       spdlog::info("set_discipline: {}", DisciplineName(request.discipline));
       return json{{"workers", sent}};
     }
-    case ControlCommand::kCompact: {
+    case control::Command::kCompact: {
       size_t sent = 0;
       for (const Child& c : children) {
         if (c.worker && c.running()) {
@@ -1139,14 +1139,14 @@ Result<json> Supervisor::Impl::Handle(const ControlRequest& request) {
       }
       return json{{"workers", sent}};
     }
-    case ControlCommand::kReload:
+    case control::Command::kReload:
       return Reload();
-    case ControlCommand::kDrain:
+    case control::Command::kDrain:
       BeginShutdown("ferryctl drain", MonotonicNs());
       return json{{"state", std::string(PhaseName(phase))}};
-    case ControlCommand::kLoad:
+    case control::Command::kLoad:
       return LoadModel(request.model);
-    case ControlCommand::kUnload:
+    case control::Command::kUnload:
       return UnloadModel(request.model);
   }
   return Internal("unhandled command");

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "supervisor/control_protocol.h"
+#include "control/control_protocol.h"
 #include "supervisor/control_server.h"
 #include "supervisor/devices.h"
 #include "supervisor/restart_policy.h"
@@ -19,56 +19,57 @@ constexpr int64_t kMs = 1'000'000;
 constexpr int64_t kS = 1'000'000'000;
 
 TEST_CASE("control requests: every command round-trips through its encoding") {
-  ControlRequest r;
-  r.command = ControlCommand::kSetPolicy;
+  control::ControlRequest r;
+  r.command = control::Command::kSetPolicy;
   r.model = "mlp";
   r.weight = 2.5;
-  std::string line = EncodeControlRequest(r);
+  std::string line = control::EncodeControlRequest(r);
   REQUIRE(line.back() == '\n');
   line.pop_back();
-  Result<ControlRequest> back = ParseControlRequest(line);
+  Result<control::ControlRequest> back = control::ParseControlRequest(line);
   REQUIRE(back.ok());
-  CHECK(back->command == ControlCommand::kSetPolicy);
+  CHECK(back->command == control::Command::kSetPolicy);
   CHECK(back->model == "mlp");
   CHECK(back->weight == 2.5);
 
-  r.command = ControlCommand::kSetResidency;
+  r.command = control::Command::kSetResidency;
   r.residency = Residency::kOnDemand;
-  line = EncodeControlRequest(r);
-  back = ParseControlRequest(line.substr(0, line.size() - 1));
+  line = control::EncodeControlRequest(r);
+  back = control::ParseControlRequest(line.substr(0, line.size() - 1));
   REQUIRE(back.ok());
   CHECK(back->residency == Residency::kOnDemand);
 
-  r.command = ControlCommand::kSetDiscipline;
+  r.command = control::Command::kSetDiscipline;
   r.discipline = Discipline::kEdf;
-  line = EncodeControlRequest(r);
-  back = ParseControlRequest(line.substr(0, line.size() - 1));
+  line = control::EncodeControlRequest(r);
+  back = control::ParseControlRequest(line.substr(0, line.size() - 1));
   REQUIRE(back.ok());
   CHECK(back->discipline == Discipline::kEdf);
 
-  for (ControlCommand c :
-       {ControlCommand::kStatus, ControlCommand::kSchedulerMetrics, ControlCommand::kControlStatus,
-        ControlCommand::kCompact, ControlCommand::kReload, ControlCommand::kDrain}) {
-    ControlRequest plain;
+  for (control::Command c : {control::Command::kStatus, control::Command::kSchedulerMetrics,
+                             control::Command::kControlStatus, control::Command::kCompact,
+                             control::Command::kReload, control::Command::kDrain}) {
+    control::ControlRequest plain;
     plain.command = c;
-    line = EncodeControlRequest(plain);
-    back = ParseControlRequest(line.substr(0, line.size() - 1));
+    line = control::EncodeControlRequest(plain);
+    back = control::ParseControlRequest(line.substr(0, line.size() - 1));
     REQUIRE(back.ok());
     CHECK(back->command == c);
   }
-  for (ControlCommand c : {ControlCommand::kLoad, ControlCommand::kUnload}) {
-    ControlRequest change;
+  for (control::Command c : {control::Command::kLoad, control::Command::kUnload}) {
+    control::ControlRequest change;
     change.command = c;
     change.model = "resnet-50";
-    line = EncodeControlRequest(change);
-    back = ParseControlRequest(line.substr(0, line.size() - 1));
+    line = control::EncodeControlRequest(change);
+    back = control::ParseControlRequest(line.substr(0, line.size() - 1));
     REQUIRE(back.ok());
     CHECK(back->command == c);
     CHECK(back->model == "resnet-50");
   }
-  CHECK(ParseControlRequest(R"({"v": 1, "cmd": "load", "model": "../etc"})").error().message ==
-        "\"model\" is not a model name");
-  CHECK(ParseControlRequest(R"({"v": 1, "cmd": "unload"})").error().message ==
+  CHECK(control::ParseControlRequest(R"({"v": 1, "cmd": "load", "model": "../etc"})")
+            .error()
+            .message == "\"model\" is not a model name");
+  CHECK(control::ParseControlRequest(R"({"v": 1, "cmd": "unload"})").error().message ==
         "\"model\" must be a string");
 }
 
@@ -103,11 +104,11 @@ TEST_CASE("control requests: hostile lines are refused, never crash") {
       {R"({"v":1,"cmd":"status","v":1,"x":[[[[[[[[[[1]]]]]]]]]]})", "nested too deeply"},
       {std::string(60000, '['), "nested too deeply"},
       {"{\"v\":1,\"cmd\":\"st\xff\xfe\"}", "not JSON"},
-      {std::string(kMaxRequestBytes + 1, ' '), "longer than"},
+      {std::string(control::kMaxRequestBytes + 1, ' '), "longer than"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.line.substr(0, 80));
-    Result<ControlRequest> r = ParseControlRequest(c.line);
+    Result<control::ControlRequest> r = control::ParseControlRequest(c.line);
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().code == ErrorCode::kInvalidArgument);
     CHECK(r.error().message.find(c.says) != std::string::npos);
@@ -115,24 +116,26 @@ TEST_CASE("control requests: hostile lines are refused, never crash") {
 }
 
 TEST_CASE("control replies: results and errors survive the round trip; junk is INTERNAL") {
-  Result<nlohmann::json> ok = DecodeReply(EncodeReply(nlohmann::json{{"workers", 2}}));
+  Result<nlohmann::json> ok =
+      control::DecodeReply(control::EncodeReply(nlohmann::json{{"workers", 2}}));
   REQUIRE(ok.ok());
   CHECK((*ok)["workers"] == 2);
-  Result<nlohmann::json> err = DecodeReply(EncodeReply(NotFound("no model 'x'")));
+  Result<nlohmann::json> err = control::DecodeReply(control::EncodeReply(NotFound("no model 'x'")));
   REQUIRE_FALSE(err.ok());
   CHECK(err.error().code == ErrorCode::kNotFound);
   CHECK(err.error().message == "no model 'x'");
   // Invalid UTF-8 in a message (a model's error text) is replaced, not thrown.
-  Result<nlohmann::json> bad_utf8 = DecodeReply(EncodeReply(Internal("bad \xff byte")));
+  Result<nlohmann::json> bad_utf8 =
+      control::DecodeReply(control::EncodeReply(Internal("bad \xff byte")));
   REQUIRE_FALSE(bad_utf8.ok());
   CHECK(bad_utf8.error().message.find("bad") == 0);
   for (std::string junk : {"", "nope", "[]", R"({"ok":"yes"})"}) {
-    Result<nlohmann::json> r = DecodeReply(junk);
+    Result<nlohmann::json> r = control::DecodeReply(junk);
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().code == ErrorCode::kInternal);
   }
   // A mistyped error member is not a throw.
-  Result<nlohmann::json> typed = DecodeReply(R"({"ok":false,"code":5,"error":[1]})");
+  Result<nlohmann::json> typed = control::DecodeReply(R"({"ok":false,"code":5,"error":[1]})");
   REQUIRE_FALSE(typed.ok());
   CHECK(typed.error().code == ErrorCode::kInternal);
 }
@@ -223,7 +226,7 @@ TEST_CASE("devices: cpu:N, GPU lists and 'all' against a fake driver directory")
 
 TEST_CASE("the control socket's missing directory is made (0750), one level only") {
   testing::TempDir dir;
-  auto handler = [](const ControlRequest&) -> Result<nlohmann::json> {
+  auto handler = [](const control::ControlRequest&) -> Result<nlohmann::json> {
     return nlohmann::json::object();
   };
   Result<ControlServer> server = ControlServer::Open(dir / "run/ctl.sock", "", handler);

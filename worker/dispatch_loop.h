@@ -45,9 +45,9 @@
 #include "shm/descriptor.h"
 #include "shm/ring.h"
 #include "shm/status.h"
-#include "worker/backend.h"
-#include "worker/scheduler.h"
-#include "worker/wait_histogram.h"
+#include "worker/backends/backend.h"
+#include "worker/scheduler/scheduler.h"
+#include "worker/scheduler/wait_histogram.h"
 
 namespace ferry {
 

@@ -10,8 +10,8 @@
 #include "model/bundle.h"
 #include "tests/testing/node_driver.h"
 #include "tests/testing/shm_name.h"
-#include "worker/repository.h"
-#include "worker/sim_backend.h"
+#include "worker/backends/repository.h"
+#include "worker/backends/sim/sim_backend.h"
 
 namespace ferry {
 namespace {

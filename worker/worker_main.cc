@@ -17,12 +17,12 @@
 #include "config/node_config.h"
 #include "shm/segment.h"
 #include "shm/status.h"
-#include "worker/backend_module.h"
-#include "worker/cpu/affinity.h"
-#include "worker/cpu/cpu_backend.h"
+#include "worker/backends/backend_module.h"
+#include "worker/backends/cpu/affinity.h"
+#include "worker/backends/cpu/cpu_backend.h"
+#include "worker/backends/repository.h"
+#include "worker/backends/sim/sim_backend.h"
 #include "worker/dispatch_loop.h"
-#include "worker/repository.h"
-#include "worker/sim_backend.h"
 
 namespace ferry {
 namespace {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "worker/request_splitting.h"
+#include "worker/scheduler/request_splitting.h"
 
 namespace ferry::sim {
 namespace {

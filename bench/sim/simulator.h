@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "bench/sim/scenario.h"
-#include "worker/scheduler.h"
+#include "worker/scheduler/scheduler.h"
 
 namespace ferry::sim {
 

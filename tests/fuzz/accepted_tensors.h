@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "frontend/kserve_codec.h"
+#include "hookhost/frontend/kserve_codec.h"
 
 inline void CheckAcceptedTensors(const ferry::frontend::ParsedInfer& parsed) {
   volatile uint8_t sum = 0;

@@ -1,11 +1,11 @@
-// libFuzzer target: the gRPC infer request parser (ParseGrpcInfer, frontend/grpc_service.h) on
-// arbitrary bytes decoded as a ModelInferRequest, as a hostile client would send them. An
-// accepted request's tensors must match their shapes and lie inside the message or the
-// parser's own storage, which the target checks by touching every byte.
+// libFuzzer target: the gRPC infer request parser (ParseGrpcInfer,
+// hookhost/frontend/grpc_service.h) on arbitrary bytes decoded as a ModelInferRequest, as a hostile
+// client would send them. An accepted request's tensors must match their shapes and lie inside the
+// message or the parser's own storage, which the target checks by touching every byte.
 #include <cstdint>
 #include <cstdlib>
 
-#include "frontend/grpc_service.h"
+#include "hookhost/frontend/grpc_service.h"
 #include "tests/fuzz/accepted_tensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,4 +1,4 @@
-// libFuzzer target: the KServe v2 infer body parser (frontend/kserve_codec.h) on arbitrary
+// libFuzzer target: the KServe v2 infer body parser (hookhost/frontend/kserve_codec.h) on arbitrary
 // bytes. The first byte picks where the JSON header ends (Inference-Header-Content-Length);
 // the rest is the binary section. An accepted request's tensors must lie inside what was
 // given and match their shapes, which the target checks by touching every byte. Its tensors
@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "frontend/kserve_codec.h"
+#include "hookhost/frontend/kserve_codec.h"
 #include "tests/fuzz/accepted_tensors.h"
 
 namespace {

@@ -12,8 +12,8 @@
 #include "config/node_config.h"
 #include "model/bundle.h"
 #include "tests/testing/temp_dir.h"
-#include "worker/cpu/cpu_backend.h"
-#include "worker/weight_cache.h"
+#include "worker/backends/cpu/cpu_backend.h"
+#include "worker/backends/weight_cache.h"
 
 namespace ferry {
 namespace {

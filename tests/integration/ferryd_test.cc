@@ -10,7 +10,7 @@
 
 #include <cstring>
 
-#include "frontend/http_client.h"
+#include "net/http_client.h"
 #include "shm/segment.h"
 #include "shm/status.h"
 #include "supervisor/control_server.h"
@@ -19,9 +19,9 @@
 namespace ferry::testing {
 namespace {
 
+using control::Command;
+using control::ControlRequest;
 using nlohmann::json;
-using supervisor::ControlCommand;
-using supervisor::ControlRequest;
 
 constexpr const char* kSimNode = "devices = \"cpu:2\"\nhookhosts = 2\nbackend = \"sim\"\n";
 // Quick restarts, and a short heartbeat limit for the watchdog test.
@@ -39,7 +39,7 @@ bool Restarted(const json& s, const std::string& kind, int index, int64_t old_pi
          c["restarts"].get<int64_t>() >= 1;
 }
 
-ControlRequest Request(ControlCommand command) {
+ControlRequest Request(Command command) {
   ControlRequest r;
   r.command = command;
   return r;
@@ -66,10 +66,10 @@ TEST_CASE("ferryd starts the node, reports it ready, and stops cleanly on SIGTER
   CHECK(worker["models"][1]["state"] == "ready");
 
   // /metrics: every family there, labelled by model and gpu, and promtool finds no problem.
-  Result<frontend::HttpClient> client =
-      frontend::HttpClient::Connect((*ready)["listen"]["metrics"].get<std::string>());
+  Result<net::HttpClient> client =
+      net::HttpClient::Connect((*ready)["listen"]["metrics"].get<std::string>());
   REQUIRE(client.ok());
-  Result<frontend::HttpAnswer> metrics = client->Request("GET", "/metrics");
+  Result<net::HttpAnswer> metrics = client->Request("GET", "/metrics");
   REQUIRE(metrics.ok());
   CHECK(metrics->status == 200);
   for (const char* line :
@@ -86,7 +86,7 @@ TEST_CASE("ferryd starts the node, reports it ready, and stops cleanly on SIGTER
                          (dir / "promtool.txt") + " 2>&1";
   int promtool_status = std::system(promtool.c_str());
   CHECK_MESSAGE(WEXITSTATUS(promtool_status) == 0, ReadFileText(dir / "promtool.txt"));
-  Result<frontend::HttpAnswer> other = client->Request("GET", "/elsewhere");
+  Result<net::HttpAnswer> other = client->Request("GET", "/elsewhere");
   REQUIRE(other.ok());
   CHECK(other->status == 404);
 
@@ -213,9 +213,9 @@ TEST_CASE("systemd socket activation: the sockets passed by name are served") {
   CHECK((*ready)["listen"]["grpc"] == grpc_address);
   CHECK((*ready)["listen"]["metrics"] == metrics_address);
   CHECK(ferryd.log().find("http socket from systemd socket activation") != std::string::npos);
-  Result<frontend::HttpClient> client = frontend::HttpClient::Connect(http_address);
+  Result<net::HttpClient> client = net::HttpClient::Connect(http_address);
   REQUIRE(client.ok());
-  Result<frontend::HttpAnswer> live = client->Request("GET", "/v2/health/live");
+  Result<net::HttpAnswer> live = client->Request("GET", "/v2/health/live");
   REQUIRE(live.ok());
   CHECK(live->status == 200);
   kill(ferryd.pid(), SIGTERM);
@@ -283,7 +283,7 @@ TEST_CASE("control: set_policy, reload (good and bad), and re-applying after a r
   FerrydProcess ferryd(dir, kSimNode, kQuick);
   REQUIRE_MESSAGE(ferryd.WaitReady(), ferryd.log());
   auto weight_of = [&](int worker, const std::string& model) {
-    Result<json> control = ferryd.Call(ControlCommand::kControlStatus);
+    Result<json> control = ferryd.Call(Command::kControlStatus);
     REQUIRE(control.ok());
     for (const json& w : (*control)["workers"]) {
       if (w["worker"] == worker) {
@@ -303,7 +303,7 @@ TEST_CASE("control: set_policy, reload (good and bad), and re-applying after a r
     return pred();
   };
   ControlRequest set;
-  set.command = ControlCommand::kSetPolicy;
+  set.command = Command::kSetPolicy;
   set.model = "mlp";
   set.weight = 3.5;
   Result<json> reply = ferryd.Call(set);
@@ -317,7 +317,7 @@ TEST_CASE("control: set_policy, reload (good and bad), and re-applying after a r
   CHECK(reply.error().code == ErrorCode::kNotFound);
 
   ControlRequest residency;
-  residency.command = ControlCommand::kSetResidency;
+  residency.command = Command::kSetResidency;
   residency.model = "mlp";
   reply = ferryd.Call(residency);
   REQUIRE_FALSE(reply.ok());
@@ -339,7 +339,7 @@ TEST_CASE("control: set_policy, reload (good and bad), and re-applying after a r
                                  "[scheduler.models.cnn]\nweight = 4.0\nmax_batch_size = 4\n"
                                  "residency = \"pinned\"\n[gateway]\nmode = \"round_robin\"\n"
                                  "[hooks]\nspin_us = 50\n");
-  reply = ferryd.Call(Request(ControlCommand::kReload));
+  reply = ferryd.Call(Request(Command::kReload));
   REQUIRE(reply.ok());
   // discipline, queue depth, cnn's cap, weight and residency.
   CHECK((*reply)["applied"].size() == 5);
@@ -349,17 +349,16 @@ TEST_CASE("control: set_policy, reload (good and bad), and re-applying after a r
   CHECK((*reply)["restart_needed"][0] == "gateway.mode");
   CHECK((*reply)["restart_needed"][1] == "hooks");
   CHECK(eventually([&] {
-    Result<json> c = ferryd.Call(ControlCommand::kControlStatus);
+    Result<json> c = ferryd.Call(Command::kControlStatus);
     return c.ok() && (*c)["workers"][1]["models"][0]["model"] == "cnn" &&
            (*c)["workers"][1]["models"][0]["residency"] == "pinned";
   }));
   // ... and /metrics shows the floor in force.
   CHECK(eventually([&] {
-    Result<frontend::HttpClient> client =
-        frontend::HttpClient::Connect((*status)["listen"]["metrics"].get<std::string>());
-    Result<frontend::HttpAnswer> metrics = client.ok()
-                                               ? client->Request("GET", "/metrics")
-                                               : Result<frontend::HttpAnswer>(client.error());
+    Result<net::HttpClient> client =
+        net::HttpClient::Connect((*status)["listen"]["metrics"].get<std::string>());
+    Result<net::HttpAnswer> metrics =
+        client.ok() ? client->Request("GET", "/metrics") : Result<net::HttpAnswer>(client.error());
     return metrics.ok() &&
            metrics->body.find(
                "ferry_model_residency{gpu=\"1\",model=\"cnn\",residency=\"pinned\"} 1") !=
@@ -367,20 +366,20 @@ TEST_CASE("control: set_policy, reload (good and bad), and re-applying after a r
   }));
   CHECK(eventually([&] { return weight_of(1, "cnn") == 4.0; }));
   CHECK(eventually([&] {
-    Result<json> c = ferryd.Call(ControlCommand::kControlStatus);
+    Result<json> c = ferryd.Call(Command::kControlStatus);
     return c.ok() && (*c)["workers"][0]["models"][0]["model"] == "cnn" &&
            (*c)["workers"][0]["models"][0]["effective_max_batch"] == 4;
   }));
-  Result<json> control = ferryd.Call(ControlCommand::kControlStatus);
+  Result<json> control = ferryd.Call(Command::kControlStatus);
   REQUIRE(control.ok());
   CHECK(eventually([&] {
-    Result<json> c = ferryd.Call(ControlCommand::kControlStatus);
+    Result<json> c = ferryd.Call(Command::kControlStatus);
     return c.ok() && (*c)["workers"][0]["discipline"] == "fifo";
   }));
 
   // A bad reload: refused with the reason; the node keeps serving on its configuration.
   WriteFile(ferryd.config(), text + "[scheduler.models.cnn]\nweight = -1\n");
-  reply = ferryd.Call(Request(ControlCommand::kReload));
+  reply = ferryd.Call(Request(Command::kReload));
   REQUIRE_FALSE(reply.ok());
   CHECK(reply.error().message.find("keeps its configuration") != std::string::npos);
   CHECK(reply.error().message.find("weight") != std::string::npos);
@@ -396,7 +395,7 @@ TEST_CASE("control: set_policy, reload (good and bad), and re-applying after a r
     size_t first = log.find("reload refused");
     return first != std::string::npos && log.find("reload refused", first + 1) != std::string::npos;
   }));
-  reply = ferryd.Call(Request(ControlCommand::kDrain));
+  reply = ferryd.Call(Request(Command::kDrain));
   REQUIRE(reply.ok());
   CHECK(ferryd.Wait() == 0);
 }
@@ -448,10 +447,10 @@ TEST_CASE("control socket: hostile clients get an error or are closed; ferryd ke
   int fd = Connect(ferryd.socket());
   std::string two = "this is not json\n{\"v\":1,\"cmd\":\"status\"}\n";
   REQUIRE(send(fd, two.data(), two.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(two.size()));
-  Result<json> first = supervisor::DecodeReply(ReadLine(fd));
+  Result<json> first = control::DecodeReply(ReadLine(fd));
   REQUIRE_FALSE(first.ok());
   CHECK(first.error().message.find("not JSON") != std::string::npos);
-  Result<json> second = supervisor::DecodeReply(ReadLine(fd));
+  Result<json> second = control::DecodeReply(ReadLine(fd));
   REQUIRE(second.ok());
   CHECK((*second)["node"] == ferryd.name());
   close(fd);
@@ -464,7 +463,7 @@ TEST_CASE("control socket: hostile clients get an error or are closed; ferryd ke
       break;  // Closed by ferryd already.
     }
   }
-  Result<json> refused = supervisor::DecodeReply(ReadLine(fd));
+  Result<json> refused = control::DecodeReply(ReadLine(fd));
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.error().message.find("longer than") != std::string::npos);
   char byte;
@@ -477,7 +476,7 @@ TEST_CASE("control socket: hostile clients get an error or are closed; ferryd ke
     idle.push_back(Connect(ferryd.socket()));
   }
   int extra = Connect(ferryd.socket());
-  Result<json> busy = supervisor::DecodeReply(ReadLine(extra));
+  Result<json> busy = control::DecodeReply(ReadLine(extra));
   REQUIRE_FALSE(busy.ok());
   CHECK(busy.error().code == ErrorCode::kResourceExhausted);
   close(extra);

@@ -12,14 +12,14 @@
 #include <random>
 #include <thread>
 
-#include "frontend/compression.h"
-#include "frontend/kserve_service.h"
+#include "hookhost/frontend/kserve_service.h"
 #include "hookhost/hookhost.h"
+#include "net/compression.h"
 #include "shm/recovery.h"
 #include "tests/testing/hookhost_test.h"
 #include "tests/testing/worker_node.h"
-#include "worker/cpu/cpu_backend.h"
-#include "worker/repository.h"
+#include "worker/backends/cpu/cpu_backend.h"
+#include "worker/backends/repository.h"
 
 namespace ferry::hookhost {
 namespace {
@@ -547,21 +547,21 @@ TEST_CASE("readiness probes wait for a worker status caught mid-publish to settl
 
 // What one HTTP infer answers, and on which thread.
 struct Answered {
-  frontend::HttpResponse response;
+  net::HttpResponse response;
   std::thread::id thread;
 };
 
 Answered Infer(frontend::KServeService& service, std::string body, bool gzip) {
-  frontend::HttpRequest request;
+  net::HttpRequest request;
   request.method = "POST";
   request.target = "/v2/models/mlp/infer";
   if (gzip) {
     request.headers.emplace_back("Content-Encoding", "gzip");
-    body = frontend::Deflate(body, frontend::Encoding::kGzip);
+    body = net::Deflate(body, net::Encoding::kGzip);
   }
   request.body = std::move(body);
   std::promise<Answered> answered;
-  service.Handle(std::move(request), [&](frontend::HttpResponse r) {
+  service.Handle(std::move(request), [&](net::HttpResponse r) {
     answered.set_value({std::move(r), std::this_thread::get_id()});
   });
   return answered.get_future().get();

@@ -12,7 +12,7 @@
 #include <future>
 #include <random>
 
-#include "frontend/kserve_service.h"
+#include "hookhost/frontend/kserve_service.h"
 #include "hookhost/hookhost.h"
 #include "model/safetensors.h"
 #include "tests/testing/hookhost_test.h"

@@ -21,7 +21,7 @@
 #include "shm/recovery.h"
 #include "tests/testing/hookhost_test.h"
 #include "tests/testing/worker_node.h"
-#include "worker/cpu/cpu_backend.h"
+#include "worker/backends/cpu/cpu_backend.h"
 
 namespace ferry::hookhost {
 namespace {

@@ -13,20 +13,20 @@
 #include <thread>
 #include <tuple>
 
+#include "client/kserve_client.h"
 #include "ctl/npy.h"
-#include "frontend/http_client.h"
-#include "frontend/kserve_client.h"
 #include "model/repository.h"
+#include "net/http_client.h"
 #include "shm/segment.h"
 #include "tests/testing/ferryd_process.h"
-#include "worker/cpu/cpu_backend.h"
-#include "worker/repository.h"
+#include "worker/backends/cpu/cpu_backend.h"
+#include "worker/backends/repository.h"
 
 namespace ferry::testing {
 namespace {
 
-using frontend::HttpClient;
-using frontend::Tensor;
+using client::Tensor;
+using net::HttpClient;
 using nlohmann::json;
 
 constexpr const char* kCpuNode = "devices = \"cpu:2\"\nhookhosts = 2\n";
@@ -99,15 +99,15 @@ Sample MakeSample(std::mt19937& rng) {
   return s;
 }
 
-Result<frontend::InferAnswer> Send(HttpClient& client, const Sample& s) {
-  frontend::InferBody body =
-      frontend::BuildInferBody({Tensor{s.input_name, DType::kF32, s.shape, s.input}});
-  Result<frontend::HttpAnswer> answer =
+Result<client::InferAnswer> Send(HttpClient& client, const Sample& s) {
+  client::InferBody body =
+      client::BuildInferBody({Tensor{s.input_name, DType::kF32, s.shape, s.input}});
+  Result<net::HttpAnswer> answer =
       client.Request("POST", "/v2/models/" + s.model + "/infer", body.body, body.headers);
   if (!answer.ok()) {
     return answer.error();
   }
-  return frontend::ReadInferAnswer(*answer);
+  return client::ReadInferAnswer(*answer);
 }
 
 std::string HttpAddress(const FerrydProcess& ferryd) {
@@ -134,7 +134,7 @@ TEST_CASE("1,000 concurrent requests over 2 models through HTTP, every output ex
       Result<HttpClient> client = HttpClient::Connect(address);
       for (int i = 0; i < kPerThread && client.ok(); ++i) {
         Sample s = MakeSample(rng);
-        Result<frontend::InferAnswer> r = Send(*client, s);
+        Result<client::InferAnswer> r = Send(*client, s);
         if (!r.ok()) {
           ++failed;
           std::lock_guard<std::mutex> lock(mu);
@@ -158,7 +158,7 @@ TEST_CASE("1,000 concurrent requests over 2 models through HTTP, every output ex
   uint64_t dispatches = 0;
   for (int i = 0; i < 100 && served != kThreads * kPerThread; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    Result<json> metrics = ferryd.Call(supervisor::ControlCommand::kSchedulerMetrics);
+    Result<json> metrics = ferryd.Call(control::Command::kSchedulerMetrics);
     REQUIRE(metrics.ok());
     served = 0;
     dispatches = 0;
@@ -178,7 +178,7 @@ TEST_CASE("1,000 concurrent requests over 2 models through HTTP, every output ex
   Result<HttpClient> scrape =
       HttpClient::Connect((*status)["listen"]["metrics"].get<std::string>());
   REQUIRE(scrape.ok());
-  Result<frontend::HttpAnswer> page = scrape->Request("GET", "/metrics");
+  Result<net::HttpAnswer> page = scrape->Request("GET", "/metrics");
   REQUIRE(page.ok());
   std::map<std::string, double> sums;  // Family suffix -> summed over models and gpus.
   std::map<std::string, double> last_bucket;
@@ -222,7 +222,7 @@ TEST_CASE("errors through HTTP: unknown model, bad tensors, deadline, wrong meth
   Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
   REQUIRE(client.ok());
   auto post = [&](const std::string& target, const std::string& body) {
-    Result<frontend::HttpAnswer> a = client->Request("POST", target, body);
+    Result<net::HttpAnswer> a = client->Request("POST", target, body);
     if (!client->connected()) {
       client = HttpClient::Connect(HttpAddress(ferryd));
     }
@@ -235,7 +235,7 @@ TEST_CASE("errors through HTTP: unknown model, bad tensors, deadline, wrong meth
     one_row += ",0";
   }
   one_row += "]}]";
-  frontend::HttpAnswer a = post("/v2/models/nosuch/infer", one_row + "}");
+  net::HttpAnswer a = post("/v2/models/nosuch/infer", one_row + "}");
   CHECK(a.status == 404);
   CHECK(a.body.find("unknown model 'nosuch'") != std::string::npos);
   a = post("/v2/models/mlp/infer",
@@ -267,7 +267,7 @@ TEST_CASE("errors through HTTP: unknown model, bad tensors, deadline, wrong meth
                     "(acme, globex)") != std::string::npos);
   a = post("/v2/models/mlp/infer", one_row + R"(,"parameters":{"tenant":7}})");
   CHECK(a.status == 400);
-  Result<frontend::HttpAnswer> tagged =
+  Result<net::HttpAnswer> tagged =
       client->Request("POST", "/v2/models/mlp/infer", one_row + "}", {{"Ferry-Tenant", "globex"}});
   REQUIRE(tagged.ok());
   CHECK(tagged->status == 200);
@@ -294,7 +294,7 @@ TEST_CASE("errors through HTTP: unknown model, bad tensors, deadline, wrong meth
     }
     return total;
   };
-  Result<frontend::HttpAnswer> metrics = metrics_client->Request("GET", "/metrics");
+  Result<net::HttpAnswer> metrics = metrics_client->Request("GET", "/metrics");
   REQUIRE(metrics.ok());
   for (int i = 0; i < 100 && acme_requests(metrics->body) == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -321,7 +321,7 @@ TEST_CASE("errors through HTTP: unknown model, bad tensors, deadline, wrong meth
                          (dir / "promtool.txt") + " 2>&1";
   int promtool_status = std::system(promtool.c_str());
   CHECK_MESSAGE(WEXITSTATUS(promtool_status) == 0, ReadFileText(dir / "promtool.txt"));
-  Result<frontend::HttpAnswer> get = client->Request("GET", "/v2/models/mlp/infer");
+  Result<net::HttpAnswer> get = client->Request("GET", "/v2/models/mlp/infer");
   REQUIRE(get.ok());
   CHECK(get->status == 405);
   get = client->Request("GET", "/v2/models/mlp/versions/7");
@@ -338,7 +338,7 @@ TEST_CASE("errors through HTTP: unknown model, bad tensors, deadline, wrong meth
        {std::tuple{"/v2/models/mlp/infer", one_row + "}", 200},
         std::tuple{"/v2/models/mlp/infer", one_row + R"(,"parameters":{"priority":4}})", 400},
         std::tuple{"/v2/models/nosuch/infer", one_row + "}", 404}}) {
-    Result<frontend::HttpAnswer> traced =
+    Result<net::HttpAnswer> traced =
         client->Request("POST", target, body, {{"TraceParent", trace}});
     REQUIRE(traced.ok());
     CHECK(traced->status == code);
@@ -347,7 +347,7 @@ TEST_CASE("errors through HTTP: unknown model, bad tensors, deadline, wrong meth
   }
   std::string upper = trace;
   upper[3] = 'B';
-  Result<frontend::HttpAnswer> untraced =
+  Result<net::HttpAnswer> untraced =
       client->Request("POST", "/v2/models/mlp/infer", one_row + "}", {{"traceparent", upper}});
   REQUIRE(untraced.ok());
   CHECK(untraced->status == 200);
@@ -384,7 +384,7 @@ double MetricWhen(FerrydProcess& ferryd, const std::string& sample, double want)
     Result<HttpClient> client =
         HttpClient::Connect((*status)["listen"]["metrics"].get<std::string>());
     if (!client.ok()) continue;
-    Result<frontend::HttpAnswer> metrics = client->Request("GET", "/metrics");
+    Result<net::HttpAnswer> metrics = client->Request("GET", "/metrics");
     if (!metrics.ok()) continue;
     size_t at = metrics->body.find("\n" + sample + " ");
     value = at == std::string::npos ? -1 : std::stod(metrics->body.substr(at + sample.size() + 2));
@@ -416,8 +416,8 @@ TEST_CASE("load and unload on a running node: workers keep running, clients see 
   std::filesystem::copy_file("examples/models/mlp/weights.safetensors",
                              repo + "/mlp2/weights.safetensors");
   WriteFile(repo + "/broken/manifest.toml", "name = \"broken\"\n");
-  auto change = [&](supervisor::ControlCommand command, const std::string& model) {
-    supervisor::ControlRequest request;
+  auto change = [&](control::Command command, const std::string& model) {
+    control::ControlRequest request;
     request.command = command;
     request.model = model;
     return ferryd.Call(request);
@@ -431,7 +431,7 @@ TEST_CASE("load and unload on a running node: workers keep running, clients see 
   {
     Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
     REQUIRE(client.ok());
-    Result<frontend::InferAnswer> unknown = Send(*client, sample);
+    Result<client::InferAnswer> unknown = Send(*client, sample);
     REQUIRE_FALSE(unknown.ok());
     CHECK(unknown.error().code == ErrorCode::kNotFound);
   }
@@ -444,7 +444,7 @@ TEST_CASE("load and unload on a running node: workers keep running, clients see 
     CHECK(MetricWhen(ferryd, "ferry_model_load_failures_total" + g, 0) == 0);
   }
 
-  Result<json> loaded = change(supervisor::ControlCommand::kLoad, "mlp2");
+  Result<json> loaded = change(control::Command::kLoad, "mlp2");
   REQUIRE_MESSAGE(loaded.ok(), loaded.error().message);
   CHECK((*loaded)["index"] == 2);
   std::optional<json> after =
@@ -462,13 +462,13 @@ TEST_CASE("load and unload on a running node: workers keep running, clients see 
     Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
     REQUIRE(client.ok());
     // The repository extension lists it; its load and unload are refused on this port.
-    Result<frontend::HttpAnswer> index = client->Request("POST", "/v2/repository/index", "");
+    Result<net::HttpAnswer> index = client->Request("POST", "/v2/repository/index", "");
     REQUIRE(index.ok());
     CHECK(index->status == 200);
     json listed = json::parse(index->body);
     CHECK(listed.size() == 3);
     CHECK(listed[2] == json{{"name", "mlp2"}, {"state", "READY"}, {"version", "1"}});
-    Result<frontend::HttpAnswer> refused =
+    Result<net::HttpAnswer> refused =
         client->Request("POST", "/v2/repository/models/mlp2/unload", "{}");
     REQUIRE(refused.ok());
     CHECK_MESSAGE(refused->status == 403, refused->body);
@@ -477,22 +477,22 @@ TEST_CASE("load and unload on a running node: workers keep running, clients see 
         client->Request("POST", "/v2/repository/index", std::string(100, '[') + "{\"ready\":1}");
     REQUIRE(index.ok());
     CHECK(index->status == 200);  // A hostile body is no filter, and no crash.
-    Result<frontend::InferAnswer> answer = Send(*client, sample);
+    Result<client::InferAnswer> answer = Send(*client, sample);
     REQUIRE_MESSAGE(answer.ok(), answer.error().message);
     CHECK(SameFloats(answer->outputs.at(0).bytes, want));
   }
 
   // Refusals, each naming what is wrong; nothing changes.
-  Result<json> again = change(supervisor::ControlCommand::kLoad, "mlp2");
+  Result<json> again = change(control::Command::kLoad, "mlp2");
   REQUIRE_FALSE(again.ok());
   CHECK(again.error().message.find("'mlp2' is already loaded (index 2)") != std::string::npos);
-  Result<json> broken = change(supervisor::ControlCommand::kLoad, "broken");
+  Result<json> broken = change(control::Command::kLoad, "broken");
   REQUIRE_FALSE(broken.ok());
   CHECK(broken.error().message.find("load 'broken'") != std::string::npos);
-  Result<json> absent = change(supervisor::ControlCommand::kLoad, "nosuch");
+  Result<json> absent = change(control::Command::kLoad, "nosuch");
   REQUIRE_FALSE(absent.ok());
   CHECK(absent.error().code == ErrorCode::kNotFound);
-  Result<json> not_loaded = change(supervisor::ControlCommand::kUnload, "nosuch");
+  Result<json> not_loaded = change(control::Command::kUnload, "nosuch");
   REQUIRE_FALSE(not_loaded.ok());
   CHECK(not_loaded.error().message == "no model 'nosuch' is loaded");
 
@@ -503,7 +503,7 @@ TEST_CASE("load and unload on a running node: workers keep running, clients see 
   });
   REQUIRE_MESSAGE(restarted.has_value(), ferryd.log());
 
-  Result<json> unloaded = change(supervisor::ControlCommand::kUnload, "mlp2");
+  Result<json> unloaded = change(control::Command::kUnload, "mlp2");
   REQUIRE_MESSAGE(unloaded.ok(), unloaded.error().message);
   std::optional<json> gone =
       ferryd.StatusWhen([](const json& s) { return Settled(s, "mlp2", ""); });
@@ -519,7 +519,7 @@ TEST_CASE("load and unload on a running node: workers keep running, clients see 
   {
     Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
     REQUIRE(client.ok());
-    Result<frontend::InferAnswer> answer = Send(*client, sample);
+    Result<client::InferAnswer> answer = Send(*client, sample);
     REQUIRE_FALSE(answer.ok());
     CHECK(answer.error().code == ErrorCode::kNotFound);
     sample.model = "mlp";
@@ -528,7 +528,7 @@ TEST_CASE("load and unload on a running node: workers keep running, clients see 
     sample.model = "mlp2";
   }
   // Loaded again: a new index, serving.
-  Result<json> reloaded = change(supervisor::ControlCommand::kLoad, "mlp2");
+  Result<json> reloaded = change(control::Command::kLoad, "mlp2");
   REQUIRE_MESSAGE(reloaded.ok(), reloaded.error().message);
   CHECK((*reloaded)["index"] == 3);
   REQUIRE(ferryd.StatusWhen([](const json& s) { return Settled(s, "mlp2", "ready"); }));
@@ -539,7 +539,7 @@ TEST_CASE("load and unload on a running node: workers keep running, clients see 
   {
     Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
     REQUIRE(client.ok());
-    Result<frontend::InferAnswer> answer = Send(*client, sample);
+    Result<client::InferAnswer> answer = Send(*client, sample);
     REQUIRE_MESSAGE(answer.ok(), answer.error().message);
     CHECK(SameFloats(answer->outputs.at(0).bytes, want));
   }
@@ -567,7 +567,7 @@ TEST_CASE("ferryctl infer: a .npy input through the node, the output written as 
   INFO(ReadFileText(dir / "stdout"));
   REQUIRE(WEXITSTATUS(status) == 0);
   CHECK(ReadFileText(dir / "stdout").find("logits FP32 [3,10]") != std::string::npos);
-  Result<frontend::Tensor> out = ctl::ReadNpy(dir / "out/logits.npy", "logits");
+  Result<client::Tensor> out = ctl::ReadNpy(dir / "out/logits.npy", "logits");
   REQUIRE(out.ok());
   CHECK(out->shape == Shape{3, 10});
   CHECK(SameFloats(out->bytes, direct.Run("mlp", 3, s.input)));
@@ -612,7 +612,7 @@ struct Load {
             answered_on_this = false;
           }
           Sample s = MakeSample(rng);
-          Result<frontend::InferAnswer> r = Send(*client, s);
+          Result<client::InferAnswer> r = Send(*client, s);
           if (r.ok()) {
             answered_on_this = true;
             bool same = SameFloats(r->outputs.at(0).bytes, direct->Run(s.model, s.rows, s.input));

@@ -14,8 +14,8 @@
 #include <random>
 
 #include "tests/testing/worker_node.h"
-#include "worker/cpu/cpu_backend.h"
-#include "worker/repository.h"
+#include "worker/backends/cpu/cpu_backend.h"
+#include "worker/backends/repository.h"
 
 namespace ferry {
 namespace {

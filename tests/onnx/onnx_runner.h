@@ -15,7 +15,7 @@
 #include "model/bundle.h"
 #include "model/onnx/onnx_import.h"
 #include "tests/testing/temp_dir.h"
-#include "worker/cpu/cpu_backend.h"
+#include "worker/backends/cpu/cpu_backend.h"
 
 namespace ferry::testing {
 

@@ -1,5 +1,5 @@
 // A ferryd process for end-to-end tests: started with fork + exec on a node file in a
-// temporary directory, controlled through its real control socket (ctl/control_client.h).
+// temporary directory, controlled through its real control socket (control/control_client.h).
 //
 // Thread safety: one test thread.
 #pragma once
@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "ctl/control_client.h"
+#include "control/control_client.h"
 #include "shm/segment.h"
 #include "tests/testing/temp_dir.h"
 
@@ -121,15 +121,15 @@ class FerrydProcess {
     }
   }
 
-  Result<nlohmann::json> Call(supervisor::ControlCommand command) const {
-    supervisor::ControlRequest request;
+  Result<nlohmann::json> Call(control::Command command) const {
+    control::ControlRequest request;
     request.command = command;
     return Call(request);
   }
-  Result<nlohmann::json> Call(const supervisor::ControlRequest& request) const {
-    return ctl::CallFerryd(socket_, request, 10'000);
+  Result<nlohmann::json> Call(const control::ControlRequest& request) const {
+    return control::CallFerryd(socket_, request, 10'000);
   }
-  Result<nlohmann::json> Status() const { return Call(supervisor::ControlCommand::kStatus); }
+  Result<nlohmann::json> Status() const { return Call(control::Command::kStatus); }
 
   // The status once `pred` holds for it, polling every 20 ms; nullopt after `timeout_s`.
   std::optional<nlohmann::json> StatusWhen(const std::function<bool(const nlohmann::json&)>& pred,

@@ -1,0 +1,104 @@
+// The KServe v2 HTTP endpoints of a hook host: routes requests to the metadata documents and
+// to the hook host's request flow (hookhost.h), and maps ferry's errors to HTTP.
+//
+//   GET  /v2/health/live                      200 {"live": true}
+//   GET  /v2/health/ready                     200 {"ready": true} | 400 {"ready": false}
+//   GET  /v2                                  server metadata
+//   GET  /v2/models/M[/versions/V]            model metadata
+//   GET  /v2/models/M[/versions/V]/ready      200 | 400 {"name": M, "ready": ...}
+//   GET  /v2/models/M[/versions/V]/config     Triton's model configuration subset
+//   POST /v2/models/M[/versions/V]/infer      JSON or binary tensors
+//
+// Errors: {"error": "..."} with INVALID_ARGUMENT 400, NOT_FOUND 404, RESOURCE_EXHAUSTED 429
+// (+ Retry-After), DEADLINE_EXCEEDED 504, UNAVAILABLE 503 (+ Retry-After), INTERNAL 500;
+// an unknown path 404, a wrong method 405; CANCELLED 499 (nobody reads it: the client left).
+// Priority: the "priority" parameter, 0 (default) or 1 (most urgent) .. 3. Tenant: the
+// "tenant" parameter or the Ferry-Tenant header (both: they must agree), one of the node
+// file's [frontend] tenants. A client closing its connection cancels its requests. Ready: the hook
+// host is not draining, and some worker reports ready with the model loaded. A W3C traceparent
+// header is accepted, its trace id carried with the request and echoed in the response's
+// traceparent. Bodies may be compressed both ways (compression.h): Content-Encoding gzip/deflate on
+// the request (415 for another), Accept-Encoding on the answer.
+//
+// Thread safety: Handle is called from the HTTP thread (and parses there, or on a hook thread
+// for a large or compressed body); answers come from hook threads (a cancelled request's from
+// the thread that fired its cancel signal: HTTP's or gRPC's).
+// Lifetime: the segment, models and host outlive the service and its answers.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "hookhost/frontend/kserve_codec.h"
+#include "hookhost/hook_models.h"
+#include "hookhost/hookhost.h"
+#include "net/http_server.h"
+#include "shm/segment.h"
+
+namespace ferry::frontend {
+
+class KServeService {
+ public:
+  // Infer bodies up to this size are parsed on the I/O thread (about 15 us for 16 KB of
+  // JSON: docs/benchmarks.md); larger or compressed ones on a hook thread.
+  static constexpr size_t kInlineParseBytes = 64 << 10;
+
+  // `max_request_bytes` also bounds what a compressed body may inflate to; `tenants` are the
+  // names a request may give as its tenant ([frontend] tenants).
+  KServeService(const shm::Segment& segment, const std::vector<hookhost::HookModel>& models,
+                hookhost::HookHost* host, size_t max_request_bytes,
+                std::vector<std::string> tenants = {});
+
+  void Handle(net::HttpRequest&& request, net::Responder respond);
+
+  // Shared with the gRPC front end (grpc_service.h).
+  const hookhost::HookModel* Find(std::string_view name) const;
+  // A worker serves it and the node is not draining; a pipeline: every model it calls is ready.
+  // Each waits up to 20 ms for a worker's status caught mid-publish to settle.
+  bool ModelReady(const hookhost::HookModel& model) const;
+  bool ServerReady() const;
+  // The repository extension's index: one entry per model served ({name, version, state
+  // READY or UNAVAILABLE, reason}), only the ready ones when `ready_only`.
+  nlohmann::json RepositoryIndex(bool ready_only) const;
+  // Why the repository extension's load and unload are refused on this port.
+  static constexpr const char* kModelControlRefusal =
+      "model load and unload are not served on the KServe port: what a node serves is changed "
+      "through ferryd's control socket (ferryctl load / unload), whose peers are checked";
+  // Submits a parsed request (its spans must stay valid until this returns); `done` runs once,
+  // on a hook thread or here. UNAVAILABLE while draining or for a model that failed to load;
+  // INVALID_ARGUMENT for a priority outside 0..3 or a tenant not declared.
+  void Submit(const hookhost::HookModel& model, const std::shared_ptr<ParsedInfer>& request,
+              hookhost::InferCallback done);
+  // Draining: readiness reports false and infer requests get 503. Returns once no call into
+  // the hook host is in progress (from HTTP's or gRPC's threads); from then on the service
+  // never calls it, so the hook host may be destroyed.
+  void SetDraining();
+  // A request for `model` refused before Submit (unparsable, mistyped; nullptr: an infer for
+  // a model not served), counted by the host with the answered ones; not once draining (the
+  // host may be gone).
+  void CountRefused(const hookhost::HookModel* model, const Error& error);
+
+ private:
+  // `trace`: the request's valid traceparent (Handle has `respond` echo it already). A body
+  // over kInlineParseBytes or compressed is inflated and parsed on a hook thread; a smaller
+  // one here, on the I/O thread, where parsing it costs less than the hand-off would.
+  void Infer(const hookhost::HookModel& model, net::HttpRequest&& request,
+             const std::optional<TraceContext>& trace, net::Responder respond);
+  void ParseAndSubmit(const hookhost::HookModel& model, net::HttpRequest&& request,
+                      const std::optional<TraceContext>& trace, net::Responder respond);
+
+  const shm::Segment& segment_;
+  const std::vector<hookhost::HookModel>& models_;
+  hookhost::HookHost* host_;
+  size_t max_request_bytes_;
+  std::vector<std::string> tenants_;
+  std::atomic<bool> draining_{false};
+  std::atomic<int> submitting_{0};  // Calls between the draining check and the host's return.
+};
+
+// An Error as an HTTP answer: the status its code maps to and {"error": message}.
+net::HttpResponse ErrorResponse(const Error& error);
+
+}  // namespace ferry::frontend

@@ -1,0 +1,378 @@
+// CUDA backend tests. Without a CUDA device the binary exits 77 and CTest reports the test
+// skipped (SKIP_RETURN_CODE), never passed.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include "worker/backends/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "shm/segment.h"
+#include "worker/backends/cpu/cpu_backend.h"
+#include "worker/backends/cuda/kernels.h"
+
+namespace ferry {
+namespace {
+
+double RelativeError(std::span<const uint8_t> got_bytes, std::span<const uint8_t> want_bytes) {
+  std::vector<float> got(got_bytes.size() / 4), want(want_bytes.size() / 4);
+  std::memcpy(got.data(), got_bytes.data(), got_bytes.size());
+  std::memcpy(want.data(), want_bytes.data(), want_bytes.size());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
+// Runs `job` through both backends and compares every output.
+void Compare(Backend& gpu, ModelHandle g, Backend& cpu, ModelHandle c, const Manifest& manifest,
+             int variant, int64_t size, std::mt19937& rng, double tolerance) {
+  const ShapeVariant& v = manifest.variants[static_cast<size_t>(variant)];
+  int64_t rows = std::max<int64_t>(1, size - 1);  // Leave a padding row when we can.
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<uint8_t>> inputs, gpu_out, cpu_out;
+  for (const TensorSpec& t : manifest.inputs) {
+    std::vector<float> values(static_cast<size_t>(RowBytes(manifest, t, v, true) / 4 * rows));
+    for (float& x : values) {
+      x = normal(rng);
+    }
+    inputs.emplace_back(values.size() * 4);
+    std::memcpy(inputs.back().data(), values.data(), inputs.back().size());
+  }
+  for (const TensorSpec& t : manifest.outputs) {
+    gpu_out.emplace_back(static_cast<size_t>(RowBytes(manifest, t, v, false) * rows));
+    cpu_out.emplace_back(gpu_out.back().size());
+  }
+  // Two requests (1 row, then the rest) when there are rows enough: coalescing on the GPU.
+  auto job = [&](std::vector<std::vector<uint8_t>>& outs) {
+    BatchJob j{variant, size, {}};
+    for (int64_t begin = 0; begin < rows;) {
+      int64_t n = begin == 0 && rows > 1 ? 1 : rows - begin;
+      RequestIo io{n, {}, {}};
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        size_t row = inputs[i].size() / static_cast<size_t>(rows);
+        io.inputs.push_back(std::span<const uint8_t>(inputs[i]).subspan(begin * row, n * row));
+      }
+      for (auto& out : outs) {
+        size_t row = out.size() / static_cast<size_t>(rows);
+        io.outputs.push_back(std::span<uint8_t>(out).subspan(begin * row, n * row));
+      }
+      j.requests.push_back(io);
+      begin += n;
+    }
+    return j;
+  };
+  Result<ExecutionTiming> on_gpu = gpu.Execute(g, job(gpu_out));
+  REQUIRE_MESSAGE(on_gpu.ok(), (on_gpu.ok() ? "" : on_gpu.error().message));
+  REQUIRE(cpu.Execute(c, job(cpu_out)).ok());
+  for (size_t o = 0; o < gpu_out.size(); ++o) {
+    double error = RelativeError(gpu_out[o], cpu_out[o]);
+    CHECK_MESSAGE(error <= tolerance, manifest.name << " variant " << variant << " size " << size
+                                                    << ": relative error " << error);
+  }
+}
+
+TEST_CASE("every example model matches the CPU backend at every size and variant") {
+  Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create({});
+  REQUIRE_MESSAGE(gpu.ok(), (gpu.ok() ? "" : gpu.error().message));
+  CpuBackend cpu(CpuOptions{CpuMode::kReference, 0});  // The reference every backend meets.
+  std::mt19937 rng(42);
+  for (const char* name : {"mlp", "cnn", "mlp-large"}) {
+    std::string dir = std::string("examples/models/") + name;
+    if (!std::filesystem::exists(dir)) {
+      MESSAGE(dir << " absent (scripts/make_examples.py --large writes it)");
+      continue;
+    }
+    Bundle bundle = LoadBundle(dir).value();
+    ModelHandle g = (*gpu)->Load(bundle).value();
+    ModelHandle c = cpu.Load(bundle).value();
+    // fp32 GEMMs: accumulation order only; bf16: 8 bits of mantissa.
+    double tolerance = bundle.manifest.precision == Precision::kBf16 ? 3e-2 : 1e-4;
+    for (size_t v = 0; v < bundle.manifest.variants.size(); ++v) {
+      for (int64_t size : bundle.manifest.batch_sizes) {
+        if (std::string(name) == "mlp-large" && size > 32) {
+          continue;  // The CPU reference would take minutes.
+        }
+        Compare(**gpu, g, cpu, c, bundle.manifest, static_cast<int>(v), size, rng, tolerance);
+      }
+    }
+  }
+  CHECK((*gpu)->healthy());
+}
+
+TEST_CASE("a depthwise and a grouped conv2d with clip match the CPU backend") {
+  // x [N, 4, 6, 6] -> conv2d groups 4 (depthwise 3x3) -> clip [0, 6] -> conv2d groups 2 -> y.
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("ferry-cuda-groups-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir / "grouped");
+  std::ofstream(dir / "grouped" / "manifest.toml") << R"(name = "grouped"
+[[inputs]]
+name = "x"
+shape = [-1, 4, 6, 6]
+[[outputs]]
+name = "y"
+shape = [-1, 6, 6, 6]
+[batching]
+sizes = [1, 4]
+[[program]]
+op = "conv2d"
+input = "x"
+output = "d"
+weight = "dw"
+bias = "db"
+padding = 1
+groups = 4
+[[program]]
+op = "clip"
+input = "d"
+output = "c"
+min = 0.0
+max = 6.0
+[[program]]
+op = "conv2d"
+input = "c"
+output = "y"
+weight = "gw"
+groups = 2
+)";
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.f, 2.f);
+  std::vector<float> values(36 + 4 + 12);  // dw [4, 1, 3, 3], db [4], gw [6, 2, 1, 1].
+  for (float& v : values) {
+    v = normal(rng);
+  }
+  std::string header = R"({"dw":{"dtype":"F32","shape":[4,1,3,3],"data_offsets":[0,144]},)"
+                       R"("db":{"dtype":"F32","shape":[4],"data_offsets":[144,160]},)"
+                       R"("gw":{"dtype":"F32","shape":[6,2,1,1],"data_offsets":[160,208]}})";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::ofstream weights(dir / "grouped" / "weights.safetensors", std::ios::binary);
+  uint64_t length = header.size();
+  weights.write(reinterpret_cast<const char*>(&length), 8);
+  weights << header;
+  weights.write(reinterpret_cast<const char*>(values.data()),
+                static_cast<std::streamsize>(values.size() * 4));
+  weights.close();
+  Result<Bundle> bundle = LoadBundle((dir / "grouped").string());
+  std::filesystem::remove_all(dir);
+  REQUIRE_MESSAGE(bundle.ok(), (bundle.ok() ? "" : bundle.error().message));
+  Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create({});
+  REQUIRE_MESSAGE(gpu.ok(), (gpu.ok() ? "" : gpu.error().message));
+  CpuBackend cpu(CpuOptions{CpuMode::kReference, 0});
+  ModelHandle g = (*gpu)->Load(*bundle).value();
+  ModelHandle c = cpu.Load(*bundle).value();
+  for (int64_t size : bundle->manifest.batch_sizes) {
+    Compare(**gpu, g, cpu, c, bundle->manifest, 0, size, rng, 1e-5);
+  }
+}
+
+TEST_CASE("graph replay and plain launches give the same outputs") {
+  CudaBackendOptions plain;
+  plain.use_graphs = false;
+  Result<std::unique_ptr<CudaBackend>> graphs = CudaBackend::Create({});
+  Result<std::unique_ptr<CudaBackend>> launches = CudaBackend::Create(plain);
+  REQUIRE(graphs.ok());
+  REQUIRE(launches.ok());
+  Bundle bundle = LoadBundle("examples/models/cnn").value();
+  ModelHandle a = (*graphs)->Load(bundle).value();
+  ModelHandle b = (*launches)->Load(bundle).value();
+  std::mt19937 rng(7);
+  Compare(**graphs, a, **launches, b, bundle.manifest, 0, 4, rng, 1e-6);
+  CHECK((*graphs)->TimeProgram(a, 0, 4, 10, true).ok());
+}
+
+TEST_CASE("the weight cache loads, evicts and compacts real device memory") {
+  CudaBackendOptions options;
+  options.weight_arena_bytes = 64 << 20;
+  Result<std::unique_ptr<CudaBackend>> created = CudaBackend::Create(options);
+  REQUIRE(created.ok());
+  CudaBackend& gpu = **created;
+  WeightCache cache(gpu.weight_arena(), ResidencyMode::kManaged, 0);
+  constexpr uint64_t kBytes = 24 << 20;  // Two fit, three do not.
+  std::vector<std::vector<uint8_t>> blobs;
+  for (int i = 0; i < 3; ++i) {
+    blobs.emplace_back(kBytes, static_cast<uint8_t>(0x10 + i));
+    cache.Register(i, "m" + std::to_string(i), kBytes, Residency::kOnDemand,
+                   [&gpu, &blobs, i](uint64_t offset) { return gpu.Upload(offset, blobs[i]); });
+  }
+  auto resident_bytes_ok = [&](int i) {
+    std::vector<uint8_t> back(kBytes);
+    REQUIRE(gpu.Download(cache.offset(i), back).ok());
+    return back == blobs[static_cast<size_t>(i)];
+  };
+  REQUIRE(cache.Acquire(0).ok());
+  REQUIRE(cache.Acquire(1).ok());
+  CHECK(resident_bytes_ok(0));
+  REQUIRE(cache.Acquire(2).ok());  // Evicts 0, the least recently used.
+  CHECK_FALSE(cache.resident(0));
+  CHECK(resident_bytes_ok(1));
+  CHECK(resident_bytes_ok(2));
+  REQUIRE(cache.Compact({2, 1}).ok());
+  CHECK(resident_bytes_ok(1));
+  CHECK(resident_bytes_ok(2));
+  CHECK(cache.stats().compactions == 1);
+  CHECK(gpu.uploaded_bytes() >= 5 * kBytes);
+}
+
+TEST_CASE("malformed jobs fail cleanly and leave the backend healthy") {
+  Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create({});
+  REQUIRE(gpu.ok());
+  Bundle bundle = LoadBundle("examples/models/mlp").value();
+  ModelHandle mlp = (*gpu)->Load(bundle).value();
+  std::vector<uint8_t> input(10), output(40);
+  CHECK((*gpu)->Execute(mlp, BatchJob{0, 1, {{1, {input}, {output}}}}).error().code ==
+        ErrorCode::kInvalidArgument);
+  CHECK((*gpu)->healthy());
+}
+
+TEST_CASE("a dispatch from another thread than Create's runs on the backend's device") {
+  Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create({});
+  REQUIRE(gpu.ok());
+  Bundle bundle = LoadBundle("examples/models/mlp").value();
+  CpuBackend cpu(CpuOptions{CpuMode::kReference, 0});
+  ModelHandle c = cpu.Load(bundle).value();
+  ModelHandle g = -1;
+  std::thread loader([&] { g = (*gpu)->Load(bundle).value(); });
+  loader.join();
+  std::mt19937 rng(3);
+  std::thread runner([&] { Compare(**gpu, g, cpu, c, bundle.manifest, 0, 8, rng, 1e-4); });
+  runner.join();
+  CHECK((*gpu)->graph_fallbacks() == 0);
+}
+
+TEST_CASE("a hook host's arena, mapped read-only, registers read-only and feeds the copies") {
+  // The worker's view of a hook host's partition is a read-only mapping (shm/segment.h):
+  // cudaHostRegister accepts it only with cudaHostRegisterReadOnly.
+  std::string name = "ferry-test-cuda-" + std::to_string(getpid());
+  shm::Segment supervisor = shm::Segment::Create(name, {1, 1, 16, 32 << 20}).value();
+  shm::Segment worker = shm::Segment::Attach(name, 1).value();
+  REQUIRE_FALSE(worker.IsWritable(0));
+  Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create({});
+  REQUIRE(gpu.ok());
+  std::span<uint8_t> inputs = worker.partition(0);
+  std::span<uint8_t> outputs = worker.partition(1);
+  cudaError_t plain = cudaHostRegister(inputs.data(), inputs.size(), cudaHostRegisterDefault);
+  WARN_MESSAGE(plain != cudaSuccess, "a read-only mapping registered without the flag");
+  if (plain == cudaSuccess) {
+    cudaHostUnregister(inputs.data());
+  }
+  cudaGetLastError();
+  REQUIRE((*gpu)->RegisterHostMemory(inputs, true).ok());
+  REQUIRE((*gpu)->RegisterHostMemory(outputs, false).ok());
+  CHECK((*gpu)->host_register_failures() == 0);
+
+  Bundle bundle = LoadBundle("examples/models/mlp").value();
+  ModelHandle g = (*gpu)->Load(bundle).value();
+  CpuBackend cpu(CpuOptions{CpuMode::kReference, 0});
+  ModelHandle c = cpu.Load(bundle).value();
+  constexpr int64_t kRows = 5;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> values(kRows * 784);
+  for (float& x : values) {
+    x = normal(rng);
+  }
+  // The hook host writes its tensor (through the supervisor's writable view here).
+  std::memcpy(supervisor.partition(0).data(), values.data(), values.size() * 4);
+  std::vector<uint8_t> want(kRows * 10 * 4);
+  std::span<const uint8_t> in = inputs.subspan(0, values.size() * 4);
+  std::span<uint8_t> out = outputs.subspan(0, want.size());
+  REQUIRE((*gpu)->Execute(g, BatchJob{0, 8, {{kRows, {in}, {out}}}}).ok());
+  REQUIRE(cpu.Execute(c, BatchJob{0, 8, {{kRows, {in}, {want}}}}).ok());
+  CHECK(RelativeError(out, want) <= 1e-4);
+  CHECK((*gpu)->UnregisterHostMemory(inputs).ok());
+  CHECK((*gpu)->UnregisterHostMemory(outputs).ok());
+  shm::Segment::Remove(name);
+}
+
+TEST_CASE("a failed load frees its device memory, on every retry") {
+  CudaBackendOptions options;
+  options.weight_arena_bytes = 1 << 20;  // The MLP's 1.6 MB of weights cannot fit.
+  Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create(options);
+  REQUIRE(gpu.ok());
+  Bundle bundle = LoadBundle("examples/models/mlp").value();
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    Result<ModelHandle> loaded = (*gpu)->Load(bundle);
+    REQUIRE_FALSE(loaded.ok());
+    CHECK(loaded.error().code == ErrorCode::kResourceExhausted);
+    CHECK((*gpu)->weight_arena()->in_use() == 0);
+  }
+  CHECK((*gpu)->healthy());
+}
+
+TEST_CASE("Upload and Download refuse ranges outside the weight arena") {
+  CudaBackendOptions options;
+  options.weight_arena_bytes = 1 << 20;
+  Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create(options);
+  REQUIRE(gpu.ok());
+  std::vector<uint8_t> bytes(4096);
+  CHECK((*gpu)->Upload(0, bytes).ok());
+  CHECK((*gpu)->Upload((1 << 20) - 4096, bytes).ok());  // Ends exactly at the arena's end.
+  CHECK((*gpu)->Upload((1 << 20) - 4095, bytes).error().code == ErrorCode::kInvalidArgument);
+  CHECK((*gpu)->Download(UINT64_MAX - 10, bytes).error().code == ErrorCode::kInvalidArgument);
+  CHECK((*gpu)->healthy());
+}
+
+TEST_CASE("graph timing is refused for an executable that has no graph") {
+  CudaBackendOptions plain;
+  plain.use_graphs = false;
+  Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create(plain);
+  REQUIRE(gpu.ok());
+  Bundle bundle = LoadBundle("examples/models/mlp").value();
+  ModelHandle mlp = (*gpu)->Load(bundle).value();
+  CHECK((*gpu)->TimeProgram(mlp, 0, 8, 10, false).ok());
+  CHECK((*gpu)->TimeProgram(mlp, 0, 8, 10, true).error().code == ErrorCode::kUnavailable);
+}
+
+TEST_CASE("softmax and global average pooling compute every line past the grid's cap") {
+  // Blocks() caps the grid at 65535 * 16 blocks of 256 threads: 268,435,456 lines.
+  constexpr int64_t kLines = int64_t{65535} * 16 * 256 + 1000;
+  float *x = nullptr, *y = nullptr;
+  REQUIRE(cudaMalloc(&x, kLines * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&y, kLines * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMemset(x, 0, kLines * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMemset(y, 0, kLines * sizeof(float)) == cudaSuccess);
+  // Softmax over n = 1: every output is exactly 1.
+  REQUIRE(cuda::Softmax(x, y, kLines, 1, 1, nullptr) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  float last = 0;
+  REQUIRE(cudaMemcpy(&last, y + kLines - 1, 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(last == 1.0f);
+  // Average pool of area 1 over planes filled with 2: the last plane is 2.
+  std::vector<float> twos(1024, 2.0f);
+  REQUIRE(cudaMemcpy(x + kLines - 1024, twos.data(), 4096, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cuda::GlobalAvgPool(x, y, kLines, 1, nullptr) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  REQUIRE(cudaMemcpy(&last, y + kLines - 1, 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(last == 2.0f);
+  cudaFree(x);
+  cudaFree(y);
+}
+
+}  // namespace
+}  // namespace ferry
+
+int main(int argc, char** argv) {
+  // Skipped only when the runtime reports no device; any other error (a driver older than
+  // the toolkit, say) fails the test rather than hiding as a skip.
+  ferry::Result<int> devices = ferry::CudaDeviceCount();
+  if (!devices.ok()) {
+    std::printf("%s\n", devices.error().message.c_str());
+    return 1;
+  }
+  if (*devices == 0) {
+    std::printf("no CUDA device: the CUDA backend tests are skipped\n");
+    return 77;
+  }
+  doctest::Context context(argc, argv);
+  return context.run();
+}
