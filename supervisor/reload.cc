@@ -1,0 +1,293 @@
+// The node's model table: reload of the node file, live load and unload, and the hook host
+// refreshes that follow them.
+#include "supervisor/supervisor_impl.h"
+
+namespace ferry::supervisor {
+
+namespace {
+
+// The node-file changes a reload cannot apply to running processes.
+std::vector<std::string> RestartNeeded(const NodeConfig& a, const NodeConfig& b) {
+  std::vector<std::string> out;
+  const NodeSettings& x = a.node;
+  const NodeSettings& y = b.node;
+  auto check = [&](bool same, const char* key) {
+    if (!same) {
+      out.push_back(key);
+    }
+  };
+  check(x.name == y.name, "node.name");
+  check(x.devices.kind == y.devices.kind && x.devices.gpu_ids == y.devices.gpu_ids &&
+            x.devices.cpu_workers == y.devices.cpu_workers,
+        "node.devices");
+  check(x.backend == y.backend, "node.backend");
+  check(x.hookhosts == y.hookhosts, "node.hookhosts");
+  check(x.http.ToString() == y.http.ToString() && x.grpc.ToString() == y.grpc.ToString() &&
+            x.metrics.ToString() == y.metrics.ToString(),
+        "node.listen");
+  check(x.model_repository == y.model_repository, "node.model_repository");
+  check(x.shm_size == y.shm_size, "node.shm_size");
+  check(a.supervisor.control_socket == b.supervisor.control_socket &&
+            a.supervisor.control_group == b.supervisor.control_group,
+        "supervisor.control_socket/control_group");
+  check(a.gateway.mode == b.gateway.mode, "gateway.mode");
+  check(a.frontend.max_request_bytes == b.frontend.max_request_bytes &&
+            a.frontend.max_connections == b.frontend.max_connections &&
+            a.frontend.request_timeout_seconds == b.frontend.request_timeout_seconds &&
+            a.frontend.idle_timeout_seconds == b.frontend.idle_timeout_seconds &&
+            a.frontend.tenants == b.frontend.tenants,
+        "frontend");
+  check(a.hooks.sandbox == b.hooks.sandbox && a.hooks.threads == b.hooks.threads &&
+            a.hooks.call_timeout_ms == b.hooks.call_timeout_ms &&
+            a.hooks.max_pending == b.hooks.max_pending && a.hooks.spin_us == b.hooks.spin_us,
+        "hooks");
+  check(a.cpu.threads == b.cpu.threads && a.cpu.pin == b.cpu.pin, "cpu");
+  const SchedulerConfig& s = a.scheduler;
+  const SchedulerConfig& t = b.scheduler;
+  check(s.ema_halflife_seconds == t.ema_halflife_seconds &&
+            s.recency_penalty_cap == t.recency_penalty_cap &&
+            s.coalescing_discount == t.coalescing_discount &&
+            s.cost_ema_alpha == t.cost_ema_alpha &&
+            s.dispatch_timeout_seconds == t.dispatch_timeout_seconds &&
+            s.compaction_interval == t.compaction_interval &&
+            s.residency_mode == t.residency_mode && s.batch_sizing == t.batch_sizing,
+        "scheduler (keys other than discipline, max_queue_depth and models' weight and "
+        "max_batch_size)");
+  std::vector<std::string> models;
+  for (const auto& [name, m] : s.models) {
+    models.push_back(name);
+  }
+  for (const auto& [name, m] : t.models) {
+    models.push_back(name);
+  }
+  for (const std::string& name : models) {
+    auto p = s.models.find(name);
+    auto q = t.models.find(name);
+    ModelSchedulingConfig none;
+    const ModelSchedulingConfig& m = p == s.models.end() ? none : p->second;
+    const ModelSchedulingConfig& n = q == t.models.end() ? none : q->second;
+    // Managed mode applies a new floor live (Reload); external mode's controller owns it.
+    if (m.residency != n.residency && s.residency_mode == ResidencyMode::kExternal) {
+      out.push_back("scheduler.models." + name + ".residency");
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+double WeightOf(const SchedulerConfig& config, const std::string& model) {
+  auto it = config.models.find(model);
+  return it == config.models.end() ? 1.0 : it->second.weight;
+}
+
+Residency ResidencyOf(const SchedulerConfig& config, const std::string& model) {
+  return config.ForModel(model).residency;
+}
+
+std::optional<int64_t> CapOf(const SchedulerConfig& config, const std::string& model) {
+  auto it = config.models.find(model);
+  return it == config.models.end() ? std::nullopt : it->second.max_batch_size;
+}
+
+}  // namespace
+
+size_t Supervisor::Impl::SendTableChange(const shm::ControlMessage& message) {
+  size_t sent = 0;
+  for (Child& c : children) {
+    if (!c.worker || !c.running()) {
+      continue;  // A worker (re)starting now gets the new table on its command line.
+    }
+    if (SendControl(c, message)) {
+      ++sent;
+    } else {
+      Kill(c, "its control ring was full during a model table change");
+    }
+  }
+  return sent;
+}
+
+void Supervisor::Impl::QueueHookhostRefresh() {
+  for (size_t i = 0; i < children.size(); ++i) {
+    if (!children[i].worker &&
+        std::find(refresh_queue.begin(), refresh_queue.end(), i) == refresh_queue.end()) {
+      refresh_queue.push_back(i);
+    }
+  }
+}
+
+void Supervisor::Impl::RefreshHookhosts(int64_t now) {
+  if (phase != Phase::kRunning) {
+    refresh_queue.clear();
+    refresh_current.reset();
+    return;
+  }
+  if (refresh_current) {
+    Child& c = children[*refresh_current];
+    int64_t limit = static_cast<int64_t>(config.supervisor.drain_timeout_seconds * 1e9);
+    if (c.refreshing && c.running() && now - c.refresh_since > limit && c.kill_reason.empty()) {
+      Kill(c, "not drained " + std::to_string(limit / 1'000'000'000) +
+                  " s after a model table change");
+    }
+    if (c.refreshing || !c.ready()) {
+      return;  // Still draining, or its successor not ready yet: one at a time.
+    }
+    refresh_current.reset();
+  }
+  while (!refresh_queue.empty()) {
+    size_t next = refresh_queue.front();
+    refresh_queue.pop_front();
+    Child& c = children[next];
+    if (!c.running()) {
+      continue;  // It starts with the new table anyway.
+    }
+    if (SendControl(c, {shm::ControlCode::kDrain, 0, 0, 0})) {
+      c.refreshing = true;
+      c.refresh_since = now;
+    } else {
+      Kill(c, "its control ring was full during a model table change");
+    }
+    refresh_current = next;
+    return;
+  }
+}
+
+Result<json> Supervisor::Impl::LoadModel(const std::string& name) {
+  if (phase != Phase::kRunning) {
+    return Unavailable("the node is stopping");
+  }
+  auto found = std::find(model_table.begin(), model_table.end(), name);
+  if (found != model_table.end()) {
+    return InvalidArgument("model '" + name + "' is already loaded (index " +
+                           std::to_string(found - model_table.begin()) + ")");
+  }
+  if (model_table.size() >= kMaxRepositoryModels) {
+    return ResourceExhausted("the model table is full (" + std::to_string(kMaxRepositoryModels) +
+                             " indices, unloaded ones included); restart the node to renumber");
+  }
+  // Checked here, so a bundle that cannot load is refused before any process sees it.
+  Result<Bundle> bundle = LoadBundle(config.node.model_repository + "/" + name);
+  if (!bundle.ok()) {
+    return Error{bundle.error().code, "load '" + name + "': " + bundle.error().message};
+  }
+  auto index = static_cast<uint32_t>(model_table.size());
+  model_table.push_back(name);
+  shm::ControlMessage message{shm::ControlCode::kLoadModel, index, 0, 0};
+  message.name = name;
+  size_t workers = SendTableChange(message);
+  QueueHookhostRefresh();
+  spdlog::info(
+      "load: model '{}' as index {}; {} worker(s) loading it, hook hosts restarting one "
+      "at a time",
+      name, index, workers);
+  return json{{"model", name}, {"index", index}, {"workers", workers}};
+}
+
+Result<json> Supervisor::Impl::UnloadModel(const std::string& name) {
+  if (phase != Phase::kRunning) {
+    return Unavailable("the node is stopping");
+  }
+  auto found = std::find(model_table.begin(), model_table.end(), name);
+  if (found == model_table.end()) {
+    return NotFound("no model '" + name + "' is loaded");
+  }
+  auto index = static_cast<uint32_t>(found - model_table.begin());
+  *found = "-";
+  size_t workers = SendTableChange({shm::ControlCode::kUnloadModel, index, 0, 0});
+  weight_overrides.erase(name);
+  batch_overrides.erase(name);
+  QueueHookhostRefresh();
+  spdlog::info("unload: model '{}' (index {}); its queued requests still run", name, index);
+  return json{{"model", name}, {"index", index}, {"workers", workers}};
+}
+
+Result<json> Supervisor::Impl::Reload() {
+  sd_notify(0, "RELOADING=1");
+  Result<NodeConfig> loaded = LoadNodeConfig(options.config_path, SchedulerEnvironment());
+  if (!loaded.ok()) {
+    spdlog::error("reload refused; the node keeps its configuration:\n{}", loaded.error().message);
+    sd_notify(0, "READY=1");
+    return InvalidArgument("reload refused, the node keeps its configuration: " +
+                           loaded.error().message);
+  }
+  std::vector<std::string> restart = RestartNeeded(config, *loaded);
+  json applied = json::array();
+  if (loaded->scheduler.discipline != config.scheduler.discipline) {
+    discipline_override = loaded->scheduler.discipline;
+    for (const Child& c : children) {
+      if (c.worker && c.running()) {
+        SendControl(c, {shm::ControlCode::kSetDiscipline, 0, 0,
+                        static_cast<int32_t>(loaded->scheduler.discipline)});
+      }
+    }
+    applied.push_back("scheduler.discipline = " +
+                      std::string(DisciplineName(loaded->scheduler.discipline)));
+  }
+  std::map<std::string, bool> names;
+  for (const auto& [name, m] : config.scheduler.models) {
+    names[name] = true;
+  }
+  for (const auto& [name, m] : loaded->scheduler.models) {
+    names[name] = true;
+  }
+  if (loaded->scheduler.max_queue_depth != config.scheduler.max_queue_depth) {
+    queue_depth_override = loaded->scheduler.max_queue_depth;
+    for (const Child& c : children) {
+      if (c.worker && c.running()) {
+        SendControl(c, {shm::ControlCode::kSetMaxQueueDepth, 0, 0,
+                        static_cast<int32_t>(loaded->scheduler.max_queue_depth)});
+      }
+    }
+    applied.push_back("scheduler.max_queue_depth = " +
+                      std::to_string(loaded->scheduler.max_queue_depth));
+  }
+  for (const auto& [name, unused] : names) {
+    std::optional<int64_t> cap_before = CapOf(config.scheduler, name);
+    std::optional<int64_t> cap_after = CapOf(loaded->scheduler, name);
+    if (cap_before != cap_after) {
+      batch_overrides[name] = cap_after;
+      (void)SendToModel(name, shm::ControlCode::kSetMaxBatchSize, 0,
+                        static_cast<int32_t>(cap_after.value_or(0)));
+      applied.push_back("scheduler.models." + name + ".max_batch_size = " +
+                        (cap_after ? std::to_string(*cap_after) : std::string("none")));
+    }
+  }
+  for (const auto& [name, unused] : names) {
+    double before = WeightOf(config.scheduler, name);
+    double after = WeightOf(loaded->scheduler, name);
+    if (before != after) {
+      weight_overrides[name] = after;
+      (void)SendToModel(name, shm::ControlCode::kSetPolicy, after, 0);
+      applied.push_back("scheduler.models." + name + ".weight = " + std::to_string(after));
+    }
+  }
+  if (config.scheduler.residency_mode == ResidencyMode::kManaged &&
+      loaded->scheduler.residency_mode == ResidencyMode::kManaged) {
+    for (const auto& [name, unused] : names) {
+      Residency before = ResidencyOf(config.scheduler, name);
+      Residency after = ResidencyOf(loaded->scheduler, name);
+      if (before != after) {
+        (void)SendToModel(name, shm::ControlCode::kSetResidencyFloor, 0,
+                          static_cast<int32_t>(after));
+        config.scheduler.models[name].residency = after;
+        applied.push_back("scheduler.models." + name +
+                          ".residency = " + std::string(ResidencyName(after)));
+      }
+    }
+  }
+  // Only what was applied is taken; the rest stays as started until ferryd restarts.
+  config.scheduler.discipline = loaded->scheduler.discipline;
+  config.scheduler.max_queue_depth = loaded->scheduler.max_queue_depth;
+  for (const auto& [name, unused] : names) {
+    config.scheduler.models[name].weight = WeightOf(loaded->scheduler, name);
+    config.scheduler.models[name].max_batch_size = CapOf(loaded->scheduler, name);
+  }
+  for (const std::string& key : restart) {
+    spdlog::warn("reload: {} changed; it takes effect when ferryd restarts", key);
+  }
+  spdlog::info("reloaded {}: {} change(s) applied live, {} need a restart", options.config_path,
+               applied.size(), restart.size());
+  sd_notify(0, "READY=1");
+  return json{{"applied", applied}, {"restart_needed", restart}};
+}
+}  // namespace ferry::supervisor

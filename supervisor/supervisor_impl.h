@@ -1,0 +1,180 @@
+// The supervisor's inner state (Supervisor::Impl) and its children, shared by the files that
+// implement it: supervisor.cc (start, the event loop, shutdown, readiness and systemd),
+// children.cc (starting, watching and killing worker and hook host processes), reload.cc
+// (the model table: reload, load, unload and hook host refreshes) and node_control.cc (the
+// control socket's commands and the status reply). Internal: included by those files only.
+//
+// Threads: Impl is touched only by ferryd's event-loop thread, except `counters` and the
+// shared-memory segment, which the /metrics thread reads.
+#pragma once
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "common/clock.h"
+#include "model/bundle.h"
+#include "model/repository.h"
+#include "net/http_server.h"
+#include "shm/control.h"
+#include "shm/recovery.h"
+#include "shm/ring.h"
+#include "shm/segment.h"
+#include "shm/status.h"
+#include "supervisor/child_process.h"
+#include "supervisor/control_server.h"
+#include "supervisor/devices.h"
+#include "supervisor/listeners.h"
+#include "supervisor/metrics.h"
+#include "supervisor/node_report.h"
+#include "supervisor/restart_policy.h"
+#include "supervisor/supervisor.h"
+
+namespace ferry::supervisor {
+
+using nlohmann::json;
+
+inline constexpr int64_t kKillGraceNs = 5'000'000'000;
+
+inline constexpr int64_t kStatusPeriodNs = 1'000'000'000;
+
+inline constexpr uint32_t kRingCapacity = 1024;
+
+inline constexpr uint64_t kSignalTag = uint64_t{1} << 40;
+
+inline constexpr uint64_t kControlTag = uint64_t{2} << 40;
+
+enum class Phase { kRunning, kDrainingHookhosts, kDrainingWorkers, kStopping, kDone };
+
+struct Child {
+  Child(bool is_worker, uint32_t i, uint32_t s, WorkerDevice d, const SupervisorSettings& settings)
+      : worker(is_worker), index(i), slot(s), device(std::move(d)), policy(settings) {}
+
+  bool worker = false;
+  uint32_t index = 0;  // Among its kind.
+  uint32_t slot = 0;
+  WorkerDevice device;
+  ChildProcess process;
+  RestartPolicy policy;
+  bool waiting = false;   // Dead, its successor due at restart_at.
+  bool finished = false;  // Exited during shutdown: not restarted.
+  int64_t started_ns = 0;
+  int64_t restart_at = 0;
+  uint64_t restarts = 0;
+  std::string last_exit;
+  std::string kill_reason;  // Why ferryd killed it, for the log line of its exit.
+  uint64_t heartbeat = 0;
+  int64_t heartbeat_ns = 0;
+  std::optional<shm::StatusSnapshotData> status;  // Last consistent read.
+  bool ready_seen = false;  // This incarnation reported ready (live overrides re-applied).
+  // A hook host drained to pick up a new model table: restarted at once when it exits, not
+  // counted as a death.
+  bool refreshing = false;
+  int64_t refresh_since = 0;
+
+  std::string Name() const {
+    return (worker ? "worker " : "hook host ") + std::to_string(index) + " (slot " +
+           std::to_string(slot) + ")";
+  }
+  bool running() const { return process.pid > 0; }
+  shm::ProcessState state() const {
+    return status ? static_cast<shm::ProcessState>(status->state) : shm::ProcessState::kStarting;
+  }
+  bool ready() const { return running() && state() == shm::ProcessState::kReady; }
+};
+
+// "running", "draining hook hosts", ...: for logs and the status reply.
+std::string_view PhaseName(Phase p);
+
+struct Supervisor::Impl {
+  SupervisorOptions options;
+  NodeConfig config;
+  std::vector<WorkerDevice> devices;
+  std::optional<shm::Segment> segment;
+  std::optional<ControlServer> control;
+  std::optional<Listener> http;  // Handed to every hook host; closed when the node stops.
+  std::string bound_http;
+  std::optional<Listener> grpc;  // Likewise, for gRPC.
+  std::string bound_grpc;
+  // /metrics: its own thread, reading only shared memory and `counters`.
+  std::optional<Listener> metrics_listener;
+  std::unique_ptr<SupervisorCounters> counters;
+  std::unique_ptr<net::HttpServer> metrics_server;
+  std::thread metrics_thread;
+  std::vector<Child> children;
+  int epoll_fd = -1;
+  int signal_fd = -1;
+  Phase phase = Phase::kRunning;
+  int64_t drain_deadline = 0;
+  int64_t kill_deadline = 0;
+  bool notified_ready = false;
+  std::string last_status_line;
+  int64_t last_status_ns = 0;
+  uint64_t watchdog_usec = 0;
+  int64_t last_watchdog_ns = 0;
+  uint64_t control_sequence = 1;
+  // Live changes made since start, re-applied to a worker that restarts.
+  std::optional<Discipline> discipline_override;
+  std::map<std::string, double> weight_overrides;
+  std::map<std::string, std::optional<int64_t>> batch_overrides;  // nullopt: uncapped.
+  std::optional<int64_t> queue_depth_override;
+  // The node's model table, by index: a model name, or "-" for an unloaded one. Children get
+  // it at every start (--models); workers follow loads and unloads live, hook hosts (which
+  // cannot open bundles inside their sandbox) are restarted one at a time.
+  std::vector<std::string> model_table;
+  std::deque<size_t> refresh_queue;       // Hook hosts (child indices) due for a restart.
+  std::optional<size_t> refresh_current;  // The one restarting now.
+
+  ~Impl() {
+    StopMetrics();
+    if (signal_fd >= 0) {
+      close(signal_fd);
+    }
+    if (epoll_fd >= 0) {
+      close(epoll_fd);
+    }
+  }
+
+  Status Start();
+  Status StartMetrics();
+  void StopMetrics();
+  void Loop();
+  void StartChild(Child& c, int64_t now);
+  void OnExit(Child& c, int64_t now);
+  void Tick(int64_t now);
+  void Watch(Child& c, int64_t now);
+  void Kill(Child& c, const std::string& why);
+  bool SendControl(const Child& c, const shm::ControlMessage& message);
+  void ReapplyOverrides(const Child& c);
+  void BeginShutdown(const std::string& why, int64_t now);
+  void AdvanceShutdown(int64_t now);
+  void Notify(int64_t now);
+  bool NodeReady() const;
+  bool Degraded(int64_t now) const;
+  Result<json> Handle(const control::ControlRequest& request);
+  Result<json> Reload();
+  Result<json> SendToModel(const std::string& model, shm::ControlCode code, double weight,
+                           int32_t value);
+  Result<json> LoadModel(const std::string& name);
+  Result<json> UnloadModel(const std::string& name);
+  // Sends a model table change to every running worker; one whose control ring is full is
+  // killed (its successor starts with the new table) rather than left numbering differently.
+  size_t SendTableChange(const shm::ControlMessage& message);
+  void QueueHookhostRefresh();
+  void RefreshHookhosts(int64_t now);
+  // How long the loop may sleep: kTickNs, or up to kRestTickNs while the node is settled.
+  int64_t TickNs() const;
+  json StatusJson() const;
+};
+
+}  // namespace ferry::supervisor
