@@ -1,0 +1,142 @@
+// The CUDA backend's inner state (CudaBackend::Impl) and its device-side types, shared by
+// cuda_backend.cc (the device, weights, models, the Backend interface) and
+// cuda_executables.cc (a program compiled into steps, captured as a CUDA graph, run).
+// Internal: included by those two files only.
+//
+// Threads: as CudaBackend (cuda_backend.h): one execution thread at a time.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <optional>
+
+#include "common/extent_allocator.h"
+#include "model/dtype_convert.h"
+#include "model/shape_inference.h"
+#include "worker/backends/cuda/cuda_backend.h"
+#include "worker/backends/cuda/kernels.h"
+#include "worker/backends/staging.h"
+#include "worker/scheduler/batch_axis.h"
+
+namespace ferry {
+
+inline constexpr uint64_t kDeviceAlignment = 256;
+
+inline constexpr size_t kCublasWorkspace = 32 << 20;
+
+// A device tensor of an executable: its buffer and shape.
+struct DeviceTensor {
+  float* data = nullptr;
+  Shape shape;
+};
+
+using Step = std::function<Status(cudaStream_t)>;
+
+struct Executable {
+  std::map<std::string, DeviceTensor> tensors;
+  void* buffer = nullptr;            // Every tensor of this executable, one allocation.
+  uint16_t* bf16_scratch = nullptr;  // Activations converted for bf16 GEMMs (in `buffer`).
+  std::vector<Step> steps;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  StagingLayout staging;  // Where its inputs and outputs sit in the pinned staging buffer.
+};
+
+struct DeviceWeight {
+  uint64_t offset = 0;
+  bool bf16 = false;
+  Shape shape;
+};
+
+struct Model {
+  const Bundle* bundle = nullptr;
+  std::map<std::string, DeviceWeight> weights;
+  std::vector<Executable> executables;  // [variant * sizes + size index]
+  std::optional<Error> failure;
+};
+
+class DeviceWeightArena : public WeightArena {
+ public:
+  DeviceWeightArena(uint8_t* base, uint64_t capacity)
+      : base_(base), extents_(capacity / kDeviceAlignment * kDeviceAlignment, kDeviceAlignment) {}
+  uint64_t capacity() const override { return extents_.capacity(); }
+  std::optional<uint64_t> Allocate(uint64_t bytes) override { return extents_.Allocate(bytes); }
+  void Free(uint64_t offset) override { extents_.Free(offset); }
+  uint64_t in_use() const override { return extents_.in_use(); }
+  uint8_t* base() const { return base_; }
+
+ private:
+  uint8_t* base_;
+  ExtentAllocator extents_;
+};
+
+struct CudaBackend::Impl {
+  CudaBackendOptions options;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  void* cublas_workspace = nullptr;
+  uint8_t* arena_base = nullptr;
+  std::unique_ptr<DeviceWeightArena> arena;
+  uint8_t* staging = nullptr;
+  std::vector<Model> models;
+  std::atomic<bool> healthy{true};  // Written on the execution thread, read by the loop.
+  double upload_seconds = 0;
+  uint64_t uploaded_bytes = 0;
+  uint64_t host_register_failures = 0;
+  uint64_t graph_fallbacks = 0;
+
+  // cudaSetDevice is per thread: every entry point selects the backend's device first.
+  Status Select() { return Check(cudaSetDevice(options.device), "select device"); }
+
+  // [offset, offset + bytes) inside the weight arena, overflow-checked.
+  Status CheckArenaRange(uint64_t offset, uint64_t bytes, const char* what) const;
+
+  // Frees what a model holds on the device (its executables and weight extents): after a
+  // failed Load, so a retry does not leak.
+  void Release(Model& m);
+
+  Status Check(cudaError_t e, const char* what);
+  Status Check(cublasStatus_t s, const char* what);
+
+  Status Upload(uint64_t offset, std::span<const uint8_t> bytes);
+
+  const float* WeightPtr(const Model& m, const std::string& name) const;
+
+  Status UploadWeights(Model& m);
+
+  Status BuildExecutable(const Model& m, const ShapeVariant& variant, int64_t size,
+                         Executable* exe);
+
+  static uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+  // Translates the program into launch steps, fusing dense + bias + a following activation.
+  void BuildSteps(const Model& m, Executable* exe);
+
+  // Moves tensor `index` (an input when to_device, else an output) between every request's
+  // block and the device batch `t`, along the tensor's batch axis; pads inputs with zero
+  // rows up to the compiled size. A tensor without a batch axis is the first request's.
+  Status CopyRows(const BatchJob& job, const Manifest& manifest, const TensorSpec& spec,
+                  const DeviceTensor& t, size_t index, bool to_device);
+
+  // One dispatch: inputs in, the program, outputs back, synchronised. Through the pinned
+  // staging buffer (one copy per tensor) when the batch fits it, else per request.
+  Status Dispatch(const Executable& exe, const Manifest& manifest, const BatchJob& job);
+
+  Status RunSteps(const Executable& exe);
+
+  // Captures the steps as a graph; false on failure, when the partial graph is dropped, the
+  // error cleared, and exe->exec stays null (plain launches).
+  bool Capture(Executable* exe);
+
+  Status Launch(const Executable& exe, bool graph);
+};
+
+}  // namespace ferry

@@ -1,0 +1,380 @@
+// A model's program compiled into device steps (cuBLAS calls and ferry's kernels), captured
+// as a CUDA graph per compiled batch size, and run on the backend's stream.
+#include "worker/backends/cuda/cuda_backend_impl.h"
+
+namespace ferry {
+
+Status CudaBackend::Impl::BuildExecutable(const Model& m, const ShapeVariant& variant, int64_t size,
+                                          Executable* exe) {
+  const Manifest& manifest = m.bundle->manifest;
+  WeightLookup lookup = [&](const std::string& name) -> std::optional<WeightSpec> {
+    const TensorInfo* info = m.bundle->weights.index().Find(name);
+    return info ? std::optional<WeightSpec>(WeightSpec{info->dtype, info->shape}) : std::nullopt;
+  };
+  FERRY_ASSIGN_OR_RETURN(auto shapes, InferShapes(manifest, variant, size, lookup));
+  for (const Op& op : manifest.program) {  // The add kernel takes two equal shapes only.
+    if (op.kind == OpKind::kAdd && shapes.at(op.inputs[0]) != shapes.at(op.inputs[1])) {
+      return InvalidArgument("model '" + manifest.name +
+                             "': the CUDA backend does not broadcast add yet (CPU workers do)");
+    }
+  }
+  FERRY_ASSIGN_OR_RETURN(exe->staging, PlanStaging(manifest, shapes));
+  // One buffer: every tensor, then the bf16 scratch (as large as the largest dense input).
+  uint64_t total = 0, scratch = 0;
+  std::map<std::string, uint64_t> offsets;
+  for (const auto& [name, shape] : shapes) {
+    offsets[name] = total;
+    total += AlignUp(static_cast<uint64_t>(*NumElements(shape)) * 4, kDeviceAlignment);
+  }
+  for (const Op& op : manifest.program) {
+    if (op.kind == OpKind::kDense) {
+      scratch = std::max<uint64_t>(
+          scratch, static_cast<uint64_t>(*NumElements(shapes.at(op.inputs[0]))) * 2);
+    }
+  }
+  FERRY_RETURN_IF_ERROR(
+      Check(cudaMalloc(&exe->buffer, total + AlignUp(scratch, kDeviceAlignment) + kDeviceAlignment),
+            "executable buffers"));
+  FERRY_RETURN_IF_ERROR(
+      Check(cudaMemsetAsync(exe->buffer, 0, total, stream), "executable buffers"));
+  FERRY_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream), "executable buffers"));
+  auto* base = static_cast<uint8_t*>(exe->buffer);
+  for (const auto& [name, shape] : shapes) {
+    exe->tensors[name] = {reinterpret_cast<float*>(base + offsets[name]), shape};
+  }
+  exe->bf16_scratch = reinterpret_cast<uint16_t*>(base + total);
+  BuildSteps(m, exe);
+  // One plain run first: loads kernels and warms cuBLAS outside capture, and proves the
+  // steps work before a graph is made of them.
+  FERRY_RETURN_IF_ERROR(RunSteps(*exe));
+  FERRY_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream), "first run"));
+  if (options.use_graphs && !Capture(exe)) {
+    // The executable keeps launching its steps one by one: slower, still correct.
+    ++graph_fallbacks;
+    spdlog::warn(
+        "model '{}', batch {}: CUDA graph capture failed; launching the {} ops one "
+        "by one",
+        manifest.name, size, exe->steps.size());
+  }
+  return OkStatus();
+}
+
+// Translates the program into launch steps, fusing dense + bias + a following activation.
+void CudaBackend::Impl::BuildSteps(const Model& m, Executable* exe) {
+  const Manifest& manifest = m.bundle->manifest;
+  const auto& program = manifest.program;
+  std::map<std::string, int> readers;
+  for (const Op& op : program) {
+    for (const std::string& in : op.inputs) {
+      ++readers[in];
+    }
+  }
+  auto is_output = [&](const std::string& name) {
+    for (const TensorSpec& t : manifest.outputs) {
+      if (t.name == name) {
+        return true;
+      }
+    }
+    return false;
+  };
+  for (size_t i = 0; i < program.size(); ++i) {
+    const Op& op = program[i];
+    DeviceTensor x = exe->tensors.at(op.inputs[0]);
+    DeviceTensor y = exe->tensors.at(op.output);
+    int64_t count = *NumElements(y.shape);
+    switch (op.kind) {
+      case OpKind::kDense: {
+        cuda::Activation act = cuda::Activation::kNone;
+        if (i + 1 < program.size() && readers[op.output] == 1 && !is_output(op.output) &&
+            program[i + 1].inputs[0] == op.output) {
+          switch (program[i + 1].kind) {
+            case OpKind::kRelu:
+              act = cuda::Activation::kRelu;
+              break;
+            case OpKind::kGelu:
+              act = cuda::Activation::kGelu;
+              break;
+            case OpKind::kTanh:
+              act = cuda::Activation::kTanh;
+              break;
+            case OpKind::kSigmoid:
+              act = cuda::Activation::kSigmoid;
+              break;
+            default:
+              break;
+          }
+        }
+        if (act != cuda::Activation::kNone) {
+          y = exe->tensors.at(program[i + 1].output);  // Fused: write the activation's output.
+          ++i;
+        }
+        int64_t k = x.shape.back(), n = y.shape.back(), rows = count / n;
+        const DeviceWeight& w = m.weights.at(op.weight);
+        const void* weight = arena_base + w.offset;
+        const float* bias = WeightPtr(m, op.bias);
+        Precision precision = manifest.precision;
+        uint16_t* scratch = exe->bf16_scratch;
+        exe->steps.push_back([=, this](cudaStream_t s) -> Status {
+          const float alpha = 1.f, beta = 0.f;
+          // Row-major y[rows, n] = x[rows, k] W[n, k]^T, as column-major y^T = W x^T.
+          if (precision == Precision::kBf16) {
+            FERRY_RETURN_IF_ERROR(
+                Check(cuda::FloatToBf16(x.data, scratch, rows * k, s), "to bf16"));
+            FERRY_RETURN_IF_ERROR(
+                Check(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),
+                                   static_cast<int>(rows), static_cast<int>(k), &alpha, weight,
+                                   CUDA_R_16BF, static_cast<int>(k), scratch, CUDA_R_16BF,
+                                   static_cast<int>(k), &beta, y.data, CUDA_R_32F,
+                                   static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                      "bf16 GEMM"));
+          } else {
+            cublasComputeType_t compute =
+                precision == Precision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+            FERRY_RETURN_IF_ERROR(
+                Check(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),
+                                   static_cast<int>(rows), static_cast<int>(k), &alpha, weight,
+                                   CUDA_R_32F, static_cast<int>(k), x.data, CUDA_R_32F,
+                                   static_cast<int>(k), &beta, y.data, CUDA_R_32F,
+                                   static_cast<int>(n), compute, CUBLAS_GEMM_DEFAULT),
+                      "GEMM"));
+          }
+          if (bias != nullptr || act != cuda::Activation::kNone) {
+            return Check(cuda::BiasActivation(y.data, bias, rows, n, act, s), "bias/activation");
+          }
+          return OkStatus();
+        });
+        break;
+      }
+      case OpKind::kRelu:
+      case OpKind::kGelu:
+      case OpKind::kTanh:
+      case OpKind::kSigmoid: {
+        cuda::Activation act = op.kind == OpKind::kRelu   ? cuda::Activation::kRelu
+                               : op.kind == OpKind::kGelu ? cuda::Activation::kGelu
+                               : op.kind == OpKind::kTanh ? cuda::Activation::kTanh
+                                                          : cuda::Activation::kSigmoid;
+        exe->steps.push_back([=, this](cudaStream_t s) {
+          return Check(cuda::Elementwise(x.data, y.data, count, act, s), "activation");
+        });
+        break;
+      }
+      case OpKind::kClip: {
+        auto lo = static_cast<float>(op.min), hi = static_cast<float>(op.max);
+        exe->steps.push_back([=, this](cudaStream_t s) {
+          return Check(cuda::Clip(x.data, y.data, count, lo, hi, s), "clip");
+        });
+        break;
+      }
+      case OpKind::kAdd: {
+        DeviceTensor b = exe->tensors.at(op.inputs[1]);
+        exe->steps.push_back([=, this](cudaStream_t s) {
+          return Check(cuda::Add(x.data, b.data, y.data, count, s), "add");
+        });
+        break;
+      }
+      case OpKind::kSoftmax: {
+        int64_t rank = static_cast<int64_t>(x.shape.size());
+        int64_t axis = op.axis < 0 ? op.axis + rank : op.axis;
+        int64_t outer = 1, inner = 1;
+        for (int64_t d = 0; d < axis; ++d) outer *= x.shape[static_cast<size_t>(d)];
+        for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape[static_cast<size_t>(d)];
+        int64_t n = x.shape[static_cast<size_t>(axis)];
+        exe->steps.push_back([=, this](cudaStream_t s) {
+          return Check(cuda::Softmax(x.data, y.data, outer, n, inner, s), "softmax");
+        });
+        break;
+      }
+      case OpKind::kLayerNorm: {
+        const float* w = WeightPtr(m, op.weight);
+        const float* b = WeightPtr(m, op.bias);
+        int64_t d = x.shape.back();
+        float eps = static_cast<float>(op.eps);
+        exe->steps.push_back([=, this](cudaStream_t s) {
+          return Check(cuda::LayerNorm(x.data, w, b, y.data, count / d, d, eps, s), "layernorm");
+        });
+        break;
+      }
+      case OpKind::kConv2d:
+      case OpKind::kMaxPool2d: {
+        cuda::ConvShape cs{};
+        cs.groups = op.kind == OpKind::kConv2d ? op.groups : 1;
+        cs.n = x.shape[0];
+        cs.c = x.shape[1];
+        cs.h = x.shape[2];
+        cs.w = x.shape[3];
+        cs.sh = op.stride[0];
+        cs.sw = op.stride[1];
+        cs.ph = op.padding[0];
+        cs.pw = op.padding[1];
+        cs.ho = y.shape[2];
+        cs.wo = y.shape[3];
+        if (op.kind == OpKind::kConv2d) {
+          const DeviceWeight& w = m.weights.at(op.weight);
+          cs.o = w.shape[0];
+          cs.kh = w.shape[2];
+          cs.kw = w.shape[3];
+          const float* weight = WeightPtr(m, op.weight);
+          const float* bias = WeightPtr(m, op.bias);
+          exe->steps.push_back([=, this](cudaStream_t s) {
+            return Check(cuda::Conv2d(x.data, weight, bias, y.data, cs, s), "conv2d");
+          });
+        } else {
+          cs.o = cs.c;
+          cs.kh = op.kernel[0];
+          cs.kw = op.kernel[1];
+          exe->steps.push_back([=, this](cudaStream_t s) {
+            return Check(cuda::MaxPool2d(x.data, y.data, cs, s), "maxpool2d");
+          });
+        }
+        break;
+      }
+      case OpKind::kGlobalAvgPool: {
+        int64_t planes = x.shape[0] * x.shape[1], area = x.shape[2] * x.shape[3];
+        exe->steps.push_back([=, this](cudaStream_t s) {
+          return Check(cuda::GlobalAvgPool(x.data, y.data, planes, area, s), "global_avgpool");
+        });
+        break;
+      }
+      case OpKind::kGather:
+      case OpKind::kReduceMean:
+      case OpKind::kSub:
+      case OpKind::kMul:
+      case OpKind::kDiv:
+      case OpKind::kTranspose:
+      case OpKind::kMatMul:
+      case OpKind::kSlice:
+      case OpKind::kSqrt:
+      case OpKind::kExp:
+      case OpKind::kLog:
+        break;  // CudaRuns refuses these at load, before any step is built.
+      case OpKind::kFlatten:
+      case OpKind::kReshape:
+        exe->steps.push_back([=, this](cudaStream_t s) {
+          return Check(cudaMemcpyAsync(y.data, x.data, static_cast<size_t>(count) * 4,
+                                       cudaMemcpyDeviceToDevice, s),
+                       "reshape copy");
+        });
+        break;
+    }
+  }
+}
+
+// Moves tensor `index` (an input when to_device, else an output) between every request's
+// block and the device batch `t`, along the tensor's batch axis; pads inputs with zero
+// rows up to the compiled size. A tensor without a batch axis is the first request's.
+Status CudaBackend::Impl::CopyRows(const BatchJob& job, const Manifest& manifest,
+                                   const TensorSpec& spec, const DeviceTensor& t, size_t index,
+                                   bool to_device) {
+  auto* device = reinterpret_cast<uint8_t*>(t.data);
+  cudaMemcpyKind kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+  const char* what = to_device ? "input copy" : "output copy";
+  auto host = [&](const RequestIo& io) -> uint8_t* {
+    return to_device ? const_cast<uint8_t*>(io.inputs[index].data()) : io.outputs[index].data();
+  };
+  if (!spec.batch_axis || manifest.unbatched()) {
+    const RequestIo& io = job.requests[0];
+    size_t bytes = to_device ? io.inputs[index].size() : io.outputs[index].size();
+    return Check(to_device ? cudaMemcpyAsync(device, host(io), bytes, kind, stream)
+                           : cudaMemcpyAsync(host(io), device, bytes, kind, stream),
+                 what);
+  }
+  FERRY_ASSIGN_OR_RETURN(RowLayout layout, RowLayoutOf(t.shape, *spec.batch_axis, 4));
+  size_t pitch = static_cast<size_t>(job.batch_size * layout.row_bytes);
+  size_t height = static_cast<size_t>(layout.outer);
+  int64_t begin = 0;
+  for (const RequestIo& io : job.requests) {
+    size_t width = static_cast<size_t>(io.rows * layout.row_bytes);
+    uint8_t* rows = device + begin * layout.row_bytes;
+    FERRY_RETURN_IF_ERROR(Check(
+        to_device ? cudaMemcpy2DAsync(rows, pitch, host(io), width, width, height, kind, stream)
+                  : cudaMemcpy2DAsync(host(io), width, rows, pitch, width, height, kind, stream),
+        what));
+    begin += io.rows;
+  }
+  if (to_device && begin < job.batch_size) {
+    size_t pad = static_cast<size_t>((job.batch_size - begin) * layout.row_bytes);
+    FERRY_RETURN_IF_ERROR(
+        Check(cudaMemset2DAsync(device + begin * layout.row_bytes, pitch, 0, pad, height, stream),
+              "zero padding rows"));
+  }
+  return OkStatus();
+}
+
+// One dispatch: inputs in, the program, outputs back, synchronised. Through the pinned
+// staging buffer (one copy per tensor) when the batch fits it, else per request.
+Status CudaBackend::Impl::Dispatch(const Executable& exe, const Manifest& manifest,
+                                   const BatchJob& job) {
+  const StagingLayout& layout = exe.staging;
+  if (layout.total_bytes <= options.staging_bytes) {
+    std::span<uint8_t> buffer(staging, options.staging_bytes);
+    for (size_t i = 0; i < manifest.inputs.size(); ++i) {
+      GatherInput(layout, job, i, buffer);
+      const StagingLayout::Tensor& t = layout.inputs[i];
+      FERRY_RETURN_IF_ERROR(
+          Check(cudaMemcpyAsync(exe.tensors.at(manifest.inputs[i].name).data, staging + t.offset,
+                                t.bytes, cudaMemcpyHostToDevice, stream),
+                "input copy"));
+    }
+    FERRY_RETURN_IF_ERROR(Launch(exe, options.use_graphs));
+    for (size_t o = 0; o < manifest.outputs.size(); ++o) {
+      const StagingLayout::Tensor& t = layout.outputs[o];
+      FERRY_RETURN_IF_ERROR(
+          Check(cudaMemcpyAsync(staging + t.offset, exe.tensors.at(manifest.outputs[o].name).data,
+                                t.bytes, cudaMemcpyDeviceToHost, stream),
+                "output copy"));
+    }
+    FERRY_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream), "dispatch"));
+    for (size_t o = 0; o < manifest.outputs.size(); ++o) {
+      ScatterOutput(layout, job, o, buffer);
+    }
+    return OkStatus();
+  }
+  for (size_t i = 0; i < manifest.inputs.size(); ++i) {
+    FERRY_RETURN_IF_ERROR(CopyRows(job, manifest, manifest.inputs[i],
+                                   exe.tensors.at(manifest.inputs[i].name), i, true));
+  }
+  FERRY_RETURN_IF_ERROR(Launch(exe, options.use_graphs));
+  for (size_t o = 0; o < manifest.outputs.size(); ++o) {
+    FERRY_RETURN_IF_ERROR(CopyRows(job, manifest, manifest.outputs[o],
+                                   exe.tensors.at(manifest.outputs[o].name), o, false));
+  }
+  return Check(cudaStreamSynchronize(stream), "dispatch");
+}
+
+Status CudaBackend::Impl::RunSteps(const Executable& exe) {
+  for (const Step& step : exe.steps) {
+    FERRY_RETURN_IF_ERROR(step(stream));
+  }
+  return OkStatus();
+}
+
+// Captures the steps as a graph; false on failure, when the partial graph is dropped, the
+// error cleared, and exe->exec stays null (plain launches).
+bool CudaBackend::Impl::Capture(Executable* exe) {
+  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  Status steps = RunSteps(*exe);
+  cudaError_t end = cudaStreamEndCapture(stream, &exe->graph);
+  if (steps.ok() && end == cudaSuccess &&
+      cudaGraphInstantiate(&exe->exec, exe->graph, 0) == cudaSuccess) {
+    return true;
+  }
+  cudaGetLastError();
+  if (exe->graph != nullptr) {
+    cudaGraphDestroy(exe->graph);
+    exe->graph = nullptr;
+  }
+  exe->exec = nullptr;
+  return false;
+}
+
+Status CudaBackend::Impl::Launch(const Executable& exe, bool graph) {
+  if (graph && exe.exec != nullptr) {
+    return Check(cudaGraphLaunch(exe.exec, stream), "graph launch");
+  }
+  return RunSteps(exe);
+}
+
+}  // namespace ferry
