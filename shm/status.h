@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/histogram_bounds.h"
 #include "common/result.h"
 #include "shm/segment.h"
 
@@ -44,14 +45,11 @@ std::string_view ProcessStateName(ProcessState state);
 // kUnloaded: an index whose model was unloaded (ferryctl unload); its name is a placeholder.
 enum class ModelLoadState : uint32_t { kReady = 0, kFailed = 1, kPipeline = 2, kUnloaded = 3 };
 
-// Histogram bounds (Prometheus `le`) of the queue wait (ns) and of dispatched batch sizes.
-inline constexpr int64_t kQueueWaitBoundsNs[] = {
-    100'000,       250'000,       500'000,       1'000'000,     2'500'000,   5'000'000,
-    10'000'000,    25'000'000,    50'000'000,    100'000'000,   250'000'000, 500'000'000,
-    1'000'000'000, 2'500'000'000, 5'000'000'000, 10'000'000'000};
-inline constexpr int64_t kBatchSizeBounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
-inline constexpr size_t kQueueWaitBuckets = std::size(kQueueWaitBoundsNs);
-inline constexpr size_t kBatchSizeBuckets = std::size(kBatchSizeBounds);
+// Histogram bounds: common/histogram_bounds.h (the scheduler counts with the same).
+using ferry::kBatchSizeBounds;
+using ferry::kBatchSizeBuckets;
+using ferry::kQueueWaitBoundsNs;
+using ferry::kQueueWaitBuckets;
 
 // Fixed-size strings are NUL-terminated and truncated to fit.
 struct ModelStatusData {

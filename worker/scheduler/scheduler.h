@@ -101,7 +101,8 @@ struct ModelMetrics {
   int64_t queue_wait_p50_ns = 0;
   int64_t queue_wait_p99_ns = 0;
   std::map<int64_t, uint64_t> batch_size_histogram;  // Compiled size -> dispatches.
-  // Requests dispatched with a queue wait <= shm::kQueueWaitBoundsNs[i]; all of them; the sum.
+  // Requests dispatched with a queue wait <= kQueueWaitBoundsNs[i] (common/histogram_bounds.h);
+  // all of them; the sum.
   std::vector<uint64_t> queue_wait_le;
   uint64_t queue_wait_count = 0;
   int64_t queue_wait_sum_ns = 0;
