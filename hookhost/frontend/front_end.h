@@ -1,0 +1,46 @@
+// A hook host's KServe v2 front end on listening sockets ferryd hands down: HTTP on its own
+// I/O thread, gRPC on gRPC's threads (fed by an accept thread), both calling one
+// KServeService over the hook host's request flow.
+//
+// Thread safety: Start, Drain, Drained and Stop are called from one thread (the hook host's
+// control loop). Lifetime: the HookHost, segment and models given to Start outlive Stop.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "config/node_config.h"
+#include "hookhost/frontend/grpc_service.h"
+#include "hookhost/frontend/kserve_service.h"
+#include "net/http_server.h"
+
+namespace ferry::frontend {
+
+class FrontEnd {
+ public:
+  FrontEnd() = default;
+  FrontEnd(const FrontEnd&) = delete;
+  FrontEnd& operator=(const FrontEnd&) = delete;
+
+  // Serves HTTP on `http_fd` and, when `grpc_fd` >= 0, gRPC on it. REQUIRES: called once.
+  Status Start(const shm::Segment& segment, const std::vector<hookhost::HookModel>& models,
+               hookhost::HookHost* host, int http_fd, int grpc_fd,
+               const FrontendSettings& settings);
+  // No request reaches the flow after this returns; those read are still answered. A no-op
+  // before Start.
+  void Drain();
+  // Every request read has been answered and written (true before Start).
+  bool Drained() const;
+  // Writes what was answered (within `wait`), then closes every connection.
+  void Stop(std::chrono::milliseconds wait);
+
+ private:
+  std::unique_ptr<KServeService> service_;
+  std::unique_ptr<net::HttpServer> server_;
+  std::unique_ptr<GrpcFrontEnd> grpc_;
+  std::thread thread_;
+};
+
+}  // namespace ferry::frontend

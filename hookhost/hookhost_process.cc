@@ -1,0 +1,239 @@
+#include "hookhost/hookhost_process.h"
+
+#include <sched.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "common/clock.h"
+#include "config/node_config.h"
+#include "hookhost/frontend/front_end.h"
+#include "hookhost/hookhost.h"
+#include "hookhost/startup.h"
+#include "shm/control.h"
+#include "shm/ring.h"
+#include "shm/status.h"
+
+namespace ferry::hookhost {
+namespace {
+
+// The control ring's poll and the heartbeat's period: the same 20 ms as a worker's idle
+// heartbeat and ferryd's watch tick (a stop or drain waits at most this long to be seen).
+constexpr auto kControlPoll = std::chrono::milliseconds(20);
+
+// How long a hook host that asked for a restart answers what it has taken before it exits.
+constexpr int64_t kRestartDrainNs = 10'000'000'000;
+
+// [hooks] spin_us, or when absent (-1) 200 us where this process may run on 4 or more CPUs:
+// with fewer, polling would take a core the worker and the client need (measured: fewer
+// requests/s at 2-4 in flight on a 2-CPU machine, docs/hookhost.md "Threads").
+int64_t SpinMicros(int64_t configured) {
+  if (configured >= 0) {
+    return configured;
+  }
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  int usable = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  return usable >= 4 ? 200 : 0;
+}
+
+void Publish(shm::StatusWriter& status, shm::ProcessState state, uint32_t generation,
+             const std::vector<HookModel>& models) {
+  auto snapshot = std::make_unique<shm::StatusSnapshotData>();
+  snapshot->state = static_cast<uint32_t>(state);
+  snapshot->generation = generation;
+  snapshot->published_ns = MonotonicNs();
+  snapshot->num_models =
+      static_cast<uint32_t>(std::min<size_t>(models.size(), shm::kMaxStatusModels));
+  for (uint32_t m = 0; m < snapshot->num_models; ++m) {
+    shm::ModelStatusData& out = snapshot->models[m];
+    shm::CopyName(out.name, models[m].name);
+    out.state = static_cast<uint32_t>(models[m].unloaded  ? shm::ModelLoadState::kUnloaded
+                                      : models[m].failure ? shm::ModelLoadState::kFailed
+                                                          : shm::ModelLoadState::kReady);
+    if (models[m].failure) {
+      shm::CopyName(out.error, models[m].failure->message);
+    }
+  }
+  status.Publish(*snapshot);
+}
+
+[[noreturn]] void Exit(int code) {
+  std::fflush(nullptr);
+  _exit(code);
+}
+
+// A started hook host: what its control loop and its shutdown work on.
+struct Running {
+  uint32_t slot = 0;
+  uint32_t generation = 0;
+  NodeConfig config;
+  std::optional<shm::Segment> segment;
+  std::optional<shm::StatusWriter> status;
+  std::optional<LoadedModels> loaded;
+  std::unique_ptr<HookHost> host;
+  frontend::FrontEnd front;
+
+  const std::vector<HookModel>& models() const { return loaded->models; }
+  void Publish(shm::ProcessState state) { hookhost::Publish(*status, state, generation, models()); }
+};
+
+// Node file, segment, models and plugins (loaded confined), then the sandbox. Exits 1 on
+// failure.
+void LoadAndSeal(const HookHostProcessArgs& args, Running& r, int64_t* spin_us) {
+  Result<NodeConfig> config = LoadNodeConfig(args.config, SchedulerEnvironment());
+  if (!config.ok()) {
+    spdlog::error("invalid node file:\n{}", config.error().message);
+    Exit(1);
+  }
+  r.config = std::move(*config);
+  Result<shm::Segment> segment = shm::Segment::Attach(args.segment, args.slot);
+  if (!segment.ok()) {
+    spdlog::error("{}", segment.error().ToString());
+    Exit(1);
+  }
+  if (segment->IsWorkerSlot(args.slot)) {
+    spdlog::error("slot {} is not a hook host slot of '{}' (hook hosts are 0 to {})", args.slot,
+                  args.segment, segment->hookhosts() - 1);
+    Exit(1);
+  }
+  r.segment.emplace(std::move(*segment));
+  r.generation = r.segment->generation(args.slot).load(std::memory_order_acquire);
+  r.status.emplace(*r.segment, args.slot);
+  hookhost::Publish(*r.status, shm::ProcessState::kStarting, r.generation, {});
+
+  bool strict = r.config.hooks.sandbox == SandboxMode::kStrict;
+  std::optional<std::vector<std::string>> names;
+  if (args.models) {
+    names = SplitModelTable(*args.models);
+  }
+  Result<LoadedModels> loaded =
+      LoadModelsConfined(r.config.node.model_repository, names, strict, r.config.hooks.max_memory);
+  if (!loaded.ok()) {
+    spdlog::error("{}", loaded.error().ToString());
+    Exit(1);
+  }
+  r.loaded.emplace(std::move(*loaded));
+  spdlog::info("hook host slot {}: plugins loaded {}", args.slot, r.loaded->confinement);
+  for (const HookModel& m : r.models()) {
+    if (m.failure) {
+      spdlog::error("model '{}' unusable: {}", m.name, m.failure->ToString());
+    }
+  }
+  *spin_us = SpinMicros(r.config.hooks.spin_us);  // Before the sandbox: it reads affinity.
+  if (!strict) {
+    spdlog::warn("hook host slot {}: [hooks] sandbox = \"off\": plugins run unconfined", args.slot);
+    return;
+  }
+  Result<SandboxReport> report = Seal(*r.loaded);
+  if (!report.ok()) {
+    spdlog::error("cannot enter the sandbox: {}", report.error().ToString());
+    Exit(1);
+  }
+  spdlog::info("hook host slot {}: sandboxed ({})", args.slot, report->Describe());
+}
+
+// The request flow's threads, then the front end. Exits 1 when the front end cannot start.
+void StartServing(const HookHostProcessArgs& args, Running& r, int64_t spin_us) {
+  HookHostOptions options;
+  options.gateway = r.config.gateway.mode;
+  options.threads = static_cast<int>(r.config.hooks.threads);
+  options.call_timeout_ms = r.config.hooks.call_timeout_ms;
+  options.max_pending = static_cast<size_t>(r.config.hooks.max_pending);
+  options.spin_ns = spin_us * 1000;
+  // The workers' queue limit, which the gateway checks before sending.
+  options.max_queue_depth.assign(r.models().size(),
+                                 static_cast<uint64_t>(r.config.scheduler.max_queue_depth));
+  r.host = std::make_unique<HookHost>(*r.segment, args.slot, r.models(), options);
+  r.host->Start();
+  if (args.http_fd >= 0) {
+    if (Status started = r.front.Start(*r.segment, r.models(), r.host.get(), args.http_fd,
+                                       args.grpc_fd, r.config.frontend);
+        !started.ok()) {
+      spdlog::error("hook host slot {}: {}", args.slot, started.error().ToString());
+      Exit(1);
+    }
+  }
+  r.Publish(shm::ProcessState::kReady);
+  spdlog::info("hook host slot {} serving {} models", args.slot, r.models().size());
+}
+
+// Follows the control ring until stopped, drained, or unhealthy; returns the exit code.
+int Serve(Running& r) {
+  shm::RingConsumer control(*r.segment, r.segment->ControlRing(r.slot));
+  bool draining = false;
+  int64_t restart_deadline = 0;  // Set when a spinning plugin call asks for a restart.
+  auto drain = [&] {
+    draining = true;
+    r.front.Drain();  // No new request; those read are answered.
+    r.Publish(shm::ProcessState::kDraining);
+  };
+  while (true) {
+    r.status->Beat();
+    shm::DescriptorData d{};
+    bool stop = false;
+    while (control.TryPop(&d) == shm::RingStatus::kOk) {
+      Result<shm::ControlMessage> message = shm::DecodeControl(d, 0);
+      if (!message.ok()) {
+        control.CountInvalid();
+        spdlog::warn("hook host slot {}: control: {}", r.slot, message.error().ToString());
+        continue;
+      }
+      if (message->code == shm::ControlCode::kStop) {
+        stop = true;
+      } else if (message->code == shm::ControlCode::kDrain && !draining) {
+        drain();
+      }
+    }
+    if (!draining && r.host->wants_restart()) {
+      // A spinning call takes a core for as long as it runs: stop taking requests, answer
+      // those taken (for up to 10 s), then exit for a restart.
+      spdlog::error("hook host slot {}: a plugin call spins past its limit; draining to restart",
+                    r.slot);
+      drain();
+      restart_deadline = MonotonicNs() + kRestartDrainNs;
+    }
+    bool drained = draining && r.host->pending() == 0 && r.front.Drained();
+    if (restart_deadline != 0 && (drained || MonotonicNs() > restart_deadline)) {
+      r.Publish(shm::ProcessState::kUnhealthy);
+      return 3;
+    }
+    if (stop || drained) {
+      return 0;
+    }
+    if (!r.host->healthy()) {
+      spdlog::error("hook host slot {}: {} plugin calls stuck; exiting for a restart", r.slot,
+                    r.config.hooks.threads);
+      r.Publish(shm::ProcessState::kUnhealthy);
+      return 3;
+    }
+    std::this_thread::sleep_for(kControlPoll);
+  }
+}
+
+}  // namespace
+
+void RunHookHostProcess(const HookHostProcessArgs& args) {
+  Running r;
+  r.slot = args.slot;
+  int64_t spin_us = 0;
+  LoadAndSeal(args, r, &spin_us);
+  StartServing(args, r, spin_us);
+  int code = Serve(r);
+  r.front.Drain();
+  if (r.host->timed_out_calls() == 0) {
+    r.host.reset();  // Answers what is left and hands the workers' blocks back.
+  }
+  r.front.Stop(std::chrono::milliseconds(1000));  // Those answers are written, then closed.
+  if (code == 0) {
+    r.Publish(shm::ProcessState::kStopped);
+  }
+  // No exit handlers: a stuck plugin call may still run, and a leak checker would need
+  // ptrace, which the sandbox refuses.
+  Exit(code);
+}
+
+}  // namespace ferry::hookhost
