@@ -109,9 +109,10 @@ std::vector<uint8_t> Image() {
   return image;
 }
 
-InferRequest Request(const std::vector<uint8_t>& image, const std::string& model = "cnn_classify") {
+InferRequest Request(const HookHost& host, const std::vector<uint8_t>& image,
+                     std::string_view model = "cnn_classify") {
   InferRequest r;
-  r.model = model;
+  r.model = host.Find(model);
   r.inputs.push_back({"image", DType::kU8, {1, 32, 32, 3}, image});
   return r;
 }
@@ -134,7 +135,7 @@ double ThroughHookHost(const Node& node, const std::vector<HookModel>& models, i
   std::condition_variable drained;
   std::function<void()> send = [&] {
     live.fetch_add(1);
-    host.Submit(Request(image, model), [&](Result<InferResponse> r) {
+    host.Submit(Request(host, image, model), [&](Result<InferResponse> r) {
       (r.ok() ? done : failed).fetch_add(1);
       if (!r.ok()) {
         std::lock_guard lock(error_mutex);
@@ -213,7 +214,7 @@ Light LightLoad(const Node& node, const std::vector<HookModel>& models, int coun
   std::vector<uint8_t> image = Image();
   std::vector<double> overhead, total;
   for (int i = 0; i < count + 50; ++i) {
-    Result<InferResponse> r = host.Submit(Request(image, model)).get();
+    Result<InferResponse> r = host.Submit(Request(host, image, model)).get();
     if (!r.ok()) {
       throw std::runtime_error(r.error().ToString());
     }

@@ -222,6 +222,15 @@ std::future<Result<InferResponse>> HookHost::Submit(InferRequest request) {
   return future;
 }
 
+const HookModel* HookHost::Find(std::string_view name) const {
+  for (const HookModel& m : impl_->models) {
+    if (m.name == name) {
+      return &m;
+    }
+  }
+  return nullptr;
+}
+
 void HookHost::Submit(InferRequest request, InferCallback done) {
   Impl& impl = *impl_;
   int64_t start = MonotonicNs();
@@ -243,10 +252,9 @@ void HookHost::Submit(InferRequest request, InferCallback done) {
     impl.Answer(p, Unavailable("the hook host is stopping"));
     return;
   }
-  auto model = std::find_if(impl.models.begin(), impl.models.end(),
-                            [&](const HookModel& m) { return m.name == request.model; });
-  if (model == impl.models.end()) {
-    impl.Answer(p, NotFound("model '" + request.model + "' is not in the repository"));
+  const HookModel* model = request.model;
+  if (model == nullptr) {
+    impl.Answer(p, NotFound("the request names a model this hook host does not serve"));
     return;
   }
   if (model->failure) {
@@ -254,11 +262,10 @@ void HookHost::Submit(InferRequest request, InferCallback done) {
         p, Unavailable("model '" + model->name + "' failed to load: " + model->failure->message));
     return;
   }
-  p->model = &*model;
-  if (p->priority > shm::kMaxPriority || p->tenant > shm::kMaxTenants) {
-    std::string what = "priority " + std::to_string(p->priority) + " (0.." +
-                       std::to_string(shm::kMaxPriority) + "), tenant " +
-                       std::to_string(p->tenant) + " (0.." + std::to_string(shm::kMaxTenants) + ")";
+  p->model = model;
+  if (p->tenant > shm::kMaxTenants) {
+    std::string what =
+        "tenant " + std::to_string(p->tenant) + " (0.." + std::to_string(shm::kMaxTenants) + ")";
     p->tenant = 0;  // Counted under no tenant.
     impl.Answer(p, InvalidArgument("model '" + model->name + "': out of range: " + what));
     return;

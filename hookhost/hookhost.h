@@ -55,6 +55,7 @@
 
 #include "common/cancel_signal.h"
 #include "common/mutex.h"
+#include "common/priority.h"
 #include "common/result.h"
 #include "config/node_config.h"
 #include "hookhost/hook_models.h"
@@ -70,14 +71,17 @@ struct ClientTensor {
 };
 
 struct InferRequest {
-  std::string model;
+  // The model, as the caller resolved it: one of this host's models (HookHost::Find resolves a
+  // name). nullptr: a model it does not serve (NOT_FOUND, counted as unrouted).
+  const HookModel* model = nullptr;
   std::vector<ClientTensor> inputs;
   int64_t deadline_ns = 0;  // CLOCK_MONOTONIC (common/clock.h); 0 = none.
   uint64_t trace_id_high = 0;
   uint64_t trace_id_low = 0;
-  // 0: the default level; 1 (most urgent) .. shm::kMaxPriority. The worker dispatches a model's
-  // queued requests by level, then age. Beyond the range: INVALID_ARGUMENT.
-  uint32_t priority = 0;
+  // A level (common/priority.h): the worker dispatches a model's queued requests by level,
+  // then age. REQUIRES: kHighestPriority..kLowestPriority (PriorityFromParameter is the check
+  // of a client's value).
+  Priority priority = kDefaultPriority;
   // The node's tenant number (1-based into [frontend] tenants), 0 = none. Beyond
   // shm::kMaxTenants: INVALID_ARGUMENT.
   uint32_t tenant = 0;
@@ -144,6 +148,8 @@ class HookHost {
   // refused at once, or cancelled on the firing thread). It must not block.
   void Submit(InferRequest request, InferCallback done);
   std::future<Result<InferResponse>> Submit(InferRequest request);
+  // The model named `name` that this host serves (loaded or failed), or nullptr.
+  const HookModel* Find(std::string_view name) const;
 
   // Requests submitted and not yet answered.
   size_t pending() const;

@@ -60,7 +60,7 @@ struct Pending {
   int64_t model_rows = 0;  // After preprocess (the rows the worker runs).
   int64_t deadline_ns = 0;
   uint64_t trace_high = 0, trace_low = 0;
-  uint32_t priority = 0;  // DescriptorData::priority.
+  Priority priority = kDefaultPriority;  // DescriptorData::priority.
   uint32_t tenant = 0;    // DescriptorData::tenant.
   std::vector<Piece> pieces;
   uint64_t output_bytes = 0;  // Of the largest piece, in the worker's arena.

@@ -252,7 +252,7 @@ bool HookHost::Impl::SendWaiting(int64_t now) {
       d.rows = static_cast<int32_t>(piece.rows);
       d.deadline_ns = p->deadline_ns;
       d.meta = p->meta;
-      d.priority = static_cast<uint8_t>(p->priority);
+      d.priority = p->priority;
       d.tenant = static_cast<uint16_t>(p->tenant);
       d.trace_id_high = p->trace_high;
       d.trace_id_low = p->trace_low;

@@ -37,6 +37,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/priority.h"
+
 namespace ferry::shm {
 
 inline constexpr uint64_t kMagic = 0x3179727265664653ULL;  // "SFferry1" little-endian.
@@ -47,10 +49,9 @@ inline constexpr uint64_t kBlockAlignment = 256;  // DMA and cudaHostRegister fr
 inline constexpr uint32_t kMaxTensors = 8;
 inline constexpr uint32_t kMaxRank = 8;
 inline constexpr uint32_t kMaxSlots = 256;
-// A submission's priority: 1 is the most urgent, kMaxPriority the least; 0 means the default
-// level, kDefaultPriority. The worker dispatches a model's queued requests by level, then age.
-inline constexpr uint32_t kMaxPriority = 3;
-inline constexpr uint32_t kDefaultPriority = 2;
+// A submission's priority (common/priority.h): 1 is the most urgent, kMaxPriority the least;
+// 0 means the default level. The worker dispatches a model's queued requests by level, then age.
+inline constexpr uint32_t kMaxPriority = kLowestPriority;
 // Tenants a node file may declare ([frontend] tenants); a submission's tenant is 1-based into
 // that list, 0 for none.
 inline constexpr uint32_t kMaxTenants = 16;
@@ -115,7 +116,7 @@ struct CompletionTimingData {
 struct DescriptorData {
   uint16_t kind;        // DescriptorKind.
   uint8_t num_tensors;  // Used entries of `tensors`.
-  uint8_t priority;     // Submissions: 0 (default) or 1..kMaxPriority.
+  Priority priority;    // Submissions: 0 (default) or 1..kMaxPriority.
   union {
     uint32_t status;  // Completions: 0 ok, else an ErrorCode + 1.
     // Submissions: 0, or a pipeline's committed model call: the pipeline run's number in its

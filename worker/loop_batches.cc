@@ -16,9 +16,6 @@
 namespace ferry {
 namespace {
 
-static_assert(shm::kMaxPriority == kLowestPriority && shm::kDefaultPriority == kDefaultPriority,
-              "descriptor priorities are the scheduler's levels");
-
 constexpr uint32_t ErrorStatus(ErrorCode code) { return static_cast<uint32_t>(code) + 1; }
 constexpr size_t kMaxMessageBytes = 1024;
 

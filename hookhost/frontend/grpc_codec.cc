@@ -128,7 +128,8 @@ Result<ParsedInfer> ParseGrpcInfer(const inference::ModelInferRequest& request) 
   if (parsed.timeout_us < 0) {
     return InvalidArgument("parameter \"timeout\" must be >= 0 (microseconds)");
   }
-  FERRY_ASSIGN_OR_RETURN(parsed.priority, IntParam(request.parameters(), "priority"));
+  FERRY_ASSIGN_OR_RETURN(int64_t priority, IntParam(request.parameters(), "priority"));
+  FERRY_ASSIGN_OR_RETURN(parsed.priority, PriorityFromParameter(priority));
   FERRY_ASSIGN_OR_RETURN(parsed.tenant, StringParam(request.parameters(), "tenant"));
   int n = request.inputs_size();
   if (n < 1 || n > 64) {

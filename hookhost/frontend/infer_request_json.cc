@@ -514,7 +514,7 @@ Status ReadDocument(od::document& doc, size_t text_bytes, std::string_view binar
   if (parsed->timeout_us < 0) {
     return InvalidArgument("parameter \"timeout\" must be >= 0 (microseconds)");
   }
-  parsed->priority = params.priority.value_or(0);
+  FERRY_ASSIGN_OR_RETURN(parsed->priority, PriorityFromParameter(params.priority.value_or(0)));
   parsed->tenant = params.tenant.value_or("");
   return OkStatus();
 }

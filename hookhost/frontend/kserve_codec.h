@@ -44,7 +44,7 @@ struct ParsedInfer {
   std::vector<RequestedOutput> outputs;  // Empty: every output, JSON unless binary_default.
   bool binary_default = false;           // "binary_data_output".
   int64_t timeout_us = 0;                // "timeout" parameter: 0 = none.
-  int64_t priority = 0;                  // "priority" parameter: 0 default, 1 most urgent.
+  Priority priority = kDefaultPriority;  // The "priority" parameter (PriorityFromParameter).
   std::string tenant;                    // "tenant" parameter (or header): "" = none.
   std::string traceparent;               // Echoed on the answer (TraceContext): "" = none.
 };

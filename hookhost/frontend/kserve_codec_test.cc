@@ -19,6 +19,24 @@ std::vector<float> Floats(std::span<const uint8_t> bytes) {
   return out;
 }
 
+TEST_CASE("the priority parameter: 0 or absent is the default level, 1..3 a level, else refused") {
+  auto parse = [](std::string parameters) {
+    return ParseInferRequest(
+        R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}])" + parameters + "}",
+        "");
+  };
+  CHECK(parse("").value().priority == kDefaultPriority);
+  CHECK(parse(R"(,"parameters":{"priority":0})").value().priority == kDefaultPriority);
+  CHECK(parse(R"(,"parameters":{"priority":1})").value().priority == kHighestPriority);
+  CHECK(parse(R"(,"parameters":{"priority":3})").value().priority == kLowestPriority);
+  for (const char* bad : {"-1", "4", "256", "9223372036854775807"}) {
+    Result<ParsedInfer> refused = parse(std::string(R"(,"parameters":{"priority":)") + bad + "}");
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().code == ErrorCode::kInvalidArgument);
+    CHECK(refused.error().message.find(std::string("\"priority\" is ") + bad) != std::string::npos);
+  }
+}
+
 TEST_CASE("JSON inputs: flat and nested data, every datatype converted and range-checked") {
   Result<ParsedInfer> p = ParseInferRequest(
       R"({"id":"r1","inputs":[{"name":"x","datatype":"FP32","shape":[2,2],"data":[[1,2],[3.5,-4]]},

@@ -124,17 +124,7 @@ void KServeService::Submit(const hookhost::HookModel& model,
     host_->CountRefused(&model, error);
     done(std::move(error));
   };
-  if (model.failure) {
-    refuse(Unavailable("model '" + model.name + "' failed to load: " + model.failure->message));
-    return;
-  }
-  if (request->priority < 0 || request->priority > shm::kMaxPriority) {
-    refuse(InvalidArgument("parameter \"priority\" is " + std::to_string(request->priority) +
-                           ": 0 (the default level) or 1 (most urgent) to " +
-                           std::to_string(shm::kMaxPriority)));
-    return;
-  }
-  request->request.priority = static_cast<uint32_t>(request->priority);
+  request->request.priority = request->priority;
   if (!request->tenant.empty()) {
     auto it = std::find(tenants_.begin(), tenants_.end(), request->tenant);
     if (it == tenants_.end()) {
@@ -149,7 +139,7 @@ void KServeService::Submit(const hookhost::HookModel& model,
     }
     request->request.tenant = static_cast<uint32_t>(it - tenants_.begin()) + 1;
   }
-  request->request.model = model.name;
+  request->request.model = &model;
   if (request->timeout_us > 0) {
     request->request.deadline_ns = MonotonicNs() + request->timeout_us * 1000;
   }

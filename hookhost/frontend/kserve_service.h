@@ -66,9 +66,10 @@ class KServeService {
   static constexpr const char* kModelControlRefusal =
       "model load and unload are not served on the KServe port: what a node serves is changed "
       "through ferryd's control socket (ferryctl load / unload), whose peers are checked";
-  // Submits a parsed request (its spans must stay valid until this returns); `done` runs once,
-  // on a hook thread or here. UNAVAILABLE while draining or for a model that failed to load;
-  // INVALID_ARGUMENT for a priority outside 0..3 or a tenant not declared.
+  // Submits a parsed request for `model`, as this service resolved it (its spans must stay
+  // valid until this returns); `done` runs once, on a hook thread or here. UNAVAILABLE while
+  // draining; INVALID_ARGUMENT for a tenant not declared. The request itself is checked once,
+  // by HookHost::Submit (a failed model, its tensors); its priority was checked when decoded.
   void Submit(const hookhost::HookModel& model, const std::shared_ptr<ParsedInfer>& request,
               hookhost::InferCallback done);
   // Draining: readiness reports false and infer requests get 503. Returns once no call into

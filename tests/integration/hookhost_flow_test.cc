@@ -110,10 +110,10 @@ void CheckArenasEmpty(const FlowNode& node, const Host& host) {
   CHECK(node.segment.accounting(worker).bytes_in_use.load() == 0);
 }
 
-InferRequest Request(const std::string& model, const Shape& shape,
+InferRequest Request(const HookHost& host, std::string_view model, const Shape& shape,
                      const std::vector<uint8_t>& bytes, const std::string& input) {
   InferRequest r;
-  r.model = model;
+  r.model = host.Find(model);
   r.inputs.push_back({input, DType::kF32, shape, bytes});
   return r;
 }
@@ -169,8 +169,8 @@ TEST_CASE("requests flow through a hook host to worker processes and come back e
            RandomFloats(static_cast<size_t>(rows) * (cnn ? 3 * 32 * 32 : 784), rng),
            {}};
     Shape shape = cnn ? Shape{rows, 3, 32, 32} : Shape{rows, 784};
-    s.response =
-        host.host->Submit(Request(cnn ? "cnn" : "mlp", shape, s.input, cnn ? "image" : "input"));
+    s.response = host.host->Submit(
+        Request(*host.host, cnn ? "cnn" : "mlp", shape, s.input, cnn ? "image" : "input"));
     sent.push_back(std::move(s));
   }
   int wrong = 0;
@@ -210,7 +210,7 @@ TEST_CASE("one request at a time and bursts, from three threads at once, come ba
       int64_t rows = 1 + static_cast<int64_t>(rng() % 3);
       std::vector<uint8_t> input = RandomFloats(static_cast<size_t>(rows) * 784, rng);
       std::future<Result<InferResponse>> f =
-          host.host->Submit(Request("mlp", {rows, 784}, input, "input"));
+          host.host->Submit(Request(*host.host, "mlp", {rows, 784}, input, "input"));
       done->push_back({rows, std::move(input), f.get()});
     }
   };
@@ -221,7 +221,7 @@ TEST_CASE("one request at a time and bursts, from three threads at once, come ba
       for (int i = 0; i < 20; ++i) {
         int64_t rows = 1 + static_cast<int64_t>(rng() % 3);
         std::vector<uint8_t> input = RandomFloats(static_cast<size_t>(rows) * 784, rng);
-        auto f = host.host->Submit(Request("mlp", {rows, 784}, input, "input"));
+        auto f = host.host->Submit(Request(*host.host, "mlp", {rows, 784}, input, "input"));
         burst.push_back({Done{rows, std::move(input), Internal("unanswered")}, std::move(f)});
       }
       for (auto& [d, f] : burst) {
@@ -265,7 +265,7 @@ TEST_CASE("a request of three times the largest compiled size is split and joine
   const int64_t largest = 32;  // mlp's sizes end at 32.
   std::vector<uint8_t> input = RandomFloats(3 * largest * 784, rng);
   Result<InferResponse> whole =
-      Get(host.host->Submit(Request("mlp", {3 * largest, 784}, input, "input")));
+      Get(host.host->Submit(Request(*host.host, "mlp", {3 * largest, 784}, input, "input")));
   REQUIRE_MESSAGE(whole.ok(), (whole.ok() ? "" : whole.error().message));
   CHECK(whole->timings.pieces == 3);
   CHECK(whole->outputs[0].shape == Shape{3 * largest, 10});
@@ -275,7 +275,7 @@ TEST_CASE("a request of three times the largest compiled size is split and joine
     std::vector<uint8_t> part(input.begin() + k * largest * 784 * 4,
                               input.begin() + (k + 1) * largest * 784 * 4);
     Result<InferResponse> piece =
-        Get(host.host->Submit(Request("mlp", {largest, 784}, part, "input")));
+        Get(host.host->Submit(Request(*host.host, "mlp", {largest, 784}, part, "input")));
     REQUIRE(piece.ok());
     CHECK(piece->timings.pieces == 1);
     joined.insert(joined.end(), piece->outputs[0].bytes.begin(), piece->outputs[0].bytes.end());
@@ -284,7 +284,8 @@ TEST_CASE("a request of three times the largest compiled size is split and joine
   CHECK(SameFloats(whole->outputs[0].bytes, direct.Run(kMlp, 3 * largest, input, 10)));
   // An uneven split: 70 rows = 32 + 32 + 6.
   std::vector<uint8_t> uneven = RandomFloats(70 * 784, rng);
-  Result<InferResponse> r = Get(host.host->Submit(Request("mlp", {70, 784}, uneven, "input")));
+  Result<InferResponse> r =
+      Get(host.host->Submit(Request(*host.host, "mlp", {70, 784}, uneven, "input")));
   REQUIRE(r.ok());
   CHECK(r->timings.pieces == 3);
   CHECK(SameFloats(r->outputs[0].bytes, direct.Run(kMlp, 70, uneven, 10)));
@@ -299,43 +300,45 @@ TEST_CASE("what the manifest refuses is answered at once, naming the input and w
     REQUIRE_FALSE(got.ok());
     return got.error();
   };
-  Error unknown = error_of(Request("nope", {2, 784}, bytes, "input"));
+  Error unknown = error_of(Request(*host.host, "nope", {2, 784}, bytes, "input"));
   CHECK(unknown.code == ErrorCode::kNotFound);
-  CHECK(unknown.message == "model 'nope' is not in the repository");
-  Error broken = error_of(Request("broken", {2, 784}, bytes, "input"));
+  CHECK(unknown.message == "the request names a model this hook host does not serve");
+  Error broken = error_of(Request(*host.host, "broken", {2, 784}, bytes, "input"));
   CHECK(broken.code == ErrorCode::kUnavailable);
   CHECK(broken.message.find("model 'broken' failed to load") != std::string::npos);
-  Error shape = error_of(Request("mlp", {2, 783}, std::vector<uint8_t>(2 * 783 * 4), "input"));
+  Error shape =
+      error_of(Request(*host.host, "mlp", {2, 783}, std::vector<uint8_t>(2 * 783 * 4), "input"));
   CHECK(shape.code == ErrorCode::kInvalidArgument);
   CHECK(shape.message == "model 'mlp': input 'input': expected FP32 [-1, 784], got FP32 [2, 783]");
-  InferRequest dtype = Request("mlp", {2, 784}, bytes, "input");
+  InferRequest dtype = Request(*host.host, "mlp", {2, 784}, bytes, "input");
   dtype.inputs[0].dtype = DType::kF64;
   CHECK(error_of(dtype).message.find("expected FP32 [-1, 784], got FP64 [2, 784]") !=
         std::string::npos);
-  Error short_bytes = error_of(Request("mlp", {2, 784}, std::vector<uint8_t>(100), "input"));
+  Error short_bytes =
+      error_of(Request(*host.host, "mlp", {2, 784}, std::vector<uint8_t>(100), "input"));
   CHECK(short_bytes.message ==
         "model 'mlp': input 'input': 100 bytes given, FP32 [2, 784] has 6272");
-  Error name = error_of(Request("mlp", {2, 784}, bytes, "x"));
+  Error name = error_of(Request(*host.host, "mlp", {2, 784}, bytes, "x"));
   CHECK(name.message == "model 'mlp': unknown input 'x'");
   InferRequest none;
-  none.model = "mlp";
+  none.model = host.host->Find("mlp");
   CHECK(error_of(none).message == "model 'mlp': missing input 'input'");
-  InferRequest twice = Request("mlp", {2, 784}, bytes, "input");
+  InferRequest twice = Request(*host.host, "mlp", {2, 784}, bytes, "input");
   twice.inputs.push_back(twice.inputs[0]);
   CHECK(error_of(twice).message == "model 'mlp': input 'input' is given twice");
-  Error zero_rows = error_of(Request("mlp", {0, 784}, {}, "input"));
+  Error zero_rows = error_of(Request(*host.host, "mlp", {0, 784}, {}, "input"));
   CHECK(zero_rows.message.find("0 rows; 1 to 1048576 are accepted") != std::string::npos);
   // The cnn's variants are named when no variant matches.
-  Error variant =
-      error_of(Request("cnn", {1, 3, 16, 16}, std::vector<uint8_t>(3 * 16 * 16 * 4), "image"));
+  Error variant = error_of(
+      Request(*host.host, "cnn", {1, 3, 16, 16}, std::vector<uint8_t>(3 * 16 * 16 * 4), "image"));
   CHECK(variant.message.find("no shape variant matches: default, large") != std::string::npos);
   // And the "large" variant is served.
   Result<InferResponse> large = Get(host.host->Submit(
-      Request("cnn", {1, 3, 64, 64}, std::vector<uint8_t>(3 * 64 * 64 * 4), "image")));
+      Request(*host.host, "cnn", {1, 3, 64, 64}, std::vector<uint8_t>(3 * 64 * 64 * 4), "image")));
   REQUIRE_MESSAGE(large.ok(), (large.ok() ? "" : large.error().message));
   CHECK(large->outputs[0].shape == Shape{1, 10});
   // A deadline already past.
-  InferRequest late = Request("mlp", {2, 784}, bytes, "input");
+  InferRequest late = Request(*host.host, "mlp", {2, 784}, bytes, "input");
   late.deadline_ns = MonotonicNs() - 1;
   CHECK(error_of(late).code == ErrorCode::kDeadlineExceeded);
 }
@@ -349,7 +352,7 @@ TEST_CASE("with two workers, round_robin and least_outstanding both use both") {
     std::vector<uint8_t> input = RandomFloats(4 * 784, rng);
     std::vector<std::future<Result<InferResponse>>> futures;
     for (int i = 0; i < 400; ++i) {
-      futures.push_back(host.host->Submit(Request("mlp", {4, 784}, input, "input")));
+      futures.push_back(host.host->Submit(Request(*host.host, "mlp", {4, 784}, input, "input")));
     }
     for (auto& f : futures) {
       REQUIRE(Get(f).ok());
@@ -373,7 +376,7 @@ TEST_CASE("a worker killed mid-traffic fails only its requests; the other worker
   std::vector<uint8_t> input = RandomFloats(8 * 784, rng);
   std::vector<std::future<Result<InferResponse>>> futures;
   for (int i = 0; i < 600; ++i) {
-    futures.push_back(host.host->Submit(Request("mlp", {8, 784}, input, "input")));
+    futures.push_back(host.host->Submit(Request(*host.host, "mlp", {8, 784}, input, "input")));
     if (i == 300) {
       kill(node.pids[1], SIGKILL);
       waitpid(node.pids[1], nullptr, 0);
@@ -397,7 +400,8 @@ TEST_CASE("a worker killed mid-traffic fails only its requests; the other worker
   CHECK(ok + unavailable == 600);
   CHECK(ok >= 300);  // Everything after the kill went to the survivor.
   // The survivor still serves.
-  Result<InferResponse> after = Get(host.host->Submit(Request("mlp", {8, 784}, input, "input")));
+  Result<InferResponse> after =
+      Get(host.host->Submit(Request(*host.host, "mlp", {8, 784}, input, "input")));
   CHECK(after.ok());
 }
 
@@ -408,12 +412,12 @@ TEST_CASE("a stopped worker is passed over once its heartbeat stalls; the other 
     Host host(node, mode, 2, 0, 100'000'000, 300'000'000);
     std::mt19937 rng(5);
     std::vector<uint8_t> input = RandomFloats(784, rng);
-    REQUIRE(Get(host.host->Submit(Request("mlp", {1, 784}, input, "input"))).ok());
+    REQUIRE(Get(host.host->Submit(Request(*host.host, "mlp", {1, 784}, input, "input"))).ok());
     kill(node.pids[1], SIGSTOP);
     std::this_thread::sleep_for(std::chrono::milliseconds(600));  // Twice the stall limit.
     std::vector<std::future<Result<InferResponse>>> futures;
     for (int i = 0; i < 40; ++i) {
-      futures.push_back(host.host->Submit(Request("mlp", {1, 784}, input, "input")));
+      futures.push_back(host.host->Submit(Request(*host.host, "mlp", {1, 784}, input, "input")));
     }
     int answered = 0;
     for (auto& f : futures) {  // Before: about half waited on the stopped worker.
@@ -456,7 +460,7 @@ TEST_CASE("a worker caught mid-publish keeps its last view; one that stays torn 
   // A one-second window (100 ms in service), so a stalled test thread cannot outlast it.
   Host host(node, GatewayMode::kLeastOutstanding, 2, 0, kTestStaleNs);
   std::vector<uint8_t> input(784 * 4);
-  REQUIRE(Get(host.host->Submit(Request("mlp", {1, 784}, input, "input"))).ok());
+  REQUIRE(Get(host.host->Submit(Request(*host.host, "mlp", {1, 784}, input, "input"))).ok());
   // The worker stops between the two stores of a publish: its sequence stays odd.
   uint32_t slot = node.segment.WorkerSlot(0);
   std::atomic<uint64_t>& sequence = node.segment.status(slot).sequence;
@@ -466,11 +470,12 @@ TEST_CASE("a worker caught mid-publish keeps its last view; one that stays torn 
   // sent, and waits for the worker.
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   std::future<Result<InferResponse>> sent =
-      host.host->Submit(Request("mlp", {1, 784}, input, "input"));
+      host.host->Submit(Request(*host.host, "mlp", {1, 784}, input, "input"));
   CHECK(sent.wait_for(std::chrono::milliseconds(30)) == std::future_status::timeout);
   // Torn for longer: ineligible, refused at once.
   std::this_thread::sleep_for(std::chrono::nanoseconds(kTestStaleNs + 100'000'000));
-  Result<InferResponse> refused = Get(host.host->Submit(Request("mlp", {1, 784}, input, "input")));
+  Result<InferResponse> refused =
+      Get(host.host->Submit(Request(*host.host, "mlp", {1, 784}, input, "input")));
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.error().code == ErrorCode::kUnavailable);
   CHECK(refused.error().message == "model 'mlp': no worker is ready (retry in 100 ms)");
@@ -494,7 +499,7 @@ TEST_CASE("a hook host that starts while its worker is mid-publish waits for a f
   {
     Host host(node, GatewayMode::kLeastOutstanding, 2, 0, kTestStaleNs);
     std::future<Result<InferResponse>> sent =
-        host.host->Submit(Request("mlp", {1, 784}, input, "input"));
+        host.host->Submit(Request(*host.host, "mlp", {1, 784}, input, "input"));
     CHECK(sent.wait_for(std::chrono::milliseconds(40)) == std::future_status::timeout);
     sequence.store(even);
     kill(node.pids[0], SIGCONT);
@@ -506,7 +511,7 @@ TEST_CASE("a hook host that starts while its worker is mid-publish waits for a f
   {
     Host host(node, GatewayMode::kLeastOutstanding, 2, 0, kTestStaleNs);
     std::future<Result<InferResponse>> sent =
-        host.host->Submit(Request("mlp", {1, 784}, input, "input"));
+        host.host->Submit(Request(*host.host, "mlp", {1, 784}, input, "input"));
     Result<InferResponse> refused = Get(sent);
     REQUIRE_FALSE(refused.ok());
     CHECK(refused.error().message == "model 'mlp': no worker is ready (retry in 100 ms)");
@@ -660,9 +665,9 @@ TEST_CASE(
   Host host(node, GatewayMode::kLeastOutstanding);
   std::vector<uint8_t> input(784 * 4);
   auto send = [&](std::shared_ptr<CancelSignal> cancel, uint32_t priority, uint32_t tenant) {
-    InferRequest r = Request("mlp", Shape{1, 784}, input, "input");
+    InferRequest r = Request(*host.host, "mlp", Shape{1, 784}, input, "input");
     r.cancel = std::move(cancel);
-    r.priority = priority;
+    r.priority = priority == 0 ? kDefaultPriority : static_cast<Priority>(priority);
     r.tenant = tenant;
     return host.host->Submit(std::move(r));
   };
@@ -706,16 +711,14 @@ TEST_CASE(
   CHECK(answered(2, std::nullopt) == 1);
   CHECK(answered(0, ErrorCode::kCancelled) == 1);
   // A request for a model nobody serves is counted as unrouted.
-  CHECK_FALSE(Get(host.host->Submit(Request("nope", Shape{1}, input, "x"))).ok());
+  CHECK_FALSE(Get(host.host->Submit(Request(*host.host, "nope", Shape{1}, input, "x"))).ok());
   CHECK(counters.unrouted[static_cast<size_t>(ErrorCode::kNotFound) + 1].load() == 1);
-  // Out-of-range levels and tenants are refused, not clamped.
-  for (auto [priority, tenant] :
-       {std::pair<uint32_t, uint32_t>{shm::kMaxPriority + 1, 0}, {0, shm::kMaxTenants + 1}}) {
-    Result<InferResponse> refused = Get(send(nullptr, priority, tenant));
-    REQUIRE_FALSE(refused.ok());
-    CHECK(refused.error().code == ErrorCode::kInvalidArgument);
-    CHECK(refused.error().message.find("out of range") != std::string::npos);
-  }
+  // An out-of-range tenant is refused, not clamped (a client's priority is checked where it is
+  // decoded: PriorityFromParameter, kserve_codec_test).
+  Result<InferResponse> refused = Get(send(nullptr, 0, shm::kMaxTenants + 1));
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == ErrorCode::kInvalidArgument);
+  CHECK(refused.error().message.find("out of range") != std::string::npos);
   // A signal fired after the answer does nothing.
   auto late = std::make_shared<CancelSignal>();
   CHECK(Get(send(late, 0, 0)).ok());

@@ -79,9 +79,9 @@ struct FakeWorker {
   }
 };
 
-InferRequest Mlp(const std::vector<uint8_t>& input) {
+InferRequest Mlp(const HookHost& host, const std::vector<uint8_t>& input) {
   InferRequest r;
-  r.model = "mlp";
+  r.model = host.Find("mlp");
   r.inputs.push_back({"input", DType::kF32, {2, 784}, input});
   return r;
 }
@@ -94,7 +94,7 @@ TEST_CASE("completions a worker forges are refused or fail only their request") 
   host.Start();
   std::vector<uint8_t> input(2 * 784 * 4);
 
-  InferRequest traced = Mlp(input);
+  InferRequest traced = Mlp(host, input);
   traced.trace_id_high = 0x4bf92f3577b34da6ULL;  // A traceparent's id travels to the worker.
   traced.trace_id_low = 0xa3ce929d0e0e4736ULL;
   std::future<Result<InferResponse>> first = host.Submit(std::move(traced));
@@ -131,7 +131,7 @@ TEST_CASE("completions a worker forges are refused or fail only their request") 
   CHECK(release.sequence == d.sequence);
 
   // A status no code has: INTERNAL; an error message is passed through.
-  std::future<Result<InferResponse>> second = host.Submit(Mlp(input));
+  std::future<Result<InferResponse>> second = host.Submit(Mlp(host, input));
   shm::DescriptorData d2 = worker.Next();
   shm::DescriptorData bad_status = worker.Completion(d2, {2, 10});
   bad_status.status = 999;
@@ -142,7 +142,7 @@ TEST_CASE("completions a worker forges are refused or fail only their request") 
   CHECK(odd.error().code == ErrorCode::kInternal);  // Not clamped to the last code.
   CHECK(odd.error().message == "the worker gave no reason");
 
-  std::future<Result<InferResponse>> third = host.Submit(Mlp(input));
+  std::future<Result<InferResponse>> third = host.Submit(Mlp(host, input));
   shm::DescriptorData d3 = worker.Next();
   std::string text = "queue is full";
   std::memcpy(worker.segment.partition(worker.slot).data() + 4096, text.data(), text.size());
@@ -157,7 +157,7 @@ TEST_CASE("completions a worker forges are refused or fail only their request") 
   CHECK(refused.error().message == "queue is full");
 
   // A well-formed answer is read from the worker's memory as it is.
-  std::future<Result<InferResponse>> fourth = host.Submit(Mlp(input));
+  std::future<Result<InferResponse>> fourth = host.Submit(Mlp(host, input));
   shm::DescriptorData d4 = worker.Next();
   std::vector<float> logits(20);
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(i) * 0.5f;

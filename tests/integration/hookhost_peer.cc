@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     InferRequest request;
-    request.model = name;
+    request.model = target;  // Resolved above, as the front end resolves a model.
     for (const TensorSpec& spec : target->manifest().client_inputs()) {
       Shape shape = spec.shape;
       for (int64_t& d : shape) d = d == kBatchDim ? rows : d;

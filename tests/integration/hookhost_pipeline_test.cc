@@ -117,9 +117,10 @@ struct Local {
   }
 };
 
-InferRequest Images(const std::string& model, std::span<const uint8_t> images, int64_t n) {
+InferRequest Images(const HookHost& host, std::string_view model, std::span<const uint8_t> images,
+                    int64_t n) {
   InferRequest r;
-  r.model = model;
+  r.model = host.Find(model);
   r.inputs.push_back({"image", DType::kU8, {n, 32, 32, 3}, images});
   return r;
 }
@@ -147,9 +148,9 @@ TEST_CASE("the example pipeline (features into head) answers what the whole CNN 
     std::vector<uint8_t> batch;
     for (int c = 0; c < copies; ++c) batch.insert(batch.end(), image.begin(), image.end());
     Result<InferResponse> whole =
-        Get(local.host->Submit(Images("cnn_classify", batch, 4 * copies)));
+        Get(local.host->Submit(Images(*local.host, "cnn_classify", batch, 4 * copies)));
     Result<InferResponse> piped =
-        Get(local.host->Submit(Images("image_pipeline", batch, 4 * copies)));
+        Get(local.host->Submit(Images(*local.host, "image_pipeline", batch, 4 * copies)));
     REQUIRE_MESSAGE(whole.ok(), (whole.ok() ? "" : whole.error().message));
     REQUIRE_MESSAGE(piped.ok(), (piped.ok() ? "" : piped.error().message));
     REQUIRE(piped->outputs.size() == 2);
@@ -179,10 +180,10 @@ TEST_CASE("model calls at once and in sequence answer what the models answer whe
   std::vector<uint8_t> x = testing::RandomFloats(3 * 784, rng);
   std::vector<uint8_t> f = testing::RandomFloats(3 * 64, rng);
   InferRequest mlp;
-  mlp.model = "mlp";
+  mlp.model = local.host->Find("mlp");
   mlp.inputs.push_back({"input", DType::kF32, {3, 784}, x});
   InferRequest head;
-  head.model = "cnn_head";
+  head.model = local.host->Find("cnn_head");
   head.inputs.push_back({"features", DType::kF32, {3, 64}, f});
   Result<InferResponse> want_logits = Get(local.host->Submit(mlp));
   Result<InferResponse> want_probs = Get(local.host->Submit(head));
@@ -191,7 +192,7 @@ TEST_CASE("model calls at once and in sequence answer what the models answer whe
   for (const char* probe : {"probe_parallel", "probe_sequential"}) {
     CAPTURE(probe);
     InferRequest r;
-    r.model = probe;
+    r.model = local.host->Find(probe);
     r.inputs.push_back({"f", DType::kF32, {3, 64}, f});  // Any order: matched by name.
     r.inputs.push_back({"x", DType::kF32, {3, 784}, x});
     Result<InferResponse> got = Get(local.host->Submit(std::move(r)));
@@ -210,7 +211,7 @@ TEST_CASE("a pipeline's faults reach its client with their codes; broken pipelin
   std::vector<uint8_t> x(784 * 4), f(64 * 4);
   auto probe = [&](const std::string& model) {
     InferRequest r;
-    r.model = model;
+    r.model = local.host->Find(model);
     r.inputs.push_back({"x", DType::kF32, {1, 784}, x});
     r.inputs.push_back({"f", DType::kF32, {1, 64}, f});
     return Get(local.host->Submit(std::move(r)));
@@ -236,7 +237,7 @@ TEST_CASE("a pipeline's faults reach its client with their codes; broken pipelin
   }
   // The client's tensors are checked against the pipeline's [[inputs]] before its run.
   InferRequest floats;
-  floats.model = "image_pipeline";
+  floats.model = local.host->Find("image_pipeline");
   std::vector<uint8_t> wrong_image(32 * 32 * 3 * 4);
   floats.inputs.push_back({"image", DType::kF32, {1, 32, 32, 3}, wrong_image});
   Result<InferResponse> refused = Get(local.host->Submit(std::move(floats)));
@@ -253,7 +254,7 @@ TEST_CASE("pipeline runs waiting on every hook thread at once still finish (no d
   std::vector<uint8_t> images(8 * 32 * 32 * 3, 128);
   std::vector<std::future<Result<InferResponse>>> futures;
   for (int i = 0; i < 8; ++i) {
-    futures.push_back(local.host->Submit(Images("image_pipeline", images, 8)));
+    futures.push_back(local.host->Submit(Images(*local.host, "image_pipeline", images, 8)));
   }
   for (auto& future : futures) {
     Result<InferResponse> r = Get(future);
@@ -309,7 +310,7 @@ TEST_CASE("a pipeline is ready when every model it calls is; the repository inde
   // Its run (the probe's) calls models it does not list: NOT_FOUND, naming the model.
   std::vector<uint8_t> x(784 * 4), f(64 * 4);
   InferRequest r;
-  r.model = "calls_broken";
+  r.model = local.host->Find("calls_broken");
   r.inputs.push_back({"x", DType::kF32, {1, 784}, x});
   r.inputs.push_back({"f", DType::kF32, {1, 64}, f});
   Result<InferResponse> answer = Get(local.host->Submit(std::move(r)));
@@ -330,7 +331,7 @@ TEST_CASE("a cancelled pipeline request is answered at once; a run not begun nev
   std::vector<std::future<Result<InferResponse>>> kept, cancelled;
   std::vector<std::shared_ptr<CancelSignal>> signals;
   for (int i = 0; i < 8; ++i) {
-    InferRequest r = Images("image_pipeline", images, 8);
+    InferRequest r = Images(*local.host, "image_pipeline", images, 8);
     if (i >= 4) {
       r.cancel = signals.emplace_back(std::make_shared<CancelSignal>());
     }

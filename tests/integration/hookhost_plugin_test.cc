@@ -189,7 +189,7 @@ TEST_CASE("the example classifier: uint8 images in, the top 3 classes out, throu
     std::vector<uint8_t> batch;
     for (int c = 0; c < copies; ++c) batch.insert(batch.end(), image.begin(), image.end());
     InferRequest request;
-    request.model = "cnn_classify";
+    request.model = host->Find("cnn_classify");
     request.inputs.push_back({"image", DType::kU8, {4 * copies, 32, 32, 3}, batch});
     Result<InferResponse> r = Get(host->Submit(std::move(request)));
     REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
@@ -218,7 +218,7 @@ TEST_CASE("the example classifier: uint8 images in, the top 3 classes out, throu
   }
   // A plugin lacking the call its manifest's client tensors need: the model fails to load.
   InferRequest lacking;
-  lacking.model = "no_postprocess";
+  lacking.model = host->Find("no_postprocess");
   Result<InferResponse> unusable = Get(host->Submit(std::move(lacking)));
   REQUIRE_FALSE(unusable.ok());
   CHECK(unusable.error().code == ErrorCode::kUnavailable);
@@ -228,7 +228,7 @@ TEST_CASE("the example classifier: uint8 images in, the top 3 classes out, throu
   // The client's tensors are checked against [[hooks.inputs]], not the model's.
   std::vector<uint8_t> floats(4 * 3 * 32 * 32 * 4);
   InferRequest wrong;
-  wrong.model = "cnn_classify";
+  wrong.model = host->Find("cnn_classify");
   wrong.inputs.push_back({"image", DType::kF32, {4, 3, 32, 32}, floats});
   Result<InferResponse> refused = Get(host->Submit(std::move(wrong)));
   REQUIRE_FALSE(refused.ok());
@@ -257,7 +257,7 @@ TEST_CASE("a plugin that crashes takes down only its hook host; the slot is recl
   std::vector<std::future<Result<InferResponse>>> mine;
   for (int i = 0; i < 100; ++i) {
     InferRequest r;
-    r.model = "mlp";
+    r.model = host->Find("mlp");
     r.inputs.push_back({"input", DType::kF32, {4, 784}, input});
     mine.push_back(host->Submit(std::move(r)));
   }

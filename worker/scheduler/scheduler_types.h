@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/priority.h"
 #include "common/result.h"
 #include "config/scheduler_config.h"
 
@@ -26,22 +27,16 @@ inline constexpr Nanos kNanosPerSecond = 1'000'000'000;
 // appends the shape).
 inline constexpr int kNoCompiledProgram = -1;
 
-// Priority levels within a model's queue: requests of a more urgent level (smaller number) are
-// dispatched first, each level in arrival order. Levels never change which model runs next.
-inline constexpr int kHighestPriority = 1;
-inline constexpr int kDefaultPriority = 2;
-inline constexpr int kLowestPriority = 3;
-
 // Trivially copyable, so queues move requests with plain copies.
 struct QueuedRequest {
   uint64_t payload = 0;  // Opaque to the scheduler: the caller's handle on the tensors.
   int variant = 0;       // Shape variant index, or kNoCompiledProgram.
   int64_t rows = 1;      // Rows along the batch axis (1 for tensors without one).
   Nanos arrival = 0;
-  std::optional<Nanos> deadline;    // Absolute; nullopt = none (least urgent under edf).
-  uint64_t meta_id = 0;             // Non-zero for a committed meta sub-call.
-  int priority = kDefaultPriority;  // kHighestPriority..kLowestPriority.
-  uint32_t tenant = 0;              // The node's tenant number (1-based), 0 = none.
+  std::optional<Nanos> deadline;         // Absolute; nullopt = none (least urgent under edf).
+  uint64_t meta_id = 0;                  // Non-zero for a committed meta sub-call.
+  Priority priority = kDefaultPriority;  // kHighestPriority..kLowestPriority.
+  uint32_t tenant = 0;                   // The node's tenant number (1-based), 0 = none.
 };
 
 // A model as the scheduler knows it: the manifest's batching facts plus its settings.
