@@ -133,63 +133,131 @@ void RenderFrontEnd(const shm::Segment& segment, const shm::StatusSnapshotData* 
 
 constexpr int64_t kScrapePatienceNs = 20'000'000;
 
-std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters& counters) {
+namespace {
+
+// One scrape: the workers' settled status, rendered family by family into `out_`.
+class Scrape {
+ public:
+  Scrape(const shm::Segment& segment, const SupervisorCounters& counters)
+      : segment_(segment), counters_(counters) {
+    for (uint32_t w = 0; w < segment.workers(); ++w) {
+      // A worker caught mid-publish is waited for: a scrape without its series would read as
+      // its counters vanishing.
+      Result<shm::StatusSnapshotData> s =
+          shm::ReadSettledStatus(segment, segment.WorkerSlot(w), kScrapePatienceNs);
+      if (s.ok()) {
+        workers_.push_back({w, *s});
+      }
+    }
+  }
+
+  std::string Render() {
+    RenderOutcomes();
+    RenderQueues();
+    RenderModelState();
+    RenderWorkers();
+    RenderTenants();
+    // Model names from the worker listing the most (one starting lists none yet).
+    const WorkerView* names = nullptr;
+    for (const WorkerView& w : workers_) {
+      if (names == nullptr || w.status.num_models > names->status.num_models) {
+        names = &w;
+      }
+    }
+    auto with_tenant = [this](std::map<std::string, std::string> labels, size_t tenant) {
+      return WithTenant(std::move(labels), tenant);
+    };
+    RenderFrontEnd(segment_, names == nullptr ? nullptr : &names->status, with_tenant,
+                   counters_.tenants.size(), out_);
+    RenderProcesses();
+    return out_.Take();
+  }
+
+ private:
   struct WorkerView {
     uint32_t index;
     shm::StatusSnapshotData status;
   };
-  std::vector<WorkerView> workers;
-  for (uint32_t w = 0; w < segment.workers(); ++w) {
-    // A worker caught mid-publish is waited for: a scrape without its series would read as
-    // its counters vanishing.
-    Result<shm::StatusSnapshotData> s =
-        shm::ReadSettledStatus(segment, segment.WorkerSlot(w), kScrapePatienceNs);
-    if (s.ok()) {
-      workers.push_back({w, *s});
-    }
-  }
-  Writer out;
+
   // Every model a worker lists, but the placeholders of unloaded ones.
-  auto each_model = [&](auto visit) {
-    for (const WorkerView& w : workers) {
+  template <typename Visit>
+  void EachModel(Visit visit) {
+    for (const WorkerView& w : workers_) {
       for (uint32_t m = 0; m < w.status.num_models && m < shm::kMaxStatusModels; ++m) {
         if (w.status.models[m].state != static_cast<uint32_t>(shm::ModelLoadState::kUnloaded)) {
           visit(w, w.status.models[m]);
         }
       }
     }
-  };
-  auto per_model = [&](const std::string& name, const char* type, const char* help, auto value) {
-    out.Family(name, type, help);
-    each_model([&](const WorkerView& w, const shm::ModelStatusData& d) {
-      out.Sample({{"model", Name(d)}, {"gpu", std::to_string(w.index)}}, value(d));
+  }
+
+  template <typename Value>
+  void PerModel(const std::string& name, const char* type, const char* help, Value value) {
+    out_.Family(name, type, help);
+    EachModel([&](const WorkerView& w, const shm::ModelStatusData& d) {
+      out_.Sample({{"model", Name(d)}, {"gpu", std::to_string(w.index)}}, value(d));
     });
-  };
+  }
+
   // A cumulative histogram per model: `le` holds counts at each of `bounds` (scaled into the
   // label by `unit`), then +Inf, _sum and _count.
-  auto histogram = [&](const std::string& name, const char* help, std::span<const int64_t> bounds,
-                       double unit, auto le, auto count, auto sum) {
-    out.Family(name, "histogram", help);
-    each_model([&](const WorkerView& w, const shm::ModelStatusData& d) {
+  template <typename Le, typename Count, typename Sum>
+  void Histogram(const std::string& name, const char* help, std::span<const int64_t> bounds,
+                 double unit, Le le, Count count, Sum sum) {
+    out_.Family(name, "histogram", help);
+    EachModel([&](const WorkerView& w, const shm::ModelStatusData& d) {
       std::string gpu = std::to_string(w.index);
       for (size_t b = 0; b < bounds.size(); ++b) {
-        out.SampleAs("_bucket",
-                     {{"model", Name(d)},
-                      {"gpu", gpu},
-                      {"le", fmt::format("{}", static_cast<double>(bounds[b]) * unit)}},
-                     static_cast<double>(le(d)[b]));
+        out_.SampleAs("_bucket",
+                      {{"model", Name(d)},
+                       {"gpu", gpu},
+                       {"le", fmt::format("{}", static_cast<double>(bounds[b]) * unit)}},
+                      static_cast<double>(le(d)[b]));
       }
-      out.SampleAs("_bucket", {{"model", Name(d)}, {"gpu", gpu}, {"le", "+Inf"}},
-                   static_cast<double>(count(d)));
-      out.SampleAs("_sum", {{"model", Name(d)}, {"gpu", gpu}}, sum(d));
-      out.SampleAs("_count", {{"model", Name(d)}, {"gpu", gpu}}, static_cast<double>(count(d)));
+      out_.SampleAs("_bucket", {{"model", Name(d)}, {"gpu", gpu}, {"le", "+Inf"}},
+                    static_cast<double>(count(d)));
+      out_.SampleAs("_sum", {{"model", Name(d)}, {"gpu", gpu}}, sum(d));
+      out_.SampleAs("_count", {{"model", Name(d)}, {"gpu", gpu}}, static_cast<double>(count(d)));
     });
-  };
-  out.Family("ferry_requests_total", "counter",
-             "Requests answered by the workers, by outcome: success, rejected (queue full or "
-             "invalid), shed (deadline could not be met), failed (could not run), cancelled "
-             "(taken out of the queue: the client left), error (backend error).");
-  for (const WorkerView& w : workers) {
+  }
+
+  template <typename Value>
+  void PerGpu(const std::string& name, const char* type, const char* help, Value value) {
+    out_.Family(name, type, help);
+    for (const WorkerView& w : workers_) {
+      out_.Sample({{"gpu", std::to_string(w.index)}}, static_cast<double>(value(w.status)));
+    }
+  }
+
+  // Tenant n's label, or none for tenant 0 (and any number ferryd never declared).
+  std::map<std::string, std::string> WithTenant(std::map<std::string, std::string> labels,
+                                                size_t tenant) const {
+    if (tenant >= 1 && tenant <= counters_.tenants.size()) {
+      labels["tenant"] = counters_.tenants[tenant - 1];
+    }
+    return labels;
+  }
+
+  void RenderOutcomes();
+  void RenderQueues();
+  void RenderModelState();
+  void RenderWorkers();
+  void RenderTenants();
+  void RenderProcesses();
+
+  const shm::Segment& segment_;
+  const SupervisorCounters& counters_;
+  std::vector<WorkerView> workers_;
+  Writer out_;
+};
+
+// What the workers answered, by model and outcome.
+void Scrape::RenderOutcomes() {
+  out_.Family("ferry_requests_total", "counter",
+              "Requests answered by the workers, by outcome: success, rejected (queue full or "
+              "invalid), shed (deadline could not be met), failed (could not run), cancelled "
+              "(taken out of the queue: the client left), error (backend error).");
+  for (const WorkerView& w : workers_) {
     for (uint32_t m = 0; m < w.status.num_models && m < shm::kMaxStatusModels; ++m) {
       const shm::ModelStatusData& d = w.status.models[m];
       if (d.state == static_cast<uint32_t>(shm::ModelLoadState::kUnloaded)) {
@@ -201,26 +269,30 @@ std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters&
                                     {"failed", d.failed},
                                     {"cancelled", d.cancelled},
                                     {"error", d.errors}}) {
-        out.Sample({{"model", Name(d)}, {"gpu", std::to_string(w.index)}, {"outcome", outcome}},
-                   static_cast<double>(value));
+        out_.Sample({{"model", Name(d)}, {"gpu", std::to_string(w.index)}, {"outcome", outcome}},
+                    static_cast<double>(value));
       }
     }
   }
-  per_model("ferry_queue_depth", "gauge", "Requests queued at the worker.",
-            [](const shm::ModelStatusData& d) { return static_cast<double>(d.queue_depth); });
-  per_model("ferry_outstanding_requests", "gauge", "Requests queued or executing.",
-            [](const shm::ModelStatusData& d) { return static_cast<double>(d.outstanding); });
-  per_model("ferry_queue_wait_p50_seconds", "gauge",
-            "Median time a request waited in the queue, over the recent window.",
-            [](const shm::ModelStatusData& d) {
-              return static_cast<double>(d.queue_wait_p50_ns) * 1e-9;
-            });
-  per_model("ferry_queue_wait_p99_seconds", "gauge",
-            "99th percentile of queue wait, over the recent window.",
-            [](const shm::ModelStatusData& d) {
-              return static_cast<double>(d.queue_wait_p99_ns) * 1e-9;
-            });
-  histogram(
+}
+
+// Queue depths and waits, and the batch sizes dispatched.
+void Scrape::RenderQueues() {
+  PerModel("ferry_queue_depth", "gauge", "Requests queued at the worker.",
+           [](const shm::ModelStatusData& d) { return static_cast<double>(d.queue_depth); });
+  PerModel("ferry_outstanding_requests", "gauge", "Requests queued or executing.",
+           [](const shm::ModelStatusData& d) { return static_cast<double>(d.outstanding); });
+  PerModel("ferry_queue_wait_p50_seconds", "gauge",
+           "Median time a request waited in the queue, over the recent window.",
+           [](const shm::ModelStatusData& d) {
+             return static_cast<double>(d.queue_wait_p50_ns) * 1e-9;
+           });
+  PerModel("ferry_queue_wait_p99_seconds", "gauge",
+           "99th percentile of queue wait, over the recent window.",
+           [](const shm::ModelStatusData& d) {
+             return static_cast<double>(d.queue_wait_p99_ns) * 1e-9;
+           });
+  Histogram(
       "ferry_queue_wait_seconds",
       "Time requests waited in the worker's queue before their batch began, since the worker "
       "started (a bucket's count is exact to 1/8 of an octave).",
@@ -229,134 +301,130 @@ std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters&
       [](const shm::ModelStatusData& d) {
         return static_cast<double>(d.queue_wait_sum_ns) * 1e-9;
       });
-  histogram(
+  Histogram(
       "ferry_batch_size", "The compiled batch size of each dispatch, since the worker started.",
       shm::kBatchSizeBounds, 1.0, [](const shm::ModelStatusData& d) { return d.batch_size_le; },
       [](const shm::ModelStatusData& d) { return d.batch_size_count; },
       [](const shm::ModelStatusData& d) { return static_cast<double>(d.batch_size_sum); });
-  per_model("ferry_compute_seconds_total", "counter", "Execution time spent on the model.",
-            [](const shm::ModelStatusData& d) { return d.total_compute_seconds; });
-  per_model("ferry_compute_share", "gauge",
-            "The model's fraction of the worker's recent execution time.",
-            [](const shm::ModelStatusData& d) { return d.recent_compute; });
-  per_model("ferry_dispatches_total", "counter", "Executions (a coalesced batch counts once).",
-            [](const shm::ModelStatusData& d) { return static_cast<double>(d.dispatch_count); });
-  per_model("ferry_rows_total", "counter", "Request rows executed.",
-            [](const shm::ModelStatusData& d) { return static_cast<double>(d.rows_served); });
-  per_model("ferry_padding_rows_total", "counter",
-            "Rows executed only to fill a compiled batch size.",
-            [](const shm::ModelStatusData& d) { return static_cast<double>(d.padding_rows); });
-  per_model("ferry_model_loaded", "gauge", "1 when the model's weights are on the device.",
-            [](const shm::ModelStatusData& d) { return d.loaded != 0 ? 1.0 : 0.0; });
-  per_model("ferry_model_failed", "gauge", "1 when the model failed to load.",
-            [](const shm::ModelStatusData& d) {
-              return d.state == static_cast<uint32_t>(shm::ModelLoadState::kFailed) ? 1.0 : 0.0;
-            });
-  per_model("ferry_model_weight", "gauge", "The model's fair-share weight.",
-            [](const shm::ModelStatusData& d) { return d.weight; });
+}
 
-  per_model("ferry_model_load_seconds", "gauge",
-            "How long the worker took to load the model (weights onto the device, executables "
-            "built).",
-            [](const shm::ModelStatusData& d) { return d.load_seconds; });
-  out.Family("ferry_model_residency", "gauge",
-             "The model's residency floor (pinned, warm, on_demand): 1 for the floor in force.");
-  each_model([&](const WorkerView& w, const shm::ModelStatusData& d) {
-    out.Sample({{"model", Name(d)},
-                {"gpu", std::to_string(w.index)},
-                {"residency", std::string(ResidencyName(static_cast<Residency>(d.residency)))}},
-               1.0);
+// Per model: compute, dispatches, rows, load state, weight and residency.
+void Scrape::RenderModelState() {
+  PerModel("ferry_compute_seconds_total", "counter", "Execution time spent on the model.",
+           [](const shm::ModelStatusData& d) { return d.total_compute_seconds; });
+  PerModel("ferry_compute_share", "gauge",
+           "The model's fraction of the worker's recent execution time.",
+           [](const shm::ModelStatusData& d) { return d.recent_compute; });
+  PerModel("ferry_dispatches_total", "counter", "Executions (a coalesced batch counts once).",
+           [](const shm::ModelStatusData& d) { return static_cast<double>(d.dispatch_count); });
+  PerModel("ferry_rows_total", "counter", "Request rows executed.",
+           [](const shm::ModelStatusData& d) { return static_cast<double>(d.rows_served); });
+  PerModel("ferry_padding_rows_total", "counter",
+           "Rows executed only to fill a compiled batch size.",
+           [](const shm::ModelStatusData& d) { return static_cast<double>(d.padding_rows); });
+  PerModel("ferry_model_loaded", "gauge", "1 when the model's weights are on the device.",
+           [](const shm::ModelStatusData& d) { return d.loaded != 0 ? 1.0 : 0.0; });
+  PerModel("ferry_model_failed", "gauge", "1 when the model failed to load.",
+           [](const shm::ModelStatusData& d) {
+             return d.state == static_cast<uint32_t>(shm::ModelLoadState::kFailed) ? 1.0 : 0.0;
+           });
+  PerModel("ferry_model_weight", "gauge", "The model's fair-share weight.",
+           [](const shm::ModelStatusData& d) { return d.weight; });
+
+  PerModel("ferry_model_load_seconds", "gauge",
+           "How long the worker took to load the model (weights onto the device, executables "
+           "built).",
+           [](const shm::ModelStatusData& d) { return d.load_seconds; });
+  out_.Family("ferry_model_residency", "gauge",
+              "The model's residency floor (pinned, warm, on_demand): 1 for the floor in force.");
+  EachModel([&](const WorkerView& w, const shm::ModelStatusData& d) {
+    out_.Sample({{"model", Name(d)},
+                 {"gpu", std::to_string(w.index)},
+                 {"residency", std::string(ResidencyName(static_cast<Residency>(d.residency)))}},
+                1.0);
   });
+}
 
-  auto per_gpu = [&](const std::string& name, const char* type, const char* help, auto value) {
-    out.Family(name, type, help);
-    for (const WorkerView& w : workers) {
-      out.Sample({{"gpu", std::to_string(w.index)}}, static_cast<double>(value(w.status)));
-    }
-  };
+// Per worker: loads, device memory, refused descriptors, host gaps.
+void Scrape::RenderWorkers() {
   using Snapshot = shm::StatusSnapshotData;
-  per_gpu("ferry_model_loads_total", "counter",
-          "Models the worker loaded onto its device (at start and by ferryctl load).",
-          [](const Snapshot& s) { return s.model_loads; });
-  per_gpu("ferry_model_load_failures_total", "counter", "Model loads that failed on the worker.",
-          [](const Snapshot& s) { return s.model_load_failures; });
-  per_gpu("ferry_model_unloads_total", "counter",
-          "Models whose weights the worker freed (ferryctl unload).",
-          [](const Snapshot& s) { return s.model_unloads; });
-  per_gpu("ferry_model_load_seconds_total", "counter", "Time the worker spent loading models.",
-          [](const Snapshot& s) { return s.model_load_seconds; });
-  per_gpu("ferry_gpu_memory_used_bytes", "gauge", "Device memory the worker holds.",
-          [](const Snapshot& s) { return s.device_memory_in_use; });
-  per_gpu("ferry_invalid_descriptors_total", "counter",
-          "Descriptors a worker refused as invalid (a peer writing garbage).",
-          [](const Snapshot& s) { return s.invalid_descriptors; });
-  per_gpu("ferry_host_gap_p99_seconds", "gauge",
-          "99th percentile of host time between executions while work waited.",
-          [](const Snapshot& s) { return static_cast<double>(s.host_gap_p99_ns) * 1e-9; });
+  PerGpu("ferry_model_loads_total", "counter",
+         "Models the worker loaded onto its device (at start and by ferryctl load).",
+         [](const Snapshot& s) { return s.model_loads; });
+  PerGpu("ferry_model_load_failures_total", "counter", "Model loads that failed on the worker.",
+         [](const Snapshot& s) { return s.model_load_failures; });
+  PerGpu("ferry_model_unloads_total", "counter",
+         "Models whose weights the worker freed (ferryctl unload).",
+         [](const Snapshot& s) { return s.model_unloads; });
+  PerGpu("ferry_model_load_seconds_total", "counter", "Time the worker spent loading models.",
+         [](const Snapshot& s) { return s.model_load_seconds; });
+  PerGpu("ferry_gpu_memory_used_bytes", "gauge", "Device memory the worker holds.",
+         [](const Snapshot& s) { return s.device_memory_in_use; });
+  PerGpu("ferry_invalid_descriptors_total", "counter",
+         "Descriptors a worker refused as invalid (a peer writing garbage).",
+         [](const Snapshot& s) { return s.invalid_descriptors; });
+  PerGpu("ferry_host_gap_p99_seconds", "gauge",
+         "99th percentile of host time between executions while work waited.",
+         [](const Snapshot& s) { return static_cast<double>(s.host_gap_p99_ns) * 1e-9; });
+}
 
-  // Tenant n's label, or none for tenant 0 (and any number ferryd never declared).
-  auto with_tenant = [&](std::map<std::string, std::string> labels, size_t tenant) {
-    if (tenant >= 1 && tenant <= counters.tenants.size()) {
-      labels["tenant"] = counters.tenants[tenant - 1];
-    }
-    return labels;
-  };
-  out.Family("ferry_tenant_requests_total", "counter",
-             "Requests the worker executed, by tenant (none: requests that named no tenant).");
-  for (const WorkerView& w : workers) {
-    for (size_t t = 0; t <= std::min<size_t>(counters.tenants.size(), shm::kMaxTenants); ++t) {
-      out.Sample(with_tenant({{"gpu", std::to_string(w.index)}}, t),
-                 static_cast<double>(w.status.tenant_requests[t]));
+// Per worker and tenant: requests executed and their compute.
+void Scrape::RenderTenants() {
+  out_.Family("ferry_tenant_requests_total", "counter",
+              "Requests the worker executed, by tenant (none: requests that named no tenant).");
+  for (const WorkerView& w : workers_) {
+    for (size_t t = 0; t <= std::min<size_t>(counters_.tenants.size(), shm::kMaxTenants); ++t) {
+      out_.Sample(WithTenant({{"gpu", std::to_string(w.index)}}, t),
+                  static_cast<double>(w.status.tenant_requests[t]));
     }
   }
-  out.Family("ferry_tenant_compute_seconds_total", "counter",
-             "Execution time spent on each tenant's requests (a batch's time split over its "
-             "requests by rows).");
-  for (const WorkerView& w : workers) {
-    for (size_t t = 0; t <= std::min<size_t>(counters.tenants.size(), shm::kMaxTenants); ++t) {
-      out.Sample(with_tenant({{"gpu", std::to_string(w.index)}}, t),
-                 w.status.tenant_compute_seconds[t]);
+  out_.Family("ferry_tenant_compute_seconds_total", "counter",
+              "Execution time spent on each tenant's requests (a batch's time split over its "
+              "requests by rows).");
+  for (const WorkerView& w : workers_) {
+    for (size_t t = 0; t <= std::min<size_t>(counters_.tenants.size(), shm::kMaxTenants); ++t) {
+      out_.Sample(WithTenant({{"gpu", std::to_string(w.index)}}, t),
+                  w.status.tenant_compute_seconds[t]);
     }
   }
-  // Model names from the worker listing the most (one starting lists none yet).
-  const WorkerView* names = nullptr;
-  for (const WorkerView& w : workers) {
-    if (names == nullptr || w.status.num_models > names->status.num_models) {
-      names = &w;
-    }
-  }
-  RenderFrontEnd(segment, names == nullptr ? nullptr : &names->status, with_tenant,
-                 counters.tenants.size(), out);
+}
 
-  auto kind = [&](uint32_t slot) { return segment.IsWorkerSlot(slot) ? "worker" : "hookhost"; };
+// Per process: arena use, restarts, readiness; and the node's.
+void Scrape::RenderProcesses() {
+  auto kind = [&](uint32_t slot) { return segment_.IsWorkerSlot(slot) ? "worker" : "hookhost"; };
   auto index = [&](uint32_t slot) {
-    return std::to_string(segment.IsWorkerSlot(slot) ? slot - segment.hookhosts() : slot);
+    return std::to_string(segment_.IsWorkerSlot(slot) ? slot - segment_.hookhosts() : slot);
   };
-  out.Family("ferry_arena_bytes_in_use", "gauge", "Shared-memory arena bytes a process holds.");
-  for (uint32_t s = 0; s < segment.num_slots(); ++s) {
-    out.Sample(
+  out_.Family("ferry_arena_bytes_in_use", "gauge", "Shared-memory arena bytes a process holds.");
+  for (uint32_t s = 0; s < segment_.num_slots(); ++s) {
+    out_.Sample(
         {{"kind", kind(s)}, {"index", index(s)}},
-        static_cast<double>(segment.accounting(s).bytes_in_use.load(std::memory_order_relaxed)));
+        static_cast<double>(segment_.accounting(s).bytes_in_use.load(std::memory_order_relaxed)));
   }
-  out.Family("ferry_arena_failed_allocations_total", "counter",
-             "Arena allocations refused for lack of room (requests answered RESOURCE_EXHAUSTED).");
-  for (uint32_t s = 0; s < segment.num_slots(); ++s) {
-    out.Sample({{"kind", kind(s)}, {"index", index(s)}},
-               static_cast<double>(
-                   segment.accounting(s).failed_allocations.load(std::memory_order_relaxed)));
+  out_.Family("ferry_arena_failed_allocations_total", "counter",
+              "Arena allocations refused for lack of room (requests answered RESOURCE_EXHAUSTED).");
+  for (uint32_t s = 0; s < segment_.num_slots(); ++s) {
+    out_.Sample({{"kind", kind(s)}, {"index", index(s)}},
+                static_cast<double>(
+                    segment_.accounting(s).failed_allocations.load(std::memory_order_relaxed)));
   }
-  out.Family("ferry_process_restarts_total", "counter", "Times ferryd restarted the process.");
-  for (uint32_t s = 0; s < segment.num_slots(); ++s) {
-    out.Sample({{"kind", kind(s)}, {"index", index(s)}},
-               static_cast<double>(counters.restarts[s].load()));
+  out_.Family("ferry_process_restarts_total", "counter", "Times ferryd restarted the process.");
+  for (uint32_t s = 0; s < segment_.num_slots(); ++s) {
+    out_.Sample({{"kind", kind(s)}, {"index", index(s)}},
+                static_cast<double>(counters_.restarts[s].load()));
   }
-  out.Family("ferry_process_up", "gauge", "1 when the process is running and ready.");
-  for (uint32_t s = 0; s < segment.num_slots(); ++s) {
-    out.Sample({{"kind", kind(s)}, {"index", index(s)}}, counters.up[s].load() ? 1.0 : 0.0);
+  out_.Family("ferry_process_up", "gauge", "1 when the process is running and ready.");
+  for (uint32_t s = 0; s < segment_.num_slots(); ++s) {
+    out_.Sample({{"kind", kind(s)}, {"index", index(s)}}, counters_.up[s].load() ? 1.0 : 0.0);
   }
-  out.Family("ferry_node_ready", "gauge", "1 when every process of the node is ready.");
-  out.Sample({}, counters.ready.load() ? 1.0 : 0.0);
-  return out.Take();
+  out_.Family("ferry_node_ready", "gauge", "1 when every process of the node is ready.");
+  out_.Sample({}, counters_.ready.load() ? 1.0 : 0.0);
+}
+
+}  // namespace
+
+std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters& counters) {
+  return Scrape(segment, counters).Render();
 }
 
 }  // namespace ferry::supervisor
