@@ -6,7 +6,9 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include "common/cli.h"
@@ -91,183 +93,203 @@ int WaitForModel(const std::string& socket, const std::string& model, bool loade
   return 1;
 }
 
+// The command line: global flags, and one action per subcommand, run for the one parsed.
+// Each subcommand's values live in the lambda that registers it (shared with its action).
+struct Cli {
+  CLI::App app{"ferryctl: control a ferry node and validate its configuration"};
+  ferry::LogFlags log_flags;
+  std::string socket = DefaultSocket();
+  bool json = false;
+  std::vector<std::pair<CLI::App*, std::function<int()>>> actions;
+
+  void Add(CLI::App* command, std::function<int()> action) {
+    actions.emplace_back(command, std::move(action));
+  }
+  // A command that sends one request with no arguments and prints its reply.
+  void AddPlain(const char* name, const char* help, Command command,
+                std::string (*table)(const nlohmann::json&)) {
+    Add(app.add_subcommand(name, help),
+        [this, command, table] { return Call(socket, Plain(command), json, table); });
+  }
+};
+
+void AddOffline(Cli& cli) {
+  auto paths = std::make_shared<std::vector<std::string>>();
+  CLI::App* validate = cli.app.add_subcommand(
+      "validate",
+      "Check node files and model bundle directories; exit 0 when all are valid, 2 "
+      "otherwise");
+  validate->add_option("PATH", *paths, "node .toml files and bundle directories")->required();
+  cli.Add(validate, [paths] {
+    return ferry::RunValidate(*paths, ferry::SchedulerEnvironment(), std::cout, std::cerr);
+  });
+  auto import_command = std::make_shared<ferry::ctl::ImportCommand>();
+  CLI::App* import = cli.app.add_subcommand(
+      "import", "Convert an ONNX model into a bundle a node serves; exit 2 if it cannot");
+  import->add_option("MODEL", import_command->onnx_path, "the .onnx file")->required();
+  import->add_option("--out", import_command->out_dir, "the new bundle directory (REPO/NAME)")
+      ->required();
+  import->add_option("--name", import_command->name, "the model's name (the directory's)");
+  import->add_option("--sizes", import_command->sizes, "compiled batch sizes, ascending")
+      ->delimiter(',')
+      ->capture_default_str();
+  cli.Add(import, [import_command] {
+    return ferry::ctl::RunImport(*import_command, std::cout, std::cerr);
+  });
+}
+
+void AddSettings(Cli& cli) {
+  auto request = std::make_shared<ControlRequest>();
+  CLI::App* set_policy = cli.app.add_subcommand("set-policy", "Set a model's fair-share weight");
+  set_policy->add_option("MODEL", request->model)->required();
+  set_policy->add_option("--weight", request->weight, "> 0")->required();
+  cli.Add(set_policy, [&cli, request] {
+    request->command = Command::kSetPolicy;
+    return Call(cli.socket, *request, cli.json, nullptr);
+  });
+  auto level = std::make_shared<std::string>();
+  CLI::App* set_residency = cli.app.add_subcommand(
+      "set-residency", "Move a model's weights (scheduler.residency_mode = external)");
+  set_residency->add_option("MODEL", request->model)->required();
+  set_residency->add_option("LEVEL", *level, "pinned, warm or on_demand")
+      ->required()
+      ->check(CLI::IsMember({"pinned", "warm", "on_demand"}));
+  cli.Add(set_residency, [&cli, request, level] {
+    request->command = Command::kSetResidency;
+    request->residency = *level == "pinned" ? ferry::Residency::kPinned
+                         : *level == "warm" ? ferry::Residency::kWarm
+                                            : ferry::Residency::kOnDemand;
+    return Call(cli.socket, *request, cli.json, nullptr);
+  });
+  auto discipline = std::make_shared<std::string>();
+  CLI::App* set_discipline = cli.app.add_subcommand("set-discipline", "fair, fifo or edf");
+  set_discipline->add_option("DISCIPLINE", *discipline)
+      ->required()
+      ->check(CLI::IsMember({"fair", "fifo", "edf"}));
+  cli.Add(set_discipline, [&cli, request, discipline] {
+    request->command = Command::kSetDiscipline;
+    request->discipline = *discipline == "fair"   ? ferry::Discipline::kFair
+                          : *discipline == "fifo" ? ferry::Discipline::kFifo
+                                                  : ferry::Discipline::kEdf;
+    return Call(cli.socket, *request, cli.json, nullptr);
+  });
+}
+
+void AddModelChanges(Cli& cli) {
+  for (bool loading : {true, false}) {
+    auto model = std::make_shared<std::string>();
+    auto no_wait = std::make_shared<bool>(false);
+    CLI::App* command =
+        loading ? cli.app.add_subcommand("load",
+                                         "Load a bundle of the model repository on the running "
+                                         "node (workers keep running)")
+                : cli.app.add_subcommand(
+                      "unload", "Unload a model: new requests are refused, queued ones still run");
+    command->add_option("MODEL", *model, loading ? "the bundle's directory name" : "")->required();
+    command->add_flag("--no-wait", *no_wait, "return once ferryd accepted it");
+    cli.Add(command, [&cli, loading, model, no_wait] {
+      ControlRequest change;
+      change.command = loading ? Command::kLoad : Command::kUnload;
+      change.model = *model;
+      int code = Call(cli.socket, change, cli.json, nullptr);
+      if (code != 0 || *no_wait) {
+        return code;
+      }
+      return WaitForModel(cli.socket, *model, loading);
+    });
+  }
+}
+
+// Per-model rates between two scheduler-metrics replies, refreshed every `interval`.
+int RunTop(const std::string& socket, double interval, int iterations) {
+  ferry::Result<nlohmann::json> before =
+      ferry::control::CallFerryd(socket, Plain(Command::kSchedulerMetrics));
+  for (int i = 0; before.ok() && (iterations == 0 || i < iterations); ++i) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(interval));
+    ferry::Result<nlohmann::json> after =
+        ferry::control::CallFerryd(socket, Plain(Command::kSchedulerMetrics));
+    if (!after.ok()) {
+      before = after;
+      break;
+    }
+    if (isatty(1)) {
+      std::cout << "\x1b[H\x1b[2J";
+    }
+    std::cout << ferry::ctl::FormatTop(*before, *after, interval) << std::flush;
+    before = after;
+  }
+  if (!before.ok()) {
+    std::cerr << "ferryctl: " << before.error().ToString() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+void AddClients(Cli& cli) {
+  auto interval = std::make_shared<double>(1.0);
+  auto iterations = std::make_shared<int>(0);
+  CLI::App* top = cli.app.add_subcommand("top", "Per-model rates, batch sizes and GPU shares");
+  top->add_option("--interval", *interval, "seconds between refreshes")
+      ->check(CLI::Range(0.1, 3600.0));
+  top->add_option("--iterations", *iterations, "stop after N refreshes (0: until interrupted)");
+  cli.Add(top, [&cli, interval, iterations] { return RunTop(cli.socket, *interval, *iterations); });
+
+  auto options = std::make_shared<ferry::ctl::InferOptions>();
+  CLI::App* infer = cli.app.add_subcommand(
+      "infer", "Send one request to the node over HTTP; inputs from .npy files");
+  infer->add_option("MODEL", options->model)->required();
+  infer
+      ->add_option("--input", options->inputs,
+                   "FILE.npy (the model's first input) or NAME=FILE.npy; repeat for more")
+      ->required();
+  infer->add_option("--deadline-ms", options->deadline_ms, "the request's deadline");
+  infer->add_option("--url", options->url, "HOST:PORT (default: ferryd's HTTP address)");
+  infer->add_option("--output-dir", options->output_dir, "write each output as NAME.npy");
+  cli.Add(infer, [&cli, options] {
+    options->socket = cli.socket;
+    options->json = cli.json;
+    return ferry::ctl::RunInfer(*options, std::cout, std::cerr);
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ferryctl: control a ferry node and validate its configuration"};
-  app.require_subcommand(1);
-  ferry::LogFlags log_flags;
-  ferry::AddLogFlags(app, &log_flags);
-  std::string socket = DefaultSocket();
-  bool json = false;
-  app.add_option("--socket", socket, "ferryd's control socket (env FERRY_CONTROL_SOCKET)")
+  Cli cli;
+  cli.app.require_subcommand(1);
+  ferry::AddLogFlags(cli.app, &cli.log_flags);
+  cli.app.add_option("--socket", cli.socket, "ferryd's control socket (env FERRY_CONTROL_SOCKET)")
       ->capture_default_str();
-  app.add_flag("--json", json, "print ferryd's reply as JSON (for scripts)");
-
-  std::vector<std::string> paths;
-  CLI::App* validate = app.add_subcommand("validate",
-                                          "Check node files and model bundle directories; exit 0 "
-                                          "when all are valid, 2 otherwise");
-  validate->add_option("PATH", paths, "node .toml files and bundle directories")->required();
-
-  ferry::ctl::ImportCommand import_command;
-  CLI::App* import = app.add_subcommand(
-      "import", "Convert an ONNX model into a bundle a node serves; exit 2 if it cannot");
-  import->add_option("MODEL", import_command.onnx_path, "the .onnx file")->required();
-  import->add_option("--out", import_command.out_dir, "the new bundle directory (REPO/NAME)")
-      ->required();
-  import->add_option("--name", import_command.name, "the model's name (the directory's)");
-  import->add_option("--sizes", import_command.sizes, "compiled batch sizes, ascending")
-      ->delimiter(',')
-      ->capture_default_str();
-
-  CLI::App* status = app.add_subcommand("status", "The node's processes and models");
-  CLI::App* metrics =
-      app.add_subcommand("metrics", "Every scheduler counter, per worker and model");
-  CLI::App* control_status =
-      app.add_subcommand("control-status", "Discipline, weights, residency, per worker");
-  ferry::control::ControlRequest request;
-  CLI::App* set_policy = app.add_subcommand("set-policy", "Set a model's fair-share weight");
-  set_policy->add_option("MODEL", request.model)->required();
-  set_policy->add_option("--weight", request.weight, "> 0")->required();
-  std::string level;
-  CLI::App* set_residency = app.add_subcommand(
-      "set-residency", "Move a model's weights (scheduler.residency_mode = external)");
-  set_residency->add_option("MODEL", request.model)->required();
-  set_residency->add_option("LEVEL", level, "pinned, warm or on_demand")
-      ->required()
-      ->check(CLI::IsMember({"pinned", "warm", "on_demand"}));
-  std::string discipline;
-  CLI::App* set_discipline = app.add_subcommand("set-discipline", "fair, fifo or edf");
-  set_discipline->add_option("DISCIPLINE", discipline)
-      ->required()
-      ->check(CLI::IsMember({"fair", "fifo", "edf"}));
-  CLI::App* compact = app.add_subcommand("compact", "Compact every worker's weight arena");
-  CLI::App* reload =
-      app.add_subcommand("reload", "Re-read the node file; apply what can change live");
-  CLI::App* drain =
-      app.add_subcommand("drain", "Stop the node: finish queued work, then stop every process");
-  std::string model_name;
-  bool no_wait = false;
-  CLI::App* load = app.add_subcommand(
-      "load", "Load a bundle of the model repository on the running node (workers keep running)");
-  load->add_option("MODEL", model_name, "the bundle's directory name")->required();
-  load->add_flag("--no-wait", no_wait, "return once ferryd accepted it");
-  CLI::App* unload = app.add_subcommand(
-      "unload", "Unload a model: new requests are refused, queued ones still run");
-  unload->add_option("MODEL", model_name)->required();
-  unload->add_flag("--no-wait", no_wait, "return once ferryd accepted it");
-  double interval = 1.0;
-  int iterations = 0;
-  CLI::App* top = app.add_subcommand("top", "Per-model rates, batch sizes and GPU shares");
-  top->add_option("--interval", interval, "seconds between refreshes")
-      ->check(CLI::Range(0.1, 3600.0));
-  top->add_option("--iterations", iterations, "stop after N refreshes (0: until interrupted)");
-
-  ferry::ctl::InferOptions infer_options;
-  CLI::App* infer =
-      app.add_subcommand("infer", "Send one request to the node over HTTP; inputs from .npy files");
-  infer->add_option("MODEL", infer_options.model)->required();
-  infer
-      ->add_option("--input", infer_options.inputs,
-                   "FILE.npy (the model's first input) or NAME=FILE.npy; repeat for more")
-      ->required();
-  infer->add_option("--deadline-ms", infer_options.deadline_ms, "the request's deadline");
-  infer->add_option("--url", infer_options.url, "HOST:PORT (default: ferryd's HTTP address)");
-  infer->add_option("--output-dir", infer_options.output_dir, "write each output as NAME.npy");
-
+  cli.app.add_flag("--json", cli.json, "print ferryd's reply as JSON (for scripts)");
+  AddOffline(cli);
+  cli.AddPlain("status", "The node's processes and models", Command::kStatus,
+               ferry::ctl::FormatStatus);
+  cli.AddPlain("metrics", "Every scheduler counter, per worker and model",
+               Command::kSchedulerMetrics, ferry::ctl::FormatMetrics);
+  cli.AddPlain("control-status", "Discipline, weights, residency, per worker",
+               Command::kControlStatus, ferry::ctl::FormatControlStatus);
+  AddSettings(cli);
+  cli.AddPlain("compact", "Compact every worker's weight arena", Command::kCompact, nullptr);
+  cli.AddPlain("reload", "Re-read the node file; apply what can change live", Command::kReload,
+               nullptr);
+  cli.AddPlain("drain", "Stop the node: finish queued work, then stop every process",
+               Command::kDrain, nullptr);
+  AddModelChanges(cli);
+  AddClients(cli);
   try {
-    app.parse(argc, argv);
+    cli.app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
+    int code = cli.app.exit(e);
     return code == 0 ? 0 : 2;
   }
-  if (auto s = ferry::ApplyLogFlags("ferryctl", log_flags); !s.ok()) {
+  if (auto s = ferry::ApplyLogFlags("ferryctl", cli.log_flags); !s.ok()) {
     std::cerr << s.error().message << "\n";
     return 2;
   }
-  if (validate->parsed()) {
-    return ferry::RunValidate(paths, ferry::SchedulerEnvironment(), std::cout, std::cerr);
-  }
-  if (import->parsed()) {
-    return ferry::ctl::RunImport(import_command, std::cout, std::cerr);
-  }
-  if (status->parsed()) {
-    return Call(socket, Plain(ferry::control::Command::kStatus), json, ferry::ctl::FormatStatus);
-  }
-  if (metrics->parsed()) {
-    return Call(socket, Plain(ferry::control::Command::kSchedulerMetrics), json,
-                ferry::ctl::FormatMetrics);
-  }
-  if (control_status->parsed()) {
-    return Call(socket, Plain(ferry::control::Command::kControlStatus), json,
-                ferry::ctl::FormatControlStatus);
-  }
-  if (set_policy->parsed()) {
-    request.command = ferry::control::Command::kSetPolicy;
-    return Call(socket, request, json, nullptr);
-  }
-  if (set_residency->parsed()) {
-    request.command = ferry::control::Command::kSetResidency;
-    request.residency = level == "pinned" ? ferry::Residency::kPinned
-                        : level == "warm" ? ferry::Residency::kWarm
-                                          : ferry::Residency::kOnDemand;
-    return Call(socket, request, json, nullptr);
-  }
-  if (set_discipline->parsed()) {
-    request.command = ferry::control::Command::kSetDiscipline;
-    request.discipline = discipline == "fair"   ? ferry::Discipline::kFair
-                         : discipline == "fifo" ? ferry::Discipline::kFifo
-                                                : ferry::Discipline::kEdf;
-    return Call(socket, request, json, nullptr);
-  }
-  if (compact->parsed()) {
-    return Call(socket, Plain(ferry::control::Command::kCompact), json, nullptr);
-  }
-  if (reload->parsed()) {
-    return Call(socket, Plain(ferry::control::Command::kReload), json, nullptr);
-  }
-  if (drain->parsed()) {
-    return Call(socket, Plain(ferry::control::Command::kDrain), json, nullptr);
-  }
-  if (load->parsed() || unload->parsed()) {
-    ferry::control::ControlRequest change;
-    change.command =
-        load->parsed() ? ferry::control::Command::kLoad : ferry::control::Command::kUnload;
-    change.model = model_name;
-    int code = Call(socket, change, json, nullptr);
-    if (code != 0 || no_wait) {
-      return code;
+  for (auto& [command, action] : cli.actions) {
+    if (command->parsed()) {
+      return action();
     }
-    return WaitForModel(socket, model_name, load->parsed());
-  }
-  if (infer->parsed()) {
-    infer_options.socket = socket;
-    infer_options.json = json;
-    return ferry::ctl::RunInfer(infer_options, std::cout, std::cerr);
-  }
-  if (top->parsed()) {
-    ferry::Result<nlohmann::json> before =
-        ferry::control::CallFerryd(socket, Plain(ferry::control::Command::kSchedulerMetrics));
-    for (int i = 0; before.ok() && (iterations == 0 || i < iterations); ++i) {
-      std::this_thread::sleep_for(std::chrono::duration<double>(interval));
-      ferry::Result<nlohmann::json> after =
-          ferry::control::CallFerryd(socket, Plain(ferry::control::Command::kSchedulerMetrics));
-      if (!after.ok()) {
-        before = after;
-        break;
-      }
-      if (isatty(1)) {
-        std::cout << "\x1b[H\x1b[2J";
-      }
-      std::cout << ferry::ctl::FormatTop(*before, *after, interval) << std::flush;
-      before = after;
-    }
-    if (!before.ok()) {
-      std::cerr << "ferryctl: " << before.error().ToString() << "\n";
-      return 1;
-    }
-    return 0;
   }
   return 2;
 }
