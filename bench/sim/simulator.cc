@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <memory>
 
 #include "worker/scheduler/request_splitting.h"
 
@@ -129,71 +130,59 @@ double Percentile(std::vector<double>& samples, double fraction) {
   return samples[k];
 }
 
-}  // namespace
-
-Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& config,
-                          SchedulerOptions options, const std::string& label,
-                          std::vector<TraceRow>* trace) {
-  std::vector<ModelSpec> specs;
-  for (const SimModel& m : scenario.models) {
-    ModelSpec spec;
-    spec.name = m.name;
-    spec.batch_sizes = m.sizes;
-    spec.num_variants = m.variants;
-    spec.wire_batch_input = "input";
-    spec.wire_batch_axis = 1;
-    specs.push_back(std::move(spec));
-  }
-  FERRY_ASSIGN_OR_RETURN(Scheduler scheduler, Scheduler::Create(config, specs, options));
-  const size_t n = scenario.models.size();
-
-  std::vector<Stream> streams;
-  for (size_t m = 0; m < n; ++m) {
-    for (size_t a = 0; a < scenario.models[m].arrivals.size(); ++a) {
-      Stream stream{static_cast<int>(m),
-                    &scenario.models[m].arrivals[a],
-                    Rng(scenario.seed * 1000003 + m * 1009 + a),
-                    kNever,
-                    0,
-                    {}};
-      stream.Advance(true);
-      streams.push_back(stream);
+// One run of a scenario under one configuration, on virtual time: streams issue requests, the
+// scheduler decides, dispatches take their modelled cost, and tallies are kept for the report.
+struct SimRun {
+  SimRun(const Scenario& scenario, const SchedulerConfig& config, SchedulerOptions options,
+         Scheduler scheduler, std::vector<TraceRow>* trace)
+      : scenario(scenario),
+        config(config),
+        options(options),
+        scheduler(std::move(scheduler)),
+        trace(trace),
+        n(scenario.models.size()),
+        noise_rng(scenario.seed ^ 0x5eedf00dULL),
+        warmup(ToNanos(scenario.warmup_seconds)),
+        end(ToNanos(scenario.duration_seconds)),
+        window_ns(std::max<Nanos>(1, ToNanos(scenario.share_window_seconds))) {
+    for (size_t m = 0; m < n; ++m) {
+      for (size_t a = 0; a < scenario.models[m].arrivals.size(); ++a) {
+        Stream stream{static_cast<int>(m),
+                      &scenario.models[m].arrivals[a],
+                      Rng(scenario.seed * 1000003 + m * 1009 + a),
+                      kNever,
+                      0,
+                      {}};
+        stream.Advance(true);
+        streams.push_back(stream);
+      }
+    }
+    tally.resize(n);
+    stream_tally.resize(streams.size());
+    for (size_t i = 0; i < n; ++i) {
+      tally[i].min_weight = tally[i].max_weight = config.ForModel(scenario.models[i].name).weight;
     }
   }
-  Rng noise_rng(scenario.seed ^ 0x5eedf00dULL);
-  Nanos now = 0;
-  auto run_cost = [&](int model, int64_t size) {
+
+  // A dispatch's modelled time: the model's cost at `size`, with its noise and drift.
+  double RunCost(int model, int64_t size) {
     const CostSpec& cost = scenario.models[static_cast<size_t>(model)].cost;
     double factor = cost.noise > 0 ? std::max(0.05, 1.0 + cost.noise * noise_rng.Normal()) : 1;
     double drift = std::max(0.05, 1.0 + cost.drift_per_second * static_cast<double>(now) / 1e9);
     return cost.Mean(std::max<int64_t>(size, 1)) * factor * drift;
-  };
+  }
 
   // Warm-up: under fair, every compiled size runs once on zero inputs to seed its cost.
-  for (const WarmupRun& run : scheduler.WarmupPlan()) {
-    double measured = run_cost(run.model, run.batch_size) *
-                      scenario.models[static_cast<size_t>(run.model)].cost.warmup_factor;
-    scheduler.SeedCost(run.model, run.variant, run.batch_size, measured);
+  void WarmUp() {
+    for (const WarmupRun& run : scheduler.WarmupPlan()) {
+      double measured = RunCost(run.model, run.batch_size) *
+                        scenario.models[static_cast<size_t>(run.model)].cost.warmup_factor;
+      scheduler.SeedCost(run.model, run.variant, run.batch_size, measured);
+    }
   }
 
-  const Nanos warmup = ToNanos(scenario.warmup_seconds);
-  const Nanos end = ToNanos(scenario.duration_seconds);
-  const Nanos window_ns = std::max<Nanos>(1, ToNanos(scenario.share_window_seconds));
-  std::vector<ModelTally> tally(n);
-  std::vector<StreamTally> stream_tally(streams.size());
-  std::vector<Issued> issued;  // By payload.
-  std::vector<double> decision_ns;
-  double busy = 0;
-  double missed_gpu = 0;
-  uint64_t executed_rows = 0;
-  uint64_t padding_rows = 0;
-  size_t next_event = 0;
-  for (size_t i = 0; i < n; ++i) {
-    tally[i].min_weight = tally[i].max_weight = config.ForModel(scenario.models[i].name).weight;
-  }
-  // The share time series: GPU seconds and backlogged time per model per window.
-  std::vector<std::vector<double>> window_gpu, window_backlog;
-  auto account = [&](std::vector<std::vector<double>>& series, size_t model, Nanos from, Nanos to) {
+  // Adds [from, to) to `model`'s entry of each share window it spans.
+  void Account(std::vector<std::vector<double>>& series, size_t model, Nanos from, Nanos to) {
     while (from < to) {
       size_t w = static_cast<size_t>(from / window_ns);
       if (series.size() <= w) {
@@ -203,11 +192,11 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
       series[w][model] += static_cast<double>(cut - from) / 1e9;
       from = cut;
     }
-  };
+  }
 
   // A request of a stream is finished (all pieces run, or lost); a closed-loop client then
   // thinks and issues its next request.
-  auto finish_request = [&](Issued& r, Nanos at) {
+  void FinishRequest(Issued& r, Nanos at) {
     StreamTally& st = stream_tally[r.stream];
     bool measured = at >= warmup;
     if (measured) {
@@ -230,10 +219,10 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
       s.client_next[static_cast<size_t>(r.client)] = static_cast<double>(at) / 1e9 + pause;
       s.Advance(false);
     }
-  };
+  }
 
-  auto issue = [&](size_t stream_index, Nanos at, std::optional<double> deadline_override,
-                   int64_t rows_override, int client) {
+  void Issue(size_t stream_index, Nanos at, std::optional<double> deadline_override,
+             int64_t rows_override, int client) {
     Stream& s = streams[stream_index];
     const ArrivalSpec& spec = *s.spec;
     int model = s.model;
@@ -264,12 +253,12 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
         ++t.dropped;
       }
       issued.back().lost = true;
-      finish_request(issued.back(), at);
+      FinishRequest(issued.back(), at);
     }
-  };
+  }
 
-  while (now < end) {
-    // Control events due now.
+  // Control events due now.
+  Status ApplyEvents() {
     while (next_event < scenario.events.size() &&
            ToNanos(scenario.events[next_event].at_seconds) <= now) {
       const ControlEvent& e = scenario.events[next_event++];
@@ -282,22 +271,27 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
         FERRY_RETURN_IF_ERROR(scheduler.SetDiscipline(e.discipline));
       }
     }
+    return OkStatus();
+  }
+
+  // Arrivals due now, and saturating streams topped up to their backlog.
+  void IssueArrivals() {
     for (size_t si = 0; si < streams.size(); ++si) {
       Stream& s = streams[si];
       while (s.next != kNever && ToNanos(s.next) <= now) {
         Nanos at = ToNanos(s.next);
         if (s.spec->kind == ArrivalSpec::Kind::kTrace) {
           const TraceEvent& e = s.spec->trace[s.emitted];
-          issue(si, at, e.deadline_seconds, e.rows, -1);
+          Issue(si, at, e.deadline_seconds, e.rows, -1);
           ++s.emitted;
           s.Advance(false);
         } else if (s.spec->kind == ArrivalSpec::Kind::kClosed) {
           auto client = std::min_element(s.client_next.begin(), s.client_next.end());
           *client = kNever;  // Waiting for its reply.
           s.Advance(false);
-          issue(si, at, std::nullopt, 0, static_cast<int>(client - s.client_next.begin()));
+          Issue(si, at, std::nullopt, 0, static_cast<int>(client - s.client_next.begin()));
         } else {
-          issue(si, at, std::nullopt, 0, -1);
+          Issue(si, at, std::nullopt, 0, -1);
           ++s.emitted;
           s.Advance(false);
         }
@@ -306,26 +300,14 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
           static_cast<double>(now) < s.spec->stop_seconds * 1e9) {
         for (size_t d = scheduler.queue_depth(s.model); d < static_cast<size_t>(s.spec->backlog);
              ++d) {
-          issue(si, now, std::nullopt, 0, -1);
+          Issue(si, now, std::nullopt, 0, -1);
         }
       }
     }
+  }
 
-    auto t0 = std::chrono::steady_clock::now();
-    Decision decision = scheduler.Next(now);
-    auto t1 = std::chrono::steady_clock::now();
-    const Dispatch& d = decision.dispatch;
-    if (d.runs() || !d.shed.empty() || !d.failed.empty()) {
-      decision_ns.push_back(static_cast<double>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
-    }
-    bool measured = now >= warmup;
-    if (!d.runs() && d.model >= 0 && scheduler.queue_depth(d.model) == 0 &&
-        (!d.shed.empty() || !d.failed.empty())) {
-      // Its backlog ended by shedding, not by a dispatch: that wait counts as a gap too.
-      ModelTally& t = tally[static_cast<size_t>(d.model)];
-      t.longest_gap = std::max(t.longest_gap, now - std::max(t.last_end, t.backlog_start));
-    }
+  // Requests shed or failed by decision `d`.
+  void Lose(const Dispatch& d, bool measured) {
     for (const std::vector<QueuedRequest>* lost : {&d.shed, &d.failed}) {
       for (const QueuedRequest& r : *lost) {
         if (measured && r.arrival >= warmup) {
@@ -334,67 +316,68 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
         Issued& whole = issued[r.payload];
         whole.lost = true;
         if (--whole.pieces_left == 0) {
-          finish_request(whole, now);
+          FinishRequest(whole, now);
         }
       }
     }
-    if (d.runs()) {
-      double seconds = run_cost(d.model, d.batch_size);
-      Nanos finish = now + ToNanos(seconds);
-      ModelTally& t = tally[static_cast<size_t>(d.model)];
-      t.longest_gap = std::max(t.longest_gap, now - std::max(t.last_end, t.backlog_start));
-      t.longest_dispatch = std::max(t.longest_dispatch, seconds);
-      t.last_end = finish;
-      if (trace != nullptr) {
-        trace->push_back({static_cast<double>(now) / 1e9, static_cast<double>(finish) / 1e9,
-                          d.model, d.variant, d.batch_size, d.rows, d.requests.size()});
+  }
+
+  // Runs decision `d`'s batch: its modelled time passes, and its requests are tallied.
+  void Execute(const Dispatch& d, bool measured) {
+    double seconds = RunCost(d.model, d.batch_size);
+    Nanos finish = now + ToNanos(seconds);
+    ModelTally& t = tally[static_cast<size_t>(d.model)];
+    t.longest_gap = std::max(t.longest_gap, now - std::max(t.last_end, t.backlog_start));
+    t.longest_dispatch = std::max(t.longest_dispatch, seconds);
+    t.last_end = finish;
+    if (trace != nullptr) {
+      trace->push_back({static_cast<double>(now) / 1e9, static_cast<double>(finish) / 1e9, d.model,
+                        d.variant, d.batch_size, d.rows, d.requests.size()});
+    }
+    Account(window_gpu, static_cast<size_t>(d.model), now, finish);
+    for (size_t i = 0; i < n; ++i) {
+      if (static_cast<int>(i) == d.model || scheduler.queue_depth(static_cast<int>(i)) > 0) {
+        Account(window_backlog, i, now, finish);
       }
-      account(window_gpu, static_cast<size_t>(d.model), now, finish);
-      for (size_t i = 0; i < n; ++i) {
-        if (static_cast<int>(i) == d.model || scheduler.queue_depth(static_cast<int>(i)) > 0) {
-          account(window_backlog, i, now, finish);
-        }
-      }
+    }
+    if (measured) {
+      busy += seconds;
+      t.gpu_seconds += seconds;
+      ++t.dispatches;
+      ++t.sizes[d.batch_size];
+      executed_rows += static_cast<uint64_t>(d.batch_size);
+      padding_rows += static_cast<uint64_t>(std::max<int64_t>(0, d.batch_size - d.rows));
+    }
+    int64_t missed_rows = 0;
+    for (const QueuedRequest& r : d.requests) {
+      bool late = r.deadline && finish > *r.deadline;
       if (measured) {
-        busy += seconds;
-        t.gpu_seconds += seconds;
-        ++t.dispatches;
-        ++t.sizes[d.batch_size];
-        executed_rows += static_cast<uint64_t>(d.batch_size);
-        padding_rows += static_cast<uint64_t>(std::max<int64_t>(0, d.batch_size - d.rows));
-      }
-      int64_t missed_rows = 0;
-      for (const QueuedRequest& r : d.requests) {
-        bool late = r.deadline && finish > *r.deadline;
-        if (measured) {
-          t.waits.Record(now - r.arrival);
-          t.max_wait = std::max(t.max_wait, now - r.arrival);
-          ++t.completed;
-          t.rows += static_cast<uint64_t>(r.rows);
-          if (late) {
-            ++t.misses;
-            missed_rows += r.rows;
-          } else {
-            t.good_rows += static_cast<uint64_t>(r.rows);
-          }
-        }
-        Issued& whole = issued[r.payload];
-        whole.late = whole.late || late;
-        if (--whole.pieces_left == 0) {
-          finish_request(whole, finish);
+        t.waits.Record(now - r.arrival);
+        t.max_wait = std::max(t.max_wait, now - r.arrival);
+        ++t.completed;
+        t.rows += static_cast<uint64_t>(r.rows);
+        if (late) {
+          ++t.misses;
+          missed_rows += r.rows;
+        } else {
+          t.good_rows += static_cast<uint64_t>(r.rows);
         }
       }
-      if (measured && d.rows > 0) {
-        missed_gpu += seconds * static_cast<double>(missed_rows) / static_cast<double>(d.rows);
+      Issued& whole = issued[r.payload];
+      whole.late = whole.late || late;
+      if (--whole.pieces_left == 0) {
+        FinishRequest(whole, finish);
       }
-      now = finish;
-      scheduler.Complete(d, seconds, now);
-      continue;
     }
-    if (scheduler.queued_requests() > 0 || !d.shed.empty() || !d.failed.empty()) {
-      continue;  // Everything selected was shed: decide again at once.
+    if (measured && d.rows > 0) {
+      missed_gpu += seconds * static_cast<double>(missed_rows) / static_cast<double>(d.rows);
     }
-    // Idle: jump to the next arrival, event, or the start of a saturating stream.
+    now = finish;
+    scheduler.Complete(d, seconds, now);
+  }
+
+  // Idle: the time of the next arrival, event, or start of a saturating stream (kNever: none).
+  double NextWake() const {
     double next = kNever;
     for (const Stream& s : streams) {
       next = std::min(next, s.next);
@@ -406,115 +389,196 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
     if (next_event < scenario.events.size()) {
       next = std::min(next, scenario.events[next_event].at_seconds);
     }
-    if (next == kNever || ToNanos(next) >= end) {
-      break;
-    }
-    now = std::max(now + 1, ToNanos(next));
+    return next;
   }
-  // A backlog still waiting at the end closes its gap there.
-  for (size_t i = 0; i < n; ++i) {
-    if (scheduler.queue_depth(static_cast<int>(i)) > 0) {
-      ModelTally& t = tally[i];
-      t.longest_gap = std::max(t.longest_gap, now - std::max(t.last_end, t.backlog_start));
-    }
-  }
-  // A dispatch may end after `end`; the window is what was measured.
-  double window =
-      std::max(scenario.duration_seconds, static_cast<double>(now) / 1e9) - scenario.warmup_seconds;
 
-  RunReport report;
-  report.label = label;
-  double weight_with_traffic = 0, max_weight_with_traffic = 0, dispatch_sum = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (!scenario.models[i].arrivals.empty()) {
-      weight_with_traffic += scenario.models[i].weight;
-      max_weight_with_traffic += tally[i].max_weight;
-      dispatch_sum += tally[i].longest_dispatch;
+  Status Loop() {
+    while (now < end) {
+      FERRY_RETURN_IF_ERROR(ApplyEvents());
+      IssueArrivals();
+      auto t0 = std::chrono::steady_clock::now();
+      Decision decision = scheduler.Next(now);
+      auto t1 = std::chrono::steady_clock::now();
+      const Dispatch& d = decision.dispatch;
+      if (d.runs() || !d.shed.empty() || !d.failed.empty()) {
+        decision_ns.push_back(static_cast<double>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
+      }
+      bool measured = now >= warmup;
+      if (!d.runs() && d.model >= 0 && scheduler.queue_depth(d.model) == 0 &&
+          (!d.shed.empty() || !d.failed.empty())) {
+        // Its backlog ended by shedding, not by a dispatch: that wait counts as a gap too.
+        ModelTally& t = tally[static_cast<size_t>(d.model)];
+        t.longest_gap = std::max(t.longest_gap, now - std::max(t.last_end, t.backlog_start));
+      }
+      Lose(d, measured);
+      if (d.runs()) {
+        Execute(d, measured);
+        continue;
+      }
+      if (scheduler.queued_requests() > 0 || !d.shed.empty() || !d.failed.empty()) {
+        continue;  // Everything selected was shed: decide again at once.
+      }
+      double next = NextWake();
+      if (next == kNever || ToNanos(next) >= end) {
+        break;
+      }
+      now = std::max(now + 1, ToNanos(next));
     }
-  }
-  double x_sum = 0, x_sq = 0, best_capacity = 0, goodput = 0;
-  int with_traffic = 0;
-  size_t stream_index = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const SimModel& m = scenario.models[i];
-    const ModelTally& t = tally[i];
-    ModelReport r;
-    r.name = m.name;
-    r.weight = m.weight;
-    r.share = busy > 0 ? t.gpu_seconds / busy : 0;
-    r.target_share = m.arrivals.empty() ? 0 : m.weight / weight_with_traffic;
-    r.throughput_rows_per_s = static_cast<double>(t.rows) / window;
-    r.goodput_rows_per_s = static_cast<double>(t.good_rows) / window;
-    for (int64_t size : m.sizes) {
-      int64_t rows = std::max<int64_t>(size, 1);
-      r.capacity_rows_per_s =
-          std::max(r.capacity_rows_per_s, static_cast<double>(rows) / m.cost.Mean(rows));
-    }
-    r.queue_wait_p50_s = static_cast<double>(t.waits.Percentile(0.50)) / 1e9;
-    r.queue_wait_p99_s = static_cast<double>(t.waits.Percentile(0.99)) / 1e9;
-    r.max_queue_wait_s = static_cast<double>(t.max_wait) / 1e9;
-    r.deadline_misses = t.misses;
-    r.dropped = t.dropped;
-    r.rejected = t.rejected;
-    r.dispatches = t.dispatches;
-    r.requests_completed = t.completed;
-    r.gpu_seconds = t.gpu_seconds;
-    r.batch_size_histogram = t.sizes;
-    r.longest_gap_s = static_cast<double>(t.longest_gap) / 1e9;
-    if (!m.arrivals.empty()) {
-      r.lag_bound_s = (max_weight_with_traffic / t.min_weight - 1) * t.longest_dispatch +
-                      (dispatch_sum - t.longest_dispatch);
-    }
-    for (size_t a = 0; a < m.arrivals.size(); ++a, ++stream_index) {
-      const StreamTally& st = stream_tally[stream_index];
-      r.streams.push_back({m.arrivals[a].name, st.completed, st.met, st.missed, st.dropped,
-                           static_cast<double>(st.good_rows) / window});
-    }
-    if (r.target_share > 0) {
-      double x = r.share / r.target_share;
-      x_sum += x;
-      x_sq += x * x;
-      ++with_traffic;
-    }
-    best_capacity = std::max(best_capacity, r.capacity_rows_per_s);
-    goodput += r.goodput_rows_per_s;
-    report.models.push_back(std::move(r));
-  }
-  for (size_t w = 0; w < window_gpu.size() && w < window_backlog.size(); ++w) {
-    ShareWindow sw;
-    sw.start_s = static_cast<double>(w) * scenario.share_window_seconds;
-    double gpu = 0, demand = 0;
+    // A backlog still waiting at the end closes its gap there.
     for (size_t i = 0; i < n; ++i) {
-      gpu += window_gpu[w][i];
+      if (scheduler.queue_depth(static_cast<int>(i)) > 0) {
+        ModelTally& t = tally[i];
+        t.longest_gap = std::max(t.longest_gap, now - std::max(t.last_end, t.backlog_start));
+      }
     }
-    // Weights in force are the configured ones; set_policy events are reflected by the
-    // caller's checks (the series is for computing properties from outside).
-    std::vector<double> weights(n);
-    for (size_t i = 0; i < n; ++i) {
-      weights[i] = scenario.models[i].weight;
-      double b = window_backlog[w][i] / scenario.share_window_seconds;
-      sw.backlogged.push_back(std::min(1.0, b));
-      demand += weights[i] * std::min(1.0, b);
-    }
-    for (size_t i = 0; i < n; ++i) {
-      sw.shares.push_back(gpu > 0 ? window_gpu[w][i] / gpu : 0);
-      sw.targets.push_back(demand > 0 ? weights[i] * sw.backlogged[i] / demand : 0);
-    }
-    report.windows.push_back(std::move(sw));
+    return OkStatus();
   }
-  report.jain = x_sq > 0 ? x_sum * x_sum / (with_traffic * x_sq) : 0;
-  report.utilization = busy / window;
-  report.padding_waste =
-      executed_rows > 0 ? static_cast<double>(padding_rows) / static_cast<double>(executed_rows)
-                        : 0;
-  report.missed_gpu_fraction = busy > 0 ? missed_gpu / busy : 0;
-  report.goodput_vs_capacity = best_capacity > 0 ? goodput / best_capacity : 0;
-  report.decisions = decision_ns.size();
-  report.decision_ns_median = Percentile(decision_ns, 0.5);
-  report.decision_ns_p99 = Percentile(decision_ns, 0.99);
-  return report;
+
+  RunReport Report(const std::string& label) {
+    // A dispatch may end after `end`; the window is what was measured.
+    double window = std::max(scenario.duration_seconds, static_cast<double>(now) / 1e9) -
+                    scenario.warmup_seconds;
+
+    RunReport report;
+    report.label = label;
+    double weight_with_traffic = 0, max_weight_with_traffic = 0, dispatch_sum = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (!scenario.models[i].arrivals.empty()) {
+        weight_with_traffic += scenario.models[i].weight;
+        max_weight_with_traffic += tally[i].max_weight;
+        dispatch_sum += tally[i].longest_dispatch;
+      }
+    }
+    double x_sum = 0, x_sq = 0, best_capacity = 0, goodput = 0;
+    int with_traffic = 0;
+    size_t stream_index = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const SimModel& m = scenario.models[i];
+      const ModelTally& t = tally[i];
+      ModelReport r;
+      r.name = m.name;
+      r.weight = m.weight;
+      r.share = busy > 0 ? t.gpu_seconds / busy : 0;
+      r.target_share = m.arrivals.empty() ? 0 : m.weight / weight_with_traffic;
+      r.throughput_rows_per_s = static_cast<double>(t.rows) / window;
+      r.goodput_rows_per_s = static_cast<double>(t.good_rows) / window;
+      for (int64_t size : m.sizes) {
+        int64_t rows = std::max<int64_t>(size, 1);
+        r.capacity_rows_per_s =
+            std::max(r.capacity_rows_per_s, static_cast<double>(rows) / m.cost.Mean(rows));
+      }
+      r.queue_wait_p50_s = static_cast<double>(t.waits.Percentile(0.50)) / 1e9;
+      r.queue_wait_p99_s = static_cast<double>(t.waits.Percentile(0.99)) / 1e9;
+      r.max_queue_wait_s = static_cast<double>(t.max_wait) / 1e9;
+      r.deadline_misses = t.misses;
+      r.dropped = t.dropped;
+      r.rejected = t.rejected;
+      r.dispatches = t.dispatches;
+      r.requests_completed = t.completed;
+      r.gpu_seconds = t.gpu_seconds;
+      r.batch_size_histogram = t.sizes;
+      r.longest_gap_s = static_cast<double>(t.longest_gap) / 1e9;
+      if (!m.arrivals.empty()) {
+        r.lag_bound_s = (max_weight_with_traffic / t.min_weight - 1) * t.longest_dispatch +
+                        (dispatch_sum - t.longest_dispatch);
+      }
+      for (size_t a = 0; a < m.arrivals.size(); ++a, ++stream_index) {
+        const StreamTally& st = stream_tally[stream_index];
+        r.streams.push_back({m.arrivals[a].name, st.completed, st.met, st.missed, st.dropped,
+                             static_cast<double>(st.good_rows) / window});
+      }
+      if (r.target_share > 0) {
+        double x = r.share / r.target_share;
+        x_sum += x;
+        x_sq += x * x;
+        ++with_traffic;
+      }
+      best_capacity = std::max(best_capacity, r.capacity_rows_per_s);
+      goodput += r.goodput_rows_per_s;
+      report.models.push_back(std::move(r));
+    }
+    for (size_t w = 0; w < window_gpu.size() && w < window_backlog.size(); ++w) {
+      ShareWindow sw;
+      sw.start_s = static_cast<double>(w) * scenario.share_window_seconds;
+      double gpu = 0, demand = 0;
+      for (size_t i = 0; i < n; ++i) {
+        gpu += window_gpu[w][i];
+      }
+      // Weights in force are the configured ones; set_policy events are reflected by the
+      // caller's checks (the series is for computing properties from outside).
+      std::vector<double> weights(n);
+      for (size_t i = 0; i < n; ++i) {
+        weights[i] = scenario.models[i].weight;
+        double b = window_backlog[w][i] / scenario.share_window_seconds;
+        sw.backlogged.push_back(std::min(1.0, b));
+        demand += weights[i] * std::min(1.0, b);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        sw.shares.push_back(gpu > 0 ? window_gpu[w][i] / gpu : 0);
+        sw.targets.push_back(demand > 0 ? weights[i] * sw.backlogged[i] / demand : 0);
+      }
+      report.windows.push_back(std::move(sw));
+    }
+    report.jain = x_sq > 0 ? x_sum * x_sum / (with_traffic * x_sq) : 0;
+    report.utilization = busy / window;
+    report.padding_waste =
+        executed_rows > 0 ? static_cast<double>(padding_rows) / static_cast<double>(executed_rows)
+                          : 0;
+    report.missed_gpu_fraction = busy > 0 ? missed_gpu / busy : 0;
+    report.goodput_vs_capacity = best_capacity > 0 ? goodput / best_capacity : 0;
+    report.decisions = decision_ns.size();
+    report.decision_ns_median = Percentile(decision_ns, 0.5);
+    report.decision_ns_p99 = Percentile(decision_ns, 0.99);
+    return report;
+  }
+
+  const Scenario& scenario;
+  const SchedulerConfig& config;
+  const SchedulerOptions options;
+  Scheduler scheduler;
+  std::vector<TraceRow>* trace;
+  const size_t n;
+  std::vector<Stream> streams;
+  Rng noise_rng;
+  Nanos now = 0;
+  const Nanos warmup;
+  const Nanos end;
+  const Nanos window_ns;
+  std::vector<ModelTally> tally;
+  std::vector<StreamTally> stream_tally;
+  std::vector<Issued> issued;  // By payload.
+  std::vector<double> decision_ns;
+  double busy = 0;
+  double missed_gpu = 0;
+  uint64_t executed_rows = 0;
+  uint64_t padding_rows = 0;
+  size_t next_event = 0;
+  // The share time series: GPU seconds and backlogged time per model per window.
+  std::vector<std::vector<double>> window_gpu, window_backlog;
+};
+
+}  // namespace
+
+Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& config,
+                          SchedulerOptions options, const std::string& label,
+                          std::vector<TraceRow>* trace) {
+  std::vector<ModelSpec> specs;
+  for (const SimModel& m : scenario.models) {
+    ModelSpec spec;
+    spec.name = m.name;
+    spec.batch_sizes = m.sizes;
+    spec.num_variants = m.variants;
+    spec.wire_batch_input = "input";
+    spec.wire_batch_axis = 1;
+    specs.push_back(std::move(spec));
+  }
+  FERRY_ASSIGN_OR_RETURN(Scheduler scheduler, Scheduler::Create(config, specs, options));
+  auto run = std::make_unique<SimRun>(scenario, config, options, std::move(scheduler), trace);
+  run->WarmUp();
+  FERRY_RETURN_IF_ERROR(run->Loop());
+  return run->Report(label);
 }
-
 Result<ScenarioReport> RunScenario(const Scenario& scenario, std::vector<TraceRow>* trace) {
   ScenarioReport report;
   report.scenario = scenario.name;
