@@ -99,6 +99,303 @@ std::span<const float> FastProgram::Output(size_t o) const {
   return state_->buffers[state_->outputs[o]];
 }
 
+// Turns a manifest's ops into State's steps: oneDNN primitives for dense, conv2d, matmul and
+// softmax (with weights reordered once into the layout each prefers), ferry's loops for the rest.
+class FastProgram::Compiler {
+ public:
+  Compiler(const Bundle& bundle, const std::map<std::string, Shape>& shapes,
+           const WeightMap& weights, State* s)
+      : bundle_(bundle), manifest_(bundle.manifest), shapes_(shapes), weights_(weights), s(s) {
+    for (const Op& op : manifest_.program) {
+      for (const std::string& in : op.inputs) {
+        ++readers_[in];
+      }
+    }
+  }
+
+  // Adds program[i]'s steps; returns the index of the last op they cover (i, or i + 1 when an
+  // activation was fused). oneDNN's errors are thrown as dnnl::error.
+  size_t Add(size_t i) {
+    const Op& op = manifest_.program[i];
+    switch (op.kind) {
+      case OpKind::kDense:
+      case OpKind::kConv2d:
+        return AddDenseOrConv(i);
+      case OpKind::kAdd:
+      case OpKind::kSub:
+      case OpKind::kMul:
+      case OpKind::kDiv:
+        AddBroadcast(i, op);
+        return i;
+      case OpKind::kMatMul:
+        AddMatMul(i, op);
+        return i;
+      case OpKind::kSoftmax:
+        AddSoftmax(i, op);
+        return i;
+      default:
+        AddLoop(i, op);
+        return i;
+    }
+  }
+
+ private:
+  std::span<const float> Weight(const std::string& name) const {
+    return name.empty() ? std::span<const float>() : std::span<const float>(weights_.at(name));
+  }
+  memory WeightMemory(const memory::desc& desc, const std::string& name) const {
+    return memory(desc, s->engine, const_cast<float*>(weights_.at(name).data()));
+  }
+  // The weights in the layout the primitive chose (blocked for its kernels), reordered once.
+  memory PackedWeights(const memory::desc& chosen, const memory::desc& user,
+                       const std::string& name) {
+    memory from = WeightMemory(user, name);
+    if (chosen == user) {
+      return from;
+    }
+    memory packed(chosen, s->engine);
+    dnnl::reorder(from, packed).execute(s->stream, from, packed);
+    s->stream.wait();
+    s->owned.push_back(packed);
+    return packed;
+  }
+
+  // Dense (oneDNN matmul) or conv2d, with the next op's activation fused when it may be.
+  size_t AddDenseOrConv(size_t i) {
+    const std::vector<Op>& program = manifest_.program;
+    const std::map<std::string, int>& readers = readers_;
+    const Manifest& manifest = manifest_;
+    const Bundle& bundle = bundle_;
+    const Op& op = program[i];
+    size_t index = i;
+    const Shape& xs = shapes_.at(op.inputs[0]);
+    const Shape& ys = shapes_.at(op.output);
+    std::vector<float>* x = &s->Buffer(op.inputs[0]);
+    std::optional<Activation> act = FusableActivation(program, i, readers, manifest);
+    std::string out_name = op.output;
+    if (act) {
+      out_name = program[i + 1].output;  // Fused: write the activation's output.
+      ++i;
+    }
+    dnnl::primitive_attr attr = Epilogue(act);
+    std::unordered_map<int, memory> args;
+    dnnl::primitive primitive;
+    if (op.kind == OpKind::kDense) {
+      int64_t k = xs.back(), n = ys.back();
+      int64_t m = static_cast<int64_t>(x->size()) / k;
+      memory::desc src({m, k}, kF32, Tag::ab), dst({m, n}, kF32, Tag::ab);
+      memory::desc user_w({k, n}, kF32, Tag::ba);  // PyTorch's [N, K], read as K x N.
+      memory::desc any_w({k, n}, kF32, Tag::any);
+      memory::desc b = op.bias.empty() ? memory::desc() : memory::desc({1, n}, kF32, Tag::ab);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, any_w, b, dst), attr, s->engine);
+      primitive = dnnl::matmul(pd);
+      args = {{DNNL_ARG_SRC, s->Wrap(src, op.inputs[0])},
+              {DNNL_ARG_WEIGHTS, PackedWeights(pd.weights_desc(), user_w, op.weight)},
+              {DNNL_ARG_DST, s->Wrap(dst, out_name)}};
+      if (!op.bias.empty()) {
+        args[DNNL_ARG_BIAS] = WeightMemory(b, op.bias);
+      }
+    } else {
+      const Shape& ws = bundle.weights.index().Find(op.weight)->shape;  // OIHW.
+      memory::dims strides{op.stride[0], op.stride[1]};
+      memory::dims padding{op.padding[0], op.padding[1]};
+      // Source, weights and destination in the layouts the fastest kernel wants
+      // (blocked channels); the plain NCHW tensors are reordered in and out around it.
+      memory::desc src(Dims(xs), kF32, Tag::nchw), dst(Dims(ys), kF32, Tag::nchw);
+      memory::desc any_src(Dims(xs), kF32, Tag::any), any_dst(Dims(ys), kF32, Tag::any);
+      // Grouped: [G, O/G, C/G, KH, KW], the same bytes as OIHW.
+      memory::dims w_dims = Dims(ws);
+      Tag w_tag = Tag::oihw;
+      if (op.groups > 1) {
+        w_dims = {op.groups, ws[0] / op.groups, ws[1], ws[2], ws[3]};
+        w_tag = Tag::goihw;
+      }
+      memory::desc user_w(w_dims, kF32, w_tag);
+      memory::desc any_w(w_dims, kF32, Tag::any);
+      memory::desc b = op.bias.empty() ? memory::desc() : memory::desc({ws[0]}, kF32, Tag::x);
+      dnnl::convolution_forward::primitive_desc pd(
+          dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                          dnnl::algorithm::convolution_direct, any_src, any_w, b,
+                                          any_dst, strides, padding, padding),
+          attr, s->engine);
+      primitive = dnnl::convolution_forward(pd);
+      memory plain_src = s->Wrap(src, op.inputs[0]), plain_dst = s->Wrap(dst, out_name);
+      memory conv_src = plain_src, conv_dst = plain_dst;
+      if (pd.src_desc() != src) {
+        conv_src = memory(pd.src_desc(), s->engine);
+        dnnl::reorder in(plain_src, conv_src);
+        s->steps.push_back({index, [s = s, in, plain_src, conv_src]() mutable {
+                              in.execute(s->stream, plain_src, conv_src);
+                            }});
+      }
+      if (pd.dst_desc() != dst) {
+        conv_dst = memory(pd.dst_desc(), s->engine);
+      }
+      args = {{DNNL_ARG_SRC, conv_src},
+              {DNNL_ARG_WEIGHTS, PackedWeights(pd.weights_desc(), user_w, op.weight)},
+              {DNNL_ARG_DST, conv_dst}};
+      if (!op.bias.empty()) {
+        args[DNNL_ARG_BIAS] = WeightMemory(b, op.bias);
+      }
+      if (conv_dst != plain_dst) {
+        dnnl::reorder out(conv_dst, plain_dst);
+        s->steps.push_back({index, [s = s, primitive, args, out, conv_dst, plain_dst]() mutable {
+                              primitive.execute(s->stream, args);
+                              out.execute(s->stream, conv_dst, plain_dst);
+                            }});
+        return i;
+      }
+    }
+    s->steps.push_back({index, [s = s, primitive, args] { primitive.execute(s->stream, args); }});
+    return i;
+  }
+
+  // Elementwise add, sub, mul or div, with numpy broadcasting (or a plain add of equal shapes).
+  void AddBroadcast(size_t index, const Op& op) {
+    const Shape& xs = shapes_.at(op.inputs[0]);
+    const Shape& ys = shapes_.at(op.output);
+    std::vector<float>* x = &s->Buffer(op.inputs[0]);
+    std::vector<float>* y = &s->Buffer(op.output);
+    const std::map<std::string, Shape>& shapes = shapes_;
+    const Bundle& bundle = bundle_;
+    if (op.kind == OpKind::kAdd && op.inputs.size() == 2 && shapes.at(op.inputs[1]) == xs) {
+      std::vector<float>* x2 = &s->Buffer(op.inputs[1]);
+      s->steps.push_back({index, [x, x2, y] { cpu::Add(*x, *x2, *y); }});
+      return;
+    }
+    bool weighted = op.inputs.size() == 1;
+    std::span<const float> w = weighted ? Weight(op.weight) : std::span<const float>();
+    const std::vector<float>* x2 = weighted ? nullptr : &s->Buffer(op.inputs[1]);
+    Shape bs = weighted ? bundle.weights.index().Find(op.weight)->shape : shapes.at(op.inputs[1]);
+    s->steps.push_back({index, [kind = op.kind, reverse = op.reverse, x, xs, w, x2, bs, ys, y] {
+                          std::span<const float> b = x2 != nullptr ? *x2 : w;
+                          if (reverse) {
+                            Broadcast(kind, b, bs, *x, xs, ys, *y);
+                          } else {
+                            Broadcast(kind, *x, xs, b, bs, ys, *y);
+                          }
+                        }});
+  }
+
+  // oneDNN's batched matmul over the flattened leading axes.
+  void AddMatMul(size_t index, const Op& op) {
+    const Shape& xs = shapes_.at(op.inputs[0]);
+    const Shape& ys = shapes_.at(op.output);
+    std::vector<float>* x = &s->Buffer(op.inputs[0]);
+    int64_t m = xs[xs.size() - 2], k = xs.back(), n = ys.back();
+    int64_t batches = static_cast<int64_t>(x->size()) / (m * k);
+    memory::desc a({batches, m, k}, kF32, Tag::abc), b({batches, k, n}, kF32, Tag::abc);
+    memory::desc c({batches, m, n}, kF32, Tag::abc);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), s->engine);
+    dnnl::matmul primitive(pd);
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, s->Wrap(a, op.inputs[0])},
+                                            {DNNL_ARG_WEIGHTS, s->Wrap(b, op.inputs[1])},
+                                            {DNNL_ARG_DST, s->Wrap(c, op.output)}};
+    s->steps.push_back({index, [s = s, primitive, args] { primitive.execute(s->stream, args); }});
+  }
+
+  // oneDNN's softmax (vectorised exp); the reference loop runs in double.
+  void AddSoftmax(size_t index, const Op& op) {
+    const Shape& xs = shapes_.at(op.inputs[0]);
+    memory::dims strides(xs.size(), 1);
+    for (size_t d = xs.size() - 1; d-- > 0;) {
+      strides[d] = strides[d + 1] * xs[d + 1];
+    }
+    memory::desc data(Dims(xs), kF32, strides);
+    int axis = static_cast<int>(op.axis < 0 ? op.axis + static_cast<int64_t>(xs.size()) : op.axis);
+    dnnl::softmax_forward::primitive_desc pd(
+        dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, data, axis), s->engine);
+    dnnl::softmax_forward primitive(pd);
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, s->Wrap(data, op.inputs[0])},
+                                            {DNNL_ARG_DST, s->Wrap(data, op.output)}};
+    s->steps.push_back({index, [s = s, primitive, args] { primitive.execute(s->stream, args); }});
+  }
+
+  // The ops ferry's own loops run.
+  void AddLoop(size_t index, const Op& op) {
+    const Shape& xs = shapes_.at(op.inputs[0]);
+    const Shape& ys = shapes_.at(op.output);
+    std::vector<float>* x = &s->Buffer(op.inputs[0]);
+    std::vector<float>* y = &s->Buffer(op.output);
+    switch (op.kind) {
+      case OpKind::kRelu:
+        s->steps.push_back({index, [x, y] { Relu(*x, *y); }});
+        break;
+      case OpKind::kGelu:
+        s->steps.push_back({index, [x, y] { Gelu(*x, *y); }});
+        break;
+      case OpKind::kTanh:
+        s->steps.push_back({index, [x, y] { Tanh(*x, *y); }});
+        break;
+      case OpKind::kSigmoid:
+        s->steps.push_back({index, [x, y] { Sigmoid(*x, *y); }});
+        break;
+      case OpKind::kClip: {
+        auto lo = static_cast<float>(op.min), hi = static_cast<float>(op.max);
+        s->steps.push_back({index, [x, lo, hi, y] { Clip(*x, lo, hi, *y); }});
+        break;
+      }
+      case OpKind::kTranspose:
+        s->steps.push_back({index, [x, xs, perm = op.perm, y] { Transpose(*x, xs, perm, *y); }});
+        break;
+      case OpKind::kSlice: {
+        int64_t axis = op.axis < 0 ? op.axis + static_cast<int64_t>(xs.size()) : op.axis;
+        s->steps.push_back({index, [x, xs, axis, start = op.start, end = op.end, y] {
+                              Slice(*x, xs, axis, start, end, *y);
+                            }});
+        break;
+      }
+      case OpKind::kSqrt:
+      case OpKind::kExp:
+      case OpKind::kLog:
+        s->steps.push_back({index, [kind = op.kind, x, y] { Elementwise(kind, *x, *y); }});
+        break;
+      case OpKind::kLayerNorm: {
+        std::span<const float> w = Weight(op.weight), b = Weight(op.bias);
+        s->steps.push_back({index, [x, d = xs.back(), w, b, eps = op.eps, y] {
+                              LayerNorm(*x, d, w, b, eps, *y);
+                            }});
+        break;
+      }
+      case OpKind::kMaxPool2d: {
+        Window window{op.kernel, op.stride, op.padding};
+        s->steps.push_back({index, [x, xs, window, ys, y] { MaxPool2d(*x, xs, window, ys, *y); }});
+        break;
+      }
+      case OpKind::kGlobalAvgPool:
+        s->steps.push_back({index, [x, xs, y] { GlobalAvgPool(*x, xs, *y); }});
+        break;
+      case OpKind::kGather: {
+        std::span<const float> table = Weight(op.weight);
+        int64_t width = ys.back();
+        int64_t rows = static_cast<int64_t>(table.size()) / width;
+        s->steps.push_back({index, [s = s, x, table, rows, width, y] {
+                              if (Status g = Gather(*x, table, rows, width, *y); !g.ok()) {
+                                s->failure = g.error();
+                              }
+                            }});
+        break;
+      }
+      case OpKind::kReduceMean:
+        s->steps.push_back({index, [x, xs, axis = op.axis, y] { ReduceMean(*x, xs, axis, *y); }});
+        break;
+      case OpKind::kFlatten:
+      case OpKind::kReshape:
+        s->steps.push_back({index, [x, y] { std::copy(x->begin(), x->end(), y->begin()); }});
+        break;
+      default:
+        break;
+    }
+  }
+
+  const Bundle& bundle_;
+  const Manifest& manifest_;
+  const std::map<std::string, Shape>& shapes_;
+  const WeightMap& weights_;
+  State* s;
+  std::map<std::string, int> readers_;  // Tensor name -> ops reading it.
+};
+
 Result<std::unique_ptr<FastProgram>> FastProgram::Build(const Bundle& bundle,
                                                         const std::map<std::string, Shape>& shapes,
                                                         const WeightMap& weights) {
@@ -119,247 +416,13 @@ Result<std::unique_ptr<FastProgram>> FastProgram::Build(const Bundle& bundle,
   for (const TensorSpec& out : manifest.outputs) {
     s->outputs.push_back(s->buffer_of.at(out.name));
   }
-  const std::vector<Op>& program = manifest.program;
-  std::map<std::string, int> readers;
-  for (const Op& op : program) {
-    for (const std::string& in : op.inputs) {
-      ++readers[in];
-    }
-  }
-  auto weight = [&](const std::string& name) -> std::span<const float> {
-    return name.empty() ? std::span<const float>() : std::span<const float>(weights.at(name));
-  };
-  auto weight_memory = [&](const memory::desc& desc, const std::string& name) {
-    return memory(desc, s->engine, const_cast<float*>(weights.at(name).data()));
-  };
-  // The weights in the layout the primitive chose (blocked for its kernels), reordered once.
-  auto packed_weights = [&](const memory::desc& chosen, const memory::desc& user,
-                            const std::string& name) {
-    memory from = weight_memory(user, name);
-    if (chosen == user) {
-      return from;
-    }
-    memory packed(chosen, s->engine);
-    dnnl::reorder(from, packed).execute(s->stream, from, packed);
-    s->stream.wait();
-    s->owned.push_back(packed);
-    return packed;
-  };
-  for (size_t i = 0; i < program.size(); ++i) {
-    const Op& op = program[i];
-    size_t index = i;
-    const Shape& xs = shapes.at(op.inputs[0]);
-    const Shape& ys = shapes.at(op.output);
-    std::vector<float>* x = &s->Buffer(op.inputs[0]);
-    std::vector<float>* y = &s->Buffer(op.output);
+  Compiler compiler(bundle, shapes, weights, s);
+  for (size_t i = 0; i < manifest.program.size(); ++i) {
     try {
-      switch (op.kind) {
-        case OpKind::kDense:
-        case OpKind::kConv2d: {
-          std::optional<Activation> act = FusableActivation(program, i, readers, manifest);
-          std::string out_name = op.output;
-          if (act) {
-            out_name = program[i + 1].output;  // Fused: write the activation's output.
-            ++i;
-          }
-          dnnl::primitive_attr attr = Epilogue(act);
-          std::unordered_map<int, memory> args;
-          dnnl::primitive primitive;
-          if (op.kind == OpKind::kDense) {
-            int64_t k = xs.back(), n = ys.back();
-            int64_t m = static_cast<int64_t>(x->size()) / k;
-            memory::desc src({m, k}, kF32, Tag::ab), dst({m, n}, kF32, Tag::ab);
-            memory::desc user_w({k, n}, kF32, Tag::ba);  // PyTorch's [N, K], read as K x N.
-            memory::desc any_w({k, n}, kF32, Tag::any);
-            memory::desc b = op.bias.empty() ? memory::desc() : memory::desc({1, n}, kF32, Tag::ab);
-            dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, any_w, b, dst), attr,
-                                            s->engine);
-            primitive = dnnl::matmul(pd);
-            args = {{DNNL_ARG_SRC, s->Wrap(src, op.inputs[0])},
-                    {DNNL_ARG_WEIGHTS, packed_weights(pd.weights_desc(), user_w, op.weight)},
-                    {DNNL_ARG_DST, s->Wrap(dst, out_name)}};
-            if (!op.bias.empty()) {
-              args[DNNL_ARG_BIAS] = weight_memory(b, op.bias);
-            }
-          } else {
-            const Shape& ws = bundle.weights.index().Find(op.weight)->shape;  // OIHW.
-            memory::dims strides{op.stride[0], op.stride[1]};
-            memory::dims padding{op.padding[0], op.padding[1]};
-            // Source, weights and destination in the layouts the fastest kernel wants
-            // (blocked channels); the plain NCHW tensors are reordered in and out around it.
-            memory::desc src(Dims(xs), kF32, Tag::nchw), dst(Dims(ys), kF32, Tag::nchw);
-            memory::desc any_src(Dims(xs), kF32, Tag::any), any_dst(Dims(ys), kF32, Tag::any);
-            // Grouped: [G, O/G, C/G, KH, KW], the same bytes as OIHW.
-            memory::dims w_dims = Dims(ws);
-            Tag w_tag = Tag::oihw;
-            if (op.groups > 1) {
-              w_dims = {op.groups, ws[0] / op.groups, ws[1], ws[2], ws[3]};
-              w_tag = Tag::goihw;
-            }
-            memory::desc user_w(w_dims, kF32, w_tag);
-            memory::desc any_w(w_dims, kF32, Tag::any);
-            memory::desc b = op.bias.empty() ? memory::desc() : memory::desc({ws[0]}, kF32, Tag::x);
-            dnnl::convolution_forward::primitive_desc pd(
-                dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                dnnl::algorithm::convolution_direct, any_src, any_w,
-                                                b, any_dst, strides, padding, padding),
-                attr, s->engine);
-            primitive = dnnl::convolution_forward(pd);
-            memory plain_src = s->Wrap(src, op.inputs[0]), plain_dst = s->Wrap(dst, out_name);
-            memory conv_src = plain_src, conv_dst = plain_dst;
-            if (pd.src_desc() != src) {
-              conv_src = memory(pd.src_desc(), s->engine);
-              dnnl::reorder in(plain_src, conv_src);
-              s->steps.push_back({index, [s, in, plain_src, conv_src]() mutable {
-                                    in.execute(s->stream, plain_src, conv_src);
-                                  }});
-            }
-            if (pd.dst_desc() != dst) {
-              conv_dst = memory(pd.dst_desc(), s->engine);
-            }
-            args = {{DNNL_ARG_SRC, conv_src},
-                    {DNNL_ARG_WEIGHTS, packed_weights(pd.weights_desc(), user_w, op.weight)},
-                    {DNNL_ARG_DST, conv_dst}};
-            if (!op.bias.empty()) {
-              args[DNNL_ARG_BIAS] = weight_memory(b, op.bias);
-            }
-            if (conv_dst != plain_dst) {
-              dnnl::reorder out(conv_dst, plain_dst);
-              s->steps.push_back({index, [s, primitive, args, out, conv_dst, plain_dst]() mutable {
-                                    primitive.execute(s->stream, args);
-                                    out.execute(s->stream, conv_dst, plain_dst);
-                                  }});
-              break;
-            }
-          }
-          s->steps.push_back({index, [s, primitive, args] { primitive.execute(s->stream, args); }});
-          break;
-        }
-        case OpKind::kRelu:
-          s->steps.push_back({index, [x, y] { Relu(*x, *y); }});
-          break;
-        case OpKind::kGelu:
-          s->steps.push_back({index, [x, y] { Gelu(*x, *y); }});
-          break;
-        case OpKind::kTanh:
-          s->steps.push_back({index, [x, y] { Tanh(*x, *y); }});
-          break;
-        case OpKind::kSigmoid:
-          s->steps.push_back({index, [x, y] { Sigmoid(*x, *y); }});
-          break;
-        case OpKind::kClip: {
-          auto lo = static_cast<float>(op.min), hi = static_cast<float>(op.max);
-          s->steps.push_back({index, [x, lo, hi, y] { Clip(*x, lo, hi, *y); }});
-          break;
-        }
-        case OpKind::kAdd:
-        case OpKind::kSub:
-        case OpKind::kMul:
-        case OpKind::kDiv: {
-          if (op.kind == OpKind::kAdd && op.inputs.size() == 2 && shapes.at(op.inputs[1]) == xs) {
-            std::vector<float>* x2 = &s->Buffer(op.inputs[1]);
-            s->steps.push_back({index, [x, x2, y] { Add(*x, *x2, *y); }});
-            break;
-          }
-          bool weighted = op.inputs.size() == 1;
-          std::span<const float> w = weighted ? weight(op.weight) : std::span<const float>();
-          const std::vector<float>* x2 = weighted ? nullptr : &s->Buffer(op.inputs[1]);
-          Shape bs =
-              weighted ? bundle.weights.index().Find(op.weight)->shape : shapes.at(op.inputs[1]);
-          s->steps.push_back(
-              {index, [kind = op.kind, reverse = op.reverse, x, xs, w, x2, bs, ys, y] {
-                 std::span<const float> b = x2 != nullptr ? *x2 : w;
-                 if (reverse) {
-                   Broadcast(kind, b, bs, *x, xs, ys, *y);
-                 } else {
-                   Broadcast(kind, *x, xs, b, bs, ys, *y);
-                 }
-               }});
-          break;
-        }
-        case OpKind::kTranspose:
-          s->steps.push_back({index, [x, xs, perm = op.perm, y] { Transpose(*x, xs, perm, *y); }});
-          break;
-        case OpKind::kSlice: {
-          int64_t axis = op.axis < 0 ? op.axis + static_cast<int64_t>(xs.size()) : op.axis;
-          s->steps.push_back({index, [x, xs, axis, start = op.start, end = op.end, y] {
-                                Slice(*x, xs, axis, start, end, *y);
-                              }});
-          break;
-        }
-        case OpKind::kSqrt:
-        case OpKind::kExp:
-        case OpKind::kLog:
-          s->steps.push_back({index, [kind = op.kind, x, y] { Elementwise(kind, *x, *y); }});
-          break;
-        case OpKind::kMatMul: {  // oneDNN's batched matmul over the flattened leading axes.
-          int64_t m = xs[xs.size() - 2], k = xs.back(), n = ys.back();
-          int64_t batches = static_cast<int64_t>(x->size()) / (m * k);
-          memory::desc a({batches, m, k}, kF32, Tag::abc), b({batches, k, n}, kF32, Tag::abc);
-          memory::desc c({batches, m, n}, kF32, Tag::abc);
-          dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), s->engine);
-          dnnl::matmul primitive(pd);
-          std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, s->Wrap(a, op.inputs[0])},
-                                                  {DNNL_ARG_WEIGHTS, s->Wrap(b, op.inputs[1])},
-                                                  {DNNL_ARG_DST, s->Wrap(c, op.output)}};
-          s->steps.push_back({index, [s, primitive, args] { primitive.execute(s->stream, args); }});
-          break;
-        }
-        case OpKind::kSoftmax: {  // oneDNN's (vectorised exp); the reference loop in double.
-          memory::dims strides(xs.size(), 1);
-          for (size_t d = xs.size() - 1; d-- > 0;) {
-            strides[d] = strides[d + 1] * xs[d + 1];
-          }
-          memory::desc data(Dims(xs), kF32, strides);
-          int axis =
-              static_cast<int>(op.axis < 0 ? op.axis + static_cast<int64_t>(xs.size()) : op.axis);
-          dnnl::softmax_forward::primitive_desc pd(
-              dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, data, axis),
-              s->engine);
-          dnnl::softmax_forward primitive(pd);
-          std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, s->Wrap(data, op.inputs[0])},
-                                                  {DNNL_ARG_DST, s->Wrap(data, op.output)}};
-          s->steps.push_back({index, [s, primitive, args] { primitive.execute(s->stream, args); }});
-          break;
-        }
-        case OpKind::kLayerNorm: {
-          std::span<const float> w = weight(op.weight), b = weight(op.bias);
-          s->steps.push_back({index, [x, d = xs.back(), w, b, eps = op.eps, y] {
-                                LayerNorm(*x, d, w, b, eps, *y);
-                              }});
-          break;
-        }
-        case OpKind::kMaxPool2d: {
-          Window window{op.kernel, op.stride, op.padding};
-          s->steps.push_back(
-              {index, [x, xs, window, ys, y] { MaxPool2d(*x, xs, window, ys, *y); }});
-          break;
-        }
-        case OpKind::kGlobalAvgPool:
-          s->steps.push_back({index, [x, xs, y] { GlobalAvgPool(*x, xs, *y); }});
-          break;
-        case OpKind::kGather: {
-          std::span<const float> table = weight(op.weight);
-          int64_t width = ys.back();
-          int64_t rows = static_cast<int64_t>(table.size()) / width;
-          s->steps.push_back({index, [s, x, table, rows, width, y] {
-                                if (Status g = Gather(*x, table, rows, width, *y); !g.ok()) {
-                                  s->failure = g.error();
-                                }
-                              }});
-          break;
-        }
-        case OpKind::kReduceMean:
-          s->steps.push_back({index, [x, xs, axis = op.axis, y] { ReduceMean(*x, xs, axis, *y); }});
-          break;
-        case OpKind::kFlatten:
-        case OpKind::kReshape:
-          s->steps.push_back({index, [x, y] { std::copy(x->begin(), x->end(), y->begin()); }});
-          break;
-      }
+      i = compiler.Add(i);
     } catch (const dnnl::error& e) {
-      return Internal("model '" + manifest.name + "': op " + std::to_string(index) + " (" +
-                      std::string(OpKindName(op.kind)) + "): oneDNN: " + e.what());
+      return Internal("model '" + manifest.name + "': op " + std::to_string(i) + " (" +
+                      std::string(OpKindName(manifest.program[i].kind)) + "): oneDNN: " + e.what());
     }
   }
   return std::unique_ptr<FastProgram>(new FastProgram(std::move(state)));

@@ -48,6 +48,7 @@ class FastProgram {
 
  private:
   struct State;
+  class Compiler;  // Turns a manifest's ops into State's steps (fast_program.cc).
   explicit FastProgram(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };
