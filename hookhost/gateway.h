@@ -5,7 +5,7 @@
 // the request's outputs. Among the eligible, responsive workers (whose heartbeat advanced
 // within HookHostOptions::stall_ns) are preferred over stalled ones (stopped by SIGSTOP, a
 // debugger, a machine swapping, or inside one very long execution): a stalled worker is sent
-// requests only when no responsive one can take them, so one stopped worker no longer stops
+// requests only when no responsive one can take them, so one stopped worker does not stop
 // the node. Then workers where the model's weights are resident are preferred over ones that
 // would have to load them. Then the mode:
 //  - round_robin: the next eligible worker after the last one chosen;

@@ -3,7 +3,7 @@
 // scattered back from it. A GPU backend copies each input to the device with ONE host-to-device
 // copy from the (pinned) staging buffer and each output back with one device-to-host copy,
 // instead of one 2-D copy per request per tensor plus a memset for the padding: host work per
-// dispatch then no longer grows with API calls per request.
+// dispatch then does not grow with API calls per request.
 //
 // Pure host code (no CUDA), so it is tested and benchmarked without a GPU.
 // Thread safety: pure functions; safe for concurrent use on distinct buffers.

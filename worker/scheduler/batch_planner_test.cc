@@ -37,7 +37,7 @@ TEST_CASE("every queued row up to the cap is taken, padded to the smallest size 
   BatchPlan ten = Plan(Queue(std::vector<int64_t>(10, 1)), spec);
   CHECK(ten.batch_size == 32);
   CHECK(ten.count == 10);
-  // Whole requests summing to 30 of 32 run at 32, not at 8 (the old prefix rule's 6 rows).
+  // Whole requests summing to 30 of 32 run at 32, not at 8 (a prefix rule would take 6 rows).
   BatchPlan threes = Plan(Queue(std::vector<int64_t>(20, 3)), spec);
   CHECK(threes.rows == 30);
   CHECK(threes.count == 10);
