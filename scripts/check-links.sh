@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Checks that each executable links what it runs and nothing else (docs/architecture.md):
+# ferryd no seccomp, dlopen, gRPC, oneDNN or hook host code; ferryctl no supervisor or hook
+# host code; ferry-worker no gRPC or seccomp; ferry-hookhost no oneDNN or CUDA.
+#   scripts/check-links.sh BUILD_DIR
+set -euo pipefail
+build=${1:?usage: scripts/check-links.sh BUILD_DIR}
+fail=0
+
+# refuse BINARY WHAT PATTERN: fails when the binary's shared libraries, dynamic symbols or
+# (demangled) symbols match PATTERN.
+refuse() {
+  local binary=$1 what=$2 pattern=$3
+  local found
+  found=$( { ldd "$binary" | awk '{print $1}'; nm -D "$binary"; nm -C "$binary" 2>/dev/null; } |
+           grep -E "$pattern" | head -3 || true)
+  if [[ -n "$found" ]]; then
+    echo "FAIL $(basename "$binary") links $what:"
+    sed 's/^/    /' <<<"$found"
+    fail=1
+  else
+    echo "ok   $(basename "$binary") does not link $what"
+  fi
+}
+
+ferryd="$build/supervisor/ferryd"
+refuse "$ferryd" "seccomp" 'libseccomp|seccomp_'
+refuse "$ferryd" "dlopen" '\bdlopen\b'
+refuse "$ferryd" "gRPC or protobuf" 'libgrpc|libprotobuf'
+refuse "$ferryd" "oneDNN or CUDA" 'libdnnl|libcuda|libcublas'
+refuse "$ferryd" "the hook host or its front end" 'ferry::(hookhost|frontend)::'
+
+ferryctl="$build/ctl/ferryctl"
+refuse "$ferryctl" "the supervisor" 'ferry::supervisor::|libsystemd'
+refuse "$ferryctl" "the hook host, gRPC or seccomp" 'ferry::hookhost::|libgrpc|libseccomp'
+
+worker="$build/worker/ferry-worker"
+refuse "$worker" "gRPC or seccomp" 'libgrpc|libseccomp|seccomp_'
+refuse "$worker" "the hook host or the supervisor" 'ferry::(hookhost|supervisor|frontend)::'
+
+hookhost="$build/hookhost/ferry-hookhost"
+refuse "$hookhost" "oneDNN or CUDA" 'libdnnl|libcuda|libcublas|libgomp'
+refuse "$hookhost" "the supervisor or the backends" 'ferry::supervisor::|ferry::cpu::|CpuBackend'
+exit $fail
