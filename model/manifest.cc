@@ -172,14 +172,14 @@ void ReadPair(TableReader& r, std::string_view key, std::array<int64_t, 2>* out,
   *out = {values[0], values[1]};
 }
 
-std::optional<Op> ReadOp(TableReader& r) {
+// The op's kind from its "op" key; an error naming the nearest known op when unknown.
+std::optional<OpKind> ReadOpKind(TableReader& r) {
   std::string name;
   if (!r.String("op", &name)) {
     r.ErrorAt("op", "missing op name");
-    r.Finish();
+    r.Finish();  // Its other keys are still checked; an unknown op's are not.
     return std::nullopt;
   }
-  Op op;
   auto known = std::find_if(std::begin(kOps), std::end(kOps),
                             [&](const OpInfo& info) { return info.name == name; });
   if (known == std::end(kOps)) {
@@ -192,7 +192,11 @@ std::optional<Op> ReadOp(TableReader& r) {
               "unknown op '" + name + "'" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
     return std::nullopt;
   }
-  op.kind = known->kind;
+  return known->kind;
+}
+
+// The op's input and output tensor names (two inputs, or one and a weight, for a binary op).
+bool ReadOpTensors(TableReader& r, Op& op) {
   bool ok = true;
   bool binary = IsBinaryElementwise(op.kind);
   if (op.kind == OpKind::kMatMul || (binary && r.Raw("inputs") != nullptr)) {
@@ -219,6 +223,12 @@ std::optional<Op> ReadOp(TableReader& r) {
     r.ErrorAt("output", "missing or invalid output tensor name");
     ok = false;
   }
+  return ok;
+}
+
+// The attributes `op.kind` takes (weights, axes, windows, ranges), each checked.
+bool ReadOpAttributes(TableReader& r, Op& op) {
+  bool ok = true;
   switch (op.kind) {
     case OpKind::kDense:
     case OpKind::kConv2d:
@@ -310,8 +320,20 @@ std::optional<Op> ReadOp(TableReader& r) {
     default:
       break;
   }
+  return ok;
+}
+
+std::optional<Op> ReadOp(TableReader& r) {
+  std::optional<OpKind> kind = ReadOpKind(r);
+  if (!kind) {
+    return std::nullopt;
+  }
+  Op op;
+  op.kind = *kind;
+  bool tensors = ReadOpTensors(r, op);
+  bool attributes = ReadOpAttributes(r, op);
   r.Finish();
-  return ok ? std::optional<Op>(op) : std::nullopt;
+  return tensors && attributes ? std::optional<Op>(op) : std::nullopt;
 }
 
 // "default": the shapes declared under [[inputs]] and [[outputs]].
