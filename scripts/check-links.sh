@@ -23,6 +23,28 @@ refuse() {
   fi
 }
 
+# refuse_linked TARGET WHAT PATTERN: fails when the target's link line (the libraries CMake
+# hands the linker; Ninja builds only) matches PATTERN.
+refuse_linked() {
+  local target=$1 what=$2 pattern=$3
+  [[ -f "$build/build.ninja" ]] || return 0
+  local found
+  found=$(ninja -C "$build" -t commands "$target" | tail -1 | tr ' ' '\n' |
+          grep -E '\.a$|\.so|^-l' | grep -E "$pattern" | head -3 || true)
+  if [[ -n "$found" ]]; then
+    echo "FAIL $(basename "$target")'s link line names $what:"
+    sed 's/^/    /' <<<"$found"
+    fail=1
+  else
+    echo "ok   $(basename "$target")'s link line does not name $what"
+  fi
+}
+
+refuse_linked supervisor/ferryd "the hook host, seccomp, gRPC, dl or oneDNN" \
+  'ferry_hookhost|ferry_frontend|seccomp|grpc|protobuf|-ldl|dnnl'
+refuse_linked ctl/ferryctl "the supervisor or the hook host" \
+  'ferry_supervisor|ferry_hookhost|ferry_frontend|systemd|seccomp|grpc'
+
 ferryd="$build/supervisor/ferryd"
 refuse "$ferryd" "seccomp" 'libseccomp|seccomp_'
 refuse "$ferryd" "dlopen" '\bdlopen\b'

@@ -158,8 +158,8 @@ class Scrape {
     RenderWorkers();
     RenderTenants();
     // Model names from the worker listing the most (one starting lists none yet).
-    const WorkerView* names = nullptr;
-    for (const WorkerView& w : workers_) {
+    const ScrapedWorker* names = nullptr;
+    for (const ScrapedWorker& w : workers_) {
       if (names == nullptr || w.status.num_models > names->status.num_models) {
         names = &w;
       }
@@ -174,7 +174,7 @@ class Scrape {
   }
 
  private:
-  struct WorkerView {
+  struct ScrapedWorker {
     uint32_t index;
     shm::StatusSnapshotData status;
   };
@@ -182,7 +182,7 @@ class Scrape {
   // Every model a worker lists, but the placeholders of unloaded ones.
   template <typename Visit>
   void EachModel(Visit visit) {
-    for (const WorkerView& w : workers_) {
+    for (const ScrapedWorker& w : workers_) {
       for (uint32_t m = 0; m < w.status.num_models && m < shm::kMaxStatusModels; ++m) {
         if (w.status.models[m].state != static_cast<uint32_t>(shm::ModelLoadState::kUnloaded)) {
           visit(w, w.status.models[m]);
@@ -194,7 +194,7 @@ class Scrape {
   template <typename Value>
   void PerModel(const std::string& name, const char* type, const char* help, Value value) {
     out_.Family(name, type, help);
-    EachModel([&](const WorkerView& w, const shm::ModelStatusData& d) {
+    EachModel([&](const ScrapedWorker& w, const shm::ModelStatusData& d) {
       out_.Sample({{"model", Name(d)}, {"gpu", std::to_string(w.index)}}, value(d));
     });
   }
@@ -205,7 +205,7 @@ class Scrape {
   void Histogram(const std::string& name, const char* help, std::span<const int64_t> bounds,
                  double unit, Le le, Count count, Sum sum) {
     out_.Family(name, "histogram", help);
-    EachModel([&](const WorkerView& w, const shm::ModelStatusData& d) {
+    EachModel([&](const ScrapedWorker& w, const shm::ModelStatusData& d) {
       std::string gpu = std::to_string(w.index);
       for (size_t b = 0; b < bounds.size(); ++b) {
         out_.SampleAs("_bucket",
@@ -224,7 +224,7 @@ class Scrape {
   template <typename Value>
   void PerGpu(const std::string& name, const char* type, const char* help, Value value) {
     out_.Family(name, type, help);
-    for (const WorkerView& w : workers_) {
+    for (const ScrapedWorker& w : workers_) {
       out_.Sample({{"gpu", std::to_string(w.index)}}, static_cast<double>(value(w.status)));
     }
   }
@@ -247,7 +247,7 @@ class Scrape {
 
   const shm::Segment& segment_;
   const SupervisorCounters& counters_;
-  std::vector<WorkerView> workers_;
+  std::vector<ScrapedWorker> workers_;
   Writer out_;
 };
 
@@ -257,7 +257,7 @@ void Scrape::RenderOutcomes() {
               "Requests answered by the workers, by outcome: success, rejected (queue full or "
               "invalid), shed (deadline could not be met), failed (could not run), cancelled "
               "(taken out of the queue: the client left), error (backend error).");
-  for (const WorkerView& w : workers_) {
+  for (const ScrapedWorker& w : workers_) {
     for (uint32_t m = 0; m < w.status.num_models && m < shm::kMaxStatusModels; ++m) {
       const shm::ModelStatusData& d = w.status.models[m];
       if (d.state == static_cast<uint32_t>(shm::ModelLoadState::kUnloaded)) {
@@ -337,7 +337,7 @@ void Scrape::RenderModelState() {
            [](const shm::ModelStatusData& d) { return d.load_seconds; });
   out_.Family("ferry_model_residency", "gauge",
               "The model's residency floor (pinned, warm, on_demand): 1 for the floor in force.");
-  EachModel([&](const WorkerView& w, const shm::ModelStatusData& d) {
+  EachModel([&](const ScrapedWorker& w, const shm::ModelStatusData& d) {
     out_.Sample({{"model", Name(d)},
                  {"gpu", std::to_string(w.index)},
                  {"residency", std::string(ResidencyName(static_cast<Residency>(d.residency)))}},
@@ -372,7 +372,7 @@ void Scrape::RenderWorkers() {
 void Scrape::RenderTenants() {
   out_.Family("ferry_tenant_requests_total", "counter",
               "Requests the worker executed, by tenant (none: requests that named no tenant).");
-  for (const WorkerView& w : workers_) {
+  for (const ScrapedWorker& w : workers_) {
     for (size_t t = 0; t <= std::min<size_t>(counters_.tenants.size(), shm::kMaxTenants); ++t) {
       out_.Sample(WithTenant({{"gpu", std::to_string(w.index)}}, t),
                   static_cast<double>(w.status.tenant_requests[t]));
@@ -381,7 +381,7 @@ void Scrape::RenderTenants() {
   out_.Family("ferry_tenant_compute_seconds_total", "counter",
               "Execution time spent on each tenant's requests (a batch's time split over its "
               "requests by rows).");
-  for (const WorkerView& w : workers_) {
+  for (const ScrapedWorker& w : workers_) {
     for (size_t t = 0; t <= std::min<size_t>(counters_.tenants.size(), shm::kMaxTenants); ++t) {
       out_.Sample(WithTenant({{"gpu", std::to_string(w.index)}}, t),
                   w.status.tenant_compute_seconds[t]);
