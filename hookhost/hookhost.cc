@@ -222,6 +222,113 @@ std::future<Result<InferResponse>> HookHost::Submit(InferRequest request) {
   return future;
 }
 
+Status HookHost::Impl::Admit(const PendingPtr& p, const HookModel* model) {
+  if (pending_count.fetch_add(1, std::memory_order_relaxed) >= options.max_pending) {
+    return ResourceExhausted("hook host: " + std::to_string(options.max_pending) +
+                             " requests pending, its limit (retry in " +
+                             std::to_string(kRetryAfterMs) + " ms)");
+  }
+  if (stopping.load()) {
+    return Unavailable("the hook host is stopping");
+  }
+  if (model == nullptr) {
+    return NotFound("the request names a model this hook host does not serve");
+  }
+  p->model = model;  // Counted under its model from here on, refusals included.
+  if (model->failure) {
+    return Unavailable("model '" + model->name + "' failed to load: " + model->failure->message);
+  }
+  if (p->tenant > shm::kMaxTenants) {
+    std::string what =
+        "tenant " + std::to_string(p->tenant) + " (0.." + std::to_string(shm::kMaxTenants) + ")";
+    p->tenant = 0;  // Counted under no tenant.
+    return InvalidArgument("model '" + model->name + "': out of range: " + what);
+  }
+  return OkStatus();
+}
+
+void HookHost::Impl::Accept(const PendingPtr& p, std::span<const ClientTensor> inputs) {
+  const HookModel* model = p->model;
+  bool pipeline = model->pipeline();  // Its client tensors are its [[inputs]], for its run().
+  bool preprocess = pipeline || (model->plugin != nullptr && model->plugin->has_preprocess());
+  const std::vector<TensorSpec>& specs =
+      preprocess ? model->manifest().client_inputs() : model->manifest().inputs;
+  std::vector<TensorMeta> given;
+  for (const ClientTensor& t : inputs) {
+    given.push_back({t.name, t.dtype, t.shape, t.bytes.size()});
+  }
+  Result<std::vector<size_t>> order = OrderByName(model->name, specs, given);
+  if (!order.ok()) {
+    Answer(p, order.error());
+    return;
+  }
+  std::vector<TensorMeta> ordered;
+  std::vector<std::span<const uint8_t>> bytes;
+  for (size_t g : *order) {
+    ordered.push_back(given[g]);
+    bytes.push_back(inputs[g].bytes);
+  }
+  if (!preprocess) {
+    Status routed = Route(p, ordered, bytes);
+    p->timings.validate_ns = MonotonicNs() - p->start_ns;
+    if (!routed.ok()) {
+      Answer(p, routed.error());
+    }
+    return;
+  }
+  std::optional<std::vector<AllocatedTensor>> client = StageClientTensors(p, specs, ordered, bytes);
+  if (!client) {
+    return;
+  }
+  std::vector<std::string> names;
+  for (size_t i = 0; i < client->size(); ++i) {
+    names.push_back(specs[i].name);
+  }
+  p->timings.validate_ns = MonotonicNs() - p->start_ns;
+  if (pipeline) {
+    AdmitRun({p, std::move(*client), std::move(names)});
+    return;
+  }
+  Post([this, p, client = std::move(*client), names = std::move(names)]() mutable {
+    Preprocess(p, std::move(client), std::move(names));
+  });
+}
+
+std::optional<std::vector<AllocatedTensor>> HookHost::Impl::StageClientTensors(
+    const PendingPtr& p, const std::vector<TensorSpec>& specs, std::span<const TensorMeta> ordered,
+    std::span<const std::span<const uint8_t>> bytes) {
+  const HookModel* model = p->model;
+  std::vector<Shape> declared;
+  for (const TensorSpec& spec : specs) {
+    declared.push_back(spec.shape);
+  }
+  int64_t client_rows = 0;
+  Status checked = CheckTensors(model->name, specs, declared, ordered, &client_rows);
+  if (!checked.ok()) {
+    Answer(p, checked.error());
+    return std::nullopt;
+  }
+  std::vector<AllocatedTensor> client;
+  for (size_t i = 0; i < ordered.size(); ++i) {
+    std::optional<AllocatedTensor> block =
+        AllocateTensor(ordered[i].dtype, Shape(ordered[i].shape.begin(), ordered[i].shape.end()));
+    if (!block) {
+      std::vector<uint64_t> blocks;
+      for (const AllocatedTensor& t : client) {
+        blocks.push_back(t.block);
+      }
+      FreeBlocks(blocks);
+      Answer(p, ResourceExhausted("model '" + model->name +
+                                  "': this hook host's arena is full (retry in " +
+                                  std::to_string(kRetryAfterMs) + " ms)"));
+      return std::nullopt;
+    }
+    std::memcpy(block->bytes.data(), bytes[i].data(), bytes[i].size());
+    client.push_back(*block);
+  }
+  return client;
+}
+
 const HookModel* HookHost::Find(std::string_view name) const {
   for (const HookModel& m : impl_->models) {
     if (m.name == name) {
@@ -242,32 +349,8 @@ void HookHost::Submit(InferRequest request, InferCallback done) {
   p->trace_low = request.trace_id_low;
   p->priority = request.priority;
   p->tenant = request.tenant;
-  if (impl.pending_count.fetch_add(1, std::memory_order_relaxed) >= impl.options.max_pending) {
-    impl.Answer(p, ResourceExhausted("hook host: " + std::to_string(impl.options.max_pending) +
-                                     " requests pending, its limit (retry in " +
-                                     std::to_string(kRetryAfterMs) + " ms)"));
-    return;
-  }
-  if (impl.stopping.load()) {
-    impl.Answer(p, Unavailable("the hook host is stopping"));
-    return;
-  }
-  const HookModel* model = request.model;
-  if (model == nullptr) {
-    impl.Answer(p, NotFound("the request names a model this hook host does not serve"));
-    return;
-  }
-  if (model->failure) {
-    impl.Answer(
-        p, Unavailable("model '" + model->name + "' failed to load: " + model->failure->message));
-    return;
-  }
-  p->model = model;
-  if (p->tenant > shm::kMaxTenants) {
-    std::string what =
-        "tenant " + std::to_string(p->tenant) + " (0.." + std::to_string(shm::kMaxTenants) + ")";
-    p->tenant = 0;  // Counted under no tenant.
-    impl.Answer(p, InvalidArgument("model '" + model->name + "': out of range: " + what));
+  if (Status admitted = impl.Admit(p, request.model); !admitted.ok()) {
+    impl.Answer(p, admitted.error());
     return;
   }
   if (request.cancel != nullptr) {
@@ -279,71 +362,7 @@ void HookHost::Submit(InferRequest request, InferCallback done) {
       }
     });
   }
-  bool pipeline = model->pipeline();  // Its client tensors are its [[inputs]], for its run().
-  bool preprocess = pipeline || (model->plugin != nullptr && model->plugin->has_preprocess());
-  const std::vector<TensorSpec>& specs =
-      preprocess ? model->manifest().client_inputs() : model->manifest().inputs;
-  std::vector<TensorMeta> given;
-  for (const ClientTensor& t : request.inputs) {
-    given.push_back({t.name, t.dtype, t.shape, t.bytes.size()});
-  }
-  Result<std::vector<size_t>> order = OrderByName(model->name, specs, given);
-  if (!order.ok()) {
-    impl.Answer(p, order.error());
-    return;
-  }
-  std::vector<TensorMeta> ordered;
-  std::vector<std::span<const uint8_t>> bytes;
-  for (size_t g : *order) {
-    ordered.push_back(given[g]);
-    bytes.push_back(request.inputs[g].bytes);
-  }
-  if (!preprocess) {
-    Status routed = impl.Route(p, ordered, bytes);
-    p->timings.validate_ns = MonotonicNs() - start;
-    if (!routed.ok()) {
-      impl.Answer(p, routed.error());
-    }
-    return;
-  }
-  std::vector<Shape> declared;
-  for (const TensorSpec& spec : specs) {
-    declared.push_back(spec.shape);
-  }
-  int64_t client_rows = 0;
-  Status checked = CheckTensors(model->name, specs, declared, ordered, &client_rows);
-  if (!checked.ok()) {
-    impl.Answer(p, checked.error());
-    return;
-  }
-  std::vector<AllocatedTensor> client;
-  std::vector<std::string> names;
-  for (size_t i = 0; i < ordered.size(); ++i) {
-    std::optional<AllocatedTensor> block = impl.AllocateTensor(
-        ordered[i].dtype, Shape(ordered[i].shape.begin(), ordered[i].shape.end()));
-    if (!block) {
-      std::vector<uint64_t> blocks;
-      for (const AllocatedTensor& t : client) {
-        blocks.push_back(t.block);
-      }
-      impl.FreeBlocks(blocks);
-      impl.Answer(p, ResourceExhausted("model '" + model->name +
-                                       "': this hook host's arena is full (retry in " +
-                                       std::to_string(kRetryAfterMs) + " ms)"));
-      return;
-    }
-    std::memcpy(block->bytes.data(), bytes[i].data(), bytes[i].size());
-    client.push_back(*block);
-    names.push_back(specs[i].name);
-  }
-  p->timings.validate_ns = MonotonicNs() - start;
-  if (pipeline) {
-    impl.AdmitRun({p, std::move(client), std::move(names)});
-    return;
-  }
-  impl.Post([&impl, p, client = std::move(client), names = std::move(names)]() mutable {
-    impl.Preprocess(p, std::move(client), std::move(names));
-  });
+  impl.Accept(p, request.inputs);
 }
 
 }  // namespace ferry::hookhost

@@ -61,7 +61,7 @@ struct Pending {
   int64_t deadline_ns = 0;
   uint64_t trace_high = 0, trace_low = 0;
   Priority priority = kDefaultPriority;  // DescriptorData::priority.
-  uint32_t tenant = 0;    // DescriptorData::tenant.
+  uint32_t tenant = 0;                   // DescriptorData::tenant.
   std::vector<Piece> pieces;
   uint64_t output_bytes = 0;  // Of the largest piece, in the worker's arena.
   size_t worker = 0;
@@ -240,6 +240,20 @@ struct HookHost::Impl {
   void AnswerLater(const PendingPtr& p, Error error);
 
   void FreeBlocks(const std::vector<uint64_t>& blocks);
+
+  // --- A request's entry (HookHost::Submit) ---
+  // The one check of a request as it enters: the host's pending limit, stopping, its model
+  // (served, loaded) and its tenant number. Counts `p` as pending (Answer uncounts it).
+  Status Admit(const PendingPtr& p, const HookModel* model);
+  // Orders the client's tensors by the manifest and sends the request on: straight to a
+  // worker (Route), or, with a preprocess or a pipeline run, copied into the arena first.
+  // Answers `p` on a refusal.
+  void Accept(const PendingPtr& p, std::span<const ClientTensor> inputs);
+  // The client's tensors, checked against `specs` and copied into the arena; nullopt (and `p`
+  // answered) when they do not fit the manifest or the arena.
+  std::optional<std::vector<AllocatedTensor>> StageClientTensors(
+      const PendingPtr& p, const std::vector<TensorSpec>& specs,
+      std::span<const TensorMeta> ordered, std::span<const std::span<const uint8_t>> bytes);
 
   // --- Hook threads ---
   void StartThread();
