@@ -226,6 +226,19 @@ bool KServeService::ServerReady() const {
   return false;
 }
 
+namespace {
+
+net::HttpResponse MethodNotAllowed(const net::HttpRequest& request) {
+  return Json(405, {{"error", request.method + " is not allowed on " +
+                                  std::string(request.target.substr(0, 256))}});
+}
+
+net::HttpResponse NoSuchEndpoint(const net::HttpRequest& request) {
+  return Json(404, {{"error", "no such endpoint: " + std::string(request.target.substr(0, 256))}});
+}
+
+}  // namespace
+
 void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
   // A valid W3C traceparent: every answer to this request carries it, errors and refusals too.
   std::optional<TraceContext> trace;
@@ -240,22 +253,17 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
   }
   std::vector<std::string_view> parts = PathParts(request.target);
   bool get = request.method == "GET";
-  bool post = request.method == "POST";
-  auto method_not_allowed = [&] {
-    respond(Json(405, {{"error", request.method + " is not allowed on " +
-                                     std::string(request.target.substr(0, 256))}}));
-  };
   if (parts.empty() || parts[0] != "v2") {
     respond(Json(404, {{"error", "no such endpoint; the API is under /v2"}}));
     return;
   }
   if (parts.size() == 1) {
-    get ? respond(Json(200, ServerMetadata())) : method_not_allowed();
+    respond(get ? Json(200, ServerMetadata()) : MethodNotAllowed(request));
     return;
   }
   if (parts[1] == "health" && parts.size() == 3 && (parts[2] == "live" || parts[2] == "ready")) {
     if (!get) {
-      method_not_allowed();
+      respond(MethodNotAllowed(request));
     } else if (parts[2] == "live") {
       respond(Json(200, {{"live", true}}));
     } else {
@@ -265,29 +273,39 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
     return;
   }
   if (parts[1] == "repository") {
-    if (!post) {
-      method_not_allowed();
-    } else if (parts.size() == 3 && parts[2] == "index") {
-      // The body is a flat object ({"ready": true}): anything deeper is not one (and is not
-      // handed to a recursive parser).
-      json body =
-          JsonDepthWithin(request.body, 4) ? json::parse(request.body, nullptr, false) : json();
-      bool ready_only = body.is_object() && body.value("ready", false);
-      respond(Json(200, RepositoryIndex(ready_only)));
-    } else if (parts.size() == 5 && parts[2] == "models" &&
-               (parts[4] == "load" || parts[4] == "unload")) {
-      respond(Json(403, {{"error", kModelControlRefusal}}));
-    } else {
-      respond(Json(404,
-                   {{"error", "no such endpoint: " + std::string(request.target.substr(0, 256))}}));
-    }
+    respond(Repository(parts, request));
     return;
   }
   if (parts[1] != "models" || parts.size() < 3) {
-    respond(
-        Json(404, {{"error", "no such endpoint: " + std::string(request.target.substr(0, 256))}}));
+    respond(NoSuchEndpoint(request));
     return;
   }
+  HandleModel(parts, std::move(request), trace, std::move(respond));
+}
+
+net::HttpResponse KServeService::Repository(const std::vector<std::string_view>& parts,
+                                            const net::HttpRequest& request) const {
+  if (request.method != "POST") {
+    return MethodNotAllowed(request);
+  }
+  if (parts.size() == 3 && parts[2] == "index") {
+    // The body is a flat object ({"ready": true}): anything deeper is not one (and is not
+    // handed to a recursive parser).
+    json body =
+        JsonDepthWithin(request.body, 4) ? json::parse(request.body, nullptr, false) : json();
+    bool ready_only = body.is_object() && body.value("ready", false);
+    return Json(200, RepositoryIndex(ready_only));
+  }
+  if (parts.size() == 5 && parts[2] == "models" && (parts[4] == "load" || parts[4] == "unload")) {
+    return Json(403, {{"error", kModelControlRefusal}});
+  }
+  return NoSuchEndpoint(request);
+}
+
+void KServeService::HandleModel(const std::vector<std::string_view>& parts,
+                                net::HttpRequest&& request,
+                                const std::optional<TraceContext>& trace, net::Responder respond) {
+  bool get = request.method == "GET";
   const hookhost::HookModel* model = Find(parts[2]);
   if (model == nullptr) {
     Error unknown = NotFound("unknown model '" + std::string(parts[2].substr(0, 128)) + "'");
@@ -309,18 +327,21 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
   }
   std::string_view action = parts.size() > next ? parts[next] : "";
   if (parts.size() > next + 1) {
-    respond(
-        Json(404, {{"error", "no such endpoint: " + std::string(request.target.substr(0, 256))}}));
+    respond(NoSuchEndpoint(request));
     return;
   }
   if (action == "ready") {
     bool ready = ModelReady(*model);
-    get ? respond(Json(ready ? 200 : 400, {{"name", model->name}, {"ready", ready}}))
-        : method_not_allowed();
+    respond(get ? Json(ready ? 200 : 400, {{"name", model->name}, {"ready", ready}})
+                : MethodNotAllowed(request));
     return;
   }
   if (action == "infer") {
-    post ? Infer(*model, std::move(request), trace, std::move(respond)) : method_not_allowed();
+    if (request.method != "POST") {
+      respond(MethodNotAllowed(request));
+      return;
+    }
+    Infer(*model, std::move(request), trace, std::move(respond));
     return;
   }
   if (model->failure) {
@@ -329,12 +350,11 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
     return;
   }
   if (action.empty()) {
-    get ? respond(Json(200, ModelMetadata(model->manifest()))) : method_not_allowed();
+    respond(get ? Json(200, ModelMetadata(model->manifest())) : MethodNotAllowed(request));
   } else if (action == "config") {
-    get ? respond(Json(200, ModelConfig(model->manifest()))) : method_not_allowed();
+    respond(get ? Json(200, ModelConfig(model->manifest())) : MethodNotAllowed(request));
   } else {
-    respond(
-        Json(404, {{"error", "no such endpoint: " + std::string(request.target.substr(0, 256))}}));
+    respond(NoSuchEndpoint(request));
   }
 }
 

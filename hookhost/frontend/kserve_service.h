@@ -82,6 +82,13 @@ class KServeService {
   void CountRefused(const hookhost::HookModel* model, const Error& error);
 
  private:
+  // /v2/repository/...: the index; load and unload refused (ferryd's control socket changes
+  // what a node serves).
+  net::HttpResponse Repository(const std::vector<std::string_view>& parts,
+                               const net::HttpRequest& request) const;
+  // /v2/models/M[/versions/V][/ready|/infer|/config]: `parts` is the target's path.
+  void HandleModel(const std::vector<std::string_view>& parts, net::HttpRequest&& request,
+                   const std::optional<TraceContext>& trace, net::Responder respond);
   // `trace`: the request's valid traceparent (Handle has `respond` echo it already). A body
   // over kInlineParseBytes or compressed is inflated and parsed on a hook thread; a smaller
   // one here, on the I/O thread, where parsing it costs less than the hand-off would.
