@@ -129,56 +129,12 @@ class Inference {
         return Transpose(op, x);
       case OpKind::kMatMul:
         return MatMul(op, x);
-      case OpKind::kDense: {
-        if (x.empty()) {
-          return OpFail(op, xn, "dense needs rank >= 1");
-        }
-        std::optional<WeightSpec> w = weights_(op.weight);
-        if (w && w->shape.size() != 2) {
-          return OpFail(
-              op, op.weight,
-              "dense weight must be [out_features, in_features], got " + ShapeToString(w->shape));
-        }
-        int64_t out_features = w ? w->shape[0] : 0;
-        FERRY_RETURN_IF_ERROR(Weight(op, op.weight, {out_features, x.back()}));
-        if (!op.bias.empty()) {
-          FERRY_RETURN_IF_ERROR(Weight(op, op.bias, {out_features}));
-        }
-        Shape out = x;
-        out.back() = out_features;
-        return out;
-      }
-      case OpKind::kLayerNorm: {
-        if (x.empty()) {
-          return OpFail(op, xn, "layernorm needs rank >= 1");
-        }
-        FERRY_RETURN_IF_ERROR(Weight(op, op.weight, {x.back()}));
-        FERRY_RETURN_IF_ERROR(Weight(op, op.bias, {x.back()}));
-        return x;
-      }
-      case OpKind::kConv2d: {
-        if (x.size() != 4) {
-          return OpFail(op, xn, "conv2d needs [N, C, H, W], got " + ShapeToString(x));
-        }
-        std::optional<WeightSpec> w = weights_(op.weight);
-        if (!w || w->shape.size() != 4) {
-          return OpFail(op, op.weight,
-                        w ? "conv2d weight must be [O, C, KH, KW], got " + ShapeToString(w->shape)
-                          : "no such weight in weights.safetensors");
-        }
-        Shape ws = w->shape;
-        if (op.groups < 1 || x[1] % op.groups != 0 || ws[0] % op.groups != 0) {
-          return OpFail(op, op.weight,
-                        "groups " + std::to_string(op.groups) + " must divide the " +
-                            std::to_string(x[1]) + " input and " + std::to_string(ws[0]) +
-                            " output channels");
-        }
-        FERRY_RETURN_IF_ERROR(Weight(op, op.weight, {ws[0], x[1] / op.groups, ws[2], ws[3]}));
-        if (!op.bias.empty()) {
-          FERRY_RETURN_IF_ERROR(Weight(op, op.bias, {ws[0]}));
-        }
-        return Window(op, x, ws[0], {ws[2], ws[3]});
-      }
+      case OpKind::kDense:
+        return Dense(op, x);
+      case OpKind::kLayerNorm:
+        return LayerNorm(op, x);
+      case OpKind::kConv2d:
+        return Conv2d(op, x);
       case OpKind::kMaxPool2d:
         if (x.size() != 4) {
           return OpFail(op, xn, "maxpool2d needs [N, C, H, W], got " + ShapeToString(x));
@@ -191,50 +147,122 @@ class Inference {
         return Shape{x[0], x[1]};
       case OpKind::kGather:
         return Gather(op, x);
-      case OpKind::kReduceMean: {
-        int64_t rank = static_cast<int64_t>(x.size());
-        if (op.axis < -rank || op.axis >= rank) {
-          return OpFail(
-              op, xn,
-              "axis " + std::to_string(op.axis) + " is out of range for " + ShapeToString(x));
-        }
-        int64_t axis = op.axis < 0 ? op.axis + rank : op.axis;
-        if (axis == 0 && !m_.unbatched()) {
-          return OpFail(op, xn, "reduce_mean over axis 0 would mix the requests of a batch");
-        }
-        Shape out = x;
-        out.erase(out.begin() + axis);
-        return out;
-      }
-      case OpKind::kFlatten: {
-        if (x.size() < 2) {
-          return OpFail(op, xn, "flatten needs rank >= 2, got " + ShapeToString(x));
-        }
-        std::optional<int64_t> rest = NumElements(Shape(x.begin() + 1, x.end()));
-        if (!rest) {
-          return OpFail(op, xn, "flattening " + ShapeToString(x) + " overflows 2^40 elements");
-        }
-        return Shape{x[0], *rest};
-      }
-      case OpKind::kReshape: {
-        if (x.empty()) {
-          return OpFail(op, xn, "cannot reshape a tensor of rank 0");
-        }
-        Shape rest(x.begin() + 1, x.end());
-        std::optional<int64_t> have = NumElements(rest);
-        std::optional<int64_t> want = NumElements(op.shape);
-        if (x.empty() || !want || have != want) {
-          return OpFail(op, xn,
-                        "cannot reshape " + ShapeToString(x) + " to [" +
-                            std::to_string(x.empty() ? 0 : x[0]) + "] + " +
-                            ShapeToString(op.shape));
-        }
-        Shape out{x[0]};
-        out.insert(out.end(), op.shape.begin(), op.shape.end());
-        return out;
-      }
+      case OpKind::kReduceMean:
+        return ReduceMean(op, x);
+      case OpKind::kFlatten:
+        return Flatten(op, x);
+      case OpKind::kReshape:
+        return Reshape(op, x);
     }
     return OpFail(op, xn, "unknown op");
+  }
+
+  // A dense layer: x [..., in] times the weight [out, in], plus the bias [out].
+  Result<Shape> Dense(const Op& op, const Shape& x) {
+    const std::string& xn = op.inputs[0];
+    if (x.empty()) {
+      return OpFail(op, xn, "dense needs rank >= 1");
+    }
+    std::optional<WeightSpec> w = weights_(op.weight);
+    if (w && w->shape.size() != 2) {
+      return OpFail(
+          op, op.weight,
+          "dense weight must be [out_features, in_features], got " + ShapeToString(w->shape));
+    }
+    int64_t out_features = w ? w->shape[0] : 0;
+    FERRY_RETURN_IF_ERROR(Weight(op, op.weight, {out_features, x.back()}));
+    if (!op.bias.empty()) {
+      FERRY_RETURN_IF_ERROR(Weight(op, op.bias, {out_features}));
+    }
+    Shape out = x;
+    out.back() = out_features;
+    return out;
+  }
+
+  // Layer normalisation over the last axis, with its weight and bias.
+  Result<Shape> LayerNorm(const Op& op, const Shape& x) {
+    const std::string& xn = op.inputs[0];
+    if (x.empty()) {
+      return OpFail(op, xn, "layernorm needs rank >= 1");
+    }
+    FERRY_RETURN_IF_ERROR(Weight(op, op.weight, {x.back()}));
+    FERRY_RETURN_IF_ERROR(Weight(op, op.bias, {x.back()}));
+    return x;
+  }
+
+  // A 2-D convolution of [N, C, H, W] by the weight [O, C / groups, KH, KW].
+  Result<Shape> Conv2d(const Op& op, const Shape& x) {
+    const std::string& xn = op.inputs[0];
+    if (x.size() != 4) {
+      return OpFail(op, xn, "conv2d needs [N, C, H, W], got " + ShapeToString(x));
+    }
+    std::optional<WeightSpec> w = weights_(op.weight);
+    if (!w || w->shape.size() != 4) {
+      return OpFail(op, op.weight,
+                    w ? "conv2d weight must be [O, C, KH, KW], got " + ShapeToString(w->shape)
+                      : "no such weight in weights.safetensors");
+    }
+    Shape ws = w->shape;
+    if (op.groups < 1 || x[1] % op.groups != 0 || ws[0] % op.groups != 0) {
+      return OpFail(op, op.weight,
+                    "groups " + std::to_string(op.groups) + " must divide the " +
+                        std::to_string(x[1]) + " input and " + std::to_string(ws[0]) +
+                        " output channels");
+    }
+    FERRY_RETURN_IF_ERROR(Weight(op, op.weight, {ws[0], x[1] / op.groups, ws[2], ws[3]}));
+    if (!op.bias.empty()) {
+      FERRY_RETURN_IF_ERROR(Weight(op, op.bias, {ws[0]}));
+    }
+    return Window(op, x, ws[0], {ws[2], ws[3]});
+  }
+
+  // The mean over one axis (never the batch axis of a batched model).
+  Result<Shape> ReduceMean(const Op& op, const Shape& x) {
+    const std::string& xn = op.inputs[0];
+    int64_t rank = static_cast<int64_t>(x.size());
+    if (op.axis < -rank || op.axis >= rank) {
+      return OpFail(op, xn,
+                    "axis " + std::to_string(op.axis) + " is out of range for " + ShapeToString(x));
+    }
+    int64_t axis = op.axis < 0 ? op.axis + rank : op.axis;
+    if (axis == 0 && !m_.unbatched()) {
+      return OpFail(op, xn, "reduce_mean over axis 0 would mix the requests of a batch");
+    }
+    Shape out = x;
+    out.erase(out.begin() + axis);
+    return out;
+  }
+
+  // Everything after the batch axis flattened into one axis.
+  Result<Shape> Flatten(const Op& op, const Shape& x) {
+    const std::string& xn = op.inputs[0];
+    if (x.size() < 2) {
+      return OpFail(op, xn, "flatten needs rank >= 2, got " + ShapeToString(x));
+    }
+    std::optional<int64_t> rest = NumElements(Shape(x.begin() + 1, x.end()));
+    if (!rest) {
+      return OpFail(op, xn, "flattening " + ShapeToString(x) + " overflows 2^40 elements");
+    }
+    return Shape{x[0], *rest};
+  }
+
+  // The axes after the batch axis reshaped to op.shape.
+  Result<Shape> Reshape(const Op& op, const Shape& x) {
+    const std::string& xn = op.inputs[0];
+    if (x.empty()) {
+      return OpFail(op, xn, "cannot reshape a tensor of rank 0");
+    }
+    Shape rest(x.begin() + 1, x.end());
+    std::optional<int64_t> have = NumElements(rest);
+    std::optional<int64_t> want = NumElements(op.shape);
+    if (x.empty() || !want || have != want) {
+      return OpFail(op, xn,
+                    "cannot reshape " + ShapeToString(x) + " to [" +
+                        std::to_string(x.empty() ? 0 : x[0]) + "] + " + ShapeToString(op.shape));
+    }
+    Shape out{x[0]};
+    out.insert(out.end(), op.shape.begin(), op.shape.end());
+    return out;
   }
 
   // [start, end) along one axis after the batch axis.
