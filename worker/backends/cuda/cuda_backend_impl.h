@@ -119,6 +119,10 @@ struct CudaBackend::Impl {
 
   // Translates the program into launch steps, fusing dense + bias + a following activation.
   void BuildSteps(const Model& m, Executable* exe);
+  size_t AddDenseStep(const Model& m, Executable* exe, size_t i,
+                      std::map<std::string, int>& readers);
+  void AddWindowStep(const Model& m, Executable* exe, const Op& op);
+  void AddPointwiseStep(const Model& m, Executable* exe, const Op& op);
 
   // Moves tensor `index` (an input when to_device, else an output) between every request's
   // block and the device batch `t`, along the tensor's batch axis; pads inputs with zero

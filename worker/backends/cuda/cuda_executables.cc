@@ -61,14 +61,32 @@ Status CudaBackend::Impl::BuildExecutable(const Model& m, const ShapeVariant& va
 
 // Translates the program into launch steps, fusing dense + bias + a following activation.
 void CudaBackend::Impl::BuildSteps(const Model& m, Executable* exe) {
-  const Manifest& manifest = m.bundle->manifest;
-  const auto& program = manifest.program;
+  const auto& program = m.bundle->manifest.program;
   std::map<std::string, int> readers;
   for (const Op& op : program) {
     for (const std::string& in : op.inputs) {
       ++readers[in];
     }
   }
+  for (size_t i = 0; i < program.size(); ++i) {
+    const Op& op = program[i];
+    if (op.kind == OpKind::kDense) {
+      i = AddDenseStep(m, exe, i, readers);
+    } else if (op.kind == OpKind::kConv2d || op.kind == OpKind::kMaxPool2d) {
+      AddWindowStep(m, exe, op);
+    } else {
+      AddPointwiseStep(m, exe, op);
+    }
+  }
+}
+
+// A dense layer as one cuBLAS GEMM (in the manifest's precision), then its bias and the next
+// op's activation when that op reads only its output. Returns the last op index covered.
+size_t CudaBackend::Impl::AddDenseStep(const Model& m, Executable* exe, size_t i,
+                                       std::map<std::string, int>& readers) {
+  const Manifest& manifest = m.bundle->manifest;
+  const auto& program = manifest.program;
+  const Op& op = program[i];
   auto is_output = [&](const std::string& name) {
     for (const TensorSpec& t : manifest.outputs) {
       if (t.name == name) {
@@ -77,185 +95,191 @@ void CudaBackend::Impl::BuildSteps(const Model& m, Executable* exe) {
     }
     return false;
   };
-  for (size_t i = 0; i < program.size(); ++i) {
-    const Op& op = program[i];
-    DeviceTensor x = exe->tensors.at(op.inputs[0]);
-    DeviceTensor y = exe->tensors.at(op.output);
-    int64_t count = *NumElements(y.shape);
-    switch (op.kind) {
-      case OpKind::kDense: {
-        cuda::Activation act = cuda::Activation::kNone;
-        if (i + 1 < program.size() && readers[op.output] == 1 && !is_output(op.output) &&
-            program[i + 1].inputs[0] == op.output) {
-          switch (program[i + 1].kind) {
-            case OpKind::kRelu:
-              act = cuda::Activation::kRelu;
-              break;
-            case OpKind::kGelu:
-              act = cuda::Activation::kGelu;
-              break;
-            case OpKind::kTanh:
-              act = cuda::Activation::kTanh;
-              break;
-            case OpKind::kSigmoid:
-              act = cuda::Activation::kSigmoid;
-              break;
-            default:
-              break;
-          }
-        }
-        if (act != cuda::Activation::kNone) {
-          y = exe->tensors.at(program[i + 1].output);  // Fused: write the activation's output.
-          ++i;
-        }
-        int64_t k = x.shape.back(), n = y.shape.back(), rows = count / n;
-        const DeviceWeight& w = m.weights.at(op.weight);
-        const void* weight = arena_base + w.offset;
-        const float* bias = WeightPtr(m, op.bias);
-        Precision precision = manifest.precision;
-        uint16_t* scratch = exe->bf16_scratch;
-        exe->steps.push_back([=, this](cudaStream_t s) -> Status {
-          const float alpha = 1.f, beta = 0.f;
-          // Row-major y[rows, n] = x[rows, k] W[n, k]^T, as column-major y^T = W x^T.
-          if (precision == Precision::kBf16) {
-            FERRY_RETURN_IF_ERROR(
-                Check(cuda::FloatToBf16(x.data, scratch, rows * k, s), "to bf16"));
-            FERRY_RETURN_IF_ERROR(
-                Check(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),
-                                   static_cast<int>(rows), static_cast<int>(k), &alpha, weight,
-                                   CUDA_R_16BF, static_cast<int>(k), scratch, CUDA_R_16BF,
-                                   static_cast<int>(k), &beta, y.data, CUDA_R_32F,
-                                   static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                      "bf16 GEMM"));
-          } else {
-            cublasComputeType_t compute =
-                precision == Precision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-            FERRY_RETURN_IF_ERROR(
-                Check(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),
-                                   static_cast<int>(rows), static_cast<int>(k), &alpha, weight,
-                                   CUDA_R_32F, static_cast<int>(k), x.data, CUDA_R_32F,
-                                   static_cast<int>(k), &beta, y.data, CUDA_R_32F,
-                                   static_cast<int>(n), compute, CUBLAS_GEMM_DEFAULT),
-                      "GEMM"));
-          }
-          if (bias != nullptr || act != cuda::Activation::kNone) {
-            return Check(cuda::BiasActivation(y.data, bias, rows, n, act, s), "bias/activation");
-          }
-          return OkStatus();
-        });
-        break;
-      }
+  DeviceTensor x = exe->tensors.at(op.inputs[0]);
+  DeviceTensor y = exe->tensors.at(op.output);
+  int64_t count = *NumElements(y.shape);
+  cuda::Activation act = cuda::Activation::kNone;
+  if (i + 1 < program.size() && readers[op.output] == 1 && !is_output(op.output) &&
+      program[i + 1].inputs[0] == op.output) {
+    switch (program[i + 1].kind) {
       case OpKind::kRelu:
+        act = cuda::Activation::kRelu;
+        break;
       case OpKind::kGelu:
+        act = cuda::Activation::kGelu;
+        break;
       case OpKind::kTanh:
-      case OpKind::kSigmoid: {
-        cuda::Activation act = op.kind == OpKind::kRelu   ? cuda::Activation::kRelu
-                               : op.kind == OpKind::kGelu ? cuda::Activation::kGelu
-                               : op.kind == OpKind::kTanh ? cuda::Activation::kTanh
-                                                          : cuda::Activation::kSigmoid;
-        exe->steps.push_back([=, this](cudaStream_t s) {
-          return Check(cuda::Elementwise(x.data, y.data, count, act, s), "activation");
-        });
+        act = cuda::Activation::kTanh;
         break;
-      }
-      case OpKind::kClip: {
-        auto lo = static_cast<float>(op.min), hi = static_cast<float>(op.max);
-        exe->steps.push_back([=, this](cudaStream_t s) {
-          return Check(cuda::Clip(x.data, y.data, count, lo, hi, s), "clip");
-        });
+      case OpKind::kSigmoid:
+        act = cuda::Activation::kSigmoid;
         break;
-      }
-      case OpKind::kAdd: {
-        DeviceTensor b = exe->tensors.at(op.inputs[1]);
-        exe->steps.push_back([=, this](cudaStream_t s) {
-          return Check(cuda::Add(x.data, b.data, y.data, count, s), "add");
-        });
-        break;
-      }
-      case OpKind::kSoftmax: {
-        int64_t rank = static_cast<int64_t>(x.shape.size());
-        int64_t axis = op.axis < 0 ? op.axis + rank : op.axis;
-        int64_t outer = 1, inner = 1;
-        for (int64_t d = 0; d < axis; ++d) outer *= x.shape[static_cast<size_t>(d)];
-        for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape[static_cast<size_t>(d)];
-        int64_t n = x.shape[static_cast<size_t>(axis)];
-        exe->steps.push_back([=, this](cudaStream_t s) {
-          return Check(cuda::Softmax(x.data, y.data, outer, n, inner, s), "softmax");
-        });
-        break;
-      }
-      case OpKind::kLayerNorm: {
-        const float* w = WeightPtr(m, op.weight);
-        const float* b = WeightPtr(m, op.bias);
-        int64_t d = x.shape.back();
-        float eps = static_cast<float>(op.eps);
-        exe->steps.push_back([=, this](cudaStream_t s) {
-          return Check(cuda::LayerNorm(x.data, w, b, y.data, count / d, d, eps, s), "layernorm");
-        });
-        break;
-      }
-      case OpKind::kConv2d:
-      case OpKind::kMaxPool2d: {
-        cuda::ConvShape cs{};
-        cs.groups = op.kind == OpKind::kConv2d ? op.groups : 1;
-        cs.n = x.shape[0];
-        cs.c = x.shape[1];
-        cs.h = x.shape[2];
-        cs.w = x.shape[3];
-        cs.sh = op.stride[0];
-        cs.sw = op.stride[1];
-        cs.ph = op.padding[0];
-        cs.pw = op.padding[1];
-        cs.ho = y.shape[2];
-        cs.wo = y.shape[3];
-        if (op.kind == OpKind::kConv2d) {
-          const DeviceWeight& w = m.weights.at(op.weight);
-          cs.o = w.shape[0];
-          cs.kh = w.shape[2];
-          cs.kw = w.shape[3];
-          const float* weight = WeightPtr(m, op.weight);
-          const float* bias = WeightPtr(m, op.bias);
-          exe->steps.push_back([=, this](cudaStream_t s) {
-            return Check(cuda::Conv2d(x.data, weight, bias, y.data, cs, s), "conv2d");
-          });
-        } else {
-          cs.o = cs.c;
-          cs.kh = op.kernel[0];
-          cs.kw = op.kernel[1];
-          exe->steps.push_back([=, this](cudaStream_t s) {
-            return Check(cuda::MaxPool2d(x.data, y.data, cs, s), "maxpool2d");
-          });
-        }
-        break;
-      }
-      case OpKind::kGlobalAvgPool: {
-        int64_t planes = x.shape[0] * x.shape[1], area = x.shape[2] * x.shape[3];
-        exe->steps.push_back([=, this](cudaStream_t s) {
-          return Check(cuda::GlobalAvgPool(x.data, y.data, planes, area, s), "global_avgpool");
-        });
-        break;
-      }
-      case OpKind::kGather:
-      case OpKind::kReduceMean:
-      case OpKind::kSub:
-      case OpKind::kMul:
-      case OpKind::kDiv:
-      case OpKind::kTranspose:
-      case OpKind::kMatMul:
-      case OpKind::kSlice:
-      case OpKind::kSqrt:
-      case OpKind::kExp:
-      case OpKind::kLog:
-        break;  // CudaRuns refuses these at load, before any step is built.
-      case OpKind::kFlatten:
-      case OpKind::kReshape:
-        exe->steps.push_back([=, this](cudaStream_t s) {
-          return Check(cudaMemcpyAsync(y.data, x.data, static_cast<size_t>(count) * 4,
-                                       cudaMemcpyDeviceToDevice, s),
-                       "reshape copy");
-        });
+      default:
         break;
     }
+  }
+  if (act != cuda::Activation::kNone) {
+    y = exe->tensors.at(program[i + 1].output);  // Fused: write the activation's output.
+    ++i;
+  }
+  int64_t k = x.shape.back(), n = y.shape.back(), rows = count / n;
+  const DeviceWeight& w = m.weights.at(op.weight);
+  const void* weight = arena_base + w.offset;
+  const float* bias = WeightPtr(m, op.bias);
+  Precision precision = manifest.precision;
+  uint16_t* scratch = exe->bf16_scratch;
+  exe->steps.push_back([=, this](cudaStream_t s) -> Status {
+    const float alpha = 1.f, beta = 0.f;
+    // Row-major y[rows, n] = x[rows, k] W[n, k]^T, as column-major y^T = W x^T.
+    if (precision == Precision::kBf16) {
+      FERRY_RETURN_IF_ERROR(Check(cuda::FloatToBf16(x.data, scratch, rows * k, s), "to bf16"));
+      FERRY_RETURN_IF_ERROR(
+          Check(cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),
+                             static_cast<int>(rows), static_cast<int>(k), &alpha, weight,
+                             CUDA_R_16BF, static_cast<int>(k), scratch, CUDA_R_16BF,
+                             static_cast<int>(k), &beta, y.data, CUDA_R_32F, static_cast<int>(n),
+                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                "bf16 GEMM"));
+    } else {
+      cublasComputeType_t compute =
+          precision == Precision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      FERRY_RETURN_IF_ERROR(Check(
+          cublasGemmEx(cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n),
+                       static_cast<int>(rows), static_cast<int>(k), &alpha, weight, CUDA_R_32F,
+                       static_cast<int>(k), x.data, CUDA_R_32F, static_cast<int>(k), &beta, y.data,
+                       CUDA_R_32F, static_cast<int>(n), compute, CUBLAS_GEMM_DEFAULT),
+          "GEMM"));
+    }
+    if (bias != nullptr || act != cuda::Activation::kNone) {
+      return Check(cuda::BiasActivation(y.data, bias, rows, n, act, s), "bias/activation");
+    }
+    return OkStatus();
+  });
+  return i;
+}
+
+// Conv2d or maxpool2d: ferry's window kernels over [N, C, H, W].
+void CudaBackend::Impl::AddWindowStep(const Model& m, Executable* exe, const Op& op) {
+  DeviceTensor x = exe->tensors.at(op.inputs[0]);
+  DeviceTensor y = exe->tensors.at(op.output);
+  cuda::ConvShape cs{};
+  cs.groups = op.kind == OpKind::kConv2d ? op.groups : 1;
+  cs.n = x.shape[0];
+  cs.c = x.shape[1];
+  cs.h = x.shape[2];
+  cs.w = x.shape[3];
+  cs.sh = op.stride[0];
+  cs.sw = op.stride[1];
+  cs.ph = op.padding[0];
+  cs.pw = op.padding[1];
+  cs.ho = y.shape[2];
+  cs.wo = y.shape[3];
+  if (op.kind == OpKind::kConv2d) {
+    const DeviceWeight& w = m.weights.at(op.weight);
+    cs.o = w.shape[0];
+    cs.kh = w.shape[2];
+    cs.kw = w.shape[3];
+    const float* weight = WeightPtr(m, op.weight);
+    const float* bias = WeightPtr(m, op.bias);
+    exe->steps.push_back([=, this](cudaStream_t s) {
+      return Check(cuda::Conv2d(x.data, weight, bias, y.data, cs, s), "conv2d");
+    });
+  } else {
+    cs.o = cs.c;
+    cs.kh = op.kernel[0];
+    cs.kw = op.kernel[1];
+    exe->steps.push_back([=, this](cudaStream_t s) {
+      return Check(cuda::MaxPool2d(x.data, y.data, cs, s), "maxpool2d");
+    });
+  }
+}
+
+// The other ops the CUDA backend runs, one kernel or copy each.
+void CudaBackend::Impl::AddPointwiseStep(const Model& m, Executable* exe, const Op& op) {
+  DeviceTensor x = exe->tensors.at(op.inputs[0]);
+  DeviceTensor y = exe->tensors.at(op.output);
+  int64_t count = *NumElements(y.shape);
+  switch (op.kind) {
+    case OpKind::kRelu:
+    case OpKind::kGelu:
+    case OpKind::kTanh:
+    case OpKind::kSigmoid: {
+      cuda::Activation act = op.kind == OpKind::kRelu   ? cuda::Activation::kRelu
+                             : op.kind == OpKind::kGelu ? cuda::Activation::kGelu
+                             : op.kind == OpKind::kTanh ? cuda::Activation::kTanh
+                                                        : cuda::Activation::kSigmoid;
+      exe->steps.push_back([=, this](cudaStream_t s) {
+        return Check(cuda::Elementwise(x.data, y.data, count, act, s), "activation");
+      });
+      break;
+    }
+    case OpKind::kClip: {
+      auto lo = static_cast<float>(op.min), hi = static_cast<float>(op.max);
+      exe->steps.push_back([=, this](cudaStream_t s) {
+        return Check(cuda::Clip(x.data, y.data, count, lo, hi, s), "clip");
+      });
+      break;
+    }
+    case OpKind::kAdd: {
+      DeviceTensor b = exe->tensors.at(op.inputs[1]);
+      exe->steps.push_back([=, this](cudaStream_t s) {
+        return Check(cuda::Add(x.data, b.data, y.data, count, s), "add");
+      });
+      break;
+    }
+    case OpKind::kSoftmax: {
+      int64_t rank = static_cast<int64_t>(x.shape.size());
+      int64_t axis = op.axis < 0 ? op.axis + rank : op.axis;
+      int64_t outer = 1, inner = 1;
+      for (int64_t d = 0; d < axis; ++d) outer *= x.shape[static_cast<size_t>(d)];
+      for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape[static_cast<size_t>(d)];
+      int64_t n = x.shape[static_cast<size_t>(axis)];
+      exe->steps.push_back([=, this](cudaStream_t s) {
+        return Check(cuda::Softmax(x.data, y.data, outer, n, inner, s), "softmax");
+      });
+      break;
+    }
+    case OpKind::kLayerNorm: {
+      const float* w = WeightPtr(m, op.weight);
+      const float* b = WeightPtr(m, op.bias);
+      int64_t d = x.shape.back();
+      float eps = static_cast<float>(op.eps);
+      exe->steps.push_back([=, this](cudaStream_t s) {
+        return Check(cuda::LayerNorm(x.data, w, b, y.data, count / d, d, eps, s), "layernorm");
+      });
+      break;
+    }
+    case OpKind::kGlobalAvgPool: {
+      int64_t planes = x.shape[0] * x.shape[1], area = x.shape[2] * x.shape[3];
+      exe->steps.push_back([=, this](cudaStream_t s) {
+        return Check(cuda::GlobalAvgPool(x.data, y.data, planes, area, s), "global_avgpool");
+      });
+      break;
+    }
+    case OpKind::kGather:
+    case OpKind::kReduceMean:
+    case OpKind::kSub:
+    case OpKind::kMul:
+    case OpKind::kDiv:
+    case OpKind::kTranspose:
+    case OpKind::kMatMul:
+    case OpKind::kSlice:
+    case OpKind::kSqrt:
+    case OpKind::kExp:
+    case OpKind::kLog:
+      break;  // CudaRuns refuses these at load, before any step is built.
+    case OpKind::kFlatten:
+    case OpKind::kReshape:
+      exe->steps.push_back([=, this](cudaStream_t s) {
+        return Check(cudaMemcpyAsync(y.data, x.data, static_cast<size_t>(count) * 4,
+                                     cudaMemcpyDeviceToDevice, s),
+                     "reshape copy");
+      });
+      break;
+    case OpKind::kDense:
+    case OpKind::kConv2d:
+    case OpKind::kMaxPool2d:
+      break;  // AddDenseStep and AddWindowStep.
   }
 }
 
