@@ -383,8 +383,15 @@ class FastProgram::Compiler {
       case OpKind::kReshape:
         s->steps.push_back({index, [x, y] { std::copy(x->begin(), x->end(), y->begin()); }});
         break;
-      default:
-        break;
+      case OpKind::kDense:
+      case OpKind::kConv2d:
+      case OpKind::kAdd:
+      case OpKind::kSub:
+      case OpKind::kMul:
+      case OpKind::kDiv:
+      case OpKind::kMatMul:
+      case OpKind::kSoftmax:
+        break;  // Compiled by Add's other methods.
     }
   }
 
