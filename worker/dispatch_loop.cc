@@ -14,7 +14,7 @@
 #include "shm/control.h"
 #include "shm/recovery.h"
 
-namespace ferry {
+namespace ferry::worker {
 
 int DispatchLoop::Run() {
   state_ = shm::ProcessState::kReady;
@@ -298,4 +298,4 @@ void DispatchLoop::PublishStatus(shm::ProcessState state) {
   status_.Publish(s);
 }
 
-}  // namespace ferry
+}  // namespace ferry::worker

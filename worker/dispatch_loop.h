@@ -49,7 +49,7 @@
 #include "worker/scheduler/scheduler.h"
 #include "worker/scheduler/wait_histogram.h"
 
-namespace ferry {
+namespace ferry::worker {
 
 struct LoopModel {
   std::string name;
@@ -239,4 +239,4 @@ class DispatchLoop {
   std::unique_ptr<shm::StatusSnapshotData> snapshot_;  // 40 KiB: kept off the stack.
 };
 
-}  // namespace ferry
+}  // namespace ferry::worker

@@ -13,7 +13,7 @@
 #include "worker/backends/repository.h"
 #include "worker/backends/sim/sim_backend.h"
 
-namespace ferry {
+namespace ferry::worker {
 namespace {
 
 using testing::Completion;
@@ -318,9 +318,9 @@ TEST_CASE("a hook host that stops reading completions gets no more submissions d
 }
 
 }  // namespace
-}  // namespace ferry
+}  // namespace ferry::worker
 
-namespace ferry {
+namespace ferry::worker {
 namespace {
 
 TEST_CASE("a pipeline's committed call (descriptor meta) is dispatched ahead of older work") {
@@ -354,9 +354,9 @@ TEST_CASE("a pipeline's committed call (descriptor meta) is dispatched ahead of 
 }
 
 }  // namespace
-}  // namespace ferry
+}  // namespace ferry::worker
 
-namespace ferry {
+namespace ferry::worker {
 namespace {
 
 // Loads any name as the example mlp's bundle, on the fixture's backend (set once built).
@@ -428,9 +428,9 @@ TEST_CASE(
 }
 
 }  // namespace
-}  // namespace ferry
+}  // namespace ferry::worker
 
-namespace ferry {
+namespace ferry::worker {
 namespace {
 
 std::vector<Completion> WaitFor(NodeDriver& driver, size_t count) {
@@ -533,4 +533,4 @@ TEST_CASE("fifo serves requests drained in one pass in their ring order, not by 
 }
 
 }  // namespace
-}  // namespace ferry
+}  // namespace ferry::worker

@@ -13,7 +13,7 @@
 #include "shm/recovery.h"
 #include "worker/dispatch_loop.h"
 
-namespace ferry {
+namespace ferry::worker {
 namespace {
 
 constexpr uint32_t ErrorStatus(ErrorCode code) { return static_cast<uint32_t>(code) + 1; }
@@ -317,4 +317,4 @@ void DispatchLoop::FlushCompletions() {
   }
 }
 
-}  // namespace ferry
+}  // namespace ferry::worker

@@ -13,7 +13,7 @@
 #include "shm/recovery.h"
 #include "worker/dispatch_loop.h"
 
-namespace ferry {
+namespace ferry::worker {
 namespace {
 
 // A descriptor names at most kMaxTensors tensors each way: a model with more fails.
@@ -246,4 +246,4 @@ void DispatchLoop::UnloadModel(uint32_t index) {
   unloads_.push_back(index);
 }
 
-}  // namespace ferry
+}  // namespace ferry::worker

@@ -13,7 +13,7 @@
 #include "shm/recovery.h"
 #include "worker/dispatch_loop.h"
 
-namespace ferry {
+namespace ferry::worker {
 namespace {
 
 // True when `t` has `spec`'s dtype and `declared` shape with `rows` at the batch axis
@@ -222,4 +222,4 @@ void DispatchLoop::Answered(int model) {
   }
 }
 
-}  // namespace ferry
+}  // namespace ferry::worker

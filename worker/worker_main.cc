@@ -10,7 +10,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"ferry-worker: one GPU's (or CPU worker's) dispatch loop; started by ferryd"};
-  ferry::WorkerProcessArgs args;
+  ferry::worker::WorkerProcessArgs args;
   app.add_option("--segment", args.segment, "shared-memory segment name (ferry-<node name>)")
       ->required();
   app.add_option("--slot", args.slot, "this worker's slot in the segment")->required();
@@ -27,5 +27,5 @@ int main(int argc, char** argv) {
     std::cerr << status.error().ToString() << "\n";
     return 1;
   }
-  return ferry::RunWorkerProcess(args);
+  return ferry::worker::RunWorkerProcess(args);
 }

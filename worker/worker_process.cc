@@ -20,7 +20,7 @@
 #include "worker/backends/sim/sim_backend.h"
 #include "worker/dispatch_loop.h"
 
-namespace ferry {
+namespace ferry::worker {
 namespace {
 
 static_assert(kMaxWorkers == shm::kMaxPerKind && kMaxHookhosts == shm::kMaxPerKind,
@@ -286,4 +286,4 @@ int RunWorkerProcess(const WorkerProcessArgs& args) {
   return loop.Run();
 }
 
-}  // namespace ferry
+}  // namespace ferry::worker

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-namespace ferry {
+namespace ferry::worker {
 
 struct WorkerProcessArgs {
   std::string segment;  // The shared-memory segment (ferry-NODE).
@@ -24,4 +24,4 @@ struct WorkerProcessArgs {
 // Exit codes: 0 stopped or drained; 1 could not start; 3 backend unhealthy (restart it).
 int RunWorkerProcess(const WorkerProcessArgs& args);
 
-}  // namespace ferry
+}  // namespace ferry::worker
