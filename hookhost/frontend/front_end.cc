@@ -55,8 +55,10 @@ void FrontEnd::Stop(std::chrono::milliseconds wait) {
   }
   server_->Stop();
   thread_.join();
+  server_.reset();
   if (grpc_ != nullptr) {
     grpc_->Stop(static_cast<int>(wait.count()));
+    grpc_.reset();
   }
 }
 

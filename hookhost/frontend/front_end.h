@@ -21,6 +21,7 @@ namespace ferry::frontend {
 class FrontEnd {
  public:
   FrontEnd() = default;
+  ~FrontEnd() { Stop(std::chrono::milliseconds(0)); }
   FrontEnd(const FrontEnd&) = delete;
   FrontEnd& operator=(const FrontEnd&) = delete;
 
@@ -33,7 +34,8 @@ class FrontEnd {
   void Drain();
   // Every request read has been answered and written (true before Start).
   bool Drained() const;
-  // Writes what was answered (within `wait`), then closes every connection.
+  // Writes what was answered (within `wait`), then closes every connection. A no-op before
+  // Start and after the first Stop.
   void Stop(std::chrono::milliseconds wait);
 
  private:

@@ -2,13 +2,18 @@
 // supervisor (segment, fork + exec of the workers, ResetSlot of the dead) and runs a HookHost
 // in process on hook host slot 0, as the front end will. Outputs are compared with CpuBackend
 // run directly.
+#include <arpa/inet.h>
 #include <doctest/doctest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include <future>
 #include <thread>
 
+#include "hookhost/frontend/front_end.h"
+#include "net/http_client.h"
 #include "tests/testing/flow_node.h"
 
 namespace ferry::hookhost {
@@ -382,6 +387,58 @@ TEST_CASE(
   CHECK(Get(send(late, 0, 0)).ok());
   late->Fire();
   CHECK(answered(0, ErrorCode::kCancelled) == 1);
+}
+
+// The front end as the hook host process runs it, on a listening socket: it serves, then after
+// Drain refuses new work on open connections with 503 while answering what it read, reports
+// Drained, and Stop closes what is left (and may be repeated, as the destructor does).
+TEST_CASE("the front end serves, drains with 503 for new infers, reports drained, then stops") {
+  FlowNode node(1);
+  Host host(node, GatewayMode::kLeastOutstanding);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(listen(fd, 16) == 0);
+  socklen_t length = sizeof(addr);
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0);
+  std::string address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+
+  frontend::FrontEnd front;
+  CHECK(front.Drained());  // Not started: nothing in flight.
+  front.Drain();           // A no-op before Start.
+  REQUIRE(front.Start(host.view, host.models, host.host.get(), fd, -1, FrontendSettings{}).ok());
+  CHECK_FALSE(front.Drained());
+  std::string row;
+  for (int i = 0; i < 784; ++i) {
+    row += (i == 0 ? "" : ",") + std::to_string(i % 5);
+  }
+  std::string infer =
+      R"({"inputs":[{"name":"input","datatype":"FP32","shape":[1,784],"data":[)" + row + "]}]}";
+  Result<net::HttpClient> client = net::HttpClient::Connect(address);
+  REQUIRE(client.ok());
+  Result<net::HttpAnswer> served = client->Request("POST", "/v2/models/mlp/infer", infer);
+  REQUIRE(served.ok());
+  CHECK(served->status == 200);
+
+  front.Drain();
+  Result<net::HttpAnswer> refused = client->Request("POST", "/v2/models/mlp/infer", infer);
+  REQUIRE(refused.ok());
+  CHECK(refused->status == 503);
+  CHECK(refused->body.find("draining") != std::string::npos);
+  bool drained = false;
+  for (int i = 0; i < 5000 && !drained; ++i) {
+    drained = front.Drained();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(drained);
+  front.Stop(std::chrono::milliseconds(100));
+  front.Stop(std::chrono::milliseconds(100));
+  CHECK(front.Drained());
+  close(fd);
+  CheckArenasEmpty(node, host);
 }
 
 }  // namespace
