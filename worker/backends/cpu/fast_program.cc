@@ -3,8 +3,10 @@
 #include <functional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
+#include <set>
 
 #include "model/shape_inference.h"
+#include "worker/backends/cpu/loop_steps.h"
 #include "worker/backends/cpu/ops.h"
 #include "worker/backends/cpu/tensor_ops.h"
 
@@ -89,6 +91,30 @@ dnnl::primitive_attr Epilogue(std::optional<Activation> activation) {
 
 memory::dims Dims(const Shape& shape) { return memory::dims(shape.begin(), shape.end()); }
 
+// The row-major layout of `shape`: how every ferry buffer holds its tensor.
+memory::desc PlainDesc(const Shape& shape) {
+  memory::dims strides(shape.size(), 1);
+  for (size_t d = shape.size() - 1; shape.size() > 1 && d-- > 0;) {
+    strides[d] = strides[d + 1] * shape[d + 1];
+  }
+  return memory::desc(Dims(shape), kF32, strides);
+}
+
+// Activations a primitive may apply to a blocked tensor: f(0) = 0, so the channels that pad
+// a blocked layout stay zero for the convolution that reads them next.
+bool KeepsZero(const Op& op) {
+  switch (op.kind) {
+    case OpKind::kRelu:
+    case OpKind::kGelu:
+    case OpKind::kTanh:
+      return true;
+    case OpKind::kClip:
+      return op.min <= 0 && op.max >= 0;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 FastProgram::FastProgram(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -113,6 +139,13 @@ class FastProgram::Compiler {
     }
   }
 
+  // Makes every model output's plain buffer hold its value after the last step.
+  void Finish() {
+    for (const TensorSpec& out : manifest_.outputs) {
+      Plain(out.name, manifest_.program.empty() ? 0 : manifest_.program.size() - 1);
+    }
+  }
+
   // Adds program[i]'s steps; returns the index of the last op they cover (i, or i + 1 when an
   // activation was fused). oneDNN's errors are thrown as dnnl::error.
   size_t Add(size_t i) {
@@ -122,6 +155,12 @@ class FastProgram::Compiler {
       case OpKind::kConv2d:
         return AddDenseOrConv(i);
       case OpKind::kAdd:
+        if (op.inputs.size() == 2 && shapes_.at(op.inputs[0]) == shapes_.at(op.inputs[1]) &&
+            (Blocked(op.inputs[0]) || Blocked(op.inputs[1]))) {
+          return AddBlockedSum(i, Layout(op.inputs[Blocked(op.inputs[0]) ? 0 : 1]));
+        }
+        AddBroadcast(i, op);
+        return i;
       case OpKind::kSub:
       case OpKind::kMul:
       case OpKind::kDiv:
@@ -133,7 +172,15 @@ class FastProgram::Compiler {
       case OpKind::kSoftmax:
         AddSoftmax(i, op);
         return i;
+      case OpKind::kMaxPool2d:
+      case OpKind::kGlobalAvgPool:
+        AddPool(i, op);
+        return i;
       default:
+        if (Blocked(op.inputs[0]) && KeepsZero(op)) {
+          AddBlockedActivation(i, op, Layout(op.inputs[0]));
+          return i;
+        }
         AddLoop(i, op);
         return i;
     }
@@ -184,6 +231,7 @@ class FastProgram::Compiler {
       int64_t k = xs.back(), n = ys.back();
       int64_t m = static_cast<int64_t>(x->size()) / k;
       memory::desc src({m, k}, kF32, Tag::ab), dst({m, n}, kF32, Tag::ab);
+      Plain(op.inputs[0], index);
       memory::desc user_w({k, n}, kF32, Tag::ba);  // PyTorch's [N, K], read as K x N.
       memory::desc any_w({k, n}, kF32, Tag::any);
       memory::desc b = op.bias.empty() ? memory::desc() : memory::desc({1, n}, kF32, Tag::ab);
@@ -199,9 +247,8 @@ class FastProgram::Compiler {
       const Shape& ws = bundle.weights.index().Find(op.weight)->shape;  // OIHW.
       memory::dims strides{op.stride[0], op.stride[1]};
       memory::dims padding{op.padding[0], op.padding[1]};
-      // Source, weights and destination in the layouts the fastest kernel wants
-      // (blocked channels); the plain NCHW tensors are reordered in and out around it.
-      memory::desc src(Dims(xs), kF32, Tag::nchw), dst(Dims(ys), kF32, Tag::nchw);
+      // Source, weights and destination in the layouts the fastest kernel wants (blocked
+      // channels). The destination stays blocked for the readers that take it so (Output).
       memory::desc any_src(Dims(xs), kF32, Tag::any), any_dst(Dims(ys), kF32, Tag::any);
       // Grouped: [G, O/G, C/G, KH, KW], the same bytes as OIHW.
       memory::dims w_dims = Dims(ws);
@@ -219,53 +266,166 @@ class FastProgram::Compiler {
                                           any_dst, strides, padding, padding),
           attr, s->engine);
       primitive = dnnl::convolution_forward(pd);
-      memory plain_src = s->Wrap(src, op.inputs[0]), plain_dst = s->Wrap(dst, out_name);
-      memory conv_src = plain_src, conv_dst = plain_dst;
-      if (pd.src_desc() != src) {
-        conv_src = memory(pd.src_desc(), s->engine);
-        dnnl::reorder in(plain_src, conv_src);
-        s->steps.push_back({index, [s = s, in, plain_src, conv_src]() mutable {
-                              in.execute(s->stream, plain_src, conv_src);
-                            }});
-      }
-      if (pd.dst_desc() != dst) {
-        conv_dst = memory(pd.dst_desc(), s->engine);
-      }
-      args = {{DNNL_ARG_SRC, conv_src},
+      args = {{DNNL_ARG_SRC, InLayout(op.inputs[0], pd.src_desc(), index)},
               {DNNL_ARG_WEIGHTS, PackedWeights(pd.weights_desc(), user_w, op.weight)},
-              {DNNL_ARG_DST, conv_dst}};
+              {DNNL_ARG_DST, Output(out_name, pd.dst_desc())}};
       if (!op.bias.empty()) {
         args[DNNL_ARG_BIAS] = WeightMemory(b, op.bias);
-      }
-      if (conv_dst != plain_dst) {
-        dnnl::reorder out(conv_dst, plain_dst);
-        s->steps.push_back({index, [s = s, primitive, args, out, conv_dst, plain_dst]() mutable {
-                              primitive.execute(s->stream, args);
-                              out.execute(s->stream, conv_dst, plain_dst);
-                            }});
-        return i;
       }
     }
     s->steps.push_back({index, [s = s, primitive, args] { primitive.execute(s->stream, args); }});
     return i;
   }
 
+  // An add of two equal-shaped tensors, one of them blocked: oneDNN's binary add in that
+  // layout (the residual add between convolutions), with the next activation fused when it
+  // keeps the padding zero.
+  size_t AddBlockedSum(size_t i, const memory::desc& layout) {
+    const Op& op = manifest_.program[i];
+    std::optional<Activation> act = FusableActivation(manifest_.program, i, readers_, manifest_);
+    std::string out_name = op.output;
+    if (act && KeepsZero(manifest_.program[i + 1])) {
+      out_name = manifest_.program[i + 1].output;
+    } else {
+      act.reset();
+    }
+    memory a = InLayout(op.inputs[0], layout, i), b = InLayout(op.inputs[1], layout, i);
+    dnnl::binary::primitive_desc pd(
+        dnnl::binary::desc(dnnl::algorithm::binary_add, layout, layout, layout), Epilogue(act),
+        s->engine);
+    dnnl::binary primitive(pd);
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC_0, a}, {DNNL_ARG_SRC_1, b}, {DNNL_ARG_DST, Output(out_name, layout)}};
+    s->steps.push_back({i, [s = s, primitive, args] { primitive.execute(s->stream, args); }});
+    return act ? i + 1 : i;
+  }
+
+  // An activation of a blocked tensor: oneDNN's eltwise in that layout.
+  void AddBlockedActivation(size_t index, const Op& op, const memory::desc& layout) {
+    dnnl::algorithm algorithm = dnnl::algorithm::eltwise_relu;
+    float alpha = 0.f, beta = 0.f;
+    if (op.kind == OpKind::kGelu) {
+      algorithm = dnnl::algorithm::eltwise_gelu_erf;
+    } else if (op.kind == OpKind::kTanh) {
+      algorithm = dnnl::algorithm::eltwise_tanh;
+    } else if (op.kind == OpKind::kClip) {
+      algorithm = dnnl::algorithm::eltwise_clip;
+      alpha = static_cast<float>(op.min);
+      beta = static_cast<float>(op.max);
+    }
+    dnnl::eltwise_forward::primitive_desc pd(
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, algorithm, layout, alpha,
+                                    beta),
+        s->engine);
+    dnnl::eltwise_forward primitive(pd);
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, blocked_.at(op.inputs[0])},
+                                            {DNNL_ARG_DST, Output(op.output, layout)}};
+    s->steps.push_back({index, [s = s, primitive, args] { primitive.execute(s->stream, args); }});
+  }
+
+  // maxpool2d and global_avgpool: oneDNN's pooling in the input's layout (parallel over the
+  // batch and channels; max pooling ignores padding, as ONNX's does).
+  void AddPool(size_t index, const Op& op) {
+    const Shape& xs = shapes_.at(op.inputs[0]);
+    bool global = op.kind == OpKind::kGlobalAvgPool;
+    memory::desc src = Layout(op.inputs[0]);
+    memory::dims kernel{op.kernel[0], op.kernel[1]}, strides{op.stride[0], op.stride[1]};
+    memory::dims padding{op.padding[0], op.padding[1]};
+    Shape ys = shapes_.at(op.output);
+    if (global) {
+      kernel = {xs[2], xs[3]};
+      strides = {1, 1};
+      padding = {0, 0};
+      ys = {xs[0], xs[1], 1, 1};
+    }
+    // Global: [N, C, 1, 1] in NCHW or NHWC is the [N, C] output's bytes; the one matching the
+    // source's layout has a vectorised kernel (a mismatch falls back to oneDNN's reference).
+    Tag dst_tag = Tag::any;
+    if (global) {
+      dst_tag = src == memory::desc(Dims(xs), kF32, Tag::nhwc) ? Tag::nhwc : Tag::nchw;
+    }
+    memory::desc dst(Dims(ys), kF32, dst_tag);
+    dnnl::pooling_forward::primitive_desc pd(
+        dnnl::pooling_forward::desc(
+            dnnl::prop_kind::forward_inference,
+            global ? dnnl::algorithm::pooling_avg_exclude_padding : dnnl::algorithm::pooling_max,
+            src, dst, strides, kernel, padding, padding),
+        s->engine);
+    dnnl::pooling_forward primitive(pd);
+    memory y = global ? s->Wrap(pd.dst_desc(), op.output) : Output(op.output, pd.dst_desc());
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, InLayout(op.inputs[0], src, index)},
+                                            {DNNL_ARG_DST, y}};
+    s->steps.push_back({index, [s = s, primitive, args] { primitive.execute(s->stream, args); }});
+  }
+
+  // The layout `name` is written in: its blocked layout, or plain.
+  memory::desc Layout(const std::string& name) const {
+    auto b = blocked_.find(name);
+    return b != blocked_.end() ? b->second.get_desc() : PlainDesc(shapes_.at(name));
+  }
+  bool Blocked(const std::string& name) const { return blocked_.count(name) > 0; }
+
+  // The tensor's plain buffer. When its producer left it blocked, a reorder into the plain
+  // buffer runs at step `index` (once: later readers share it).
+  std::vector<float>* Plain(const std::string& name, size_t index) {
+    auto b = blocked_.find(name);
+    if (b != blocked_.end() && plain_.insert(name).second) {
+      memory from = b->second, to = s->Wrap(PlainDesc(shapes_.at(name)), name);
+      AddReorder(index, from, to);
+    }
+    return &s->Buffer(name);
+  }
+
+  // The tensor in layout `want`: as written when it is in that layout, else a copy reordered
+  // at step `index`.
+  memory InLayout(const std::string& name, const memory::desc& want, size_t index) {
+    auto b = blocked_.find(name);
+    if (b != blocked_.end() && b->second.get_desc() == want) {
+      return b->second;
+    }
+    memory from = b != blocked_.end() ? b->second : s->Wrap(PlainDesc(shapes_.at(name)), name);
+    if (b == blocked_.end() && from.get_desc() == want) {
+      return from;
+    }
+    memory to(want, s->engine);
+    AddReorder(index, from, to);
+    return to;
+  }
+
+  // Where a primitive writes `name` in `layout`: the plain buffer when the layout is plain,
+  // else a blocked memory that readers take as it is (InLayout) or reorder (Plain).
+  memory Output(const std::string& name, const memory::desc& layout) {
+    memory::desc plain = PlainDesc(shapes_.at(name));
+    if (layout == plain) {
+      return s->Wrap(plain, name);
+    }
+    memory blocked(layout, s->engine);
+    blocked_[name] = blocked;
+    return blocked;
+  }
+
+  void AddReorder(size_t index, memory from, memory to) {
+    dnnl::reorder reorder(from, to);
+    s->steps.push_back(
+        {index, [s = s, reorder, from, to]() mutable { reorder.execute(s->stream, from, to); }});
+  }
+
   // Elementwise add, sub, mul or div, with numpy broadcasting (or a plain add of equal shapes).
   void AddBroadcast(size_t index, const Op& op) {
     const Shape& xs = shapes_.at(op.inputs[0]);
     const Shape& ys = shapes_.at(op.output);
-    std::vector<float>* x = &s->Buffer(op.inputs[0]);
+    std::vector<float>* x = Plain(op.inputs[0], index);
     std::vector<float>* y = &s->Buffer(op.output);
     const std::map<std::string, Shape>& shapes = shapes_;
     const Bundle& bundle = bundle_;
     if (op.kind == OpKind::kAdd && op.inputs.size() == 2 && shapes.at(op.inputs[1]) == xs) {
-      std::vector<float>* x2 = &s->Buffer(op.inputs[1]);
+      std::vector<float>* x2 = Plain(op.inputs[1], index);
       s->steps.push_back({index, [x, x2, y] { cpu::Add(*x, *x2, *y); }});
       return;
     }
     bool weighted = op.inputs.size() == 1;
     std::span<const float> w = weighted ? Weight(op.weight) : std::span<const float>();
-    const std::vector<float>* x2 = weighted ? nullptr : &s->Buffer(op.inputs[1]);
+    const std::vector<float>* x2 = weighted ? nullptr : Plain(op.inputs[1], index);
     Shape bs = weighted ? bundle.weights.index().Find(op.weight)->shape : shapes.at(op.inputs[1]);
     s->steps.push_back({index, [kind = op.kind, reverse = op.reverse, x, xs, w, x2, bs, ys, y] {
                           std::span<const float> b = x2 != nullptr ? *x2 : w;
@@ -281,7 +441,8 @@ class FastProgram::Compiler {
   void AddMatMul(size_t index, const Op& op) {
     const Shape& xs = shapes_.at(op.inputs[0]);
     const Shape& ys = shapes_.at(op.output);
-    std::vector<float>* x = &s->Buffer(op.inputs[0]);
+    std::vector<float>* x = Plain(op.inputs[0], index);
+    Plain(op.inputs[1], index);
     int64_t m = xs[xs.size() - 2], k = xs.back(), n = ys.back();
     int64_t batches = static_cast<int64_t>(x->size()) / (m * k);
     memory::desc a({batches, m, k}, kF32, Tag::abc), b({batches, k, n}, kF32, Tag::abc);
@@ -302,6 +463,7 @@ class FastProgram::Compiler {
       strides[d] = strides[d + 1] * xs[d + 1];
     }
     memory::desc data(Dims(xs), kF32, strides);
+    Plain(op.inputs[0], index);
     int axis = static_cast<int>(op.axis < 0 ? op.axis + static_cast<int64_t>(xs.size()) : op.axis);
     dnnl::softmax_forward::primitive_desc pd(
         dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, data, axis), s->engine);
@@ -311,88 +473,17 @@ class FastProgram::Compiler {
     s->steps.push_back({index, [s = s, primitive, args] { primitive.execute(s->stream, args); }});
   }
 
-  // The ops ferry's own loops run.
+  // The ops ferry's own loops run (loop_steps.h).
   void AddLoop(size_t index, const Op& op) {
-    const Shape& xs = shapes_.at(op.inputs[0]);
-    const Shape& ys = shapes_.at(op.output);
-    std::vector<float>* x = &s->Buffer(op.inputs[0]);
-    std::vector<float>* y = &s->Buffer(op.output);
-    switch (op.kind) {
-      case OpKind::kRelu:
-        s->steps.push_back({index, [x, y] { Relu(*x, *y); }});
-        break;
-      case OpKind::kGelu:
-        s->steps.push_back({index, [x, y] { Gelu(*x, *y); }});
-        break;
-      case OpKind::kTanh:
-        s->steps.push_back({index, [x, y] { Tanh(*x, *y); }});
-        break;
-      case OpKind::kSigmoid:
-        s->steps.push_back({index, [x, y] { Sigmoid(*x, *y); }});
-        break;
-      case OpKind::kClip: {
-        auto lo = static_cast<float>(op.min), hi = static_cast<float>(op.max);
-        s->steps.push_back({index, [x, lo, hi, y] { Clip(*x, lo, hi, *y); }});
-        break;
-      }
-      case OpKind::kTranspose:
-        s->steps.push_back({index, [x, xs, perm = op.perm, y] { Transpose(*x, xs, perm, *y); }});
-        break;
-      case OpKind::kSlice: {
-        int64_t axis = op.axis < 0 ? op.axis + static_cast<int64_t>(xs.size()) : op.axis;
-        s->steps.push_back({index, [x, xs, axis, start = op.start, end = op.end, y] {
-                              Slice(*x, xs, axis, start, end, *y);
-                            }});
-        break;
-      }
-      case OpKind::kSqrt:
-      case OpKind::kExp:
-      case OpKind::kLog:
-        s->steps.push_back({index, [kind = op.kind, x, y] { Elementwise(kind, *x, *y); }});
-        break;
-      case OpKind::kLayerNorm: {
-        std::span<const float> w = Weight(op.weight), b = Weight(op.bias);
-        s->steps.push_back({index, [x, d = xs.back(), w, b, eps = op.eps, y] {
-                              LayerNorm(*x, d, w, b, eps, *y);
-                            }});
-        break;
-      }
-      case OpKind::kMaxPool2d: {
-        Window window{op.kernel, op.stride, op.padding};
-        s->steps.push_back({index, [x, xs, window, ys, y] { MaxPool2d(*x, xs, window, ys, *y); }});
-        break;
-      }
-      case OpKind::kGlobalAvgPool:
-        s->steps.push_back({index, [x, xs, y] { GlobalAvgPool(*x, xs, *y); }});
-        break;
-      case OpKind::kGather: {
-        std::span<const float> table = Weight(op.weight);
-        int64_t width = ys.back();
-        int64_t rows = static_cast<int64_t>(table.size()) / width;
-        s->steps.push_back({index, [s = s, x, table, rows, width, y] {
-                              if (Status g = Gather(*x, table, rows, width, *y); !g.ok()) {
-                                s->failure = g.error();
-                              }
-                            }});
-        break;
-      }
-      case OpKind::kReduceMean:
-        s->steps.push_back({index, [x, xs, axis = op.axis, y] { ReduceMean(*x, xs, axis, *y); }});
-        break;
-      case OpKind::kFlatten:
-      case OpKind::kReshape:
-        s->steps.push_back({index, [x, y] { std::copy(x->begin(), x->end(), y->begin()); }});
-        break;
-      case OpKind::kDense:
-      case OpKind::kConv2d:
-      case OpKind::kAdd:
-      case OpKind::kSub:
-      case OpKind::kMul:
-      case OpKind::kDiv:
-      case OpKind::kMatMul:
-      case OpKind::kSoftmax:
-        break;  // Compiled by Add's other methods.
-    }
+    LoopOperands operands{Plain(op.inputs[0], index), shapes_.at(op.inputs[0]),
+                          &s->Buffer(op.output),      shapes_.at(op.output),
+                          Weight(op.weight),          Weight(op.bias)};
+    std::function<Status()> loop = LoopStep(op, operands);
+    s->steps.push_back({index, [s = s, loop] {
+                          if (Status done = loop(); !done.ok()) {
+                            s->failure = done.error();
+                          }
+                        }});
   }
 
   const Bundle& bundle_;
@@ -401,6 +492,11 @@ class FastProgram::Compiler {
   const WeightMap& weights_;
   State* s;
   std::map<std::string, int> readers_;  // Tensor name -> ops reading it.
+  // Tensors a primitive writes in a blocked layout. Their plain buffers are written only for
+  // the steps and outputs that read them (plain_), so that activations stay blocked from one
+  // convolution to the next.
+  std::map<std::string, memory> blocked_;
+  std::set<std::string> plain_;
 };
 
 Result<std::unique_ptr<FastProgram>> FastProgram::Build(const Bundle& bundle,
@@ -431,6 +527,11 @@ Result<std::unique_ptr<FastProgram>> FastProgram::Build(const Bundle& bundle,
       return Internal("model '" + manifest.name + "': op " + std::to_string(i) + " (" +
                       std::string(OpKindName(manifest.program[i].kind)) + "): oneDNN: " + e.what());
     }
+  }
+  try {
+    compiler.Finish();
+  } catch (const dnnl::error& e) {
+    return Internal("model '" + manifest.name + "': output reorder: oneDNN: " + e.what());
   }
   return std::unique_ptr<FastProgram>(new FastProgram(std::move(state)));
 }

@@ -2,7 +2,11 @@
 // fast path. Dense, conv2d and maxpool2d run as oneDNN primitives (JIT kernels for the CPU
 // found at run time, fp32 accumulation); a dense or conv2d followed by an activation that
 // only it feeds runs as one primitive with the activation fused as a post-op, as on the GPU.
-// The remaining ops (layernorm, softmax, add, pooling averages, reshapes) are float loops.
+// Pooling and the residual add run as oneDNN primitives too. A convolution's output stays in
+// the blocked layout its kernel chose for as long as its readers are convolutions, pooling, adds
+// and zero-keeping activations; it is reordered into the plain row-major buffer once, for the
+// first reader that needs it (and for a model output). The remaining ops (layernorm, broadcast
+// arithmetic, transposes, reshapes) are float loops over plain buffers.
 // Every tensor's buffer is allocated once here, so Run() allocates nothing.
 //
 // The reference executor (worker/backends/cpu/ops.h, double accumulation) checks this path: tests

@@ -1,0 +1,168 @@
+// The fast path keeps convolution outputs in oneDNN's blocked layouts between primitives
+// (fast_program.h). These tests build a graph that crosses every boundary between a blocked
+// and a plain tensor and compare each output with the reference executor.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "tests/testing/temp_dir.h"
+#include "worker/backends/cpu/cpu_backend.h"
+
+namespace ferry {
+namespace {
+
+struct Tensor {
+  std::string name;
+  Shape shape;
+};
+
+// A safetensors file of seeded normal values, 0.3 standard deviation, for every tensor.
+std::string RandomWeights(const std::vector<Tensor>& tensors) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.f, 0.3f);
+  std::string header = "{", data;
+  for (const Tensor& t : tensors) {
+    int64_t count = 1;
+    std::string dims;
+    for (int64_t d : t.shape) {
+      count *= d;
+      dims += (dims.empty() ? "" : ",") + std::to_string(d);
+    }
+    size_t begin = data.size();
+    for (int64_t i = 0; i < count; ++i) {
+      float v = normal(rng);
+      data.append(reinterpret_cast<const char*>(&v), 4);
+    }
+    header += (header.size() > 1 ? "," : "") + std::string("\"") + t.name +
+              R"(":{"dtype":"F32","shape":[)" + dims + "],\"data_offsets\":[" +
+              std::to_string(begin) + "," + std::to_string(data.size()) + "]}";
+  }
+  return testing::SafetensorsBytes(header + "}", data);
+}
+
+// x [N, 3, 8, 8] -> conv a (24 channels: a blocked layout pads them) read by a relu and by an
+// add; a second conv; the add of two blocked tensors with its relu fused; a sigmoid (plain:
+// it does not keep the padding zero) added back to a blocked tensor; max pooling; a third conv
+// whose blocked output is a model output; global average pooling; and t, both an output and
+// read by later steps.
+std::string LayoutBundle(const testing::TempDir& dir) {
+  std::string path = dir.path() + "/layouts";
+  std::filesystem::create_directory(path);
+  testing::WriteFile(path + "/manifest.toml", R"(name = "layouts"
+[[inputs]]
+name = "x"
+shape = [-1, 3, 8, 8]
+[[outputs]]
+name = "q"
+shape = [-1, 8, 4, 4]
+[[outputs]]
+name = "m"
+shape = [-1, 8]
+[[outputs]]
+name = "t"
+shape = [-1, 24, 8, 8]
+[batching]
+sizes = [1, 4]
+[[program]]
+op = "conv2d"
+input = "x"
+output = "a"
+weight = "w1"
+bias = "b1"
+padding = 1
+[[program]]
+op = "relu"
+input = "a"
+output = "r"
+[[program]]
+op = "conv2d"
+input = "r"
+output = "b"
+weight = "w2"
+[[program]]
+op = "add"
+inputs = ["a", "b"]
+output = "s"
+[[program]]
+op = "relu"
+input = "s"
+output = "t"
+[[program]]
+op = "sigmoid"
+input = "t"
+output = "g"
+[[program]]
+op = "add"
+inputs = ["g", "t"]
+output = "u"
+[[program]]
+op = "maxpool2d"
+input = "u"
+output = "p"
+kernel = 2
+[[program]]
+op = "conv2d"
+input = "p"
+output = "q"
+weight = "w3"
+padding = 1
+[[program]]
+op = "global_avgpool"
+input = "q"
+output = "m"
+)");
+  testing::WriteFile(
+      path + "/weights.safetensors",
+      RandomWeights(
+          {{"w1", {24, 3, 3, 3}}, {"b1", {24}}, {"w2", {24, 24, 1, 1}}, {"w3", {8, 24, 3, 3}}}));
+  return path;
+}
+
+TEST_CASE("blocked layouts: every reader of a blocked tensor sees the reference's values") {
+  testing::TempDir dir;
+  Result<Bundle> bundle = LoadBundle(LayoutBundle(dir));
+  REQUIRE_MESSAGE(bundle.ok(), (bundle.ok() ? "" : bundle.error().message));
+  CpuBackend fast(CpuOptions{CpuMode::kFast, 2}), reference(CpuOptions{CpuMode::kReference, 2});
+  ModelHandle f = fast.Load(*bundle).value(), r = reference.Load(*bundle).value();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  const std::vector<int64_t> out_row = {8 * 4 * 4, 8, 24 * 8 * 8};
+  for (int64_t size : {1, 4}) {
+    CAPTURE(size);
+    int64_t rows = size == 1 ? 1 : 3;  // A padding row at size 4.
+    std::vector<float> x(static_cast<size_t>(rows * 3 * 8 * 8));
+    for (float& v : x) {
+      v = normal(rng);
+    }
+    auto run = [&](CpuBackend& backend, ModelHandle handle) {
+      std::vector<std::vector<float>> outs;
+      for (int64_t n : out_row) {
+        outs.emplace_back(static_cast<size_t>(rows * n), NAN);
+      }
+      RequestIo io{rows, {std::span(reinterpret_cast<const uint8_t*>(x.data()), x.size() * 4)}};
+      for (std::vector<float>& o : outs) {
+        io.outputs.push_back(std::span(reinterpret_cast<uint8_t*>(o.data()), o.size() * 4));
+      }
+      Result<ExecutionTiming> done = backend.Execute(handle, BatchJob{0, size, {io}});
+      REQUIRE_MESSAGE(done.ok(), (done.ok() ? "" : done.error().message));
+      return outs;
+    };
+    std::vector<std::vector<float>> got = run(fast, f), want = run(reference, r);
+    for (size_t o = 0; o < got.size(); ++o) {
+      CAPTURE(o);
+      double diff = 0, scale = 0;
+      for (size_t i = 0; i < want[o].size(); ++i) {
+        diff = std::max(diff, std::abs(static_cast<double>(got[o][i]) - want[o][i]));
+        scale = std::max(scale, std::abs(static_cast<double>(want[o][i])));
+      }
+      CHECK(scale > 0);
+      CHECK_MESSAGE(diff <= 1e-5 * scale, "max difference " << diff << " at scale " << scale);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ferry
