@@ -167,10 +167,15 @@ class FastProgram::Compiler {
         AddBroadcast(i, op);
         return i;
       case OpKind::kMatMul:
-        AddMatMul(i, op);
-        return i;
+        return AddMatMul(i);
       case OpKind::kSoftmax:
         AddSoftmax(i, op);
+        return i;
+      case OpKind::kLayerNorm:
+        AddLayerNorm(i, op);
+        return i;
+      case OpKind::kTranspose:
+        AddTranspose(i, op);
         return i;
       case OpKind::kMaxPool2d:
       case OpKind::kGlobalAvgPool:
@@ -437,22 +442,150 @@ class FastProgram::Compiler {
                         }});
   }
 
-  // oneDNN's batched matmul over the flattened leading axes.
-  void AddMatMul(size_t index, const Op& op) {
-    const Shape& xs = shapes_.at(op.inputs[0]);
+  // oneDNN's batched matmul (the leading axes are batch axes of both operands), with the
+  // elementwise ops that follow it fused as binary post-ops (attention's scale and mask).
+  size_t AddMatMul(size_t i) {
+    const Op& op = manifest_.program[i];
     const Shape& ys = shapes_.at(op.output);
-    std::vector<float>* x = Plain(op.inputs[0], index);
-    Plain(op.inputs[1], index);
-    int64_t m = xs[xs.size() - 2], k = xs.back(), n = ys.back();
-    int64_t batches = static_cast<int64_t>(x->size()) / (m * k);
-    memory::desc a({batches, m, k}, kF32, Tag::abc), b({batches, k, n}, kF32, Tag::abc);
-    memory::desc c({batches, m, n}, kF32, Tag::abc);
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), s->engine);
+    Plain(op.inputs[0], i);
+    Plain(op.inputs[1], i);
+    memory::desc a = PlainDesc(shapes_.at(op.inputs[0]));
+    memory::desc b = PlainDesc(shapes_.at(op.inputs[1]));
+    BinaryChain chain = FuseBinaries(i, ys);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(chain.ops);
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, PlainDesc(ys)), attr, s->engine);
     dnnl::matmul primitive(pd);
-    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, s->Wrap(a, op.inputs[0])},
-                                            {DNNL_ARG_WEIGHTS, s->Wrap(b, op.inputs[1])},
-                                            {DNNL_ARG_DST, s->Wrap(c, op.output)}};
+    std::unordered_map<int, memory> args = chain.args;
+    args[DNNL_ARG_SRC] = s->Wrap(a, op.inputs[0]);
+    args[DNNL_ARG_WEIGHTS] = s->Wrap(b, op.inputs[1]);
+    args[DNNL_ARG_DST] = s->Wrap(PlainDesc(ys), chain.output);
+    s->steps.push_back({i, [s = s, primitive, args] { primitive.execute(s->stream, args); }});
+    return chain.last;
+  }
+
+  // Binary ops after program[i] that a primitive can apply as post-ops: each reads the value
+  // so far as its left operand (either operand for add and mul), which no other op or output
+  // reads, and the other operand broadcasts to `ys`.
+  struct BinaryChain {
+    dnnl::post_ops ops;
+    std::unordered_map<int, memory> args;  // The post-ops' second operands.
+    std::string output;                    // The last fused op's output.
+    size_t last;                           // Its index.
+  };
+  BinaryChain FuseBinaries(size_t i, const Shape& ys) {
+    const std::vector<Op>& program = manifest_.program;
+    BinaryChain chain{dnnl::post_ops(), {}, program[i].output, i};
+    constexpr int kMaxFused = 4;
+    for (int n = 0; n < kMaxFused && chain.last + 1 < program.size(); ++n) {
+      const Op& next = program[chain.last + 1];
+      if (readers_[chain.output] != 1 || IsOutput(chain.output) ||
+          !IsBinaryElementwise(next.kind) || shapes_.at(next.output) != ys) {
+        break;
+      }
+      std::optional<memory> other = RightOperand(next, chain.output, chain.last + 1);
+      if (!other) {
+        break;
+      }
+      int index = chain.ops.len();
+      chain.ops.append_binary(BinaryAlgorithm(next.kind), other->get_desc());
+      chain.args[DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1] = *other;
+      chain.output = next.output;
+      chain.last += 1;
+    }
+    return chain;
+  }
+
+  // The operand of binary op `op` other than `left`, as a plain memory of the output's rank
+  // (leading 1s added), when `left` may be its left operand and the other broadcasts to the
+  // output; nullopt otherwise.
+  std::optional<memory> RightOperand(const Op& op, const std::string& left, size_t index) {
+    bool commutes = op.kind == OpKind::kAdd || op.kind == OpKind::kMul;
+    const Shape& ys = shapes_.at(op.output);
+    Shape other_shape;
+    const float* data = nullptr;
+    if (op.inputs.size() == 1) {
+      if (op.inputs[0] != left || (op.reverse && !commutes)) {
+        return std::nullopt;
+      }
+      other_shape = bundle_.weights.index().Find(op.weight)->shape;
+      data = Weight(op.weight).data();
+    } else {
+      bool first = op.inputs[0] == left;
+      if (!first && (op.inputs[1] != left || !commutes)) {
+        return std::nullopt;
+      }
+      const std::string& other = op.inputs[first ? 1 : 0];
+      other_shape = shapes_.at(other);
+      data = Plain(other, index)->data();
+    }
+    if (other_shape.size() > ys.size()) {
+      return std::nullopt;
+    }
+    Shape padded(ys.size() - other_shape.size(), 1);
+    padded.insert(padded.end(), other_shape.begin(), other_shape.end());
+    for (size_t d = 0; d < ys.size(); ++d) {
+      if (padded[d] != ys[d] && padded[d] != 1) {
+        return std::nullopt;
+      }
+    }
+    return memory(PlainDesc(padded), s->engine, const_cast<float*>(data));
+  }
+
+  static dnnl::algorithm BinaryAlgorithm(OpKind kind) {
+    switch (kind) {
+      case OpKind::kSub:
+        return dnnl::algorithm::binary_sub;
+      case OpKind::kMul:
+        return dnnl::algorithm::binary_mul;
+      case OpKind::kDiv:
+        return dnnl::algorithm::binary_div;
+      default:
+        return dnnl::algorithm::binary_add;
+    }
+  }
+
+  bool IsOutput(const std::string& name) const {
+    for (const TensorSpec& out : manifest_.outputs) {
+      if (out.name == name) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // oneDNN's layer normalization over the last axis, scale and shift the op's weight and bias.
+  void AddLayerNorm(size_t index, const Op& op) {
+    const Shape& xs = shapes_.at(op.inputs[0]);
+    memory::desc data = PlainDesc(xs), vector({xs.back()}, kF32, Tag::x);
+    Plain(op.inputs[0], index);
+    dnnl::layer_normalization_forward::primitive_desc pd(
+        dnnl::layer_normalization_forward::desc(
+            dnnl::prop_kind::forward_inference, data, static_cast<float>(op.eps),
+            dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift),
+        s->engine);
+    dnnl::layer_normalization_forward primitive(pd);
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, s->Wrap(data, op.inputs[0])},
+                                            {DNNL_ARG_SCALE, WeightMemory(vector, op.weight)},
+                                            {DNNL_ARG_SHIFT, WeightMemory(vector, op.bias)},
+                                            {DNNL_ARG_DST, s->Wrap(data, op.output)}};
     s->steps.push_back({index, [s = s, primitive, args] { primitive.execute(s->stream, args); }});
+  }
+
+  // A transpose as a oneDNN reorder: the input read through permuted strides.
+  void AddTranspose(size_t index, const Op& op) {
+    const Shape& ys = shapes_.at(op.output);
+    const Shape& xs = shapes_.at(op.inputs[0]);
+    memory::dims strides(xs.size(), 1), permuted(xs.size());
+    for (size_t d = xs.size() - 1; xs.size() > 1 && d-- > 0;) {
+      strides[d] = strides[d + 1] * xs[d + 1];
+    }
+    for (size_t d = 0; d < op.perm.size(); ++d) {
+      permuted[d] = strides[static_cast<size_t>(op.perm[d])];
+    }
+    Plain(op.inputs[0], index);
+    memory from(memory::desc(Dims(ys), kF32, permuted), s->engine, s->Buffer(op.inputs[0]).data());
+    AddReorder(index, from, s->Wrap(PlainDesc(ys), op.output));
   }
 
   // oneDNN's softmax (vectorised exp); the reference loop runs in double.

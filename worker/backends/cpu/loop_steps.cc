@@ -31,8 +31,6 @@ std::function<Status()> LoopStep(const Op& op, const LoopOperands& operands) {
       auto lo = static_cast<float>(op.min), hi = static_cast<float>(op.max);
       return done([x, lo, hi, y] { Clip(*x, lo, hi, *y); });
     }
-    case OpKind::kTranspose:
-      return done([x, xs, perm = op.perm, y] { Transpose(*x, xs, perm, *y); });
     case OpKind::kSlice: {
       int64_t axis = op.axis < 0 ? op.axis + static_cast<int64_t>(xs.size()) : op.axis;
       return done([x, xs, axis, start = op.start, end = op.end, y] {
@@ -43,10 +41,6 @@ std::function<Status()> LoopStep(const Op& op, const LoopOperands& operands) {
     case OpKind::kExp:
     case OpKind::kLog:
       return done([kind = op.kind, x, y] { Elementwise(kind, *x, *y); });
-    case OpKind::kLayerNorm:
-      return done([x, d = xs.back(), w = operands.weight, b = operands.bias, eps = op.eps, y] {
-        LayerNorm(*x, d, w, b, eps, *y);
-      });
     case OpKind::kGather: {
       std::span<const float> table = operands.weight;
       int64_t width = ys.back();
@@ -68,6 +62,8 @@ std::function<Status()> LoopStep(const Op& op, const LoopOperands& operands) {
     case OpKind::kSoftmax:
     case OpKind::kMaxPool2d:
     case OpKind::kGlobalAvgPool:
+    case OpKind::kLayerNorm:
+    case OpKind::kTranspose:
       break;  // oneDNN primitives (fast_program.cc).
   }
   return {};

@@ -1,6 +1,6 @@
 // The ops FastProgram (fast_program.h) runs as ferry's own float loops rather than oneDNN
-// primitives: activations of plain tensors, layer norm, transposes, slices, gathers, reductions
-// and reshapes. Each works on plain row-major buffers (ops.h and tensor_ops.h hold the loops).
+// primitives: activations of plain tensors, slices, gathers, reductions and reshapes. Each works on
+// plain row-major buffers (ops.h and tensor_ops.h hold the loops).
 //
 // Thread safety: a step runs on the thread that calls FastProgram::Run.
 // Lifetime: the buffers and weights named in LoopOperands must outlive the step.

@@ -1,6 +1,7 @@
-// The fast path keeps convolution outputs in oneDNN's blocked layouts between primitives
-// (fast_program.h). These tests build a graph that crosses every boundary between a blocked
-// and a plain tensor and compare each output with the reference executor.
+// The fast path's compilation choices (fast_program.h): convolution outputs kept in oneDNN's
+// blocked layouts between primitives, and elementwise ops fused into a matmul as post-ops.
+// Each test builds a graph that crosses every boundary of one choice and compares each output
+// with the reference executor.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -121,28 +122,36 @@ output = "m"
   return path;
 }
 
-TEST_CASE("blocked layouts: every reader of a blocked tensor sees the reference's values") {
-  testing::TempDir dir;
-  Result<Bundle> bundle = LoadBundle(LayoutBundle(dir));
+// Runs the bundle at `dir` through both CPU modes at each compiled size (with a padding row
+// where the size allows) on seeded inputs and checks every output within 1e-5 of the reference,
+// relative to its scale. `in_row` and `out_row`: each input's and output's elements per row.
+void CheckFastMatchesReference(const std::string& dir, const std::vector<int64_t>& in_row,
+                               const std::vector<int64_t>& out_row) {
+  Result<Bundle> bundle = LoadBundle(dir);
   REQUIRE_MESSAGE(bundle.ok(), (bundle.ok() ? "" : bundle.error().message));
   CpuBackend fast(CpuOptions{CpuMode::kFast, 2}), reference(CpuOptions{CpuMode::kReference, 2});
   ModelHandle f = fast.Load(*bundle).value(), r = reference.Load(*bundle).value();
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
-  const std::vector<int64_t> out_row = {8 * 4 * 4, 8, 24 * 8 * 8};
-  for (int64_t size : {1, 4}) {
+  for (int64_t size : bundle->manifest.batch_sizes) {
     CAPTURE(size);
-    int64_t rows = size == 1 ? 1 : 3;  // A padding row at size 4.
-    std::vector<float> x(static_cast<size_t>(rows * 3 * 8 * 8));
-    for (float& v : x) {
-      v = normal(rng);
+    int64_t rows = std::max<int64_t>(1, size - 1);
+    std::vector<std::vector<float>> inputs;
+    for (int64_t n : in_row) {
+      inputs.emplace_back(static_cast<size_t>(rows * n));
+      for (float& v : inputs.back()) {
+        v = normal(rng);
+      }
     }
     auto run = [&](CpuBackend& backend, ModelHandle handle) {
       std::vector<std::vector<float>> outs;
+      RequestIo io{rows, {}, {}};
+      for (const std::vector<float>& in : inputs) {
+        io.inputs.push_back(std::span(reinterpret_cast<const uint8_t*>(in.data()), in.size() * 4));
+      }
       for (int64_t n : out_row) {
         outs.emplace_back(static_cast<size_t>(rows * n), NAN);
       }
-      RequestIo io{rows, {std::span(reinterpret_cast<const uint8_t*>(x.data()), x.size() * 4)}};
       for (std::vector<float>& o : outs) {
         io.outputs.push_back(std::span(reinterpret_cast<uint8_t*>(o.data()), o.size() * 4));
       }
@@ -162,6 +171,70 @@ TEST_CASE("blocked layouts: every reader of a blocked tensor sees the reference'
       CHECK_MESSAGE(diff <= 1e-5 * scale, "max difference " << diff << " at scale " << scale);
     }
   }
+}
+
+TEST_CASE("blocked layouts: every reader of a blocked tensor sees the reference's values") {
+  testing::TempDir dir;
+  CheckFastMatchesReference(LayoutBundle(dir), {3 * 8 * 8}, {8 * 4 * 4, 8, 24 * 8 * 8});
+}
+
+// q [N, 2, 4, 3] x k [N, 2, 3, 4] three times: scaled, masked (a broadcast [N, 1, 1, 4]
+// tensor) and shifted the other way round (not fused: sub does not commute); scaled and added
+// to the product, which the add reads too (not fused); scaled into a model output (the chain stops
+// there); scaled by a weight that comes first, alone (fused).
+std::string AttentionBundle(const testing::TempDir& dir) {
+  std::string path = dir.path() + "/attention";
+  std::filesystem::create_directory(path);
+  std::string text = R"(name = "attention"
+[[inputs]]
+name = "q"
+shape = [-1, 2, 4, 3]
+[[inputs]]
+name = "k"
+shape = [-1, 2, 3, 4]
+[[inputs]]
+name = "mask"
+shape = [-1, 1, 1, 4]
+[batching]
+sizes = [1, 4]
+)";
+  for (const char* out : {"f", "g", "d3", "h", "p"}) {
+    text += "[[outputs]]\nname = \"" + std::string(out) + "\"\nshape = [-1, 2, 4, 4]\n";
+  }
+  struct Step {
+    const char* op;
+    const char* inputs;
+    const char* output;
+    const char* extra;
+  };
+  const Step steps[] = {
+      {"matmul", R"(["q", "k"])", "s", ""},
+      {"div", R"("s")", "d", R"(weight = "scale")"},
+      {"add", R"(["d", "mask"])", "e", ""},
+      {"sub", R"("e")", "f", "weight = \"shift\"\nreverse = true"},
+      {"matmul", R"(["q", "k"])", "s2", ""},
+      {"mul", R"("s2")", "m2", "weight = \"w4\"\nreverse = true"},
+      {"add", R"(["m2", "s2"])", "g", ""},
+      {"matmul", R"(["q", "k"])", "s3", ""},
+      {"div", R"("s3")", "d3", R"(weight = "scale")"},
+      {"add", R"(["mask", "d3"])", "h", ""},
+      {"matmul", R"(["q", "k"])", "s4", ""},
+      {"mul", R"("s4")", "p", "weight = \"w4\"\nreverse = true"},
+  };
+  for (const Step& step : steps) {
+    std::string key = step.inputs[0] == '[' ? "inputs" : "input";
+    text += "[[program]]\nop = \"" + std::string(step.op) + "\"\n" + key + " = " + step.inputs +
+            "\noutput = \"" + step.output + "\"\n" + step.extra + "\n";
+  }
+  testing::WriteFile(path + "/manifest.toml", text);
+  testing::WriteFile(path + "/weights.safetensors",
+                     RandomWeights({{"scale", {1}}, {"shift", {4, 4}}, {"w4", {4}}}));
+  return path;
+}
+
+TEST_CASE("matmul epilogues: fused binary ops match the reference, unfusable ones run apart") {
+  testing::TempDir dir;
+  CheckFastMatchesReference(AttentionBundle(dir), {2 * 4 * 3, 2 * 3 * 4, 4}, {32, 32, 32, 32, 32});
 }
 
 }  // namespace
