@@ -3,121 +3,17 @@
 #include <functional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
-#include <set>
 
 #include "model/shape_inference.h"
+#include "worker/backends/cpu/epilogues.h"
+#include "worker/backends/cpu/layouts.h"
 #include "worker/backends/cpu/loop_steps.h"
 #include "worker/backends/cpu/ops.h"
 #include "worker/backends/cpu/tensor_ops.h"
 
 namespace ferry::cpu {
 
-using dnnl::memory;
-using Tag = memory::format_tag;
-constexpr memory::data_type kF32 = memory::data_type::f32;
-
-struct FastProgram::State {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-  std::map<std::string, size_t> buffer_of;  // Tensor name -> index into buffers.
-  std::vector<std::vector<float>> buffers;
-  std::vector<size_t> inputs, outputs;
-  std::vector<memory> owned;  // Weights reordered into the layout a primitive prefers.
-  struct Step {
-    size_t op_index;
-    std::function<void()> run;
-  };
-  std::vector<Step> steps;
-  // Set by a step that refuses its input (a gather index outside the table); Run stops there.
-  std::optional<Error> failure;
-
-  std::vector<float>& Buffer(const std::string& name) { return buffers[buffer_of.at(name)]; }
-  memory Wrap(const memory::desc& desc, const std::string& tensor) {
-    return memory(desc, engine, Buffer(tensor).data());
-  }
-};
-
-namespace {
-
-// The activation op at program[i + 1] that may be fused into program[i]'s epilogue.
-// An eltwise post-op: the algorithm and its alpha and beta (clip's range).
-struct Activation {
-  dnnl::algorithm algorithm;
-  float alpha = 0.f;
-  float beta = 0.f;
-};
-
-std::optional<Activation> FusableActivation(const std::vector<Op>& program, size_t i,
-                                            const std::map<std::string, int>& readers,
-                                            const Manifest& manifest) {
-  const Op& op = program[i];
-  auto read = readers.find(op.output);
-  if (i + 1 >= program.size() || read == readers.end() || read->second != 1 ||
-      program[i + 1].inputs[0] != op.output) {
-    return std::nullopt;
-  }
-  for (const TensorSpec& out : manifest.outputs) {
-    if (out.name == op.output) {
-      return std::nullopt;
-    }
-  }
-  const Op& next = program[i + 1];
-  switch (next.kind) {
-    case OpKind::kRelu:
-      return Activation{dnnl::algorithm::eltwise_relu};
-    case OpKind::kGelu:
-      return Activation{dnnl::algorithm::eltwise_gelu_erf};  // Exact GELU, as the reference.
-    case OpKind::kTanh:
-      return Activation{dnnl::algorithm::eltwise_tanh};
-    case OpKind::kSigmoid:
-      return Activation{dnnl::algorithm::eltwise_logistic};
-    case OpKind::kClip:
-      return Activation{dnnl::algorithm::eltwise_clip, static_cast<float>(next.min),
-                        static_cast<float>(next.max)};
-    default:
-      return std::nullopt;
-  }
-}
-
-dnnl::primitive_attr Epilogue(std::optional<Activation> activation) {
-  dnnl::primitive_attr attr;
-  if (activation) {
-    dnnl::post_ops post;
-    post.append_eltwise(1.f, activation->algorithm, activation->alpha, activation->beta);
-    attr.set_post_ops(post);
-  }
-  return attr;
-}
-
-memory::dims Dims(const Shape& shape) { return memory::dims(shape.begin(), shape.end()); }
-
-// The row-major layout of `shape`: how every ferry buffer holds its tensor.
-memory::desc PlainDesc(const Shape& shape) {
-  memory::dims strides(shape.size(), 1);
-  for (size_t d = shape.size() - 1; shape.size() > 1 && d-- > 0;) {
-    strides[d] = strides[d + 1] * shape[d + 1];
-  }
-  return memory::desc(Dims(shape), kF32, strides);
-}
-
-// Activations a primitive may apply to a blocked tensor: f(0) = 0, so the channels that pad
-// a blocked layout stay zero for the convolution that reads them next.
-bool KeepsZero(const Op& op) {
-  switch (op.kind) {
-    case OpKind::kRelu:
-    case OpKind::kGelu:
-    case OpKind::kTanh:
-      return true;
-    case OpKind::kClip:
-      return op.min <= 0 && op.max >= 0;
-    default:
-      return false;
-  }
-}
-
-}  // namespace
-
-FastProgram::FastProgram(std::unique_ptr<State> state) : state_(std::move(state)) {}
+FastProgram::FastProgram(std::unique_ptr<ProgramState> state) : state_(std::move(state)) {}
 FastProgram::~FastProgram() = default;
 
 std::span<float> FastProgram::Input(size_t i) { return state_->buffers[state_->inputs[i]]; }
@@ -125,13 +21,18 @@ std::span<const float> FastProgram::Output(size_t o) const {
   return state_->buffers[state_->outputs[o]];
 }
 
-// Turns a manifest's ops into State's steps: oneDNN primitives for dense, conv2d, matmul and
+// Turns a manifest's ops into ProgramState's steps: oneDNN primitives for dense, conv2d, matmul and
 // softmax (with weights reordered once into the layout each prefers), ferry's loops for the rest.
 class FastProgram::Compiler {
  public:
   Compiler(const Bundle& bundle, const std::map<std::string, Shape>& shapes,
-           const WeightMap& weights, State* s)
-      : bundle_(bundle), manifest_(bundle.manifest), shapes_(shapes), weights_(weights), s(s) {
+           const WeightMap& weights, ProgramState* s)
+      : bundle_(bundle),
+        manifest_(bundle.manifest),
+        shapes_(shapes),
+        weights_(weights),
+        s(s),
+        layouts_(s, shapes) {
     for (const Op& op : manifest_.program) {
       for (const std::string& in : op.inputs) {
         ++readers_[in];
@@ -142,7 +43,7 @@ class FastProgram::Compiler {
   // Makes every model output's plain buffer hold its value after the last step.
   void Finish() {
     for (const TensorSpec& out : manifest_.outputs) {
-      Plain(out.name, manifest_.program.empty() ? 0 : manifest_.program.size() - 1);
+      layouts_.Plain(out.name, manifest_.program.empty() ? 0 : manifest_.program.size() - 1);
     }
   }
 
@@ -156,8 +57,9 @@ class FastProgram::Compiler {
         return AddDenseOrConv(i);
       case OpKind::kAdd:
         if (op.inputs.size() == 2 && shapes_.at(op.inputs[0]) == shapes_.at(op.inputs[1]) &&
-            (Blocked(op.inputs[0]) || Blocked(op.inputs[1]))) {
-          return AddBlockedSum(i, Layout(op.inputs[Blocked(op.inputs[0]) ? 0 : 1]));
+            (layouts_.Blocked(op.inputs[0]) || layouts_.Blocked(op.inputs[1]))) {
+          return AddBlockedSum(i,
+                               layouts_.Layout(op.inputs[layouts_.Blocked(op.inputs[0]) ? 0 : 1]));
         }
         AddBroadcast(i, op);
         return i;
@@ -182,8 +84,8 @@ class FastProgram::Compiler {
         AddPool(i, op);
         return i;
       default:
-        if (Blocked(op.inputs[0]) && KeepsZero(op)) {
-          AddBlockedActivation(i, op, Layout(op.inputs[0]));
+        if (layouts_.Blocked(op.inputs[0]) && KeepsZero(op)) {
+          AddBlockedActivation(i, op, layouts_.Layout(op.inputs[0]));
           return i;
         }
         AddLoop(i, op);
@@ -236,7 +138,7 @@ class FastProgram::Compiler {
       int64_t k = xs.back(), n = ys.back();
       int64_t m = static_cast<int64_t>(x->size()) / k;
       memory::desc src({m, k}, kF32, Tag::ab), dst({m, n}, kF32, Tag::ab);
-      Plain(op.inputs[0], index);
+      layouts_.Plain(op.inputs[0], index);
       memory::desc user_w({k, n}, kF32, Tag::ba);  // PyTorch's [N, K], read as K x N.
       memory::desc any_w({k, n}, kF32, Tag::any);
       memory::desc b = op.bias.empty() ? memory::desc() : memory::desc({1, n}, kF32, Tag::ab);
@@ -271,9 +173,9 @@ class FastProgram::Compiler {
                                           any_dst, strides, padding, padding),
           attr, s->engine);
       primitive = dnnl::convolution_forward(pd);
-      args = {{DNNL_ARG_SRC, InLayout(op.inputs[0], pd.src_desc(), index)},
+      args = {{DNNL_ARG_SRC, layouts_.InLayout(op.inputs[0], pd.src_desc(), index)},
               {DNNL_ARG_WEIGHTS, PackedWeights(pd.weights_desc(), user_w, op.weight)},
-              {DNNL_ARG_DST, Output(out_name, pd.dst_desc())}};
+              {DNNL_ARG_DST, layouts_.Output(out_name, pd.dst_desc())}};
       if (!op.bias.empty()) {
         args[DNNL_ARG_BIAS] = WeightMemory(b, op.bias);
       }
@@ -294,13 +196,15 @@ class FastProgram::Compiler {
     } else {
       act.reset();
     }
-    memory a = InLayout(op.inputs[0], layout, i), b = InLayout(op.inputs[1], layout, i);
+    memory a = layouts_.InLayout(op.inputs[0], layout, i),
+           b = layouts_.InLayout(op.inputs[1], layout, i);
     dnnl::binary::primitive_desc pd(
         dnnl::binary::desc(dnnl::algorithm::binary_add, layout, layout, layout), Epilogue(act),
         s->engine);
     dnnl::binary primitive(pd);
-    std::unordered_map<int, memory> args = {
-        {DNNL_ARG_SRC_0, a}, {DNNL_ARG_SRC_1, b}, {DNNL_ARG_DST, Output(out_name, layout)}};
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC_0, a},
+                                            {DNNL_ARG_SRC_1, b},
+                                            {DNNL_ARG_DST, layouts_.Output(out_name, layout)}};
     s->steps.push_back({i, [s = s, primitive, args] { primitive.execute(s->stream, args); }});
     return act ? i + 1 : i;
   }
@@ -323,8 +227,9 @@ class FastProgram::Compiler {
                                     beta),
         s->engine);
     dnnl::eltwise_forward primitive(pd);
-    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, blocked_.at(op.inputs[0])},
-                                            {DNNL_ARG_DST, Output(op.output, layout)}};
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, layouts_.InLayout(op.inputs[0], layout, index)},
+        {DNNL_ARG_DST, layouts_.Output(op.output, layout)}};
     s->steps.push_back({index, [s = s, primitive, args] { primitive.execute(s->stream, args); }});
   }
 
@@ -333,7 +238,7 @@ class FastProgram::Compiler {
   void AddPool(size_t index, const Op& op) {
     const Shape& xs = shapes_.at(op.inputs[0]);
     bool global = op.kind == OpKind::kGlobalAvgPool;
-    memory::desc src = Layout(op.inputs[0]);
+    memory::desc src = layouts_.Layout(op.inputs[0]);
     memory::dims kernel{op.kernel[0], op.kernel[1]}, strides{op.stride[0], op.stride[1]};
     memory::dims padding{op.padding[0], op.padding[1]};
     Shape ys = shapes_.at(op.output);
@@ -357,80 +262,29 @@ class FastProgram::Compiler {
             src, dst, strides, kernel, padding, padding),
         s->engine);
     dnnl::pooling_forward primitive(pd);
-    memory y = global ? s->Wrap(pd.dst_desc(), op.output) : Output(op.output, pd.dst_desc());
-    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, InLayout(op.inputs[0], src, index)},
-                                            {DNNL_ARG_DST, y}};
+    memory y =
+        global ? s->Wrap(pd.dst_desc(), op.output) : layouts_.Output(op.output, pd.dst_desc());
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC, layouts_.InLayout(op.inputs[0], src, index)}, {DNNL_ARG_DST, y}};
     s->steps.push_back({index, [s = s, primitive, args] { primitive.execute(s->stream, args); }});
-  }
-
-  // The layout `name` is written in: its blocked layout, or plain.
-  memory::desc Layout(const std::string& name) const {
-    auto b = blocked_.find(name);
-    return b != blocked_.end() ? b->second.get_desc() : PlainDesc(shapes_.at(name));
-  }
-  bool Blocked(const std::string& name) const { return blocked_.count(name) > 0; }
-
-  // The tensor's plain buffer. When its producer left it blocked, a reorder into the plain
-  // buffer runs at step `index` (once: later readers share it).
-  std::vector<float>* Plain(const std::string& name, size_t index) {
-    auto b = blocked_.find(name);
-    if (b != blocked_.end() && plain_.insert(name).second) {
-      memory from = b->second, to = s->Wrap(PlainDesc(shapes_.at(name)), name);
-      AddReorder(index, from, to);
-    }
-    return &s->Buffer(name);
-  }
-
-  // The tensor in layout `want`: as written when it is in that layout, else a copy reordered
-  // at step `index`.
-  memory InLayout(const std::string& name, const memory::desc& want, size_t index) {
-    auto b = blocked_.find(name);
-    if (b != blocked_.end() && b->second.get_desc() == want) {
-      return b->second;
-    }
-    memory from = b != blocked_.end() ? b->second : s->Wrap(PlainDesc(shapes_.at(name)), name);
-    if (b == blocked_.end() && from.get_desc() == want) {
-      return from;
-    }
-    memory to(want, s->engine);
-    AddReorder(index, from, to);
-    return to;
-  }
-
-  // Where a primitive writes `name` in `layout`: the plain buffer when the layout is plain,
-  // else a blocked memory that readers take as it is (InLayout) or reorder (Plain).
-  memory Output(const std::string& name, const memory::desc& layout) {
-    memory::desc plain = PlainDesc(shapes_.at(name));
-    if (layout == plain) {
-      return s->Wrap(plain, name);
-    }
-    memory blocked(layout, s->engine);
-    blocked_[name] = blocked;
-    return blocked;
-  }
-
-  void AddReorder(size_t index, memory from, memory to) {
-    dnnl::reorder reorder(from, to);
-    s->steps.push_back(
-        {index, [s = s, reorder, from, to]() mutable { reorder.execute(s->stream, from, to); }});
   }
 
   // Elementwise add, sub, mul or div, with numpy broadcasting (or a plain add of equal shapes).
   void AddBroadcast(size_t index, const Op& op) {
     const Shape& xs = shapes_.at(op.inputs[0]);
     const Shape& ys = shapes_.at(op.output);
-    std::vector<float>* x = Plain(op.inputs[0], index);
+    std::vector<float>* x = layouts_.Plain(op.inputs[0], index);
     std::vector<float>* y = &s->Buffer(op.output);
     const std::map<std::string, Shape>& shapes = shapes_;
     const Bundle& bundle = bundle_;
     if (op.kind == OpKind::kAdd && op.inputs.size() == 2 && shapes.at(op.inputs[1]) == xs) {
-      std::vector<float>* x2 = Plain(op.inputs[1], index);
+      std::vector<float>* x2 = layouts_.Plain(op.inputs[1], index);
       s->steps.push_back({index, [x, x2, y] { cpu::Add(*x, *x2, *y); }});
       return;
     }
     bool weighted = op.inputs.size() == 1;
     std::span<const float> w = weighted ? Weight(op.weight) : std::span<const float>();
-    const std::vector<float>* x2 = weighted ? nullptr : Plain(op.inputs[1], index);
+    const std::vector<float>* x2 = weighted ? nullptr : layouts_.Plain(op.inputs[1], index);
     Shape bs = weighted ? bundle.weights.index().Find(op.weight)->shape : shapes.at(op.inputs[1]);
     s->steps.push_back({index, [kind = op.kind, reverse = op.reverse, x, xs, w, x2, bs, ys, y] {
                           std::span<const float> b = x2 != nullptr ? *x2 : w;
@@ -447,8 +301,8 @@ class FastProgram::Compiler {
   size_t AddMatMul(size_t i) {
     const Op& op = manifest_.program[i];
     const Shape& ys = shapes_.at(op.output);
-    Plain(op.inputs[0], i);
-    Plain(op.inputs[1], i);
+    layouts_.Plain(op.inputs[0], i);
+    layouts_.Plain(op.inputs[1], i);
     memory::desc a = PlainDesc(shapes_.at(op.inputs[0]));
     memory::desc b = PlainDesc(shapes_.at(op.inputs[1]));
     BinaryChain chain = FuseBinaries(i, ys);
@@ -517,7 +371,7 @@ class FastProgram::Compiler {
       }
       const std::string& other = op.inputs[first ? 1 : 0];
       other_shape = shapes_.at(other);
-      data = Plain(other, index)->data();
+      data = layouts_.Plain(other, index)->data();
     }
     if (other_shape.size() > ys.size()) {
       return std::nullopt;
@@ -558,7 +412,7 @@ class FastProgram::Compiler {
   void AddLayerNorm(size_t index, const Op& op) {
     const Shape& xs = shapes_.at(op.inputs[0]);
     memory::desc data = PlainDesc(xs), vector({xs.back()}, kF32, Tag::x);
-    Plain(op.inputs[0], index);
+    layouts_.Plain(op.inputs[0], index);
     dnnl::layer_normalization_forward::primitive_desc pd(
         dnnl::layer_normalization_forward::desc(
             dnnl::prop_kind::forward_inference, data, static_cast<float>(op.eps),
@@ -583,9 +437,9 @@ class FastProgram::Compiler {
     for (size_t d = 0; d < op.perm.size(); ++d) {
       permuted[d] = strides[static_cast<size_t>(op.perm[d])];
     }
-    Plain(op.inputs[0], index);
+    layouts_.Plain(op.inputs[0], index);
     memory from(memory::desc(Dims(ys), kF32, permuted), s->engine, s->Buffer(op.inputs[0]).data());
-    AddReorder(index, from, s->Wrap(PlainDesc(ys), op.output));
+    layouts_.AddReorder(index, from, s->Wrap(PlainDesc(ys), op.output));
   }
 
   // oneDNN's softmax (vectorised exp); the reference loop runs in double.
@@ -596,7 +450,7 @@ class FastProgram::Compiler {
       strides[d] = strides[d + 1] * xs[d + 1];
     }
     memory::desc data(Dims(xs), kF32, strides);
-    Plain(op.inputs[0], index);
+    layouts_.Plain(op.inputs[0], index);
     int axis = static_cast<int>(op.axis < 0 ? op.axis + static_cast<int64_t>(xs.size()) : op.axis);
     dnnl::softmax_forward::primitive_desc pd(
         dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, data, axis), s->engine);
@@ -608,9 +462,12 @@ class FastProgram::Compiler {
 
   // The ops ferry's own loops run (loop_steps.h).
   void AddLoop(size_t index, const Op& op) {
-    LoopOperands operands{Plain(op.inputs[0], index), shapes_.at(op.inputs[0]),
-                          &s->Buffer(op.output),      shapes_.at(op.output),
-                          Weight(op.weight),          Weight(op.bias)};
+    LoopOperands operands{layouts_.Plain(op.inputs[0], index),
+                          shapes_.at(op.inputs[0]),
+                          &s->Buffer(op.output),
+                          shapes_.at(op.output),
+                          Weight(op.weight),
+                          Weight(op.bias)};
     std::function<Status()> loop = LoopStep(op, operands);
     s->steps.push_back({index, [s = s, loop] {
                           if (Status done = loop(); !done.ok()) {
@@ -623,21 +480,17 @@ class FastProgram::Compiler {
   const Manifest& manifest_;
   const std::map<std::string, Shape>& shapes_;
   const WeightMap& weights_;
-  State* s;
+  ProgramState* s;
   std::map<std::string, int> readers_;  // Tensor name -> ops reading it.
-  // Tensors a primitive writes in a blocked layout. Their plain buffers are written only for
-  // the steps and outputs that read them (plain_), so that activations stay blocked from one
-  // convolution to the next.
-  std::map<std::string, memory> blocked_;
-  std::set<std::string> plain_;
+  Layouts layouts_;
 };
 
 Result<std::unique_ptr<FastProgram>> FastProgram::Build(const Bundle& bundle,
                                                         const std::map<std::string, Shape>& shapes,
                                                         const WeightMap& weights) {
   const Manifest& manifest = bundle.manifest;
-  auto state = std::make_unique<State>();
-  State* s = state.get();
+  auto state = std::make_unique<ProgramState>();
+  ProgramState* s = state.get();
   for (const auto& [name, shape] : shapes) {
     std::optional<int64_t> count = NumElements(shape);
     if (!count) {
@@ -671,7 +524,7 @@ Result<std::unique_ptr<FastProgram>> FastProgram::Build(const Bundle& bundle,
 
 Status FastProgram::Run() {
   state_->failure.reset();
-  for (const State::Step& step : state_->steps) {
+  for (const ProgramState::Step& step : state_->steps) {
     try {
       step.run();
       if (state_->failure) {

@@ -29,6 +29,8 @@
 
 namespace ferry::cpu {
 
+struct ProgramState;  // program_state.h
+
 class FastProgram {
  public:
   using WeightMap = std::map<std::string, std::vector<float>>;
@@ -51,10 +53,9 @@ class FastProgram {
   Status Run();
 
  private:
-  struct State;
-  class Compiler;  // Turns a manifest's ops into State's steps (fast_program.cc).
-  explicit FastProgram(std::unique_ptr<State> state);
-  std::unique_ptr<State> state_;
+  class Compiler;  // Turns a manifest's ops into ProgramState's steps (fast_program.cc).
+  explicit FastProgram(std::unique_ptr<ProgramState> state);
+  std::unique_ptr<ProgramState> state_;
 };
 
 }  // namespace ferry::cpu
