@@ -31,6 +31,7 @@ inline constexpr size_t kMaxOps = 4096;                  // Program length.
 inline constexpr uint64_t kMaxInferenceSteps = 1 << 16;  // variants x sizes x ops.
 inline constexpr size_t kMaxHookConfigBytes = 64 << 10;  // [hooks] config.
 inline constexpr size_t kMaxPipelineCalls = 16;          // [pipeline] calls.
+inline constexpr size_t kMaxConcatInputs = 64;           // A concat's inputs.
 
 // In a manifest shape, this marks the batch dimension ("shape = [-1, 784]").
 inline constexpr int64_t kBatchDim = -1;
@@ -82,6 +83,14 @@ enum class OpKind {
   kSqrt,
   kExp,
   kLog,
+  kLeakyRelu,
+  kHardSigmoid,
+  kHardSwish,
+  kAvgPool2d,
+  kReduceSum,
+  kReduceMax,
+  kLogSoftmax,
+  kConcat,
 };
 // add, sub, mul, div: elementwise with numpy broadcasting.
 bool IsBinaryElementwise(OpKind kind);
@@ -89,17 +98,21 @@ std::string_view OpKindName(OpKind kind);
 
 struct Op {
   OpKind kind = OpKind::kRelu;
-  std::vector<std::string> inputs;  // Tensor names: one, or two (binary ops, matmul).
-  std::string output;               // A new tensor name.
+  // Tensor names: one, two (binary ops, matmul) or up to kMaxConcatInputs (concat).
+  std::vector<std::string> inputs;
+  std::string output;  // A new tensor name.
   // Safetensors name: dense, layernorm, conv2d, gather, and a binary op's constant operand.
   std::string weight;
-  std::string bias;                      // Safetensors name, optional for dense and conv2d.
-  int64_t axis = -1;                     // softmax, reduce_mean (the axis it removes), slice.
+  std::string bias;  // Safetensors name, optional for dense and conv2d.
+  // softmax, log_softmax, the reductions (the axis they remove), slice, concat.
+  int64_t axis = -1;
   int64_t start = 0, end = 0;            // slice: the range [start, end) kept along axis.
   double eps = 1e-5;                     // layernorm.
-  std::array<int64_t, 2> kernel{0, 0};   // maxpool2d.
-  std::array<int64_t, 2> stride{1, 1};   // conv2d, maxpool2d (maxpool default: kernel).
-  std::array<int64_t, 2> padding{0, 0};  // conv2d, maxpool2d.
+  std::array<int64_t, 2> kernel{0, 0};   // maxpool2d, avgpool2d.
+  std::array<int64_t, 2> stride{1, 1};   // conv2d and the pools (a pool's default: kernel).
+  std::array<int64_t, 2> padding{0, 0};  // conv2d, maxpool2d, avgpool2d.
+  bool count_pad = false;                // avgpool2d: padding counts in each window's mean.
+  double alpha = 0, beta = 0;            // leaky_relu (alpha), hard_sigmoid (alpha x + beta).
   int64_t groups = 1;                    // conv2d: channel groups (depthwise: groups = C).
   double min = 0, max = 0;               // clip: the closed range values are clamped to.
   Shape shape;                           // reshape: the new shape of all but axis 0.

@@ -43,6 +43,14 @@ constexpr OpInfo kOps[] = {
     {"sqrt", OpKind::kSqrt},
     {"exp", OpKind::kExp},
     {"log", OpKind::kLog},
+    {"leaky_relu", OpKind::kLeakyRelu},
+    {"hard_sigmoid", OpKind::kHardSigmoid},
+    {"hard_swish", OpKind::kHardSwish},
+    {"avgpool2d", OpKind::kAvgPool2d},
+    {"reduce_sum", OpKind::kReduceSum},
+    {"reduce_max", OpKind::kReduceMax},
+    {"log_softmax", OpKind::kLogSoftmax},
+    {"concat", OpKind::kConcat},
 };
 
 void ReadPair(TableReader& r, std::string_view key, std::array<int64_t, 2>* out, int64_t min) {
@@ -95,7 +103,14 @@ std::optional<OpKind> ReadOpKind(TableReader& r) {
 bool ReadOpTensors(TableReader& r, Op& op) {
   bool ok = true;
   bool binary = IsBinaryElementwise(op.kind);
-  if (op.kind == OpKind::kMatMul || (binary && r.Raw("inputs") != nullptr)) {
+  if (op.kind == OpKind::kConcat) {
+    if (!r.StringArray("inputs", &op.inputs) || op.inputs.size() < 2 ||
+        op.inputs.size() > kMaxConcatInputs) {
+      r.ErrorAt("inputs", "concat needs inputs = [\"a\", \"b\", ...], 2 to " +
+                              std::to_string(kMaxConcatInputs) + " of them");
+      ok = false;
+    }
+  } else if (op.kind == OpKind::kMatMul || (binary && r.Raw("inputs") != nullptr)) {
     if (!r.StringArray("inputs", &op.inputs) || op.inputs.size() != 2) {
       r.ErrorAt("inputs", std::string(OpKindName(op.kind)) + " needs inputs = [\"a\", \"b\"]");
       ok = false;
@@ -151,14 +166,31 @@ bool ReadOpAttributes(TableReader& r, Op& op) {
       r.Double("eps", &op.eps, {0.0, 1.0, true, true});
       break;
     case OpKind::kSoftmax:
+    case OpKind::kLogSoftmax:
       r.Int("axis", &op.axis, -static_cast<int64_t>(kMaxRank), kMaxRank - 1);
       break;
     case OpKind::kReduceMean:
+    case OpKind::kReduceSum:
+    case OpKind::kReduceMax:
+    case OpKind::kConcat:
       if (!r.Int("axis", &op.axis, -static_cast<int64_t>(kMaxRank), kMaxRank - 1)) {
-        r.ErrorAt("axis", "reduce_mean needs the axis it averages over");
+        r.ErrorAt("axis", std::string(OpKindName(op.kind)) + " needs the axis it works along");
         ok = false;
       }
       break;
+    case OpKind::kLeakyRelu:
+    case OpKind::kHardSigmoid: {
+      const double kLimit = std::numeric_limits<float>::max();  // Finite in FP32.
+      bool has_alpha = r.Double("alpha", &op.alpha, {-kLimit, kLimit, false, false});
+      bool has_beta = r.Double("beta", &op.beta, {-kLimit, kLimit, false, false});
+      if (!has_alpha || (op.kind == OpKind::kHardSigmoid && !has_beta)) {
+        r.ErrorAt("alpha", std::string(OpKindName(op.kind)) +
+                               (op.kind == OpKind::kLeakyRelu ? " needs alpha (finite)"
+                                                              : " needs alpha and beta (finite)"));
+        ok = false;
+      }
+      break;
+    }
     case OpKind::kSlice:
       if (!r.Int("axis", &op.axis, -static_cast<int64_t>(kMaxRank), kMaxRank - 1) ||
           !r.Int("start", &op.start, 0, kMaxDim - 1) || !r.Int("end", &op.end, 1, kMaxDim)) {
@@ -188,11 +220,15 @@ bool ReadOpAttributes(TableReader& r, Op& op) {
       }
       break;
     }
-    case OpKind::kMaxPool2d: {
+    case OpKind::kMaxPool2d:
+    case OpKind::kAvgPool2d: {
       ReadPair(r, "kernel", &op.kernel, 1);
       if (op.kernel[0] == 0) {
-        r.ErrorAt("kernel", "maxpool2d needs kernel");
+        r.ErrorAt("kernel", std::string(OpKindName(op.kind)) + " needs kernel");
         ok = false;
+      }
+      if (op.kind == OpKind::kAvgPool2d) {
+        r.Bool("count_pad", &op.count_pad);
       }
       op.stride = op.kernel;
       ReadPair(r, "stride", &op.stride, 1);

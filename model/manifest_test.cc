@@ -153,6 +153,46 @@ TEST_CASE("binary ops take two inputs or an input and a weight; transpose perm; 
   }
 }
 
+TEST_CASE("concat takes 2 to 64 inputs; the activations need their constants; avgpool") {
+  auto parse = [](const std::string& ops) {
+    return ParseManifest(
+        "name = \"m\"\n[[inputs]]\nname = \"x\"\nshape = [-1, 2, 4, 4]\n"
+        "[[outputs]]\nname = \"y\"\nshape = [-1, 2, 4, 4]\n[batching]\nsizes = [1]\n" +
+            ops,
+        "m.toml");
+  };
+  Result<Manifest> ok = parse(
+      "[[program]]\nop = \"avgpool2d\"\ninput = \"x\"\nkernel = 3\nstride = 1\npadding = 1\n"
+      "count_pad = true\noutput = \"p\"\n[[program]]\nop = \"leaky_relu\"\ninput = \"p\"\n"
+      "alpha = 0.25\noutput = \"l\"\n[[program]]\nop = \"hard_sigmoid\"\ninput = \"l\"\n"
+      "alpha = 0.2\nbeta = 0.5\noutput = \"h\"\n[[program]]\nop = \"concat\"\n"
+      "inputs = [\"p\", \"l\", \"h\"]\naxis = 1\noutput = \"y\"\n");
+  REQUIRE_MESSAGE(ok.ok(), (ok.ok() ? "" : ok.error().message));
+  CHECK(ok->program[0].kind == OpKind::kAvgPool2d);
+  CHECK(ok->program[0].count_pad);
+  CHECK(ok->program[1].alpha == 0.25);
+  CHECK((ok->program[2].alpha == 0.2 && ok->program[2].beta == 0.5));
+  CHECK(ok->program[3].inputs == std::vector<std::string>{"p", "l", "h"});
+  std::string inputs65 = "\"x\"";
+  for (int i = 1; i < 65; ++i) {
+    inputs65 += ", \"x\"";
+  }
+  for (const std::string& bad :
+       {std::string("[[program]]\nop = \"concat\"\ninputs = [\"x\"]\naxis = 1\noutput = \"y\"\n"),
+        "[[program]]\nop = \"concat\"\ninputs = [" + inputs65 + "]\naxis = 1\noutput = \"y\"\n",
+        std::string("[[program]]\nop = \"concat\"\ninputs = [\"x\", \"x\"]\noutput = \"y\"\n"),
+        std::string("[[program]]\nop = \"leaky_relu\"\ninput = \"x\"\noutput = \"y\"\n"),
+        std::string("[[program]]\nop = \"hard_sigmoid\"\ninput = \"x\"\nalpha = 0.2\n"
+                    "output = \"y\"\n"),
+        std::string("[[program]]\nop = \"leaky_relu\"\ninput = \"x\"\nalpha = inf\n"
+                    "output = \"y\"\n"),
+        std::string("[[program]]\nop = \"avgpool2d\"\ninput = \"x\"\noutput = \"y\"\n"),
+        std::string("[[program]]\nop = \"reduce_max\"\ninput = \"x\"\noutput = \"y\"\n")}) {
+    CAPTURE(bad);
+    CHECK_FALSE(parse(bad).ok());
+  }
+}
+
 TEST_CASE("structural errors name the file, position and key path") {
   CHECK(Contains(ErrorOf(kHead + R"(
 [[program]]

@@ -108,10 +108,16 @@ class Inference {
       case OpKind::kSqrt:
       case OpKind::kExp:
       case OpKind::kLog:
+      case OpKind::kLeakyRelu:
+      case OpKind::kHardSigmoid:
+      case OpKind::kHardSwish:
         return x;
+      case OpKind::kConcat:
+        return Concat(op, x);
       case OpKind::kSlice:
         return Slice(op, x);
-      case OpKind::kSoftmax: {
+      case OpKind::kSoftmax:
+      case OpKind::kLogSoftmax: {
         int64_t rank = static_cast<int64_t>(x.size());
         if (op.axis < -rank || op.axis >= rank) {
           return OpFail(
@@ -136,8 +142,11 @@ class Inference {
       case OpKind::kConv2d:
         return Conv2d(op, x);
       case OpKind::kMaxPool2d:
+      case OpKind::kAvgPool2d:
         if (x.size() != 4) {
-          return OpFail(op, xn, "maxpool2d needs [N, C, H, W], got " + ShapeToString(x));
+          return OpFail(
+              op, xn,
+              std::string(OpKindName(op.kind)) + " needs [N, C, H, W], got " + ShapeToString(x));
         }
         return Window(op, x, x[1], op.kernel);
       case OpKind::kGlobalAvgPool:
@@ -148,7 +157,9 @@ class Inference {
       case OpKind::kGather:
         return Gather(op, x);
       case OpKind::kReduceMean:
-        return ReduceMean(op, x);
+      case OpKind::kReduceSum:
+      case OpKind::kReduceMax:
+        return Reduce(op, x);
       case OpKind::kFlatten:
         return Flatten(op, x);
       case OpKind::kReshape:
@@ -216,8 +227,8 @@ class Inference {
     return Window(op, x, ws[0], {ws[2], ws[3]});
   }
 
-  // The mean over one axis (never the batch axis of a batched model).
-  Result<Shape> ReduceMean(const Op& op, const Shape& x) {
+  // The mean, sum or maximum over one axis (never the batch axis of a batched model).
+  Result<Shape> Reduce(const Op& op, const Shape& x) {
     const std::string& xn = op.inputs[0];
     int64_t rank = static_cast<int64_t>(x.size());
     if (op.axis < -rank || op.axis >= rank) {
@@ -226,10 +237,41 @@ class Inference {
     }
     int64_t axis = op.axis < 0 ? op.axis + rank : op.axis;
     if (axis == 0 && !m_.unbatched()) {
-      return OpFail(op, xn, "reduce_mean over axis 0 would mix the requests of a batch");
+      return OpFail(
+          op, xn,
+          std::string(OpKindName(op.kind)) + " over axis 0 would mix the requests of a batch");
     }
     Shape out = x;
     out.erase(out.begin() + axis);
+    return out;
+  }
+
+  // Tensors of one rank joined along an axis (never the batch axis of a batched model); every
+  // other axis equal.
+  Result<Shape> Concat(const Op& op, const Shape& x) {
+    int64_t rank = static_cast<int64_t>(x.size());
+    if (op.axis < -rank || op.axis >= rank) {
+      return OpFail(op, op.inputs[0],
+                    "axis " + std::to_string(op.axis) + " is out of range for " + ShapeToString(x));
+    }
+    size_t axis = static_cast<size_t>(op.axis < 0 ? op.axis + rank : op.axis);
+    if (axis == 0 && !m_.unbatched()) {
+      return OpFail(op, op.inputs[0], "concat along axis 0 would mix the requests of a batch");
+    }
+    Shape out = x;
+    for (size_t i = 1; i < op.inputs.size(); ++i) {
+      const Shape& other = shapes_.at(op.inputs[i]);
+      Shape rest = other;
+      if (other.size() == x.size()) {
+        rest[axis] = x[axis];
+      }
+      if (rest != x) {
+        return OpFail(op, op.inputs[i],
+                      ShapeToString(other) + " does not match " + ShapeToString(x) +
+                          " on every axis but " + std::to_string(axis));
+      }
+      out[axis] += other[axis];  // Each at most 2^40 elements: no overflow.
+    }
     return out;
   }
 

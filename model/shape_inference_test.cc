@@ -258,6 +258,40 @@ TEST_CASE("reduce_mean removes its axis, never the batch axis") {
             .find("out of range") != std::string::npos);
 }
 
+TEST_CASE("reduce_sum and reduce_max never reduce the batch axis") {
+  WeightLookup none = [](const std::string&) { return std::nullopt; };
+  for (OpKind kind : {OpKind::kReduceSum, OpKind::kReduceMax}) {
+    Op reduce;
+    reduce.kind = kind;
+    reduce.axis = 2;
+    CHECK(InferError(OneOp(DType::kF32, {kBatchDim, 6, 4}, reduce, {kBatchDim, 6}), none) == "");
+    reduce.axis = 0;
+    CHECK(InferError(OneOp(DType::kF32, {kBatchDim, 6, 4}, reduce, {6, 4}), none)
+              .find("would mix the requests") != std::string::npos);
+  }
+}
+
+TEST_CASE("concat joins one axis after the batch axis; every other axis must match") {
+  WeightLookup none = [](const std::string&) { return std::nullopt; };
+  auto concat = [&](Shape z_shape, int64_t axis, Shape y_shape) {
+    Manifest m = OneOp(DType::kF32, {kBatchDim, 2, 4}, Op{}, y_shape);
+    m.inputs.push_back({"z", DType::kF32, z_shape, 0, std::nullopt});
+    m.variants[0].inputs["z"] = z_shape;
+    m.program[0].kind = OpKind::kConcat;
+    m.program[0].inputs = {"x", "z", "x"};
+    m.program[0].axis = axis;
+    return InferError(m, none);
+  };
+  CHECK(concat({kBatchDim, 3, 4}, 1, {kBatchDim, 7, 4}) == "");
+  CHECK(concat({kBatchDim, 2, 5}, -1, {kBatchDim, 2, 13}) == "");
+  CHECK(concat({kBatchDim, 3, 5}, 1, {kBatchDim, 7, 5}).find("does not match") !=
+        std::string::npos);
+  CHECK(concat({kBatchDim, 3}, 1, {kBatchDim, 5}).find("does not match") != std::string::npos);
+  CHECK(concat({kBatchDim, 2, 4}, 0, {kBatchDim, 2, 4}).find("would mix the requests") !=
+        std::string::npos);
+  CHECK(concat({kBatchDim, 2, 4}, 3, {kBatchDim, 2, 4}).find("out of range") != std::string::npos);
+}
+
 TEST_CASE("binary ops broadcast; transpose keeps axis 0; matmul needs equal leading axes") {
   WeightLookup weights = [](const std::string& name) -> std::optional<WeightSpec> {
     if (name == "row") return WeightSpec{DType::kF32, {4}};

@@ -36,8 +36,12 @@ void WriteTensors(std::ostringstream& out, const char* table,
 
 void WriteOp(std::ostringstream& out, const Op& op) {
   out << "\n[[program]]\nop = \"" << OpKindName(op.kind) << "\"\n";
-  if (op.inputs.size() == 2) {
-    out << "inputs = [\"" << op.inputs[0] << "\", \"" << op.inputs[1] << "\"]\n";
+  if (op.inputs.size() >= 2) {
+    out << "inputs = [";
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      out << (i == 0 ? "\"" : ", \"") << op.inputs[i] << "\"";
+    }
+    out << "]\n";
   } else {
     out << "input = \"" << op.inputs[0] << "\"\n";
   }
@@ -53,8 +57,18 @@ void WriteOp(std::ostringstream& out, const Op& op) {
   };
   switch (op.kind) {
     case OpKind::kSoftmax:
+    case OpKind::kLogSoftmax:
     case OpKind::kReduceMean:
+    case OpKind::kReduceSum:
+    case OpKind::kReduceMax:
+    case OpKind::kConcat:
       out << "axis = " << op.axis << "\n";
+      break;
+    case OpKind::kLeakyRelu:
+      out << "alpha = " << Number(op.alpha) << "\n";
+      break;
+    case OpKind::kHardSigmoid:
+      out << "alpha = " << Number(op.alpha) << "\nbeta = " << Number(op.beta) << "\n";
       break;
     case OpKind::kLayerNorm:
       out << "eps = " << Number(op.eps) << "\n";
@@ -70,9 +84,13 @@ void WriteOp(std::ostringstream& out, const Op& op) {
       out << "min = " << Number(op.min) << "\nmax = " << Number(op.max) << "\n";
       break;
     case OpKind::kMaxPool2d:
+    case OpKind::kAvgPool2d:
       pair("kernel", op.kernel);
       pair("stride", op.stride);
       pair("padding", op.padding);
+      if (op.count_pad) {
+        out << "count_pad = true\n";
+      }
       break;
     case OpKind::kReshape:
       out << "shape = " << ShapeToString(op.shape) << "\n";

@@ -9,6 +9,7 @@
 
 #include "model/dtype_convert.h"
 #include "model/shape_inference.h"
+#include "worker/backends/cpu/imported_ops.h"
 #include "worker/backends/cpu/ops.h"
 #include "worker/backends/cpu/tensor_ops.h"
 #include "worker/backends/staging.h"
@@ -229,13 +230,37 @@ Status CpuBackend::RunReference(const Model& model, const std::map<std::string, 
         FERRY_RETURN_IF_ERROR(cpu::Gather(x, weight(op.weight), info->shape[0], info->shape[1], y));
         break;
       }
-      case OpKind::kReduceMean:
-        cpu::ReduceMean(x, xs, op.axis, y);
-        break;
       case OpKind::kFlatten:
       case OpKind::kReshape:
         y = x;  // Row-major: the bytes do not move.
         break;
+      case OpKind::kLeakyRelu:
+      case OpKind::kHardSigmoid:
+      case OpKind::kHardSwish:
+        cpu::Piecewise(op, x, y);
+        break;
+      case OpKind::kLogSoftmax:
+        cpu::LogSoftmax(x, xs, op.axis, y);
+        break;
+      case OpKind::kAvgPool2d:
+        cpu::AvgPool2d(x, xs, {op.kernel, op.stride, op.padding}, op.count_pad, ys, y);
+        break;
+      case OpKind::kReduceMean:
+      case OpKind::kReduceSum:
+      case OpKind::kReduceMax:
+        cpu::Reduce(op.kind, x, xs, op.axis, y);
+        break;
+      case OpKind::kConcat: {
+        std::vector<std::span<const float>> parts;
+        std::vector<Shape> part_shapes;
+        for (const std::string& in : op.inputs) {
+          parts.emplace_back(values->at(in));
+          part_shapes.push_back(shapes.at(in));
+        }
+        cpu::Concat(parts, part_shapes,
+                    op.axis < 0 ? op.axis + static_cast<int64_t>(xs.size()) : op.axis, y);
+        break;
+      }
     }
     (*values)[op.output] = std::move(y);
   }

@@ -16,19 +16,26 @@ std::optional<Activation> FusableActivation(const std::vector<Op>& program, size
       return std::nullopt;
     }
   }
-  const Op& next = program[i + 1];
-  switch (next.kind) {
+  return AsActivation(program[i + 1]);
+}
+
+std::optional<Activation> AsActivation(const Op& op) {
+  switch (op.kind) {
     case OpKind::kRelu:
       return Activation{dnnl::algorithm::eltwise_relu};
+    case OpKind::kLeakyRelu:
+      return Activation{dnnl::algorithm::eltwise_relu, static_cast<float>(op.alpha)};
     case OpKind::kGelu:
       return Activation{dnnl::algorithm::eltwise_gelu_erf};  // Exact GELU, as the reference.
     case OpKind::kTanh:
       return Activation{dnnl::algorithm::eltwise_tanh};
     case OpKind::kSigmoid:
       return Activation{dnnl::algorithm::eltwise_logistic};
+    case OpKind::kHardSwish:  // x relu6(x + 3) / 6: ONNX's HardSwish.
+      return Activation{dnnl::algorithm::eltwise_hardswish};
     case OpKind::kClip:
-      return Activation{dnnl::algorithm::eltwise_clip, static_cast<float>(next.min),
-                        static_cast<float>(next.max)};
+      return Activation{dnnl::algorithm::eltwise_clip, static_cast<float>(op.min),
+                        static_cast<float>(op.max)};
     default:
       return std::nullopt;
   }
@@ -47,8 +54,10 @@ dnnl::primitive_attr Epilogue(std::optional<Activation> activation) {
 bool KeepsZero(const Op& op) {
   switch (op.kind) {
     case OpKind::kRelu:
+    case OpKind::kLeakyRelu:
     case OpKind::kGelu:
     case OpKind::kTanh:
+    case OpKind::kHardSwish:
       return true;
     case OpKind::kClip:
       return op.min <= 0 && op.max >= 0;

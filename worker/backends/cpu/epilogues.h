@@ -29,6 +29,9 @@ std::optional<Activation> FusableActivation(const std::vector<Op>& program, size
                                             const std::map<std::string, int>& readers,
                                             const Manifest& manifest);
 
+// The eltwise primitive or post-op that computes `op`, when one does.
+std::optional<Activation> AsActivation(const Op& op);
+
 // A primitive attribute with `activation` as its one post-op (none when nullopt).
 dnnl::primitive_attr Epilogue(std::optional<Activation> activation);
 

@@ -71,6 +71,7 @@ class FastProgram::Compiler {
       case OpKind::kMatMul:
         return AddMatMul(i);
       case OpKind::kSoftmax:
+      case OpKind::kLogSoftmax:
         AddSoftmax(i, op);
         return i;
       case OpKind::kLayerNorm:
@@ -80,12 +81,22 @@ class FastProgram::Compiler {
         AddTranspose(i, op);
         return i;
       case OpKind::kMaxPool2d:
+      case OpKind::kAvgPool2d:
       case OpKind::kGlobalAvgPool:
         AddPool(i, op);
         return i;
+      case OpKind::kLeakyRelu:
+      case OpKind::kHardSwish:
+        AddActivation(i, op,
+                      layouts_.Blocked(op.inputs[0]) ? layouts_.Layout(op.inputs[0])
+                                                     : PlainDesc(shapes_.at(op.inputs[0])));
+        return i;
+      case OpKind::kConcat:
+        AddConcat(i, op);
+        return i;
       default:
         if (layouts_.Blocked(op.inputs[0]) && KeepsZero(op)) {
-          AddBlockedActivation(i, op, layouts_.Layout(op.inputs[0]));
+          AddActivation(i, op, layouts_.Layout(op.inputs[0]));
           return i;
         }
         AddLoop(i, op);
@@ -209,22 +220,13 @@ class FastProgram::Compiler {
     return act ? i + 1 : i;
   }
 
-  // An activation of a blocked tensor: oneDNN's eltwise in that layout.
-  void AddBlockedActivation(size_t index, const Op& op, const memory::desc& layout) {
-    dnnl::algorithm algorithm = dnnl::algorithm::eltwise_relu;
-    float alpha = 0.f, beta = 0.f;
-    if (op.kind == OpKind::kGelu) {
-      algorithm = dnnl::algorithm::eltwise_gelu_erf;
-    } else if (op.kind == OpKind::kTanh) {
-      algorithm = dnnl::algorithm::eltwise_tanh;
-    } else if (op.kind == OpKind::kClip) {
-      algorithm = dnnl::algorithm::eltwise_clip;
-      alpha = static_cast<float>(op.min);
-      beta = static_cast<float>(op.max);
-    }
+  // An activation as oneDNN's eltwise in `layout` (the input's, blocked or plain).
+  // REQUIRES: AsActivation(op) has a value.
+  void AddActivation(size_t index, const Op& op, const memory::desc& layout) {
+    Activation act = *AsActivation(op);
     dnnl::eltwise_forward::primitive_desc pd(
-        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, algorithm, layout, alpha,
-                                    beta),
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, act.algorithm, layout,
+                                    act.alpha, act.beta),
         s->engine);
     dnnl::eltwise_forward primitive(pd);
     std::unordered_map<int, memory> args = {
@@ -233,8 +235,8 @@ class FastProgram::Compiler {
     s->steps.push_back({index, [s = s, primitive, args] { primitive.execute(s->stream, args); }});
   }
 
-  // maxpool2d and global_avgpool: oneDNN's pooling in the input's layout (parallel over the
-  // batch and channels; max pooling ignores padding, as ONNX's does).
+  // maxpool2d, avgpool2d and global_avgpool: oneDNN's pooling in the input's layout (parallel
+  // over the batch and channels; max pooling ignores padding, as ONNX's does).
   void AddPool(size_t index, const Op& op) {
     const Shape& xs = shapes_.at(op.inputs[0]);
     bool global = op.kind == OpKind::kGlobalAvgPool;
@@ -256,10 +258,8 @@ class FastProgram::Compiler {
     }
     memory::desc dst(Dims(ys), kF32, dst_tag);
     dnnl::pooling_forward::primitive_desc pd(
-        dnnl::pooling_forward::desc(
-            dnnl::prop_kind::forward_inference,
-            global ? dnnl::algorithm::pooling_avg_exclude_padding : dnnl::algorithm::pooling_max,
-            src, dst, strides, kernel, padding, padding),
+        dnnl::pooling_forward::desc(dnnl::prop_kind::forward_inference, PoolAlgorithm(op), src, dst,
+                                    strides, kernel, padding, padding),
         s->engine);
     dnnl::pooling_forward primitive(pd);
     memory y =
@@ -445,19 +445,47 @@ class FastProgram::Compiler {
   // oneDNN's softmax (vectorised exp); the reference loop runs in double.
   void AddSoftmax(size_t index, const Op& op) {
     const Shape& xs = shapes_.at(op.inputs[0]);
-    memory::dims strides(xs.size(), 1);
-    for (size_t d = xs.size() - 1; d-- > 0;) {
-      strides[d] = strides[d + 1] * xs[d + 1];
-    }
-    memory::desc data(Dims(xs), kF32, strides);
+    memory::desc data = PlainDesc(xs);
     layouts_.Plain(op.inputs[0], index);
     int axis = static_cast<int>(op.axis < 0 ? op.axis + static_cast<int64_t>(xs.size()) : op.axis);
-    dnnl::softmax_forward::primitive_desc pd(
-        dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, data, axis), s->engine);
-    dnnl::softmax_forward primitive(pd);
+    dnnl::primitive primitive;
+    if (op.kind == OpKind::kLogSoftmax) {
+      primitive = dnnl::logsoftmax_forward(dnnl::logsoftmax_forward::primitive_desc(
+          dnnl::logsoftmax_forward::desc(dnnl::prop_kind::forward_inference, data, axis),
+          s->engine));
+    } else {
+      primitive = dnnl::softmax_forward(dnnl::softmax_forward::primitive_desc(
+          dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, data, axis), s->engine));
+    }
     std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, s->Wrap(data, op.inputs[0])},
                                             {DNNL_ARG_DST, s->Wrap(data, op.output)}};
     s->steps.push_back({index, [s = s, primitive, args] { primitive.execute(s->stream, args); }});
+  }
+
+  // oneDNN's concat of plain tensors along the op's axis.
+  void AddConcat(size_t index, const Op& op) {
+    std::vector<memory::desc> parts;
+    std::unordered_map<int, memory> args;
+    for (size_t p = 0; p < op.inputs.size(); ++p) {
+      layouts_.Plain(op.inputs[p], index);
+      parts.push_back(PlainDesc(shapes_.at(op.inputs[p])));
+      args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(p)] = s->Wrap(parts.back(), op.inputs[p]);
+    }
+    const Shape& ys = shapes_.at(op.output);
+    int axis = static_cast<int>(op.axis < 0 ? op.axis + static_cast<int64_t>(ys.size()) : op.axis);
+    dnnl::concat::primitive_desc pd(PlainDesc(ys), axis, parts, s->engine);
+    dnnl::concat primitive(pd);
+    args[DNNL_ARG_DST] = s->Wrap(PlainDesc(ys), op.output);
+    s->steps.push_back({index, [s = s, primitive, args] { primitive.execute(s->stream, args); }});
+  }
+
+  static dnnl::algorithm PoolAlgorithm(const Op& op) {
+    if (op.kind == OpKind::kMaxPool2d) {
+      return dnnl::algorithm::pooling_max;
+    }
+    return op.kind == OpKind::kAvgPool2d && op.count_pad
+               ? dnnl::algorithm::pooling_avg_include_padding
+               : dnnl::algorithm::pooling_avg_exclude_padding;
   }
 
   // The ops ferry's own loops run (loop_steps.h).

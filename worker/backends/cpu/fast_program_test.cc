@@ -237,5 +237,82 @@ TEST_CASE("matmul epilogues: fused binary ops match the reference, unfusable one
   CheckFastMatchesReference(AttentionBundle(dir), {2 * 4 * 3, 2 * 3 * 4, 4}, {32, 32, 32, 32, 32});
 }
 
+// The ops imported models bring: both average poolings, the piecewise activations, a concat
+// of three computed tensors, two reductions and a log softmax; the concat is also an output.
+std::string ImportedOpsBundle(const testing::TempDir& dir) {
+  std::string path = dir.path() + "/imported";
+  std::filesystem::create_directory(path);
+  testing::WriteFile(path + "/manifest.toml", R"(name = "imported"
+[[inputs]]
+name = "x"
+shape = [-1, 4, 6, 6]
+[[outputs]]
+name = "out"
+shape = [-1, 12]
+[[outputs]]
+name = "f"
+shape = [-1, 12, 6, 6]
+[batching]
+sizes = [1, 3]
+[[program]]
+op = "avgpool2d"
+input = "x"
+output = "a"
+kernel = 3
+stride = 1
+padding = 1
+[[program]]
+op = "avgpool2d"
+input = "x"
+output = "b"
+kernel = 3
+stride = 1
+padding = 1
+count_pad = true
+[[program]]
+op = "leaky_relu"
+input = "a"
+output = "c"
+alpha = 0.1
+[[program]]
+op = "hard_swish"
+input = "b"
+output = "d"
+[[program]]
+op = "hard_sigmoid"
+input = "x"
+output = "e"
+alpha = 0.2
+beta = 0.5
+[[program]]
+op = "concat"
+inputs = ["c", "d", "e"]
+output = "f"
+axis = 1
+[[program]]
+op = "reduce_sum"
+input = "f"
+output = "g"
+axis = 2
+[[program]]
+op = "reduce_max"
+input = "g"
+output = "h"
+axis = -1
+[[program]]
+op = "log_softmax"
+input = "h"
+output = "out"
+axis = 1
+)");
+  testing::WriteFile(path + "/weights.safetensors", testing::SafetensorsBytes("{}", ""));
+  return path;
+}
+
+TEST_CASE("imported ops: pooling, activations, concat, reductions and log softmax agree") {
+  testing::TempDir dir;
+  CheckFastMatchesReference(ImportedOpsBundle(dir), {4 * 6 * 6}, {12, 12 * 6 * 6});
+}
+
 }  // namespace
 }  // namespace ferry

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "worker/backends/cpu/imported_ops.h"
 #include "worker/backends/cpu/ops.h"
 #include "worker/backends/cpu/tensor_ops.h"
 
@@ -48,7 +49,11 @@ std::function<Status()> LoopStep(const Op& op, const LoopOperands& operands) {
       return [x, table, rows, width, y] { return Gather(*x, table, rows, width, *y); };
     }
     case OpKind::kReduceMean:
-      return done([x, xs, axis = op.axis, y] { ReduceMean(*x, xs, axis, *y); });
+    case OpKind::kReduceSum:
+    case OpKind::kReduceMax:
+      return done([kind = op.kind, x, xs, axis = op.axis, y] { Reduce(kind, *x, xs, axis, *y); });
+    case OpKind::kHardSigmoid:
+      return done([op, x, y] { Piecewise(op, *x, *y); });
     case OpKind::kFlatten:
     case OpKind::kReshape:
       return done([x, y] { std::copy(x->begin(), x->end(), y->begin()); });
@@ -64,6 +69,11 @@ std::function<Status()> LoopStep(const Op& op, const LoopOperands& operands) {
     case OpKind::kGlobalAvgPool:
     case OpKind::kLayerNorm:
     case OpKind::kTranspose:
+    case OpKind::kLeakyRelu:
+    case OpKind::kHardSwish:
+    case OpKind::kAvgPool2d:
+    case OpKind::kLogSoftmax:
+    case OpKind::kConcat:
       break;  // oneDNN primitives (fast_program.cc).
   }
   return {};

@@ -209,22 +209,4 @@ Status Gather(std::span<const float> x, std::span<const float> table, int64_t ro
   return OkStatus();
 }
 
-void ReduceMean(std::span<const float> x, const Shape& shape, int64_t axis, std::span<float> y) {
-  int64_t rank = static_cast<int64_t>(shape.size());
-  int64_t a = axis < 0 ? axis + rank : axis;
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < a; ++d) outer *= shape[static_cast<size_t>(d)];
-  for (int64_t d = a + 1; d < rank; ++d) inner *= shape[static_cast<size_t>(d)];
-  int64_t n = shape[static_cast<size_t>(a)];
-  for (int64_t o = 0; o < outer; ++o) {
-    for (int64_t k = 0; k < inner; ++k) {
-      double sum = 0;
-      for (int64_t j = 0; j < n; ++j) {
-        sum += x[static_cast<size_t>((o * n + j) * inner + k)];
-      }
-      y[static_cast<size_t>(o * inner + k)] = static_cast<float>(sum / static_cast<double>(n));
-    }
-  }
-}
-
 }  // namespace ferry::cpu

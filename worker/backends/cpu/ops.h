@@ -53,8 +53,6 @@ void MaxPool2d(std::span<const float> x, const Shape& x_shape, const Window& win
 // gets here).
 Status Gather(std::span<const float> x, std::span<const float> table, int64_t rows, int64_t width,
               std::span<float> y);
-// The mean over `axis` of `shape` (negative counts from the end), the axis removed.
-void ReduceMean(std::span<const float> x, const Shape& shape, int64_t axis, std::span<float> y);
 // [N, C, H, W] -> [N, C]
 void GlobalAvgPool(std::span<const float> x, const Shape& x_shape, std::span<float> y);
 

@@ -44,6 +44,29 @@ const char* CublasName(cublasStatus_t s) {
   }
 }
 
+// The ops the CUDA steps implement (cuda_executables.cc).
+bool CudaRunsOp(OpKind kind) {
+  switch (kind) {
+    case OpKind::kDense:
+    case OpKind::kRelu:
+    case OpKind::kGelu:
+    case OpKind::kTanh:
+    case OpKind::kSigmoid:
+    case OpKind::kSoftmax:
+    case OpKind::kLayerNorm:
+    case OpKind::kAdd:
+    case OpKind::kConv2d:
+    case OpKind::kMaxPool2d:
+    case OpKind::kGlobalAvgPool:
+    case OpKind::kFlatten:
+    case OpKind::kReshape:
+    case OpKind::kClip:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // What this backend does not run yet: inputs other than FP32 (the CPU backend converts them)
 // and the gather and reduce_mean ops. Refused at load with the reason, so a node file that
 // puts such a model on a GPU says so instead of failing at its first request.
@@ -57,10 +80,7 @@ Status CudaRuns(const Manifest& manifest) {
   }
   for (const Op& op : manifest.program) {
     bool broadcast = op.kind == OpKind::kAdd && op.inputs.size() != 2;  // A weight operand.
-    if (op.kind == OpKind::kGather || op.kind == OpKind::kReduceMean || op.kind == OpKind::kSub ||
-        op.kind == OpKind::kMul || op.kind == OpKind::kDiv || op.kind == OpKind::kTranspose ||
-        op.kind == OpKind::kMatMul || op.kind == OpKind::kSlice || op.kind == OpKind::kSqrt ||
-        op.kind == OpKind::kExp || op.kind == OpKind::kLog || broadcast) {
+    if (!CudaRunsOp(op.kind) || broadcast) {
       return InvalidArgument("model '" + manifest.name + "': the CUDA backend does not run " +
                              std::string(OpKindName(op.kind)) + " yet (CPU workers do)");
     }

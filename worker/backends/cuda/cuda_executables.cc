@@ -267,6 +267,14 @@ void CudaBackend::Impl::AddPointwiseStep(const Model& m, Executable* exe, const 
     case OpKind::kSqrt:
     case OpKind::kExp:
     case OpKind::kLog:
+    case OpKind::kLeakyRelu:
+    case OpKind::kHardSigmoid:
+    case OpKind::kHardSwish:
+    case OpKind::kAvgPool2d:
+    case OpKind::kReduceSum:
+    case OpKind::kReduceMax:
+    case OpKind::kLogSoftmax:
+    case OpKind::kConcat:
       break;  // CudaRuns refuses these at load, before any step is built.
     case OpKind::kFlatten:
     case OpKind::kReshape:

@@ -1,0 +1,133 @@
+#include "worker/backends/cpu/imported_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace ferry::cpu {
+namespace {
+
+// outer x n x inner: the axes before `axis`, the axis, the axes after it.
+struct AxisSplit {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+AxisSplit SplitAt(const Shape& shape, int64_t axis) {
+  int64_t rank = static_cast<int64_t>(shape.size());
+  int64_t a = axis < 0 ? axis + rank : axis;
+  AxisSplit s;
+  for (int64_t d = 0; d < a; ++d) s.outer *= shape[static_cast<size_t>(d)];
+  for (int64_t d = a + 1; d < rank; ++d) s.inner *= shape[static_cast<size_t>(d)];
+  s.n = shape[static_cast<size_t>(a)];
+  return s;
+}
+
+}  // namespace
+
+void Piecewise(const Op& op, std::span<const float> x, std::span<float> y) {
+  const double alpha = op.alpha, beta = op.beta;
+  for (size_t i = 0; i < x.size(); ++i) {
+    double v = x[i];
+    switch (op.kind) {
+      case OpKind::kLeakyRelu:
+        v = v < 0 ? alpha * v : v;
+        break;
+      case OpKind::kHardSigmoid:
+        v = std::clamp(alpha * v + beta, 0.0, 1.0);
+        break;
+      default:  // kHardSwish
+        v = v * std::clamp(v / 6 + 0.5, 0.0, 1.0);
+        break;
+    }
+    y[i] = static_cast<float>(v);
+  }
+}
+
+void LogSoftmax(std::span<const float> x, const Shape& shape, int64_t axis, std::span<float> y) {
+  AxisSplit s = SplitAt(shape, axis);
+  for (int64_t o = 0; o < s.outer; ++o) {
+    for (int64_t in = 0; in < s.inner; ++in) {
+      auto at = [&](int64_t i) { return static_cast<size_t>((o * s.n + i) * s.inner + in); };
+      double max = -std::numeric_limits<double>::infinity();
+      for (int64_t i = 0; i < s.n; ++i) {
+        max = std::max<double>(max, x[at(i)]);
+      }
+      double sum = 0;
+      for (int64_t i = 0; i < s.n; ++i) {
+        sum += std::exp(x[at(i)] - max);
+      }
+      double log_sum = std::log(sum);
+      for (int64_t i = 0; i < s.n; ++i) {
+        y[at(i)] = static_cast<float>(x[at(i)] - max - log_sum);
+      }
+    }
+  }
+}
+
+void AvgPool2d(std::span<const float> x, const Shape& xs, const Window& win, bool count_pad,
+               const Shape& ys, std::span<float> y) {
+  int64_t h = xs[2], wd = xs[3], ho = ys[2], wo = ys[3];
+  for (int64_t plane = 0; plane < xs[0] * xs[1]; ++plane) {
+    for (int64_t oy = 0; oy < ho; ++oy) {
+      for (int64_t ox = 0; ox < wo; ++ox) {
+        double sum = 0;
+        int64_t inside = 0, padded = 0;
+        for (int64_t ky = 0; ky < win.kernel[0]; ++ky) {
+          int64_t iy = oy * win.stride[0] - win.padding[0] + ky;
+          for (int64_t kx = 0; kx < win.kernel[1]; ++kx) {
+            int64_t ix = ox * win.stride[1] - win.padding[1] + kx;
+            // The padded input ends `padding` past each edge; a window never reaches further.
+            bool in_pad = iy >= -win.padding[0] && iy < h + win.padding[0] &&
+                          ix >= -win.padding[1] && ix < wd + win.padding[1];
+            padded += in_pad ? 1 : 0;
+            if (iy >= 0 && iy < h && ix >= 0 && ix < wd) {
+              sum += x[static_cast<size_t>((plane * h + iy) * wd + ix)];
+              ++inside;
+            }
+          }
+        }
+        int64_t count = count_pad ? padded : inside;
+        y[static_cast<size_t>((plane * ho + oy) * wo + ox)] =
+            static_cast<float>(count > 0 ? sum / static_cast<double>(count) : 0.0);
+      }
+    }
+  }
+}
+
+void Reduce(OpKind kind, std::span<const float> x, const Shape& shape, int64_t axis,
+            std::span<float> y) {
+  AxisSplit s = SplitAt(shape, axis);
+  for (int64_t o = 0; o < s.outer; ++o) {
+    for (int64_t k = 0; k < s.inner; ++k) {
+      double sum = 0, max = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < s.n; ++j) {
+        double v = x[static_cast<size_t>((o * s.n + j) * s.inner + k)];
+        sum += v;
+        max = std::isnan(v) || std::isnan(max) ? std::numeric_limits<double>::quiet_NaN()
+                                               : std::max(max, v);
+      }
+      double out = kind == OpKind::kReduceMax   ? max
+                   : kind == OpKind::kReduceSum ? sum
+                                                : sum / static_cast<double>(s.n);
+      y[static_cast<size_t>(o * s.inner + k)] = static_cast<float>(out);
+    }
+  }
+}
+
+void Concat(const std::vector<std::span<const float>>& parts, const std::vector<Shape>& shapes,
+            int64_t axis, std::span<float> y) {
+  // Each part contributes outer blocks of (its axis length x inner) elements, in turn.
+  AxisSplit first = SplitAt(shapes[0], axis);
+  size_t out = 0;
+  for (int64_t o = 0; o < first.outer; ++o) {
+    for (size_t p = 0; p < parts.size(); ++p) {
+      AxisSplit s = SplitAt(shapes[p], axis);
+      size_t block = static_cast<size_t>(s.n * s.inner);
+      std::memcpy(y.data() + out, parts[p].data() + static_cast<size_t>(o) * block,
+                  block * sizeof(float));
+      out += block;
+    }
+  }
+}
+
+}  // namespace ferry::cpu
