@@ -174,10 +174,10 @@ std::string Converter::FreshTensor() {
   return name;
 }
 
-Op& Converter::Emit(Op op, Shape shape) {
+Op& Converter::Emit(Op op, Shape shape, int output) {
   op.output = FreshTensor();
   producer_[op.output] = out_.manifest.program.size();
-  Define(0, Value{op.output, std::move(shape), nullptr});
+  Define(output, Value{op.output, std::move(shape), nullptr});
   out_.manifest.program.push_back(std::move(op));
   return out_.manifest.program.back();
 }

@@ -87,8 +87,9 @@ class Converter {
   Status DefineConstant(int i, ConstTensor value);
   // Defines output `i` of the current node as `value`.
   void Define(int i, Value value);
-  // Emits `op` (its output a fresh tensor of `shape`) and defines output 0 as that tensor.
-  Op& Emit(Op op, Shape shape);
+  // Emits `op` (its output a fresh tensor of `shape`) and defines output `output` of the
+  // current node as that tensor.
+  Op& Emit(Op op, Shape shape, int output = 0);
   // A new weight named after the current node and `suffix` (".weight", ".bias").
   // Invalidates references from WeightNamed.
   std::string AddWeight(const std::string& suffix, Shape shape, std::vector<float> values);

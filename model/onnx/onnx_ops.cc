@@ -79,20 +79,6 @@ Status Dropout(Converter& c, Attributes& attrs) {
   return OkStatus();
 }
 
-Status Softmax(Converter& c, Attributes& attrs) {
-  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
-  std::optional<int64_t> axis = NormalAxis(attrs.Int("axis", -1), x->shape.size());
-  if (!axis || *axis == 0) {
-    return c.Fail("axis must be one of the axes after the batch axis of " + Dims(x->shape));
-  }
-  Op op;
-  op.kind = OpKind::kSoftmax;
-  op.inputs = {x->tensor};
-  op.axis = *axis;
-  c.Emit(op, x->shape);
-  return OkStatus();
-}
-
 Status LayerNormalization(Converter& c, Attributes& attrs) {
   FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
   std::optional<int64_t> axis = NormalAxis(attrs.Int("axis", -1), x->shape.size());
@@ -406,37 +392,6 @@ Status Gather(Converter& c, Attributes& attrs) {
   return OkStatus();
 }
 
-// The mean over one axis after the batch axis; keepdims (the default) keeps it as size 1.
-Status ReduceMean(Converter& c, Attributes& attrs) {
-  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
-  std::vector<int64_t> axes = attrs.Ints("axes", {});
-  bool keep = attrs.Int("keepdims", 1) != 0;
-  std::optional<int64_t> axis =
-      axes.size() == 1 ? NormalAxis(axes[0], x->shape.size()) : std::nullopt;
-  if (!axis || *axis == 0) {
-    return c.Fail("only one axis after the batch axis is supported");
-  }
-  Op op;
-  op.kind = OpKind::kReduceMean;
-  op.inputs = {x->tensor};
-  op.axis = *axis;
-  Shape shape = x->shape;
-  shape.erase(shape.begin() + *axis);
-  if (!keep) {
-    c.Emit(op, shape);
-    return OkStatus();
-  }
-  Op& mean = c.Emit(op, shape);
-  Op reshape;
-  reshape.kind = OpKind::kReshape;
-  reshape.inputs = {mean.output};
-  Shape kept = x->shape;
-  kept[static_cast<size_t>(*axis)] = 1;
-  reshape.shape = Shape(kept.begin() + 1, kept.end());
-  c.Emit(reshape, kept);
-  return OkStatus();
-}
-
 // To FLOAT only, which inside a program is nothing: every input arrives converted to FP32.
 Status Cast(Converter& c, Attributes& attrs) {
   FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
@@ -462,7 +417,8 @@ const std::map<std::string, OpEntry>& Table() {
       {"BatchNormalization", {BatchNormalization, {9, 14, 15}}},
       {"Cast", {Cast, {6, 9, 13}, FoldCast}},
       {"Clip", {Clip, {6, 11, 12, 13}}},
-      {"Concat", {nullptr, {4, 11, 13}, Concat}},
+      {"AveragePool", {AveragePool, {7, 10, 11}}},
+      {"Concat", {ConcatTensors, {4, 11, 13}, Concat}},
       {"Constant", {ConstantNode, {9, 11, 12, 13}}},
       {"ConstantOfShape", {nullptr, {9}, ConstantOfShape}},
       {"Conv", {Conv, {1, 11}}},
@@ -472,12 +428,16 @@ const std::map<std::string, OpEntry>& Table() {
       {"Exp", {Exp, {6, 13}}},
       {"Expand", {Expand, {8, 13}, FoldExpand}},
       {"Flatten", {Flatten, {1, 9, 11, 13}}},
+      {"HardSigmoid", {HardSigmoid, {6}}},
+      {"HardSwish", {HardSwish, {14}}},
       {"Gather", {Gather, {1, 11, 13}, FoldGather}},
       {"Gemm", {Gemm, {9, 11, 13}}},
       {"GlobalAveragePool", {GlobalAveragePool, {1}}},
       {"Identity", {Identity, {1, 13, 14, 16}}},
       {"LayerNormalization", {LayerNormalization, {17}}},
+      {"LeakyRelu", {LeakyRelu, {6, 16}}},
       {"Log", {Log, {6, 13}}},
+      {"LogSoftmax", {LogSoftmax, {13}}},
       {"MatMul", {MatMul, {1, 9, 13}}},
       {"MaxPool", {MaxPool, {8, 10, 11, 12}}},
       {"Mul", {Mul, {7, 13, 14}, FoldMul}},
@@ -485,13 +445,16 @@ const std::map<std::string, OpEntry>& Table() {
       {"Pow", {Pow, {7, 12, 13, 15}, FoldPow}},
       {"Range", {nullptr, {11}, Range}},
       {"Reciprocal", {Reciprocal, {6, 13}}},
+      {"ReduceMax", {ReduceMax, {1, 11, 12, 13}}},
       {"ReduceMean", {ReduceMean, {1, 11, 13}}},
+      {"ReduceSum", {ReduceSum, {1, 11, 13}}},
       {"Relu", {Relu, {6, 13, 14}}},
       {"Reshape", {Reshape, {5, 13, 14}, FoldReshape}},
       {"Shape", {ShapeOf, {1, 13, 15}, ShapeOf}},
       {"Sigmoid", {Sigmoid, {6, 13}}},
       {"Slice", {SliceOp, {10, 11, 13}, FoldSlice}},
       {"Softmax", {Softmax, {13}}},
+      {"Split", {Split, {2, 11, 13}}},
       {"Sqrt", {Sqrt, {6, 13}}},
       {"Squeeze", {Squeeze, {1, 11, 13}, FoldSqueeze}},
       {"Sub", {Sub, {7, 13, 14}, FoldSub}},

@@ -1,5 +1,6 @@
 // The converters of the spatial ops: Conv (grouped and depthwise too), BatchNormalization
-// (folded, or a diagonal 1x1 conv2d), MaxPool and GlobalAveragePool (docs/models.md, "Ops").
+// (folded, or a diagonal 1x1 conv2d), MaxPool, AveragePool and GlobalAveragePool
+// (docs/models.md, "Ops").
 #include <algorithm>
 #include <cmath>
 
@@ -171,7 +172,10 @@ Status BatchNormalization(Converter& c, Attributes& attrs) {
   return OkStatus();
 }
 
-Status MaxPool(Converter& c, Attributes& attrs) {
+namespace {
+
+// MaxPool (`kind` kMaxPool2d) or AveragePool (kAvgPool2d) over [N, C, H, W].
+Status Pool(Converter& c, Attributes& attrs, OpKind kind) {
   FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
   if (x->shape.size() != 4) {
     return c.Fail("only 2-D pooling of [N, C, H, W] is supported; got " + Dims(x->shape));
@@ -182,22 +186,32 @@ Status MaxPool(Converter& c, Attributes& attrs) {
   FERRY_ASSIGN_OR_RETURN(auto kernel, Pair(c, attrs, "kernel_shape", 1));
   FERRY_ASSIGN_OR_RETURN(auto stride, Pair(c, attrs, "strides", 1));
   FERRY_ASSIGN_OR_RETURN(auto pad, Window(c, attrs, x->shape, kernel, stride));
-  if (attrs.Int("ceil_mode", 0) != 0 || attrs.Int("storage_order", 0) != 0) {
-    return c.Fail("ceil_mode and storage_order must be 0");
+  if (attrs.Int("ceil_mode", 0) != 0) {
+    return c.Fail("ceil_mode must be 0");
   }
+  if (kind == OpKind::kMaxPool2d && attrs.Int("storage_order", 0) != 0) {
+    return c.Fail("storage_order must be 0");
+  }
+  bool count_pad = kind == OpKind::kAvgPool2d && attrs.Int("count_include_pad", 0) != 0;
   if (pad[0] * 2 > kernel[0] || pad[1] * 2 > kernel[1]) {
     return c.Fail("pads larger than half the kernel are not supported");
   }
   FERRY_ASSIGN_OR_RETURN(Shape shape, Windowed(c, x->shape, x->shape[1], kernel, stride, pad));
   Op op;
-  op.kind = OpKind::kMaxPool2d;
+  op.kind = kind;
   op.inputs = {x->tensor};
   op.kernel = kernel;
   op.stride = stride;
   op.padding = pad;
+  op.count_pad = count_pad;
   c.Emit(op, shape);
   return OkStatus();
 }
+
+}  // namespace
+
+Status MaxPool(Converter& c, Attributes& attrs) { return Pool(c, attrs, OpKind::kMaxPool2d); }
+Status AveragePool(Converter& c, Attributes& attrs) { return Pool(c, attrs, OpKind::kAvgPool2d); }
 
 // ferry's global_avgpool gives [N, C]; ONNX keeps [N, C, 1, 1].
 Status GlobalAveragePool(Converter& c, Attributes&) {

@@ -27,6 +27,7 @@ Result<std::vector<float>> ChannelVector(Converter& c, const ConstTensor& t, int
 Status Conv(Converter& c, Attributes& attrs);
 Status BatchNormalization(Converter& c, Attributes& attrs);
 Status MaxPool(Converter& c, Attributes& attrs);
+Status AveragePool(Converter& c, Attributes& attrs);
 Status GlobalAveragePool(Converter& c, Attributes& attrs);
 
 // onnx_tensor_ops.cc: arithmetic with broadcasting (`kind` add, sub, mul or div; a constant
@@ -43,5 +44,18 @@ Status Reciprocal(Converter& c, Attributes& attrs);
 Status Pow(Converter& c, Attributes& attrs);
 Status Unsqueeze(Converter& c, Attributes& attrs);
 Status Squeeze(Converter& c, Attributes& attrs);
+
+// onnx_nn_ops.cc: the piecewise activations, Softmax and LogSoftmax, the reductions of one
+// axis, Concat of computed tensors and Split (into slices).
+Status LeakyRelu(Converter& c, Attributes& attrs);
+Status HardSigmoid(Converter& c, Attributes& attrs);
+Status HardSwish(Converter& c, Attributes& attrs);
+Status Softmax(Converter& c, Attributes& attrs);
+Status LogSoftmax(Converter& c, Attributes& attrs);
+Status ReduceMean(Converter& c, Attributes& attrs);
+Status ReduceSum(Converter& c, Attributes& attrs);
+Status ReduceMax(Converter& c, Attributes& attrs);
+Status ConcatTensors(Converter& c, Attributes& attrs);
+Status Split(Converter& c, Attributes& attrs);
 
 }  // namespace ferry::onnx_import

@@ -39,6 +39,8 @@ const std::map<std::string, std::set<int>> kWeightOperands = {
     {"Unsqueeze", {1}},
     {"Squeeze", {1}},
     {"Pow", {1}},
+    {"ReduceSum", {1}},
+    {"Split", {1}},
 };
 // Arithmetic whose operand of lower rank than the first is a constant in ferry's terms (a
 // batched tensor always has the batch axis).
@@ -249,7 +251,11 @@ TEST_CASE("ONNX node tests of every converted op pass, or are refused with a rea
         "test_maxpool_2d_default", "test_maxpool_2d_precomputed_pads",
         "test_conv_with_autopad_same", "test_globalaveragepool", "test_flatten_axis1",
         "test_layer_normalization_2d_axis1", "test_sqrt", "test_exp", "test_log", "test_neg",
-        "test_reciprocal", "test_pow_bcast_scalar",
+        "test_reciprocal", "test_pow_bcast_scalar", "test_averagepool_2d_default",
+        "test_averagepool_2d_strides", "test_concat_3d_axis_1", "test_leakyrelu",
+        "test_hardsigmoid", "test_hardswish", "test_logsoftmax_axis_1",
+        "test_reduce_max_keepdims_random", "test_reduce_sum_keepdims_random",
+        "test_split_equal_parts_2d", "test_split_variable_parts_2d",
         // Folded at import (every input a constant), checked against ONNX's answers.
         "test_shape", "test_shape_start_1_end_negative_1", "test_slice_neg_steps",
         "test_slice_start_out_of_bounds", "test_concat_2d_axis_negative_1",
