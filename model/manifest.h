@@ -112,12 +112,15 @@ struct Op {
   std::array<int64_t, 2> stride{1, 1};   // conv2d and the pools (a pool's default: kernel).
   std::array<int64_t, 2> padding{0, 0};  // conv2d, maxpool2d, avgpool2d.
   bool count_pad = false;                // avgpool2d: padding counts in each window's mean.
-  double alpha = 0, beta = 0;            // leaky_relu (alpha), hard_sigmoid (alpha x + beta).
-  int64_t groups = 1;                    // conv2d: channel groups (depthwise: groups = C).
-  double min = 0, max = 0;               // clip: the closed range values are clamped to.
-  Shape shape;                           // reshape: the new shape of all but axis 0.
-  std::vector<int64_t> perm;             // transpose: output axis i is input axis perm[i].
-  bool reverse = false;                  // Binary op with a weight: weight OP input.
+  // maxpool2d: output sizes round up; a last window may run past the input's end (never one
+  // that would start in the right padding).
+  bool ceil = false;
+  double alpha = 0, beta = 0;  // leaky_relu (alpha), hard_sigmoid (alpha x + beta).
+  int64_t groups = 1;          // conv2d: channel groups (depthwise: groups = C).
+  double min = 0, max = 0;     // clip: the closed range values are clamped to.
+  Shape shape;                 // reshape: the new shape of all but axis 0.
+  std::vector<int64_t> perm;   // transpose: output axis i is input axis perm[i].
+  bool reverse = false;        // Binary op with a weight: weight OP input.
 };
 
 // GEMM arithmetic for backends that have a choice (the CPU reference is always fp32).

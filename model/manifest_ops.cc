@@ -229,6 +229,8 @@ bool ReadOpAttributes(TableReader& r, Op& op) {
       }
       if (op.kind == OpKind::kAvgPool2d) {
         r.Bool("count_pad", &op.count_pad);
+      } else {
+        r.Bool("ceil", &op.ceil);
       }
       op.stride = op.kernel;
       ReadPair(r, "stride", &op.stride, 1);

@@ -448,7 +448,7 @@ class Inference {
                       "kernel " + std::to_string(kernel[i]) + " is larger than the padded input " +
                           ShapeToString(x));
       }
-      out[2 + i] = span / op.stride[i] + 1;
+      out[2 + i] = PooledSize(x[2 + i], kernel[i], op.stride[i], op.padding[i], op.ceil);
     }
     return out;
   }
@@ -462,6 +462,18 @@ class Inference {
 };
 
 }  // namespace
+
+int64_t PooledSize(int64_t size, int64_t kernel, int64_t stride, int64_t pad, bool ceil) {
+  int64_t span = size + 2 * pad - kernel;
+  if (!ceil) {
+    return span / stride + 1;
+  }
+  int64_t out = (span + stride - 1) / stride + 1;
+  if ((out - 1) * stride >= size + pad) {
+    --out;
+  }
+  return out;
+}
 
 std::string ShapeToString(const Shape& shape) {
   std::string out = "[";

@@ -34,6 +34,12 @@ Result<std::map<std::string, Shape>> InferShapes(const Manifest& manifest,
 
 std::string ShapeToString(const Shape& shape);  // "[4, 784]"
 
+// The output size of a window of `kernel` at `stride` over `size` padded by `pad` each side:
+// rounded down, or with `ceil` up, dropping a last window that would start in the right
+// padding (PyTorch's and ONNX's ceil_mode).
+// REQUIRES: size + 2 pad >= kernel >= 1, stride >= 1.
+int64_t PooledSize(int64_t size, int64_t kernel, int64_t stride, int64_t pad, bool ceil);
+
 // Product of the dimensions; nullopt when it would exceed 2^40 elements.
 std::optional<int64_t> NumElements(const Shape& shape);
 

@@ -258,6 +258,16 @@ TEST_CASE("reduce_mean removes its axis, never the batch axis") {
             .find("out of range") != std::string::npos);
 }
 
+TEST_CASE("pooled sizes round down, or up in ceil mode without a window in the right padding") {
+  CHECK(PooledSize(112, 3, 2, 0, false) == 55);
+  CHECK(PooledSize(112, 3, 2, 0, true) == 56);
+  CHECK(PooledSize(6, 3, 2, 0, true) == 3);
+  CHECK(PooledSize(4, 2, 2, 0, true) == 2);  // Exact: ceil changes nothing.
+  // Span 5: ceil gives 4 windows, but the 4th would start at 6, in the right padding.
+  CHECK(PooledSize(5, 2, 2, 1, true) == 3);
+  CHECK(PooledSize(5, 2, 2, 1, false) == 3);
+}
+
 TEST_CASE("reduce_sum and reduce_max never reduce the batch axis") {
   WeightLookup none = [](const std::string&) { return std::nullopt; };
   for (OpKind kind : {OpKind::kReduceSum, OpKind::kReduceMax}) {

@@ -88,6 +88,9 @@ void WriteOp(std::ostringstream& out, const Op& op) {
       pair("kernel", op.kernel);
       pair("stride", op.stride);
       pair("padding", op.padding);
+      if (op.ceil) {
+        out << "ceil = true\n";
+      }
       if (op.count_pad) {
         out << "count_pad = true\n";
       }

@@ -1,6 +1,7 @@
 // The converters of the piecewise activations (LeakyRelu, HardSigmoid, HardSwish), Softmax and
 // LogSoftmax, the reductions of one axis (ReduceMean, ReduceSum, ReduceMax), Concat of computed
 // tensors and Split into slices (docs/models.md, "Ops").
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -38,6 +39,32 @@ Status SoftmaxAlong(Converter& c, Attributes& attrs, OpKind kind) {
   return OkStatus();
 }
 
+// Whether `axes` are the two spatial axes of a rank-4 tensor (x.mean([2, 3]) in PyTorch).
+bool IsSpatialMean(const std::vector<int64_t>& axes, size_t rank) {
+  if (rank != 4 || axes.size() != 2) {
+    return false;
+  }
+  std::optional<int64_t> a = NormalAxis(axes[0], rank), b = NormalAxis(axes[1], rank);
+  return a && b && std::min(*a, *b) == 2 && std::max(*a, *b) == 3;
+}
+
+// The mean over H and W of [N, C, H, W]: global_avgpool to [N, C], reshaped to [N, C, 1, 1]
+// for keepdims.
+Status SpatialMean(Converter& c, const Value& x, bool keep) {
+  Op pool;
+  pool.kind = OpKind::kGlobalAvgPool;
+  pool.inputs = {x.tensor};
+  Op& pooled = c.Emit(pool, {kBatchDim, x.shape[1]});
+  if (keep) {
+    Op reshape;
+    reshape.kind = OpKind::kReshape;
+    reshape.inputs = {pooled.output};
+    reshape.shape = {x.shape[1], 1, 1};
+    c.Emit(reshape, {kBatchDim, x.shape[1], 1, 1});
+  }
+  return OkStatus();
+}
+
 // The reduction of one axis after the batch axis; keepdims (the default) keeps it as size 1.
 // The axes are an attribute, or (ReduceSum from version 13) a constant second input.
 Status Reduce(Converter& c, Attributes& attrs, OpKind kind) {
@@ -59,6 +86,9 @@ Status Reduce(Converter& c, Attributes& attrs, OpKind kind) {
     }
   } else {
     axes = attrs.Ints("axes", {});
+  }
+  if (kind == OpKind::kReduceMean && IsSpatialMean(axes, x->shape.size())) {
+    return SpatialMean(c, *x, keep);
   }
   std::optional<int64_t> axis =
       axes.size() == 1 ? NormalAxis(axes[0], x->shape.size()) : std::nullopt;
@@ -112,6 +142,33 @@ Result<std::vector<int64_t>> SplitSizes(Converter& c, std::vector<int64_t> split
 }
 
 }  // namespace
+
+// Constant padding by zeros only (PyTorch exports an AvgPool2d as a Pad of zeros first): the
+// tensor as it is. Any other padding is refused.
+Status Pad(Converter& c, Attributes& attrs) {
+  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  if (attrs.String("mode", "constant") != "constant") {
+    return c.Fail("only constant padding is supported");
+  }
+  std::vector<int64_t> pads;
+  if (c.opset() >= 11) {
+    FERRY_ASSIGN_OR_RETURN(const ConstTensor* t, c.Constant(1));
+    if (!t->integer) {
+      return c.Fail("pads must be an integer constant");
+    }
+    pads = t->ints;
+  } else {
+    pads = attrs.Ints("pads", {});
+    attrs.Float("value", 0.f);
+  }
+  for (int64_t p : pads) {
+    if (p != 0) {
+      return c.Fail("only zero pads (no padding) are supported; pad inside the Conv or pool");
+    }
+  }
+  c.Define(0, *x);
+  return OkStatus();
+}
 
 Status LeakyRelu(Converter& c, Attributes& attrs) {
   return Piecewise(c, OpKind::kLeakyRelu, attrs.Float("alpha", 0.01f), 0.f);

@@ -155,12 +155,65 @@ TEST_CASE("ReduceSum takes constant axes (an input from version 13); AveragePool
   CHECK((p->manifest.program[0].kind == OpKind::kAvgPool2d && p->manifest.program[0].count_pad));
   CHECK(p->manifest.outputs[0].shape == Shape{kBatchDim, 2, 5, 5});
 
+  onnx::ModelProto max = Model({2, 112, 112});
+  onnx::NodeProto* mp = Node(max, "MaxPool", {"x"}, "y");
+  IntsAttr(mp, "kernel_shape", {3, 3});
+  IntsAttr(mp, "strides", {2, 2});
+  IntAttr(mp, "ceil_mode", 1);
+  Output(max, "y");
+  Result<ImportedModel> mr = Import(max);
+  REQUIRE_MESSAGE(mr.ok(), (mr.ok() ? "" : mr.error().message));
+  CHECK(mr->manifest.program[0].ceil);
+  CHECK(mr->manifest.outputs[0].shape == Shape{kBatchDim, 2, 56, 56});
+  Result<Manifest> parsed = ParseManifest(ManifestToml(mr->manifest), "manifest.toml");
+  REQUIRE_MESSAGE(parsed.ok(), (parsed.ok() ? "" : parsed.error().message));
+  CHECK(parsed->program[0].ceil);
+
   onnx::ModelProto ceil = Model({2, 5, 5});
   onnx::NodeProto* c = Node(ceil, "AveragePool", {"x"}, "y");
   IntsAttr(c, "kernel_shape", {2, 2});
   IntAttr(c, "ceil_mode", 1);
   Output(ceil, "y");
   CHECK(Contains(ErrorOf(ceil), "ceil_mode must be 0"));
+}
+
+TEST_CASE("Pad by zeros passes through; the spatial mean becomes global_avgpool") {
+  auto padded = [](std::vector<int64_t> pads, const char* mode) {
+    onnx::ModelProto m = Model({2, 4, 4}, 13);
+    IntInit(m, "pads", {8}, pads);
+    onnx::NodeProto* n = Node(m, "Pad", {"x", "pads"}, "p");
+    auto* a = n->add_attribute();
+    a->set_name("mode");
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(mode);
+    Node(m, "Relu", {"p"}, "y");
+    Output(m, "y");
+    return m;
+  };
+  Result<ImportedModel> r = Import(padded({0, 0, 0, 0, 0, 0, 0, 0}, "constant"));
+  REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
+  REQUIRE(r->manifest.program.size() == 1);
+  CHECK(r->manifest.program[0].inputs[0] == "x");
+  CHECK(Contains(ErrorOf(padded({0, 0, 1, 1, 0, 0, 1, 1}, "constant")), "only zero pads"));
+  CHECK(Contains(ErrorOf(padded({0, 0, 0, 0, 0, 0, 0, 0}, "reflect")), "only constant padding"));
+
+  for (int keep : {0, 1}) {
+    CAPTURE(keep);
+    onnx::ModelProto m = Model({3, 4, 4});
+    onnx::NodeProto* n = Node(m, "ReduceMean", {"x"}, "y");
+    IntsAttr(n, "axes", {-1, 2});
+    IntAttr(n, "keepdims", keep);
+    Output(m, "y");
+    Result<ImportedModel> mean = Import(m);
+    REQUIRE_MESSAGE(mean.ok(), (mean.ok() ? "" : mean.error().message));
+    CHECK(mean->manifest.program[0].kind == OpKind::kGlobalAvgPool);
+    CHECK(mean->manifest.outputs[0].shape ==
+          (keep ? Shape{kBatchDim, 3, 1, 1} : Shape{kBatchDim, 3}));
+  }
+  onnx::ModelProto other = Model({3, 4, 4});
+  IntsAttr(Node(other, "ReduceMean", {"x"}, "y"), "axes", {1, 2});
+  Output(other, "y");
+  CHECK(Contains(ErrorOf(other), "only one axis after the batch axis"));
 }
 
 }  // namespace

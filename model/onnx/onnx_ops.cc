@@ -442,6 +442,7 @@ const std::map<std::string, OpEntry>& Table() {
       {"MaxPool", {MaxPool, {8, 10, 11, 12}}},
       {"Mul", {Mul, {7, 13, 14}, FoldMul}},
       {"Neg", {Neg, {6, 13}}},
+      {"Pad", {Pad, {2, 11, 13}}},
       {"Pow", {Pow, {7, 12, 13, 15}, FoldPow}},
       {"Range", {nullptr, {11}, Range}},
       {"Reciprocal", {Reciprocal, {6, 13}}},

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "model/onnx/op_helpers.h"
+#include "model/shape_inference.h"
 
 namespace ferry::onnx_import {
 namespace {
@@ -186,7 +187,8 @@ Status Pool(Converter& c, Attributes& attrs, OpKind kind) {
   FERRY_ASSIGN_OR_RETURN(auto kernel, Pair(c, attrs, "kernel_shape", 1));
   FERRY_ASSIGN_OR_RETURN(auto stride, Pair(c, attrs, "strides", 1));
   FERRY_ASSIGN_OR_RETURN(auto pad, Window(c, attrs, x->shape, kernel, stride));
-  if (attrs.Int("ceil_mode", 0) != 0) {
+  bool ceil = attrs.Int("ceil_mode", 0) != 0;
+  if (ceil && kind != OpKind::kMaxPool2d) {
     return c.Fail("ceil_mode must be 0");
   }
   if (kind == OpKind::kMaxPool2d && attrs.Int("storage_order", 0) != 0) {
@@ -204,6 +206,11 @@ Status Pool(Converter& c, Attributes& attrs, OpKind kind) {
   op.stride = stride;
   op.padding = pad;
   op.count_pad = count_pad;
+  op.ceil = ceil;
+  if (ceil) {
+    shape[2] = PooledSize(x->shape[2], kernel[0], stride[0], pad[0], true);
+    shape[3] = PooledSize(x->shape[3], kernel[1], stride[1], pad[1], true);
+  }
   c.Emit(op, shape);
   return OkStatus();
 }

@@ -46,7 +46,7 @@ Status Unsqueeze(Converter& c, Attributes& attrs);
 Status Squeeze(Converter& c, Attributes& attrs);
 
 // onnx_nn_ops.cc: the piecewise activations, Softmax and LogSoftmax, the reductions of one
-// axis, Concat of computed tensors and Split (into slices).
+// axis (and the spatial mean), Concat of computed tensors, Split (into slices) and Pad by zeros.
 Status LeakyRelu(Converter& c, Attributes& attrs);
 Status HardSigmoid(Converter& c, Attributes& attrs);
 Status HardSwish(Converter& c, Attributes& attrs);
@@ -57,5 +57,6 @@ Status ReduceSum(Converter& c, Attributes& attrs);
 Status ReduceMax(Converter& c, Attributes& attrs);
 Status ConcatTensors(Converter& c, Attributes& attrs);
 Status Split(Converter& c, Attributes& attrs);
+Status Pad(Converter& c, Attributes& attrs);
 
 }  // namespace ferry::onnx_import

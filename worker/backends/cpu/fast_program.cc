@@ -259,7 +259,7 @@ class FastProgram::Compiler {
     memory::desc dst(Dims(ys), kF32, dst_tag);
     dnnl::pooling_forward::primitive_desc pd(
         dnnl::pooling_forward::desc(dnnl::prop_kind::forward_inference, PoolAlgorithm(op), src, dst,
-                                    strides, kernel, padding, padding),
+                                    strides, kernel, padding, RightPadding(op, xs, ys, padding)),
         s->engine);
     dnnl::pooling_forward primitive(pd);
     memory y =
@@ -477,6 +477,20 @@ class FastProgram::Compiler {
     dnnl::concat primitive(pd);
     args[DNNL_ARG_DST] = s->Wrap(PlainDesc(ys), op.output);
     s->steps.push_back({index, [s = s, primitive, args] { primitive.execute(s->stream, args); }});
+  }
+
+  // The padding after each spatial axis: as before it, or in ceil mode whatever the last
+  // window reaches past the input (oneDNN takes the output size from the padding).
+  static memory::dims RightPadding(const Op& op, const Shape& xs, const Shape& ys,
+                                   const memory::dims& left) {
+    if (!op.ceil) {
+      return left;
+    }
+    memory::dims right(2);
+    for (size_t i = 0; i < 2; ++i) {
+      right[i] = (ys[2 + i] - 1) * op.stride[i] + op.kernel[i] - xs[2 + i] - left[i];
+    }
+    return right;
   }
 
   static dnnl::algorithm PoolAlgorithm(const Op& op) {

@@ -237,7 +237,8 @@ TEST_CASE("matmul epilogues: fused binary ops match the reference, unfusable one
   CheckFastMatchesReference(AttentionBundle(dir), {2 * 4 * 3, 2 * 3 * 4, 4}, {32, 32, 32, 32, 32});
 }
 
-// The ops imported models bring: both average poolings, the piecewise activations, a concat
+// The ops imported models bring: max pooling in ceil mode (its last window past the input's
+// end), both average poolings, the piecewise activations, a concat
 // of three computed tensors, two reductions and a log softmax; the concat is also an output.
 std::string ImportedOpsBundle(const testing::TempDir& dir) {
   std::string path = dir.path() + "/imported";
@@ -252,8 +253,18 @@ shape = [-1, 12]
 [[outputs]]
 name = "f"
 shape = [-1, 12, 6, 6]
+[[outputs]]
+name = "m"
+shape = [-1, 4, 3, 3]
 [batching]
 sizes = [1, 3]
+[[program]]
+op = "maxpool2d"
+input = "x"
+output = "m"
+kernel = 3
+stride = 2
+ceil = true
 [[program]]
 op = "avgpool2d"
 input = "x"
@@ -311,7 +322,7 @@ axis = 1
 
 TEST_CASE("imported ops: pooling, activations, concat, reductions and log softmax agree") {
   testing::TempDir dir;
-  CheckFastMatchesReference(ImportedOpsBundle(dir), {4 * 6 * 6}, {12, 12 * 6 * 6});
+  CheckFastMatchesReference(ImportedOpsBundle(dir), {4 * 6 * 6}, {12, 12 * 6 * 6, 4 * 3 * 3});
 }
 
 }  // namespace

@@ -80,6 +80,11 @@ Status CudaRuns(const Manifest& manifest) {
   }
   for (const Op& op : manifest.program) {
     bool broadcast = op.kind == OpKind::kAdd && op.inputs.size() != 2;  // A weight operand.
+    if (op.ceil) {
+      return InvalidArgument("model '" + manifest.name +
+                             "': the CUDA backend does not run maxpool2d with ceil yet (CPU "
+                             "workers do)");
+    }
     if (!CudaRunsOp(op.kind) || broadcast) {
       return InvalidArgument("model '" + manifest.name + "': the CUDA backend does not run " +
                              std::string(OpKindName(op.kind)) + " yet (CPU workers do)");
