@@ -39,6 +39,35 @@ def mobilenet_v2():
     return torchvision.models.mobilenet_v2(weights=None, num_classes=1000), (3, 224, 224)
 
 
+def mobilenet_v3_small():
+    """HardSwish and HardSigmoid (squeeze-and-excitation), depthwise convolutions."""
+    import torchvision
+    return torchvision.models.mobilenet_v3_small(weights=None), (3, 224, 224)
+
+
+def googlenet():
+    """Concat of four computed branches, MaxPool in ceil mode. torchvision's own init draws
+    the weights so small that every image gets the same answer: Kaiming's instead."""
+    import torchvision
+    model = torchvision.models.googlenet(weights=None, aux_logits=False, init_weights=False)
+    for m in model.modules():
+        if isinstance(m, torch.nn.Conv2d):
+            torch.nn.init.kaiming_normal_(m.weight)
+    return model, (3, 224, 224)
+
+
+def densenet121():
+    """Concat growing along channels, AveragePool (exported behind a Pad of zeros)."""
+    import torchvision
+    return torchvision.models.densenet121(weights=None), (3, 224, 224)
+
+
+def shufflenet():
+    """Channel shuffle (5-D reshape and transpose), Split, and x.mean([2, 3])."""
+    import torchvision
+    return torchvision.models.shufflenet_v2_x0_5(weights=None), (3, 224, 224)
+
+
 def cnn():
     layers = torch.nn.Sequential(
         torch.nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False), torch.nn.BatchNorm2d(8),
@@ -188,7 +217,9 @@ def encoder128():
     return Encoder(seq=128), (128,)
 
 
-MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2, "cnn": cnn, "mlp": mlp,
+MODELS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2,
+          "mobilenet_v3_small": mobilenet_v3_small, "googlenet": googlenet,
+          "densenet121": densenet121, "shufflenet": shufflenet, "cnn": cnn, "mlp": mlp,
           "text": text, "encoder": encoder, "encoder128": encoder128, "bert": bert,
           "bert_opset14": bert}
 # Models exported at their own opset: before 17, LayerNormalization is exported as

@@ -1,8 +1,8 @@
-// Models exported from PyTorch (scripts/make_onnx_models.py: ResNet-18 and MobileNetV2 from
-// torchvision, a CNN with batch norm, an MLP with batch norm, layer norm, GELU and dropout),
-// imported and run on CpuBackend, against the module's own answer: max |got - want| <= 1e-4 x
-// max |want|.
-// FERRY_ONNX_MODELS names the directory the script wrote (CTest's fixture sets it).
+// Models exported from PyTorch (scripts/make_onnx_models.py: ResNet-18, MobileNetV2 and V3,
+// GoogLeNet, DenseNet-121 and ShuffleNetV2 from torchvision, a CNN with batch norm, an MLP with
+// batch norm, layer norm, GELU and dropout), imported and run on CpuBackend, against the module's
+// own answer: max |got - want| <= 1e-4 x max |want|. FERRY_ONNX_MODELS names the directory the
+// script wrote (CTest's fixture sets it).
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -53,6 +53,22 @@ TEST_CASE("ResNet-18 from torchvision answers as PyTorch does") {
 
 TEST_CASE("MobileNetV2 from torchvision (depthwise convolutions, ReLU6) answers as PyTorch does") {
   CheckModel("mobilenet_v2", {CpuMode::kFast, CpuMode::kReference});
+}
+
+TEST_CASE("MobileNetV3-Small (HardSwish, HardSigmoid, squeeze-and-excitation) as PyTorch") {
+  CheckModel("mobilenet_v3_small", {CpuMode::kFast, CpuMode::kReference});
+}
+
+TEST_CASE("GoogLeNet (Concat of four branches, MaxPool in ceil mode) answers as PyTorch does") {
+  CheckModel("googlenet", {CpuMode::kFast});
+}
+
+TEST_CASE("DenseNet-121 (a growing Concat, AveragePool behind a zero Pad) as PyTorch") {
+  CheckModel("densenet121", {CpuMode::kFast});
+}
+
+TEST_CASE("ShuffleNetV2 (channel shuffle, Split, the spatial mean) answers as PyTorch does") {
+  CheckModel("shufflenet", {CpuMode::kFast, CpuMode::kReference});
 }
 
 TEST_CASE("a text classifier: INT64 token ids, an embedding lookup and a mean, as PyTorch") {
