@@ -124,4 +124,119 @@ Status ConvertToFloat32(DType dtype, std::span<const uint8_t> bytes, std::span<f
   }
 }
 
+uint16_t FloatToF16(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, 4);
+  auto sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  uint32_t exponent = (x >> 23) & 0xff, mantissa = x & 0x7fffff;
+  if (exponent == 0xff) {
+    return static_cast<uint16_t>(sign | 0x7c00 | (mantissa != 0 ? 0x200 : 0));
+  }
+  int e = static_cast<int>(exponent) - 127 + 15;
+  if (e >= 31) {
+    return static_cast<uint16_t>(sign | 0x7c00);
+  }
+  uint32_t half = 0, rest = 0, shift = 13;
+  if (e <= 0) {  // A subnormal half (or zero): the implicit bit shifted in.
+    if (e < -10) {
+      return sign;
+    }
+    mantissa |= 0x800000;
+    shift = static_cast<uint32_t>(14 - e);
+    half = mantissa >> shift;
+  } else {
+    half = (static_cast<uint32_t>(e) << 10) | (mantissa >> 13);
+  }
+  rest = mantissa & ((1u << shift) - 1);
+  uint32_t middle = 1u << (shift - 1);
+  if (rest > middle || (rest == middle && (half & 1) != 0)) {
+    ++half;  // A carry into the exponent rounds up correctly, to infinity at the top.
+  }
+  return static_cast<uint16_t>(sign | half);
+}
+
+namespace {
+
+// Rounded to nearest, saturated to T's range, NaN as 0.
+template <typename T>
+void Narrow(std::span<const float> values, std::span<uint8_t> out) {
+  const double lo = static_cast<double>(std::numeric_limits<T>::min());
+  const double hi = static_cast<double>(std::numeric_limits<T>::max());
+  for (size_t i = 0; i < values.size(); ++i) {
+    double r = std::nearbyint(static_cast<double>(values[i]));
+    T t = 0;
+    if (std::isnan(r)) {
+      t = 0;
+    } else if (r >= hi) {
+      t = std::numeric_limits<T>::max();
+    } else if (r <= lo) {
+      t = std::numeric_limits<T>::min();
+    } else {
+      t = static_cast<T>(r);
+    }
+    std::memcpy(out.data() + i * sizeof(T), &t, sizeof(T));
+  }
+}
+
+}  // namespace
+
+Status ConvertFromFloat32(DType dtype, std::span<const float> values, std::span<uint8_t> out) {
+  int bits = DTypeBits(dtype);
+  if (bits % 8 != 0 || bits == 0 || out.size() != values.size() * static_cast<size_t>(bits / 8)) {
+    return InvalidArgument("cannot convert " + std::to_string(values.size()) + " FP32 values to " +
+                           std::to_string(out.size()) + " bytes of " +
+                           std::string(SafetensorsName(dtype)));
+  }
+  switch (dtype) {
+    case DType::kBool:
+      for (size_t i = 0; i < values.size(); ++i) {
+        out[i] = values[i] != 0.0f ? 1 : 0;
+      }
+      return OkStatus();
+    case DType::kU8:
+      Narrow<uint8_t>(values, out);
+      return OkStatus();
+    case DType::kI8:
+      Narrow<int8_t>(values, out);
+      return OkStatus();
+    case DType::kU16:
+      Narrow<uint16_t>(values, out);
+      return OkStatus();
+    case DType::kI16:
+      Narrow<int16_t>(values, out);
+      return OkStatus();
+    case DType::kU32:
+      Narrow<uint32_t>(values, out);
+      return OkStatus();
+    case DType::kI32:
+      Narrow<int32_t>(values, out);
+      return OkStatus();
+    case DType::kU64:
+      Narrow<uint64_t>(values, out);
+      return OkStatus();
+    case DType::kI64:
+      Narrow<int64_t>(values, out);
+      return OkStatus();
+    case DType::kF64:
+      for (size_t i = 0; i < values.size(); ++i) {
+        double v = values[i];
+        std::memcpy(out.data() + i * 8, &v, 8);
+      }
+      return OkStatus();
+    case DType::kF32:
+      std::memcpy(out.data(), values.data(), out.size());
+      return OkStatus();
+    case DType::kF16:
+    case DType::kBF16:
+      for (size_t i = 0; i < values.size(); ++i) {
+        uint16_t v = dtype == DType::kBF16 ? FloatToBf16(values[i]) : FloatToF16(values[i]);
+        out[2 * i] = static_cast<uint8_t>(v & 0xff);
+        out[2 * i + 1] = static_cast<uint8_t>(v >> 8);
+      }
+      return OkStatus();
+    default:
+      return InvalidArgument("cannot convert FP32 to " + std::string(SafetensorsName(dtype)));
+  }
+}
+
 }  // namespace ferry

@@ -91,6 +91,7 @@ enum class OpKind {
   kReduceMax,
   kLogSoftmax,
   kConcat,
+  kArgMax,
 };
 // add, sub, mul, div: elementwise with numpy broadcasting.
 bool IsBinaryElementwise(OpKind kind);
@@ -115,6 +116,7 @@ struct Op {
   // maxpool2d: output sizes round up; a last window may run past the input's end (never one
   // that would start in the right padding).
   bool ceil = false;
+  bool last_index = false;     // arg_max: the last of equal maxima (default: the first).
   double alpha = 0, beta = 0;  // leaky_relu (alpha), hard_sigmoid (alpha x + beta).
   int64_t groups = 1;          // conv2d: channel groups (depthwise: groups = C).
   double min = 0, max = 0;     // clip: the closed range values are clamped to.

@@ -51,6 +51,7 @@ constexpr OpInfo kOps[] = {
     {"reduce_max", OpKind::kReduceMax},
     {"log_softmax", OpKind::kLogSoftmax},
     {"concat", OpKind::kConcat},
+    {"arg_max", OpKind::kArgMax},
 };
 
 void ReadPair(TableReader& r, std::string_view key, std::array<int64_t, 2>* out, int64_t min) {
@@ -173,6 +174,12 @@ bool ReadOpAttributes(TableReader& r, Op& op) {
     case OpKind::kReduceSum:
     case OpKind::kReduceMax:
     case OpKind::kConcat:
+    case OpKind::kArgMax:
+      r.Bool("last_index", &op.last_index);
+      if (op.kind != OpKind::kArgMax && op.last_index) {
+        r.ErrorAt("last_index", "only arg_max takes last_index");
+        ok = false;
+      }
       if (!r.Int("axis", &op.axis, -static_cast<int64_t>(kMaxRank), kMaxRank - 1)) {
         r.ErrorAt("axis", std::string(OpKindName(op.kind)) + " needs the axis it works along");
         ok = false;

@@ -37,8 +37,11 @@ class Inference {
       shapes_[op.output] = std::move(out);
     }
     for (const TensorSpec& output : m_.outputs) {
-      if (output.dtype != DType::kF32) {
-        return Fail("output '" + output.name + "' must be FP32");
+      if (!IsFloat(output.dtype) && output.dtype != DType::kF64 && !IsInteger(output.dtype)) {
+        return Fail("output '" + output.name + "' is " +
+                    std::string(SafetensorsName(output.dtype)) +
+                    "; program outputs are BOOL, integers, FP16, BF16, FP32 or FP64 (converted "
+                    "from FP32)");
       }
       Shape expected = Concrete(v_.outputs.at(output.name));
       const Shape& got = shapes_.at(output.name);
@@ -159,6 +162,7 @@ class Inference {
       case OpKind::kReduceMean:
       case OpKind::kReduceSum:
       case OpKind::kReduceMax:
+      case OpKind::kArgMax:
         return Reduce(op, x);
       case OpKind::kFlatten:
         return Flatten(op, x);

@@ -101,7 +101,7 @@ TEST_CASE("weights are F32, F16 or BF16; an integer weight is refused") {
   }
 }
 
-TEST_CASE("add of two tensors needs one rank and batch axis; outputs must be FP32") {
+TEST_CASE("add of two tensors needs one rank and batch axis; outputs of numeric types") {
   Manifest m;
   m.name = "m";
   m.inputs = {{"x", DType::kF32, {kBatchDim, 2, 3}, 0}};
@@ -126,8 +126,14 @@ TEST_CASE("add of two tensors needs one rank and batch axis; outputs must be FP3
             .message.find("tensor 'f': [2, 6] and [2, 2, 3]: two computed operands need the same "
                           "rank and batch axis") != std::string::npos);
   m.program[1].inputs = {"x", "x"};
-  m.outputs[0].dtype = DType::kF16;
-  CHECK(InferShapes(m, m.variants[0], 2, none).error().message.find("output 'y' must be FP32") !=
+  for (DType dtype : {DType::kF16, DType::kBF16, DType::kI64, DType::kU8, DType::kBool}) {
+    m.outputs[0].dtype = dtype;  // Converted from FP32 by the worker.
+    CHECK(InferShapes(m, m.variants[0], 2, none).ok());
+  }
+  m.outputs[0].dtype = DType::kF8E4M3;
+  CHECK(InferShapes(m, m.variants[0], 2, none)
+            .error()
+            .message.find("program outputs are BOOL, integers, FP16, BF16, FP32 or FP64") !=
         std::string::npos);
 }
 

@@ -433,7 +433,17 @@ Status Converter::DefineOutputs() {
     } else {
       renames[value.tensor] = name;
     }
-    out_.manifest.outputs.push_back(TensorSpec{name, DType::kF32, value.shape, 0, std::nullopt});
+    // The graph's type for the output (an ArgMax gives INT64); the worker converts to it.
+    DType dtype = DType::kF32;
+    if (output.type().has_tensor_type() && output.type().tensor_type().elem_type() != 0) {
+      std::optional<DType> declared = InputDType(output.type().tensor_type().elem_type());
+      if (!declared) {
+        return Fail(where + " is of a type ferry does not give: BOOL, integers, FLOAT16, " +
+                    "BFLOAT16, FLOAT and DOUBLE");
+      }
+      dtype = *declared;
+    }
+    out_.manifest.outputs.push_back(TensorSpec{name, dtype, value.shape, 0, std::nullopt});
   }
   if (out_.manifest.outputs.empty() || out_.manifest.outputs.size() > kMaxTensorsPerSide) {
     return Fail("the graph has " + std::to_string(out_.manifest.outputs.size()) +

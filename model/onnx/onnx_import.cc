@@ -64,6 +64,9 @@ void WriteOp(std::ostringstream& out, const Op& op) {
     case OpKind::kConcat:
       out << "axis = " << op.axis << "\n";
       break;
+    case OpKind::kArgMax:
+      out << "axis = " << op.axis << "\n" << (op.last_index ? "last_index = true\n" : "");
+      break;
     case OpKind::kLeakyRelu:
       out << "alpha = " << Number(op.alpha) << "\n";
       break;

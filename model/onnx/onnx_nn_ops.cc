@@ -186,6 +186,38 @@ Status ReduceMean(Converter& c, Attributes& attrs) { return Reduce(c, attrs, OpK
 Status ReduceSum(Converter& c, Attributes& attrs) { return Reduce(c, attrs, OpKind::kReduceSum); }
 Status ReduceMax(Converter& c, Attributes& attrs) { return Reduce(c, attrs, OpKind::kReduceMax); }
 
+// The index of the maximum along one axis after the batch axis (INT64 in ONNX: the worker
+// converts the output); keepdims (the default) keeps the axis as size 1.
+Status ArgMax(Converter& c, Attributes& attrs) {
+  FERRY_ASSIGN_OR_RETURN(const Value* x, c.Tensor(0));
+  std::optional<int64_t> axis = NormalAxis(attrs.Int("axis", 0), x->shape.size());
+  if (!axis || *axis == 0) {
+    return c.Fail("axis must be one of the axes after the batch axis of " + Dims(x->shape));
+  }
+  if (x->shape[static_cast<size_t>(*axis)] > (int64_t{1} << 24)) {
+    return c.Fail("an axis of over 2^24 elements: its indices are not exact in FP32");
+  }
+  bool keep = attrs.Int("keepdims", 1) != 0;
+  Op op;
+  op.kind = OpKind::kArgMax;
+  op.inputs = {x->tensor};
+  op.axis = *axis;
+  op.last_index = attrs.Int("select_last_index", 0) != 0;
+  Shape shape = x->shape;
+  shape.erase(shape.begin() + *axis);
+  Op& found = c.Emit(op, shape);
+  if (keep) {
+    Op reshape;
+    reshape.kind = OpKind::kReshape;
+    reshape.inputs = {found.output};
+    Shape kept = x->shape;
+    kept[static_cast<size_t>(*axis)] = 1;
+    reshape.shape = Shape(kept.begin() + 1, kept.end());
+    c.Emit(reshape, kept);
+  }
+  return OkStatus();
+}
+
 // Computed tensors of one rank joined along an axis after the batch axis. A constant among them
 // is refused (its rows would not be the batch's).
 Status ConcatTensors(Converter& c, Attributes& attrs) {

@@ -216,5 +216,38 @@ TEST_CASE("Pad by zeros passes through; the spatial mean becomes global_avgpool"
   CHECK(Contains(ErrorOf(other), "only one axis after the batch axis"));
 }
 
+TEST_CASE("ArgMax gives the graph's INT64 output; axis 0 is refused") {
+  onnx::ModelProto m = Model({3, 5});
+  onnx::NodeProto* n = Node(m, "ArgMax", {"x"}, "y");
+  IntAttr(n, "axis", -1);
+  IntAttr(n, "keepdims", 0);
+  IntAttr(n, "select_last_index", 1);
+  Output(m, "y");
+  m.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(
+      onnx::TensorProto::INT64);
+  Result<ImportedModel> r = Import(m);
+  REQUIRE_MESSAGE(r.ok(), (r.ok() ? "" : r.error().message));
+  CHECK((r->manifest.program[0].kind == OpKind::kArgMax && r->manifest.program[0].axis == 2));
+  CHECK(r->manifest.program[0].last_index);
+  CHECK(r->manifest.outputs[0].dtype == DType::kI64);
+  CHECK(r->manifest.outputs[0].shape == Shape{kBatchDim, 3});
+  Result<Manifest> parsed = ParseManifest(ManifestToml(r->manifest), "manifest.toml");
+  REQUIRE_MESSAGE(parsed.ok(), (parsed.ok() ? "" : parsed.error().message));
+  CHECK(parsed->outputs[0].dtype == DType::kI64);
+  CHECK(parsed->program[0].last_index);
+
+  onnx::ModelProto batch = Model({3});
+  Node(batch, "ArgMax", {"x"}, "y");  // The default axis: 0.
+  Output(batch, "y");
+  CHECK(Contains(ErrorOf(batch), "axis must be one of the axes after the batch axis"));
+
+  onnx::ModelProto text = Model({3});
+  Node(text, "Relu", {"x"}, "y");
+  Output(text, "y");
+  text.mutable_graph()->mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(
+      onnx::TensorProto::STRING);
+  CHECK(Contains(ErrorOf(text), "of a type ferry does not give"));
+}
+
 }  // namespace
 }  // namespace ferry::onnx_import

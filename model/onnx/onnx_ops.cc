@@ -417,6 +417,7 @@ const std::map<std::string, OpEntry>& Table() {
       {"BatchNormalization", {BatchNormalization, {9, 14, 15}}},
       {"Cast", {Cast, {6, 9, 13}, FoldCast}},
       {"Clip", {Clip, {6, 11, 12, 13}}},
+      {"ArgMax", {ArgMax, {1, 11, 12, 13}}},
       {"AveragePool", {AveragePool, {7, 10, 11}}},
       {"Concat", {ConcatTensors, {4, 11, 13}, Concat}},
       {"Constant", {ConstantNode, {9, 11, 12, 13}}},

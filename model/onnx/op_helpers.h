@@ -55,6 +55,7 @@ Status LogSoftmax(Converter& c, Attributes& attrs);
 Status ReduceMean(Converter& c, Attributes& attrs);
 Status ReduceSum(Converter& c, Attributes& attrs);
 Status ReduceMax(Converter& c, Attributes& attrs);
+Status ArgMax(Converter& c, Attributes& attrs);
 Status ConcatTensors(Converter& c, Attributes& attrs);
 Status Split(Converter& c, Attributes& attrs);
 Status Pad(Converter& c, Attributes& attrs);

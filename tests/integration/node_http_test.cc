@@ -290,6 +290,73 @@ TEST_CASE("ferryctl infer: a .npy input through the node, the output written as 
   CHECK(ferryd.Wait() == 0);
 }
 
+// A bundle whose outputs are not FP32: the index of each row's maximum (INT64), whether the
+// row's relu is positive anywhere (BOOL, from a max) and the relu itself (FP16).
+void WriteTypedOutputsBundle(const TempDir& dir) {
+  WriteFile(dir / "models/typed/manifest.toml", R"(name = "typed"
+[[inputs]]
+name = "x"
+shape = [-1, 4]
+[[outputs]]
+name = "index"
+dtype = "INT64"
+shape = [-1]
+[[outputs]]
+name = "any"
+dtype = "BOOL"
+shape = [-1]
+[[outputs]]
+name = "relu"
+dtype = "FP16"
+shape = [-1, 4]
+[batching]
+sizes = [1, 4]
+[[program]]
+op = "arg_max"
+input = "x"
+output = "index"
+axis = 1
+[[program]]
+op = "relu"
+input = "x"
+output = "relu"
+[[program]]
+op = "reduce_max"
+input = "relu"
+output = "any"
+axis = 1
+)");
+  WriteFile(dir / "models/typed/weights.safetensors", SafetensorsBytes("{}", ""));
+}
+
+TEST_CASE("outputs in INT64, BOOL and FP16: converted by the worker, typed in the answer") {
+  TempDir dir;
+  WriteTypedOutputsBundle(dir);
+  FerrydProcess ferryd(dir, kCpuNode, kSettings);
+  REQUIRE_MESSAGE(ferryd.WaitReady(), ferryd.log());
+  Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
+  REQUIRE(client.ok());
+  Result<net::HttpAnswer> a = client->Request(
+      "POST", "/v2/models/typed/infer",
+      R"({"inputs":[{"name":"x","datatype":"FP32","shape":[2,4],"data":[1,7,7,-2,-1,-3,-0.5,-2]}],)"
+      R"("outputs":[{"name":"index"},{"name":"any"},{"name":"relu","parameters":{"binary_data":false}}]})");
+  REQUIRE(a.ok());
+  INFO(a->body);
+  REQUIRE(a->status == 200);
+  json body = json::parse(a->body);
+  std::map<std::string, json> outputs;
+  for (const json& o : body["outputs"]) {
+    outputs[o["name"].get<std::string>()] = o;
+  }
+  CHECK(outputs["index"]["datatype"] == "INT64");
+  CHECK(outputs["index"]["data"] == json::array({1, 2}));  // The first of equal maxima.
+  CHECK(outputs["any"]["datatype"] == "BOOL");
+  CHECK(outputs["any"]["data"] == json::array({true, false}));
+  CHECK(outputs["relu"]["datatype"] == "FP16");
+  kill(ferryd.pid(), SIGTERM);
+  CHECK(ferryd.Wait() == 0);
+}
+
 // Clients sending until told to stop; every answer checked.
 
 }  // namespace

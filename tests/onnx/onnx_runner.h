@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/bundle.h"
+#include "model/dtype_convert.h"
 #include "model/onnx/onnx_import.h"
 #include "tests/testing/temp_dir.h"
 #include "worker/backends/cpu/cpu_backend.h"
@@ -112,7 +113,7 @@ inline OnnxRun RunOnnx(const onnx_import::OnnxModel& model, int64_t rows,
     for (int64_t d : spec.At(rows)) {
       n *= d;
     }
-    out_bytes.emplace_back(static_cast<size_t>(n) * 4);
+    out_bytes.emplace_back(static_cast<size_t>(n * DTypeBits(spec.dtype) / 8));
   }
   for (std::vector<uint8_t>& bytes : out_bytes) {
     io.outputs.emplace_back(bytes);
@@ -122,9 +123,13 @@ inline OnnxRun RunOnnx(const onnx_import::OnnxModel& model, int64_t rows,
     run.status = timing.error();
     return run;
   }
-  for (const std::vector<uint8_t>& bytes : out_bytes) {
-    std::vector<float> values(bytes.size() / 4);
-    std::memcpy(values.data(), bytes.data(), bytes.size());
+  for (size_t o = 0; o < out_bytes.size(); ++o) {  // Each in its declared type, read back.
+    DType dtype = bundle->manifest.outputs[o].dtype;
+    std::vector<float> values(out_bytes[o].size() / static_cast<size_t>(DTypeBits(dtype) / 8));
+    run.status = ConvertToFloat32(dtype, out_bytes[o], values);
+    if (!run.status.ok()) {
+      return run;
+    }
     run.outputs.push_back(std::move(values));
   }
   return run;

@@ -38,16 +38,24 @@ Status GatherInput(const Manifest& manifest, const BatchJob& job, size_t i, cons
   return ConvertToFloat32(spec.dtype, *scratch, batch);
 }
 
-// Every request's rows of output `o` from `batch`; padding rows are dropped.
+// Every request's rows of output `o` from `batch`, converted to the output's type (through
+// `scratch`) when it is not FP32; padding rows are dropped.
 Status ScatterOutput(const Manifest& manifest, const BatchJob& job, size_t o, const Shape& shape,
-                     std::span<const float> batch) {
+                     std::span<const float> batch, std::vector<uint8_t>* scratch) {
   const TensorSpec& spec = manifest.outputs[o];
+  int element = DTypeBits(spec.dtype) / 8;
   RowLayout layout{1, 0};
   if (spec.batch_axis && !manifest.unbatched()) {
-    FERRY_ASSIGN_OR_RETURN(layout, RowLayoutOf(shape, *spec.batch_axis, 4));
+    FERRY_ASSIGN_OR_RETURN(layout, RowLayoutOf(shape, *spec.batch_axis, element));
   }
-  ScatterRows(job, o, layout.outer, layout.row_bytes,
-              std::span(reinterpret_cast<const uint8_t*>(batch.data()), batch.size_bytes()));
+  std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(batch.data()),
+                                 batch.size_bytes());
+  if (spec.dtype != DType::kF32) {
+    scratch->resize(batch.size() * static_cast<size_t>(element));
+    FERRY_RETURN_IF_ERROR(ConvertFromFloat32(spec.dtype, batch, *scratch));
+    bytes = *scratch;
+  }
+  ScatterRows(job, o, layout.outer, layout.row_bytes, bytes);
   return OkStatus();
 }
 
@@ -242,6 +250,9 @@ Status CpuBackend::RunReference(const Model& model, const std::map<std::string, 
       case OpKind::kLogSoftmax:
         cpu::LogSoftmax(x, xs, op.axis, y);
         break;
+      case OpKind::kArgMax:
+        cpu::ArgMax(x, xs, op.axis, op.last_index, y);
+        break;
       case OpKind::kAvgPool2d:
         cpu::AvgPool2d(x, xs, {op.kernel, op.stride, op.padding}, op.count_pad, ys, y);
         break;
@@ -288,8 +299,8 @@ Result<ExecutionTiming> CpuBackend::Execute(ModelHandle handle, const BatchJob& 
     omp_set_num_threads(static_cast<int>(threads_));
     FERRY_RETURN_IF_ERROR(program.Run());
     for (size_t o = 0; o < manifest.outputs.size(); ++o) {
-      FERRY_RETURN_IF_ERROR(
-          ScatterOutput(manifest, job, o, shapes.at(manifest.outputs[o].name), program.Output(o)));
+      FERRY_RETURN_IF_ERROR(ScatterOutput(manifest, job, o, shapes.at(manifest.outputs[o].name),
+                                          program.Output(o), &scratch_));
     }
   } else {
     std::map<std::string, std::vector<float>> values;
@@ -302,7 +313,8 @@ Result<ExecutionTiming> CpuBackend::Execute(ModelHandle handle, const BatchJob& 
     FERRY_RETURN_IF_ERROR(RunReference(model, shapes, &values));
     for (size_t o = 0; o < manifest.outputs.size(); ++o) {
       const std::string& name = manifest.outputs[o].name;
-      FERRY_RETURN_IF_ERROR(ScatterOutput(manifest, job, o, shapes.at(name), values.at(name)));
+      FERRY_RETURN_IF_ERROR(
+          ScatterOutput(manifest, job, o, shapes.at(name), values.at(name), &scratch_));
     }
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

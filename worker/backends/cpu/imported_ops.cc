@@ -114,6 +114,25 @@ void Reduce(OpKind kind, std::span<const float> x, const Shape& shape, int64_t a
   }
 }
 
+void ArgMax(std::span<const float> x, const Shape& shape, int64_t axis, bool last,
+            std::span<float> y) {
+  AxisSplit s = SplitAt(shape, axis);
+  for (int64_t o = 0; o < s.outer; ++o) {
+    for (int64_t k = 0; k < s.inner; ++k) {
+      int64_t best = 0;
+      float max = x[static_cast<size_t>(o * s.n * s.inner + k)];
+      for (int64_t j = 1; j < s.n && !std::isnan(max); ++j) {
+        float v = x[static_cast<size_t>((o * s.n + j) * s.inner + k)];
+        if (std::isnan(v) || v > max || (last && v == max)) {
+          best = j;
+          max = v;
+        }
+      }
+      y[static_cast<size_t>(o * s.inner + k)] = static_cast<float>(best);
+    }
+  }
+}
+
 void Concat(const std::vector<std::span<const float>>& parts, const std::vector<Shape>& shapes,
             int64_t axis, std::span<float> y) {
   // Each part contributes outer blocks of (its axis length x inner) elements, in turn.

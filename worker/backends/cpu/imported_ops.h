@@ -31,6 +31,11 @@ void AvgPool2d(std::span<const float> x, const Shape& x_shape, const Window& win
 void Reduce(OpKind kind, std::span<const float> x, const Shape& shape, int64_t axis,
             std::span<float> y);
 
+// The index (0-based, as a float: exact to 2^24) of the maximum along `axis` of `shape`, the
+// axis removed; the first of equal maxima, or the last when `last`. A NaN is the maximum.
+void ArgMax(std::span<const float> x, const Shape& shape, int64_t axis, bool last,
+            std::span<float> y);
+
 // The parts joined along `axis` (counted from the front); every other axis equal.
 // REQUIRES: parts.size() == shapes.size(); y holds the sum of their sizes.
 void Concat(const std::vector<std::span<const float>>& parts, const std::vector<Shape>& shapes,

@@ -54,6 +54,9 @@ std::function<Status()> LoopStep(const Op& op, const LoopOperands& operands) {
       return done([kind = op.kind, x, xs, axis = op.axis, y] { Reduce(kind, *x, xs, axis, *y); });
     case OpKind::kHardSigmoid:
       return done([op, x, y] { Piecewise(op, *x, *y); });
+    case OpKind::kArgMax:
+      return done(
+          [x, xs, axis = op.axis, last = op.last_index, y] { ArgMax(*x, xs, axis, last, *y); });
     case OpKind::kFlatten:
     case OpKind::kReshape:
       return done([x, y] { std::copy(x->begin(), x->end(), y->begin()); });

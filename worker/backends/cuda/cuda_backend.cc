@@ -78,6 +78,13 @@ Status CudaRuns(const Manifest& manifest) {
                              "; the CUDA backend takes FP32 inputs only (CPU workers convert)");
     }
   }
+  for (const TensorSpec& output : manifest.outputs) {
+    if (output.dtype != DType::kF32) {
+      return InvalidArgument("model '" + manifest.name + "': output '" + output.name + "' is " +
+                             std::string(KServeName(output.dtype)) +
+                             "; the CUDA backend gives FP32 outputs only (CPU workers convert)");
+    }
+  }
   for (const Op& op : manifest.program) {
     bool broadcast = op.kind == OpKind::kAdd && op.inputs.size() != 2;  // A weight operand.
     if (op.ceil) {

@@ -275,6 +275,7 @@ void CudaBackend::Impl::AddPointwiseStep(const Model& m, Executable* exe, const 
     case OpKind::kReduceMax:
     case OpKind::kLogSoftmax:
     case OpKind::kConcat:
+    case OpKind::kArgMax:
       break;  // CudaRuns refuses these at load, before any step is built.
     case OpKind::kFlatten:
     case OpKind::kReshape:
