@@ -231,7 +231,7 @@ class Inference {
     return Window(op, x, ws[0], {ws[2], ws[3]});
   }
 
-  // The mean, sum or maximum over one axis (never the batch axis of a batched model).
+  // The mean, sum, maximum or arg_max over one axis (never the batch axis of a batched model).
   Result<Shape> Reduce(const Op& op, const Shape& x) {
     const std::string& xn = op.inputs[0];
     int64_t rank = static_cast<int64_t>(x.size());
@@ -244,6 +244,9 @@ class Inference {
       return OpFail(
           op, xn,
           std::string(OpKindName(op.kind)) + " over axis 0 would mix the requests of a batch");
+    }
+    if (op.kind == OpKind::kArgMax && x[static_cast<size_t>(axis)] > (int64_t{1} << 24)) {
+      return OpFail(op, xn, "arg_max over more than 2^24 elements: its indices would not be exact");
     }
     Shape out = x;
     out.erase(out.begin() + axis);

@@ -276,6 +276,12 @@ TEST_CASE("pooled sizes round down, or up in ceil mode without a window in the r
 
 TEST_CASE("reduce_sum and reduce_max never reduce the batch axis") {
   WeightLookup none = [](const std::string&) { return std::nullopt; };
+  Op arg;
+  arg.kind = OpKind::kArgMax;
+  arg.axis = 1;
+  CHECK(InferError(OneOp(DType::kF32, {kBatchDim, 1 << 24}, arg, {kBatchDim}), none) == "");
+  CHECK(InferError(OneOp(DType::kF32, {kBatchDim, (1 << 24) + 1}, arg, {kBatchDim}), none)
+            .find("would not be exact") != std::string::npos);
   for (OpKind kind : {OpKind::kReduceSum, OpKind::kReduceMax}) {
     Op reduce;
     reduce.kind = kind;
