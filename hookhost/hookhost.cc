@@ -304,6 +304,15 @@ std::optional<std::vector<AllocatedTensor>> HookHost::Impl::StageClientTensors(
   }
   int64_t client_rows = 0;
   Status checked = CheckTensors(model->name, specs, declared, ordered, &client_rows);
+  for (size_t i = 0; i < ordered.size() && checked.ok(); ++i) {
+    if (ordered[i].dtype == DType::kBytes) {  // Its size is its data's: each element checked.
+      checked = CheckBytesTensor(bytes[i], ElementCount(ordered[i].shape).value_or(0));
+      if (!checked.ok()) {
+        checked = InvalidArgument("model '" + model->name + "': input '" + specs[i].name +
+                                  "': " + checked.error().message);
+      }
+    }
+  }
   if (!checked.ok()) {
     Answer(p, checked.error());
     return std::nullopt;
@@ -311,7 +320,8 @@ std::optional<std::vector<AllocatedTensor>> HookHost::Impl::StageClientTensors(
   std::vector<AllocatedTensor> client;
   for (size_t i = 0; i < ordered.size(); ++i) {
     std::optional<AllocatedTensor> block =
-        AllocateTensor(ordered[i].dtype, Shape(ordered[i].shape.begin(), ordered[i].shape.end()));
+        AllocateBlock(ordered[i].dtype, Shape(ordered[i].shape.begin(), ordered[i].shape.end()),
+                      bytes[i].size());
     if (!block) {
       std::vector<uint64_t> blocks;
       for (const AllocatedTensor& t : client) {

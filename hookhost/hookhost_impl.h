@@ -283,6 +283,8 @@ struct HookHost::Impl {
   }
 
   std::optional<AllocatedTensor> AllocateTensor(DType dtype, const Shape& shape);
+  // A block of exactly `bytes` for a tensor whose size is its data's (BYTES).
+  std::optional<AllocatedTensor> AllocateBlock(DType dtype, const Shape& shape, uint64_t bytes);
 
   // Copies the model-input tensors (ordered as manifest.inputs, each a whole block) into one
   // block per piece and input; fills p->pieces. The source blocks are not freed.

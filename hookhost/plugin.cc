@@ -20,6 +20,7 @@ static_assert(FERRY_F16 == static_cast<int>(DType::kF16));
 static_assert(FERRY_BF16 == static_cast<int>(DType::kBF16));
 static_assert(FERRY_F32 == static_cast<int>(DType::kF32));
 static_assert(FERRY_F64 == static_cast<int>(DType::kF64));
+static_assert(FERRY_BYTES == static_cast<int>(DType::kBytes));
 static_assert(FERRY_ERR_INVALID_ARGUMENT == static_cast<int>(ErrorCode::kInvalidArgument) + 1);
 static_assert(FERRY_ERR_NOT_FOUND == static_cast<int>(ErrorCode::kNotFound) + 1);
 static_assert(FERRY_ERR_RESOURCE_EXHAUSTED == static_cast<int>(ErrorCode::kResourceExhausted) + 1);

@@ -20,12 +20,17 @@ std::optional<AllocatedTensor> HookHost::Impl::AllocateTensor(DType dtype, const
   if (!bytes) {
     return std::nullopt;
   }
+  return AllocateBlock(dtype, shape, *bytes);
+}
+
+std::optional<AllocatedTensor> HookHost::Impl::AllocateBlock(DType dtype, const Shape& shape,
+                                                             uint64_t bytes) {
   MutexLock lock(&arena_mutex);
-  Result<shm::Block> block = arena.Allocate(std::max<uint64_t>(*bytes, 1));
+  Result<shm::Block> block = arena.Allocate(std::max<uint64_t>(bytes, 1));
   if (!block.ok()) {
     return std::nullopt;
   }
-  return AllocatedTensor{dtype, shape, arena.Bytes(*block).first(*bytes), block->offset};
+  return AllocatedTensor{dtype, shape, arena.Bytes(*block).first(bytes), block->offset};
 }
 
 // Copies the model-input tensors (ordered as manifest.inputs, each a whole block) into one

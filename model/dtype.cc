@@ -1,6 +1,7 @@
 #include "model/dtype.h"
 
 #include <array>
+#include <string>
 
 namespace ferry {
 namespace {
@@ -12,7 +13,7 @@ struct DTypeInfo {
   int bits;
 };
 
-constexpr std::array<DTypeInfo, 22> kDTypes = {{
+constexpr std::array<DTypeInfo, 23> kDTypes = {{
     {DType::kBool, "BOOL", "BOOL", 8},
     {DType::kU8, "U8", "UINT8", 8},
     {DType::kI8, "I8", "INT8", 8},
@@ -26,6 +27,7 @@ constexpr std::array<DTypeInfo, 22> kDTypes = {{
     {DType::kBF16, "BF16", "BF16", 16},
     {DType::kF32, "F32", "FP32", 32},
     {DType::kF64, "F64", "FP64", 64},
+    {DType::kBytes, "", "BYTES", 0},  // No safetensors name: never a weight.
     {DType::kF8E4M3, "F8_E4M3", "", 8},
     {DType::kF8E5M2, "F8_E5M2", "", 8},
     {DType::kF8E8M0, "F8_E8M0", "", 8},
@@ -71,7 +73,7 @@ std::string_view KServeName(DType dtype) { return Info(dtype).kserve; }
 
 std::optional<DType> DTypeFromSafetensors(std::string_view name) {
   for (const DTypeInfo& info : kDTypes) {
-    if (info.safetensors == name) {
+    if (!info.safetensors.empty() && info.safetensors == name) {
       return info.dtype;
     }
   }
@@ -88,6 +90,9 @@ std::optional<DType> DTypeFromKServe(std::string_view name) {
 }
 
 std::optional<uint64_t> TensorByteSize(DType dtype, std::span<const int64_t> shape) {
+  if (dtype == DType::kBytes) {
+    return std::nullopt;
+  }
   uint64_t bits = static_cast<uint64_t>(DTypeBits(dtype));
   for (int64_t d : shape) {
     if (d < 0 || __builtin_mul_overflow(bits, static_cast<uint64_t>(d), &bits)) {
@@ -98,6 +103,41 @@ std::optional<uint64_t> TensorByteSize(DType dtype, std::span<const int64_t> sha
     return std::nullopt;
   }
   return bits / 8;
+}
+
+std::optional<uint64_t> ElementCount(std::span<const int64_t> shape) {
+  uint64_t count = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || __builtin_mul_overflow(count, static_cast<uint64_t>(d), &count)) {
+      return std::nullopt;
+    }
+  }
+  return count;
+}
+
+Status CheckBytesTensor(std::span<const uint8_t> bytes, uint64_t count) {
+  size_t at = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    if (bytes.size() - at < 4) {
+      return InvalidArgument("BYTES element " + std::to_string(i) + " of " + std::to_string(count) +
+                             ": the data ends before its length");
+    }
+    uint32_t length = static_cast<uint32_t>(bytes[at]) | static_cast<uint32_t>(bytes[at + 1]) << 8 |
+                      static_cast<uint32_t>(bytes[at + 2]) << 16 |
+                      static_cast<uint32_t>(bytes[at + 3]) << 24;
+    at += 4;
+    if (bytes.size() - at < length) {
+      return InvalidArgument("BYTES element " + std::to_string(i) + " claims " +
+                             std::to_string(length) + " bytes; " +
+                             std::to_string(bytes.size() - at) + " are left");
+    }
+    at += length;
+  }
+  if (at != bytes.size()) {
+    return InvalidArgument("BYTES data holds " + std::to_string(bytes.size() - at) +
+                           " bytes after its " + std::to_string(count) + " elements");
+  }
+  return OkStatus();
 }
 
 }  // namespace ferry

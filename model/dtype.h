@@ -8,6 +8,8 @@
 #include <span>
 #include <string_view>
 
+#include "common/result.h"
+
 namespace ferry {
 
 enum class DType {
@@ -24,6 +26,9 @@ enum class DType {
   kBF16,
   kF32,
   kF64,
+  // KServe's strings: each element a 4-byte little-endian length, then that many bytes
+  // (CheckBytesTensor). Only what a client sends to a plugin: never a program's input or output.
+  kBytes,
   // Safetensors-only types: ferry reads past them but does not compute with them.
   kF8E4M3,
   kF8E5M2,
@@ -43,14 +48,22 @@ bool IsInteger(DType dtype);
 int DTypeBits(DType dtype);
 
 // Bytes of a dense tensor of `dtype` and `shape`; nullopt when a dimension is negative, the
-// size overflows 64 bits or is not a whole number of bytes.
+// size overflows 64 bits or is not a whole number of bytes, and for BYTES (whose size is its
+// data's).
 std::optional<uint64_t> TensorByteSize(DType dtype, std::span<const int64_t> shape);
+
+// The number of elements of `shape`; nullopt when a dimension is negative or it overflows.
+std::optional<uint64_t> ElementCount(std::span<const int64_t> shape);
+
+// Whether `bytes` is exactly `count` BYTES elements: each a 4-byte little-endian length and
+// that many bytes, nothing after the last. INVALID_ARGUMENT saying where it is not.
+Status CheckBytesTensor(std::span<const uint8_t> bytes, uint64_t count);
 
 // "F32", "BF16", ... <-> DType.
 std::optional<DType> DTypeFromSafetensors(std::string_view name);
 std::string_view SafetensorsName(DType dtype);
 
-// KServe v2 names: "FP32", "INT64", "BOOL", ... (no BYTES: ferry has no string tensors).
+// KServe v2 names: "FP32", "INT64", "BOOL", ..., "BYTES".
 std::optional<DType> DTypeFromKServe(std::string_view name);
 std::string_view KServeName(DType dtype);  // "" for safetensors-only types.
 

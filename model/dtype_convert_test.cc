@@ -8,6 +8,8 @@
 #include <cstring>
 #include <limits>
 
+#include "model/dtype.h"
+
 namespace ferry {
 namespace {
 
@@ -62,6 +64,24 @@ TEST_CASE("sizes must agree, and only numeric types convert") {
   CHECK_FALSE(ConvertFromFloat32(DType::kI64, values, out).ok());
   std::vector<uint8_t> bytes(2);
   CHECK_FALSE(ConvertFromFloat32(DType::kF8E4M3, values, bytes).ok());
+}
+
+TEST_CASE("BYTES: exactly `count` length-prefixed elements, nothing more, nothing lying") {
+  auto check = [](std::string bytes, uint64_t count) {
+    return CheckBytesTensor(std::span(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+                            count);
+  };
+  CHECK(check("", 0).ok());
+  CHECK(check(std::string("\0\0\0\0", 4), 1).ok());
+  CHECK(check(std::string("\2\0\0\0ab\1\0\0\0c", 11), 2).ok());
+  CHECK_FALSE(check(std::string("\2\0\0\0ab", 6), 2).ok());        // One element short.
+  CHECK_FALSE(check(std::string("\2\0\0\0ab", 6), 0).ok());        // Bytes after the last.
+  CHECK_FALSE(check(std::string("\3\0\0\0ab", 6), 1).ok());        // A length past the end.
+  CHECK_FALSE(check(std::string("\2\0\0", 3), 1).ok());            // A truncated length.
+  CHECK_FALSE(check(std::string("\xff\xff\xff\xff", 4), 1).ok());  // 4 GiB claimed.
+  CHECK(TensorByteSize(DType::kBytes, std::vector<int64_t>{2}) == std::nullopt);
+  CHECK(DTypeFromKServe("BYTES") == DType::kBytes);
+  CHECK(DTypeFromSafetensors("") == std::nullopt);
 }
 
 }  // namespace

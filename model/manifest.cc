@@ -63,6 +63,18 @@ bool TooMany(TableReader& root, std::string_view key, size_t limit) {
   return false;
 }
 
+// BYTES (text) comes only from clients, to a plugin: [[hooks.inputs]] or a pipeline's
+// [[inputs]]. Programs compute on numbers, and no plugin call can allocate a BYTES output.
+void RefuseBytes(TableReader& r, std::string_view key, const std::vector<TensorSpec>& specs) {
+  for (const TensorSpec& spec : specs) {
+    if (spec.dtype == DType::kBytes) {
+      r.ErrorAt(key, "'" + spec.name +
+                         "' is BYTES, which only clients send, to a plugin: declare it in "
+                         "[[hooks.inputs]] (or a pipeline's [[inputs]])");
+    }
+  }
+}
+
 std::vector<TensorSpec> ReadTensors(TableReader& root, std::string_view key) {
   std::vector<TensorSpec> specs;
   if (TooMany(root, key, kMaxTensorsPerSide)) {
@@ -343,6 +355,8 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
       {{"fp32", Precision::kFp32}, {"tf32", Precision::kTf32}, {"bf16", Precision::kBf16}});
   m.inputs = ReadTensors(r, "inputs");
   m.outputs = ReadTensors(r, "outputs");
+  RefuseBytes(r, "inputs", m.kind == ModelKind::kPipeline ? std::vector<TensorSpec>() : m.inputs);
+  RefuseBytes(r, "outputs", m.outputs);
   for (const TensorSpec& out : m.outputs) {
     for (const TensorSpec& in : m.inputs) {
       if (in.name == out.name) {
@@ -377,6 +391,7 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
         *specs = ReadTensors(*hooks, key);
       }
     }
+    RefuseBytes(*hooks, "outputs", m.hooks.outputs);
     if (m.hooks.plugin.empty() && (!m.hooks.inputs.empty() || !m.hooks.outputs.empty())) {
       hooks->ErrorAt(m.hooks.inputs.empty() ? "outputs" : "inputs",
                      "client tensors differ from the model's only through a plugin; set "

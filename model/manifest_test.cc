@@ -193,6 +193,40 @@ TEST_CASE("concat takes 2 to 64 inputs; the activations need their constants; av
   }
 }
 
+TEST_CASE("BYTES only where clients send it to a plugin: hooks.inputs, a pipeline's inputs") {
+  const std::string model =
+      "name = \"m\"\n[[inputs]]\nname = \"ids\"\ndtype = \"INT64\"\nshape = [-1, 4]\n"
+      "[[outputs]]\nname = \"y\"\nshape = [-1, 4]\n[batching]\nsizes = [1]\n"
+      "[[program]]\nop = \"relu\"\ninput = \"ids\"\noutput = \"y\"\n";
+  Result<Manifest> ok =
+      ParseManifest(model +
+                        "[hooks]\nplugin = \"t.so\"\n[[hooks.inputs]]\nname = \"text\"\n"
+                        "dtype = \"BYTES\"\nshape = [-1]\n",
+                    "m.toml");
+  REQUIRE_MESSAGE(ok.ok(), (ok.ok() ? "" : ok.error().message));
+  CHECK(ok->hooks.inputs[0].dtype == DType::kBytes);
+  Result<Manifest> pipeline = ParseManifest(
+      "name = \"p\"\nkind = \"pipeline\"\n[[inputs]]\nname = \"text\"\ndtype = \"BYTES\"\n"
+      "shape = [-1]\n[[outputs]]\nname = \"y\"\nshape = [-1, 4]\n[pipeline]\ncalls = [\"m\"]\n"
+      "[hooks]\nplugin = \"p.so\"\n",
+      "p.toml");
+  REQUIRE_MESSAGE(pipeline.ok(), (pipeline.ok() ? "" : pipeline.error().message));
+  std::string as_input = model;
+  as_input.replace(as_input.find("INT64"), 5, "BYTES");
+  std::string as_output = model;
+  as_output.replace(as_output.find("shape = [-1, 4]\n[batching]"), 0, "dtype = \"BYTES\"\n");
+  const std::string hook_output =
+      model +
+      "[hooks]\nplugin = \"t.so\"\n[[hooks.outputs]]\nname = \"label\"\n"
+      "dtype = \"BYTES\"\nshape = [-1]\n";
+  for (const std::string& bad : {as_input, as_output, hook_output}) {
+    Result<Manifest> refused = ParseManifest(bad, "m.toml");
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().message.find("is BYTES, which only clients send, to a plugin") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("structural errors name the file, position and key path") {
   CHECK(Contains(ErrorOf(kHead + R"(
 [[program]]

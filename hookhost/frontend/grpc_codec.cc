@@ -119,6 +119,41 @@ Result<std::string> StringParam(const Map& params, const char* key) {
   return it->second.string_param().substr(0, kMaxTenantNameBytes);
 }
 
+// A BYTES input: KServe's serialization in raw_input_contents (checked element by element), or
+// bytes_contents serialized so.
+Status TakeBytes(const inference::ModelInferRequest& request, int i, bool raw, uint64_t count,
+                 ParsedInfer* parsed, hookhost::ClientTensor* tensor) {
+  const auto& in = request.inputs(i);
+  if (raw) {
+    const std::string& data = request.raw_input_contents(i);
+    auto bytes =
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()), data.size());
+    if (Status well_formed = CheckBytesTensor(bytes, count); !well_formed.ok()) {
+      return InvalidArgument("input '" + tensor->name + "': " + well_formed.error().message);
+    }
+    tensor->bytes = bytes;
+    return OkStatus();
+  }
+  const auto& strings = in.contents().bytes_contents();
+  if (static_cast<uint64_t>(strings.size()) != count) {
+    return InvalidArgument("input '" + tensor->name + "': shape holds " + std::to_string(count) +
+                           " elements but bytes_contents has " + std::to_string(strings.size()));
+  }
+  std::vector<uint8_t>& storage = parsed->storage.emplace_back();
+  for (const std::string& s : strings) {
+    if (s.size() > UINT32_MAX) {
+      return InvalidArgument("input '" + tensor->name + "': an element over 4 GiB");
+    }
+    auto length = static_cast<uint32_t>(s.size());
+    for (int k = 0; k < 4; ++k) {
+      storage.push_back(static_cast<uint8_t>(length >> (8 * k)));
+    }
+    storage.insert(storage.end(), s.begin(), s.end());
+  }
+  tensor->bytes = storage;
+  return OkStatus();
+}
+
 }  // namespace
 
 Result<ParsedInfer> ParseGrpcInfer(const inference::ModelInferRequest& request) {
@@ -159,12 +194,16 @@ Result<ParsedInfer> ParseGrpcInfer(const inference::ModelInferRequest& request) 
         return InvalidArgument("input '" + name + "': shape dims must be >= 0");
       }
     }
-    std::optional<uint64_t> bytes = TensorByteSize(*dtype, shape);
-    if (!bytes || *bytes > (uint64_t{1} << 40)) {
+    std::optional<uint64_t> count = ElementCount(shape);
+    std::optional<uint64_t> bytes =
+        *dtype == DType::kBytes ? std::optional<uint64_t>(0) : TensorByteSize(*dtype, shape);
+    if (!bytes || !count || *bytes > (uint64_t{1} << 40) || *count > (uint64_t{1} << 40)) {
       return InvalidArgument("input '" + name + "': shape too large");
     }
     hookhost::ClientTensor tensor{name, *dtype, shape, {}};
-    if (raw) {
+    if (*dtype == DType::kBytes) {
+      FERRY_RETURN_IF_ERROR(TakeBytes(request, i, raw, *count, &parsed, &tensor));
+    } else if (raw) {
       if (in.has_contents()) {
         return InvalidArgument("input '" + name + "': both contents and raw_input_contents");
       }

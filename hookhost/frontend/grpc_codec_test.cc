@@ -111,6 +111,35 @@ TEST_CASE("raw contents: one entry per input, each exactly the size shape and da
   }
 }
 
+TEST_CASE("BYTES: bytes_contents serialized; raw contents checked element by element") {
+  ModelInferRequest typed;
+  auto* in = AddInput(typed, "text", "BYTES", {1, 2});
+  in->mutable_contents()->add_bytes_contents("hi");
+  in->mutable_contents()->add_bytes_contents(std::string("\0x", 2));
+  Result<ParsedInfer> p = ParseGrpcInfer(typed);
+  REQUIRE_MESSAGE(p.ok(), (p.ok() ? "" : p.error().message));
+  std::span<const uint8_t> got = p->request.inputs[0].bytes;
+  CHECK(std::string(got.begin(), got.end()) == std::string("\2\0\0\0hi\2\0\0\0\0x", 12));
+  CHECK(p->request.inputs[0].dtype == DType::kBytes);
+
+  in->mutable_contents()->add_bytes_contents("extra");
+  CHECK(ErrorOf(typed).find("shape holds 2 elements but bytes_contents has 3") !=
+        std::string::npos);
+
+  ModelInferRequest raw;
+  AddInput(raw, "text", "BYTES", {2});
+  raw.add_raw_input_contents(std::string("\1\0\0\0a\0\0\0\0", 9));
+  p = ParseGrpcInfer(raw);
+  REQUIRE_MESSAGE(p.ok(), (p.ok() ? "" : p.error().message));
+  CHECK(p->request.inputs[0].bytes.size() == 9);
+  raw.set_raw_input_contents(0, std::string("\1\0\0\0a\7\0\0\0", 9));
+  CHECK(ErrorOf(raw).find("claims 7 bytes") != std::string::npos);
+  raw.set_raw_input_contents(0, std::string("\1\0\0\0a\0\0\0\0zz", 11));
+  CHECK(ErrorOf(raw).find("after its 2 elements") != std::string::npos);
+  raw.set_raw_input_contents(0, std::string("\1\0", 2));
+  CHECK(ErrorOf(raw).find("ends before its length") != std::string::npos);
+}
+
 TEST_CASE("typed contents that lie about their count or range are refused, not wrapped") {
   ModelInferRequest r;
   SUBCASE("fewer values than the shape holds") {

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "hookhost/frontend/json_strings.h"
 #include "hookhost/frontend/kserve_codec.h"
 
 namespace ferry::frontend {
@@ -303,10 +304,12 @@ Status ReadFields(od::object& tensor, TensorFields* f) {
   return OkStatus();
 }
 
-// The input's name, type and shape, checked; its size in bytes.
+// The input's name, type and shape, checked; its size in bytes (BYTES: unknown until its data
+// is read) and elements.
 struct CheckedInput {
   hookhost::ClientTensor client;
   uint64_t bytes = 0;
+  uint64_t count = 0;
 };
 
 Result<CheckedInput> CheckFields(const TensorFields& f) {
@@ -325,16 +328,33 @@ Result<CheckedInput> CheckFields(const TensorFields& f) {
   if (!f.shape) {
     return InvalidArgument("input '" + name + "': \"shape\" must be an array of at most 16 dims");
   }
-  std::optional<uint64_t> bytes = TensorByteSize(*dtype, *f.shape);
-  if (!bytes || *bytes > (uint64_t{1} << 40)) {
+  std::optional<uint64_t> count = ElementCount(*f.shape);
+  std::optional<uint64_t> bytes =
+      *dtype == DType::kBytes ? std::optional<uint64_t>(0) : TensorByteSize(*dtype, *f.shape);
+  if (!bytes || !count || *bytes > (uint64_t{1} << 40) || *count > (uint64_t{1} << 40)) {
     return InvalidArgument("input '" + name + "': shape too large");
   }
-  return CheckedInput{{name, *dtype, *f.shape, {}}, *bytes};
+  return CheckedInput{{name, *dtype, *f.shape, {}}, *bytes, *count};
 }
 
 // The input's bytes from the binary section at *offset (binary_data_size: `size`).
 Status TakeBinary(CheckedInput& in, int64_t size, std::string_view binary, size_t* offset) {
   const std::string& name = in.client.name;
+  if (in.client.dtype == DType::kBytes) {  // Its size is its data's: checked element by element.
+    if (binary.size() - *offset < static_cast<uint64_t>(size)) {
+      return InvalidArgument("input '" + name + "': the binary section is truncated (" +
+                             std::to_string(binary.size() - *offset) + " bytes left, " +
+                             std::to_string(size) + " expected)");
+    }
+    auto data = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(binary.data()) + *offset,
+                                         static_cast<size_t>(size));
+    if (Status well_formed = CheckBytesTensor(data, in.count); !well_formed.ok()) {
+      return InvalidArgument("input '" + name + "': " + well_formed.error().message);
+    }
+    in.client.bytes = data;
+    *offset += data.size();
+    return OkStatus();
+  }
   if (static_cast<uint64_t>(size) != in.bytes) {
     return InvalidArgument("input '" + name + "': binary_data_size " + std::to_string(size) +
                            " but shape and datatype make " + std::to_string(in.bytes) + " bytes");
@@ -350,11 +370,41 @@ Status TakeBinary(CheckedInput& in, int64_t size, std::string_view binary, size_
   return OkStatus();
 }
 
+// A BYTES input's strings from its "data", into a new block of parsed->storage.
+Status ReadStrings(CheckedInput& in, od::object& tensor, size_t text_bytes, ParsedInfer* parsed) {
+  const std::string& name = in.client.name;
+  if (in.count > text_bytes / 3 + 1) {  // "", takes 3 characters.
+    return InvalidArgument("input '" + name + "': shape holds " + std::to_string(in.count) +
+                           " elements but a body of " + std::to_string(text_bytes) +
+                           " bytes cannot");
+  }
+  od::value data;
+  if (tensor.find_field_unordered("data").get(data)) {
+    return NotAnObject();
+  }
+  std::vector<uint8_t>& storage = parsed->storage.emplace_back();
+  storage.reserve(static_cast<size_t>(in.count) * 4);
+  uint64_t read = 0;
+  Status status = AppendJsonStrings(data, 0, in.count, &storage, &read);
+  if (!status.ok()) {
+    return InvalidArgument("input '" + name + "' " + status.error().message);
+  }
+  if (read != in.count) {
+    return InvalidArgument("input '" + name + "': shape holds " + std::to_string(in.count) +
+                           " elements but \"data\" has " + std::to_string(read));
+  }
+  in.client.bytes = storage;
+  return OkStatus();
+}
+
 // The input's bytes from its "data" (`text_bytes`: the document's size, which bounds how many
 // elements it can hold), into a new block of parsed->storage.
 Status ReadData(CheckedInput& in, od::object& tensor, size_t text_bytes, ParsedInfer* parsed) {
   const std::string& name = in.client.name;
   DType dtype = in.client.dtype;
+  if (dtype == DType::kBytes) {
+    return ReadStrings(in, tensor, text_bytes, parsed);
+  }
   size_t elem = static_cast<size_t>(DTypeBits(dtype) / 8);
   if (elem == 0 || dtype == DType::kF16 || dtype == DType::kBF16) {
     return InvalidArgument("input '" + name + "': " + std::string(KServeName(dtype)) +

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "model/manifest.h"
 
@@ -58,6 +59,59 @@ TEST_CASE("JSON inputs: flat and nested data, every datatype converted and range
   uint64_t u;
   std::memcpy(&u, p->request.inputs[3].bytes.data(), 8);
   CHECK(u == UINT64_MAX);
+}
+
+// KServe's BYTES serialization: a 4-byte little-endian length, then the bytes, per element.
+std::string Serialized(const std::vector<std::string>& strings) {
+  std::string out;
+  for (const std::string& s : strings) {
+    auto n = static_cast<uint32_t>(s.size());
+    out += std::string{static_cast<char>(n), static_cast<char>(n >> 8), static_cast<char>(n >> 16),
+                       static_cast<char>(n >> 24)};
+    out += s;
+  }
+  return out;
+}
+
+TEST_CASE("BYTES inputs: JSON strings and binary data, serialized and checked element by element") {
+  Result<ParsedInfer> p = ParseInferRequest(
+      R"({"inputs":[{"name":"t","datatype":"BYTES","shape":[2,2],"data":[["a","\u00e9\n"],["",""]]}]})",
+      "");
+  REQUIRE_MESSAGE(p.ok(), (p.ok() ? "" : p.error().message));
+  const hookhost::ClientTensor& t = p->request.inputs[0];
+  CHECK(t.dtype == DType::kBytes);
+  CHECK(std::string(t.bytes.begin(), t.bytes.end()) == Serialized({"a", "\xc3\xa9\n", "", ""}));
+
+  std::string binary = Serialized({"hello", "", "world!"});
+  auto header = [&](size_t size, int count) {
+    return R"({"inputs":[{"name":"t","datatype":"BYTES","shape":[)" + std::to_string(count) +
+           R"(],"parameters":{"binary_data_size":)" + std::to_string(size) + "}}]}";
+  };
+  Result<ParsedInfer> b = ParseInferRequest(header(binary.size(), 3), binary);
+  REQUIRE_MESSAGE(b.ok(), (b.ok() ? "" : b.error().message));
+  CHECK(std::string(b->request.inputs[0].bytes.begin(), b->request.inputs[0].bytes.end()) ==
+        binary);
+  // Hostile binary BYTES: a length past the end, a truncated length, bytes after the last
+  // element, fewer elements than the shape, a length near 2^32, a size beyond the section.
+  std::string lying = binary;
+  lying[0] = 100;
+  std::string huge = std::string("\xff\xff\xff\xff", 4) + "x";
+  const std::vector<std::tuple<std::string, std::string, int, std::string>> bad = {
+      {header(lying.size(), 3), lying, 3, "claims 100 bytes"},
+      {header(7, 3), binary.substr(0, 7), 3, "claims"},
+      {header(binary.size() - 2, 3), binary.substr(0, binary.size() - 2), 3, "claims 6 bytes"},
+      {header(binary.size(), 2), binary, 2, "after its 2 elements"},
+      {header(binary.size(), 4), binary, 4, "ends before its length"},
+      {header(huge.size(), 1), huge, 1, "claims 4294967295 bytes"},
+      {header(binary.size() + 1, 3), binary, 3, "truncated"},
+  };
+  for (const auto& [json, data, count, want] : bad) {
+    CAPTURE(want);
+    Result<ParsedInfer> r = ParseInferRequest(json, data);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == ErrorCode::kInvalidArgument);
+    CHECK(r.error().message.find(want) != std::string::npos);
+  }
 }
 
 TEST_CASE("binary inputs: sizes must match the shape and add up to the binary section") {
@@ -117,8 +171,13 @@ TEST_CASE("hostile requests are refused with what was wrong, never crash") {
       {R"({"inputs":[{"datatype":"FP32","shape":[1],"data":[1]}]})", "string \"name\""},
       {R"({"inputs":[{"name":"x","datatype":"FP99","shape":[1],"data":[1]}]})",
        "unsupported datatype"},
-      {R"({"inputs":[{"name":"x","datatype":"BYTES","shape":[1],"data":["a"]}]})",
-       "unsupported datatype"},
+      {R"({"inputs":[{"name":"x","datatype":"BYTES","shape":[1],"data":[1]}]})",
+       "element 0: a string was expected"},
+      {R"({"inputs":[{"name":"x","datatype":"BYTES","shape":[2],"data":["a"]}]})",
+       "holds 2 elements but \"data\" has 1"},
+      {R"({"inputs":[{"name":"x","datatype":"BYTES","shape":[1],"data":["a","b"]}]})",
+       "more elements than its shape holds"},
+      {R"({"inputs":[{"name":"x","datatype":"BYTES","shape":[100000],"data":["a"]}]})", "cannot"},
       {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[-1],"data":[1]}]})", ">= 0"},
       {R"({"inputs":[{"name":"x","datatype":"FP32","shape":"1","data":[1]}]})", "\"shape\""},
       {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[4611686018427387904,8],"data":[1]}]})",

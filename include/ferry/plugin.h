@@ -66,7 +66,12 @@ typedef enum ferry_dtype {
   FERRY_F16 = 9,   /* FP16 */
   FERRY_BF16 = 10, /* BF16 */
   FERRY_F32 = 11,  /* FP32 */
-  FERRY_F64 = 12   /* FP64 */
+  FERRY_F64 = 12,  /* FP64 */
+  /* BYTES (text): each element a 4-byte little-endian length, then that many bytes; `bytes`
+   * is the whole serialization (checked by the host element by element). Only in the client's
+   * tensors a preprocess or run receives ([[hooks.inputs]] or a pipeline's [[inputs]]): never
+   * allocated, never sent to a model. */
+  FERRY_BYTES = 13
 } ferry_dtype;
 
 /* Error codes: the canonical set (gRPC numbering is not used; these are ferry's). A plugin
@@ -94,7 +99,7 @@ typedef struct ferry_tensor {
   uint32_t rank;  /* <= FERRY_MAX_RANK */
   int64_t shape[FERRY_MAX_RANK];
   const void* data;
-  uint64_t bytes; /* = product(shape) * size of dtype */
+  uint64_t bytes; /* = product(shape) * size of dtype; for BYTES, its serialization's size */
 } ferry_tensor;
 
 /* Where a call writes its results. `count` and `names` list the tensors the host expects

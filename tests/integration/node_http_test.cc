@@ -357,6 +357,139 @@ TEST_CASE("outputs in INT64, BOOL and FP16: converted by the worker, typed in th
   CHECK(ferryd.Wait() == 0);
 }
 
+// A bundle whose clients send text: the example tokenizer plugin turns each sentence into 4
+// hashed word ids (vocabulary 10) and a mask; the program sums each row's ids and squared ids
+// (a [10, 2] table of (i, i^2)) and counts its words.
+void WriteWordsBundle(const TempDir& dir) {
+  WriteFile(dir / "models/words/manifest.toml", R"(name = "words"
+[[inputs]]
+name = "input"
+dtype = "INT64"
+shape = [-1, 4]
+range = [0, 9]
+[[inputs]]
+name = "mask"
+dtype = "INT64"
+shape = [-1, 4]
+[[outputs]]
+name = "sums"
+shape = [-1, 2]
+[[outputs]]
+name = "count"
+shape = [-1]
+[batching]
+sizes = [1, 4]
+[hooks]
+plugin = "tokenizer.so"
+config = "seq=4 vocab=10"
+[[hooks.inputs]]
+name = "text"
+dtype = "BYTES"
+shape = [-1]
+[[program]]
+op = "gather"
+input = "input"
+output = "rows"
+weight = "table"
+[[program]]
+op = "reduce_sum"
+input = "rows"
+output = "sums"
+axis = 1
+[[program]]
+op = "reduce_sum"
+input = "mask"
+output = "count"
+axis = 1
+)");
+  std::vector<float> table;
+  for (int i = 0; i < 10; ++i) {
+    table.push_back(static_cast<float>(i));
+    table.push_back(static_cast<float>(i * i));
+  }
+  WriteFile(dir / "models/words/weights.safetensors",
+            SafetensorsBytes(R"({"table":{"dtype":"F32","shape":[10,2],"data_offsets":[0,80]}})",
+                             std::string_view(reinterpret_cast<const char*>(table.data()), 80)));
+  std::filesystem::copy_file(std::string(FERRY_EXAMPLE_PLUGIN_DIR) + "/tokenizer.so",
+                             dir / "models/words/tokenizer.so");
+}
+
+// The tokenizer's id of a word: 1 + FNV-1a(lowercased word) mod (vocab - 1).
+int64_t WordId(std::string word, int64_t vocab) {
+  uint64_t hash = 14695981039346656037ull;
+  for (char ch : word) {
+    hash = (hash ^ static_cast<uint8_t>(std::tolower(static_cast<unsigned char>(ch)))) *
+           1099511628211ull;
+  }
+  return 1 + static_cast<int64_t>(hash % static_cast<uint64_t>(vocab - 1));
+}
+
+TEST_CASE("text in: BYTES through the tokenizer plugin, in its sandbox, to the model's ids") {
+  TempDir dir;
+  WriteWordsBundle(dir);
+  FerrydProcess ferryd(dir, kCpuNode, kSettings);
+  REQUIRE_MESSAGE(ferryd.WaitReady(), ferryd.log());
+  Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
+  REQUIRE(client.ok());
+  auto post = [&](const std::string& target, const std::string& body,
+                  const std::string& binary = "") {
+    std::vector<std::pair<std::string, std::string>> headers;
+    if (!binary.empty()) {
+      headers.push_back({"Inference-Header-Content-Length", std::to_string(body.size())});
+    }
+    Result<net::HttpAnswer> a = client->Request("POST", target, body + binary, headers);
+    if (!client->connected()) {
+      client = HttpClient::Connect(HttpAddress(ferryd));
+    }
+    REQUIRE(a.ok());
+    return *a;
+  };
+  net::HttpAnswer a =
+      post("/v2/models/words/infer", R"({"inputs":[{"name":"text","datatype":"BYTES","shape":[3],)"
+                                     R"("data":["Hello, World","","a b c d e f"]}]})");
+  INFO(a.body);
+  REQUIRE(a.status == 200);
+  json body = json::parse(a.body);
+  std::map<std::string, json> out;
+  for (const json& o : body["outputs"]) {
+    out[o["name"].get<std::string>()] = o;
+  }
+  CHECK(out["count"]["data"] == json::array({2.0, 0.0, 4.0}));  // Row 3 truncated to 4 words.
+  auto sums = [](std::vector<std::string> words) {
+    double ids = 0, squares = 0;
+    for (const std::string& w : words) {
+      int64_t id = WordId(w, 10);
+      ids += static_cast<double>(id);
+      squares += static_cast<double>(id * id);
+    }
+    return std::vector<double>{ids, squares};
+  };
+  std::vector<double> want = sums({"hello", "world"});
+  std::vector<double> blank = sums({});
+  std::vector<double> letters = sums({"a", "b", "c", "d"});
+  want.insert(want.end(), blank.begin(), blank.end());
+  want.insert(want.end(), letters.begin(), letters.end());
+  CHECK(out["sums"]["data"].get<std::vector<double>>() == want);
+
+  // The same text as KServe's binary BYTES; then one that lies about a length: 400.
+  std::string binary = std::string("\5\0\0\0hello", 9);
+  std::string header = R"({"inputs":[{"name":"text","datatype":"BYTES","shape":[1],)"
+                       R"("parameters":{"binary_data_size":9}}]})";
+  a = post("/v2/models/words/infer", header, binary);
+  CHECK(a.status == 200);
+  CHECK(json::parse(a.body)["outputs"][1]["data"] == json::array({1.0}));
+  a = post("/v2/models/words/infer", header, std::string("\x09\0\0\0hello", 9));
+  CHECK(a.status == 400);
+  CHECK(a.body.find("claims 9 bytes") != std::string::npos);
+  // Text to a model without a plugin that takes it: 400, naming what it expects.
+  a = post("/v2/models/mlp/infer",
+           R"({"inputs":[{"name":"input","datatype":"BYTES","shape":[1],"data":["x"]}]})");
+  CHECK(a.status == 400);
+  CHECK(a.body.find("expected FP32 [-1, 784], got BYTES [1]") != std::string::npos);
+  kill(ferryd.pid(), SIGTERM);
+  CHECK(ferryd.Wait() == 0);
+}
+
 // Clients sending until told to stop; every answer checked.
 
 }  // namespace

@@ -1,0 +1,48 @@
+#include "hookhost/frontend/json_strings.h"
+
+#include <string>
+#include <string_view>
+
+#include "hookhost/frontend/kserve_codec.h"
+
+namespace ferry::frontend {
+
+namespace od = simdjson::ondemand;
+
+Status AppendJsonStrings(od::value& data, int depth, uint64_t count, std::vector<uint8_t>* out,
+                         uint64_t* read) {
+  od::json_type type;
+  if (data.type().get(type)) {
+    return InvalidArgument("\"data\" is not valid JSON");
+  }
+  if (type == od::json_type::array) {
+    od::array array;
+    if (depth >= kMaxJsonDepth || data.get_array().get(array)) {
+      return InvalidArgument("\"data\" nested deeper than " + std::to_string(kMaxJsonDepth));
+    }
+    for (simdjson::simdjson_result<od::value> item : array) {
+      od::value v;
+      if (item.get(v)) {
+        return InvalidArgument("\"data\" is not valid JSON");
+      }
+      FERRY_RETURN_IF_ERROR(AppendJsonStrings(v, depth + 1, count, out, read));
+    }
+    return OkStatus();
+  }
+  std::string_view s;
+  if (data.get_string().get(s)) {
+    return InvalidArgument("element " + std::to_string(*read) + ": a string was expected");
+  }
+  if (*read >= count) {
+    return InvalidArgument("more elements than its shape holds");
+  }
+  auto length = static_cast<uint32_t>(s.size());  // A string of the body: under 4 GiB.
+  for (int i = 0; i < 4; ++i) {
+    out->push_back(static_cast<uint8_t>(length >> (8 * i)));
+  }
+  out->insert(out->end(), s.begin(), s.end());
+  ++*read;
+  return OkStatus();
+}
+
+}  // namespace ferry::frontend
