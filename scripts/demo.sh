@@ -105,6 +105,30 @@ print("   top-5 classes %s, PyTorch's %s; max |ferry - PyTorch| = %.1e"
 PY
 
 echo
+echo "== text in: a BERT-style encoder (PyTorch, seeded) imported, behind the example tokenizer"
+echo "   plugin: clients send sentences as BYTES, the plugin (sandboxed) makes ids and a mask"
+/usr/bin/python3 scripts/make_onnx_models.py "$dir/onnx" --models encoder --batch 1 >/dev/null
+build/ctl/ferryctl import "$dir/onnx/encoder/model.onnx" --out "$dir/models/encoder" \
+  --name encoder --sizes 1,2,4,8 | sed 's/^/   /'
+cp build/examples/hooks/tokenizer.so "$dir/models/encoder/"
+cat >>"$dir/models/encoder/manifest.toml" <<'TOML'
+
+[hooks]
+plugin = "tokenizer.so"
+config = "seq=16 vocab=1000"
+
+[[hooks.inputs]]
+name = "text"
+dtype = "BYTES"
+shape = [-1]
+TOML
+"${ctl[@]}" load encoder | sed 's/^/   /'
+curl -sS -X POST "http://$address/v2/models/encoder/infer" \
+  -d '{"inputs":[{"name":"text","datatype":"BYTES","shape":[2],"data":["ferry serves real models","text reaches the encoder through a plugin"]}]}' \
+  | python3 -c 'import json,sys; r=json.load(sys.stdin); o=r["outputs"][0]
+print("   %s %s: %s" % (o["name"], o["shape"], [round(x, 4) for x in o["data"]]))'
+
+echo
 echo "== a burst: 16 clients at once for 3 s, alternating the MLP and the CNN (binary tensors)"
 build/bench/ferry-load --url "$address" --model mlp --model cnn --concurrency 16 --seconds 3 \
   --warmup 0.5 &
