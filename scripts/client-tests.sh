@@ -34,6 +34,12 @@ ln -s "$PWD/examples/models/cnn" "$dir/models/cnn"
 "$build/ctl/ferryctl" import "$dir/onnx/text/model.onnx" --out "$dir/models/text" --sizes 1,2,8
 "$build/ctl/ferryctl" import "$dir/onnx/encoder/model.onnx" --out "$dir/models/encoder" --sizes 1,2,8
 "$build/ctl/ferryctl" import "$dir/onnx/bert/model.onnx" --out "$dir/models/bert" --sizes 1,2,8
+# The encoder again, its clients sending text to the example tokenizer plugin.
+"$build/ctl/ferryctl" import "$dir/onnx/encoder/model.onnx" --out "$dir/models/encoder_text" \
+  --name encoder_text --sizes 1,2,8
+cp "$build/examples/hooks/tokenizer.so" "$dir/models/encoder_text/"
+printf '\n[hooks]\nplugin = "tokenizer.so"\nconfig = "seq=16 vocab=1000"\n[[hooks.inputs]]\nname = "text"\ndtype = "BYTES"\nshape = [-1]\n' \
+  >> "$dir/models/encoder_text/manifest.toml"
 # Starts ferryd on node file $1 (written under $dir with name $2 and the extra keys in $3 and
 # $4: [node] keys, then tables); sets pid, address, grpc_address, metrics_address.
 start_node() {
@@ -76,6 +82,8 @@ start_node node.toml "$name" 'devices = "cpu:2"' ""
 "$venv/bin/python" tests/clients/tritonclient_test.py "$address" "$grpc_address"
 "$venv/bin/python" tests/clients/onnx_served_test.py "$address" "$grpc_address" "$dir/onnx" \
   resnet18=resnet18 torch_cnn=cnn text=text encoder=encoder bert=bert
+"$venv/bin/python" tests/clients/text_served_test.py "$address" "$grpc_address" \
+  "$dir/onnx/encoder" encoder_text 16 1000
 
 # curl: JSON in, JSON out; health; an error body.
 out=$(curl -sS -X POST "http://$address/v2/models/mlp/infer" -H 'Content-Type: application/json' \
