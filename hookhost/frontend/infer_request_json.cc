@@ -372,27 +372,12 @@ Status TakeBinary(CheckedInput& in, int64_t size, std::string_view binary, size_
 
 // A BYTES input's strings from its "data", into a new block of parsed->storage.
 Status ReadStrings(CheckedInput& in, od::object& tensor, size_t text_bytes, ParsedInfer* parsed) {
-  const std::string& name = in.client.name;
-  if (in.count > text_bytes / 3 + 1) {  // "", takes 3 characters.
-    return InvalidArgument("input '" + name + "': shape holds " + std::to_string(in.count) +
-                           " elements but a body of " + std::to_string(text_bytes) +
-                           " bytes cannot");
-  }
   od::value data;
   if (tensor.find_field_unordered("data").get(data)) {
     return NotAnObject();
   }
   std::vector<uint8_t>& storage = parsed->storage.emplace_back();
-  storage.reserve(static_cast<size_t>(in.count) * 4);
-  uint64_t read = 0;
-  Status status = AppendJsonStrings(data, 0, in.count, &storage, &read);
-  if (!status.ok()) {
-    return InvalidArgument("input '" + name + "' " + status.error().message);
-  }
-  if (read != in.count) {
-    return InvalidArgument("input '" + name + "': shape holds " + std::to_string(in.count) +
-                           " elements but \"data\" has " + std::to_string(read));
-  }
+  FERRY_RETURN_IF_ERROR(ReadJsonStrings(data, in.client.name, in.count, text_bytes, &storage));
   in.client.bytes = storage;
   return OkStatus();
 }

@@ -45,4 +45,24 @@ Status AppendJsonStrings(od::value& data, int depth, uint64_t count, std::vector
   return OkStatus();
 }
 
+Status ReadJsonStrings(od::value& data, const std::string& name, uint64_t count, size_t text_bytes,
+                       std::vector<uint8_t>* out) {
+  if (count > text_bytes / 3 + 1) {  // "", takes 3 characters.
+    return InvalidArgument("input '" + name + "': shape holds " + std::to_string(count) +
+                           " elements but a body of " + std::to_string(text_bytes) +
+                           " bytes cannot");
+  }
+  out->reserve(static_cast<size_t>(count) * 4);
+  uint64_t read = 0;
+  Status status = AppendJsonStrings(data, 0, count, out, &read);
+  if (!status.ok()) {
+    return InvalidArgument("input '" + name + "' " + status.error().message);
+  }
+  if (read != count) {
+    return InvalidArgument("input '" + name + "': shape holds " + std::to_string(count) +
+                           " elements but \"data\" has " + std::to_string(read));
+  }
+  return OkStatus();
+}
+
 }  // namespace ferry::frontend

@@ -7,6 +7,7 @@
 #include <simdjson.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/result.h"
@@ -19,5 +20,11 @@ namespace ferry::frontend {
 // too deep.
 Status AppendJsonStrings(simdjson::ondemand::value& data, int depth, uint64_t count,
                          std::vector<uint8_t>* out, uint64_t* read);
+
+// Input `name`'s strings from its "data" into `out` (AppendJsonStrings from depth 0): exactly
+// `count` of them, and no more than a body of `text_bytes` can hold (each takes at least
+// three characters), checked before anything is read.
+Status ReadJsonStrings(simdjson::ondemand::value& data, const std::string& name, uint64_t count,
+                       size_t text_bytes, std::vector<uint8_t>* out);
 
 }  // namespace ferry::frontend

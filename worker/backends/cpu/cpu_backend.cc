@@ -59,6 +59,42 @@ Status ScatterOutput(const Manifest& manifest, const BatchJob& job, size_t o, co
   return OkStatus();
 }
 
+// The ops imported models brought (imported_ops.h), on the reference path.
+void RunImportedOp(const Op& op, std::span<const float> x, const Shape& xs, const Shape& ys,
+                   const std::map<std::string, Shape>& shapes,
+                   const std::map<std::string, std::vector<float>>& values, std::span<float> y) {
+  switch (op.kind) {
+    case OpKind::kLogSoftmax:
+      cpu::LogSoftmax(x, xs, op.axis, y);
+      return;
+    case OpKind::kArgMax:
+      cpu::ArgMax(x, xs, op.axis, op.last_index, y);
+      return;
+    case OpKind::kAvgPool2d:
+      cpu::AvgPool2d(x, xs, {op.kernel, op.stride, op.padding}, op.count_pad, ys, y);
+      return;
+    case OpKind::kReduceMean:
+    case OpKind::kReduceSum:
+    case OpKind::kReduceMax:
+      cpu::Reduce(op.kind, x, xs, op.axis, y);
+      return;
+    case OpKind::kConcat: {
+      std::vector<std::span<const float>> parts;
+      std::vector<Shape> part_shapes;
+      for (const std::string& in : op.inputs) {
+        parts.emplace_back(values.at(in));
+        part_shapes.push_back(shapes.at(in));
+      }
+      cpu::Concat(parts, part_shapes,
+                  op.axis < 0 ? op.axis + static_cast<int64_t>(xs.size()) : op.axis, y);
+      return;
+    }
+    default:  // The piecewise activations.
+      cpu::Piecewise(op, x, y);
+      return;
+  }
+}
+
 }  // namespace
 
 unsigned CpuThreads(unsigned requested) {
@@ -245,33 +281,15 @@ Status CpuBackend::RunReference(const Model& model, const std::map<std::string, 
       case OpKind::kLeakyRelu:
       case OpKind::kHardSigmoid:
       case OpKind::kHardSwish:
-        cpu::Piecewise(op, x, y);
-        break;
       case OpKind::kLogSoftmax:
-        cpu::LogSoftmax(x, xs, op.axis, y);
-        break;
       case OpKind::kArgMax:
-        cpu::ArgMax(x, xs, op.axis, op.last_index, y);
-        break;
       case OpKind::kAvgPool2d:
-        cpu::AvgPool2d(x, xs, {op.kernel, op.stride, op.padding}, op.count_pad, ys, y);
-        break;
       case OpKind::kReduceMean:
       case OpKind::kReduceSum:
       case OpKind::kReduceMax:
-        cpu::Reduce(op.kind, x, xs, op.axis, y);
+      case OpKind::kConcat:
+        RunImportedOp(op, x, xs, ys, shapes, *values, y);
         break;
-      case OpKind::kConcat: {
-        std::vector<std::span<const float>> parts;
-        std::vector<Shape> part_shapes;
-        for (const std::string& in : op.inputs) {
-          parts.emplace_back(values->at(in));
-          part_shapes.push_back(shapes.at(in));
-        }
-        cpu::Concat(parts, part_shapes,
-                    op.axis < 0 ? op.axis + static_cast<int64_t>(xs.size()) : op.axis, y);
-        break;
-      }
     }
     (*values)[op.output] = std::move(y);
   }
