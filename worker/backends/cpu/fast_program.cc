@@ -47,8 +47,9 @@ class FastProgram::Compiler {
     }
   }
 
-  // Adds program[i]'s steps; returns the index of the last op they cover (i, or i + 1 when an
-  // activation was fused). oneDNN's errors are thrown as dnnl::error.
+  // Adds program[i]'s steps; returns the index of the last op they cover (i, or a later one
+  // when the ops after it were fused into its primitive). oneDNN's errors are thrown as
+  // dnnl::error.
   size_t Add(size_t i) {
     const Op& op = manifest_.program[i];
     switch (op.kind) {
