@@ -61,6 +61,12 @@ bool CudaRunsOp(OpKind kind) {
     case OpKind::kFlatten:
     case OpKind::kReshape:
     case OpKind::kClip:
+    case OpKind::kLeakyRelu:
+    case OpKind::kHardSigmoid:
+    case OpKind::kHardSwish:
+    case OpKind::kSqrt:
+    case OpKind::kExp:
+    case OpKind::kLog:
       return true;
     default:
       return false;

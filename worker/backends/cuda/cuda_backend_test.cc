@@ -175,6 +175,52 @@ groups = 2
   }
 }
 
+TEST_CASE("the piecewise activations, sqrt, exp and log match the CPU backend") {
+  // x [N, 8] -> leaky_relu -> hard_swish -> hard_sigmoid -> exp -> sqrt -> log -> y.
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("ferry-cuda-pointwise-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir / "pointwise");
+  std::string manifest = R"(name = "pointwise"
+[[inputs]]
+name = "x"
+shape = [-1, 8]
+[[outputs]]
+name = "y"
+shape = [-1, 8]
+[batching]
+sizes = [1, 4]
+)";
+  const char* ops[][3] = {{"leaky_relu", "x", "alpha = 0.1"},
+                          {"hard_swish", "a", ""},
+                          {"hard_sigmoid", "b", "alpha = 0.2\nbeta = 0.5"},
+                          {"exp", "c", ""},
+                          {"sqrt", "d", ""},
+                          {"log", "e", ""}};
+  const char* outputs[] = {"a", "b", "c", "d", "e", "y"};
+  for (int i = 0; i < 6; ++i) {
+    manifest += std::string("[[program]]\nop = \"") + ops[i][0] + "\"\ninput = \"" + ops[i][1] +
+                "\"\noutput = \"" + outputs[i] + "\"\n" + ops[i][2] + "\n";
+  }
+  std::ofstream(dir / "pointwise" / "manifest.toml") << manifest;
+  std::ofstream weights(dir / "pointwise" / "weights.safetensors", std::ios::binary);
+  uint64_t length = 8;
+  weights.write(reinterpret_cast<const char*>(&length), 8);
+  weights << "{}      ";
+  weights.close();
+  Result<Bundle> bundle = LoadBundle((dir / "pointwise").string());
+  std::filesystem::remove_all(dir);
+  REQUIRE_MESSAGE(bundle.ok(), (bundle.ok() ? "" : bundle.error().message));
+  Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create({});
+  REQUIRE_MESSAGE(gpu.ok(), (gpu.ok() ? "" : gpu.error().message));
+  CpuBackend cpu(CpuOptions{CpuMode::kReference, 0});
+  ModelHandle g = (*gpu)->Load(*bundle).value();
+  ModelHandle c = cpu.Load(*bundle).value();
+  std::mt19937 rng(11);
+  for (int64_t size : bundle->manifest.batch_sizes) {
+    Compare(**gpu, g, cpu, c, bundle->manifest, 0, size, rng, 1e-5);
+  }
+}
+
 TEST_CASE("graph replay and plain launches give the same outputs") {
   CudaBackendOptions plain;
   plain.use_graphs = false;

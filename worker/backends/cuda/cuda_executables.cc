@@ -3,6 +3,37 @@
 #include "worker/backends/cuda/cuda_backend_impl.h"
 
 namespace ferry {
+namespace {
+
+// The elementwise kernel's function for an op of one input that computes elementwise.
+cuda::Activation ElementwiseOf(OpKind kind) {
+  switch (kind) {
+    case OpKind::kRelu:
+      return cuda::Activation::kRelu;
+    case OpKind::kGelu:
+      return cuda::Activation::kGelu;
+    case OpKind::kTanh:
+      return cuda::Activation::kTanh;
+    case OpKind::kSigmoid:
+      return cuda::Activation::kSigmoid;
+    case OpKind::kLeakyRelu:
+      return cuda::Activation::kLeakyRelu;
+    case OpKind::kHardSigmoid:
+      return cuda::Activation::kHardSigmoid;
+    case OpKind::kHardSwish:
+      return cuda::Activation::kHardSwish;
+    case OpKind::kSqrt:
+      return cuda::Activation::kSqrt;
+    case OpKind::kExp:
+      return cuda::Activation::kExp;
+    case OpKind::kLog:
+      return cuda::Activation::kLog;
+    default:
+      return cuda::Activation::kNone;
+  }
+}
+
+}  // namespace
 
 Status CudaBackend::Impl::BuildExecutable(const Model& m, const ShapeVariant& variant, int64_t size,
                                           Executable* exe) {
@@ -203,13 +234,17 @@ void CudaBackend::Impl::AddPointwiseStep(const Model& m, Executable* exe, const 
     case OpKind::kRelu:
     case OpKind::kGelu:
     case OpKind::kTanh:
-    case OpKind::kSigmoid: {
-      cuda::Activation act = op.kind == OpKind::kRelu   ? cuda::Activation::kRelu
-                             : op.kind == OpKind::kGelu ? cuda::Activation::kGelu
-                             : op.kind == OpKind::kTanh ? cuda::Activation::kTanh
-                                                        : cuda::Activation::kSigmoid;
+    case OpKind::kSigmoid:
+    case OpKind::kLeakyRelu:
+    case OpKind::kHardSigmoid:
+    case OpKind::kHardSwish:
+    case OpKind::kSqrt:
+    case OpKind::kExp:
+    case OpKind::kLog: {
+      cuda::Activation act = ElementwiseOf(op.kind);
+      auto alpha = static_cast<float>(op.alpha), beta = static_cast<float>(op.beta);
       exe->steps.push_back([=, this](cudaStream_t s) {
-        return Check(cuda::Elementwise(x.data, y.data, count, act, s), "activation");
+        return Check(cuda::Elementwise(x.data, y.data, count, act, s, alpha, beta), "activation");
       });
       break;
     }
@@ -264,12 +299,6 @@ void CudaBackend::Impl::AddPointwiseStep(const Model& m, Executable* exe, const 
     case OpKind::kTranspose:
     case OpKind::kMatMul:
     case OpKind::kSlice:
-    case OpKind::kSqrt:
-    case OpKind::kExp:
-    case OpKind::kLog:
-    case OpKind::kLeakyRelu:
-    case OpKind::kHardSigmoid:
-    case OpKind::kHardSwish:
     case OpKind::kAvgPool2d:
     case OpKind::kReduceSum:
     case OpKind::kReduceMax:

@@ -14,7 +14,7 @@ unsigned Blocks(int64_t count) {
   return static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
 }
 
-__device__ float Activate(float v, int act) {
+__device__ float Activate(float v, int act, float alpha = 0.f, float beta = 0.f) {
   switch (act) {
     case 1:
       return v > 0.f ? v : 0.f;
@@ -24,6 +24,18 @@ __device__ float Activate(float v, int act) {
       return tanhf(v);
     case 4:
       return 1.f / (1.f + expf(-v));
+    case 5:
+      return v < 0.f ? alpha * v : v;
+    case 6:
+      return fminf(fmaxf(alpha * v + beta, 0.f), 1.f);
+    case 7:
+      return v * fminf(fmaxf(v / 6.f + 0.5f, 0.f), 1.f);
+    case 8:
+      return sqrtf(v);
+    case 9:
+      return expf(v);
+    case 10:
+      return logf(v);
     default:
       return v;
   }
@@ -37,10 +49,11 @@ __global__ void BiasActivationKernel(float* y, const float* bias, int64_t m, int
   }
 }
 
-__global__ void ElementwiseKernel(const float* x, float* y, int64_t count, int act) {
+__global__ void ElementwiseKernel(const float* x, float* y, int64_t count, int act, float alpha,
+                                  float beta) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
-    y[i] = Activate(x[i], act);
+    y[i] = Activate(x[i], act, alpha, beta);
   }
 }
 
@@ -203,8 +216,9 @@ cudaError_t BiasActivation(float* y, const float* bias, int64_t m, int64_t n, Ac
 }
 
 cudaError_t Elementwise(const float* x, float* y, int64_t count, Activation act,
-                        cudaStream_t stream) {
-  ElementwiseKernel<<<Blocks(count), kThreads, 0, stream>>>(x, y, count, static_cast<int>(act));
+                        cudaStream_t stream, float alpha, float beta) {
+  ElementwiseKernel<<<Blocks(count), kThreads, 0, stream>>>(x, y, count, static_cast<int>(act),
+                                                            alpha, beta);
   return cudaGetLastError();
 }
 

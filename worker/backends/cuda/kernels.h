@@ -11,14 +11,28 @@
 
 namespace ferry::cuda {
 
-enum class Activation : int { kNone = 0, kRelu = 1, kGelu = 2, kTanh = 3, kSigmoid = 4 };
+// The elementwise functions, as worker/backends/cpu/ops.h and imported_ops.h define them;
+// alpha and beta are leaky_relu's slope and hard_sigmoid's alpha x + beta.
+enum class Activation : int {
+  kNone = 0,
+  kRelu = 1,
+  kGelu = 2,
+  kTanh = 3,
+  kSigmoid = 4,
+  kLeakyRelu = 5,
+  kHardSigmoid = 6,
+  kHardSwish = 7,
+  kSqrt = 8,
+  kExp = 9,
+  kLog = 10,
+};
 
 // y[m, n] = act(y[m, n] + bias[n]) in place (bias may be null).
 cudaError_t BiasActivation(float* y, const float* bias, int64_t m, int64_t n, Activation act,
                            cudaStream_t stream);
 // y = act(x) elementwise (x may equal y).
 cudaError_t Elementwise(const float* x, float* y, int64_t count, Activation act,
-                        cudaStream_t stream);
+                        cudaStream_t stream, float alpha = 0.f, float beta = 0.f);
 cudaError_t Add(const float* a, const float* b, float* y, int64_t count, cudaStream_t stream);
 // y = min(max(x, lo), hi) elementwise (x may equal y).
 cudaError_t Clip(const float* x, float* y, int64_t count, float lo, float hi, cudaStream_t stream);
