@@ -319,9 +319,8 @@ std::optional<std::vector<AllocatedTensor>> HookHost::Impl::StageClientTensors(
   }
   std::vector<AllocatedTensor> client;
   for (size_t i = 0; i < ordered.size(); ++i) {
-    std::optional<AllocatedTensor> block =
-        AllocateBlock(ordered[i].dtype, Shape(ordered[i].shape.begin(), ordered[i].shape.end()),
-                      bytes[i].size());
+    std::optional<AllocatedTensor> block = AllocateBlock(
+        ordered[i].dtype, Shape(ordered[i].shape.begin(), ordered[i].shape.end()), bytes[i].size());
     if (!block) {
       std::vector<uint64_t> blocks;
       for (const AllocatedTensor& t : client) {
