@@ -39,6 +39,25 @@ Status SoftmaxAlong(Converter& c, Attributes& attrs, OpKind kind) {
   return OkStatus();
 }
 
+// Emits `op`, which removes axis op.axis of `x` (a reduction, arg_max), and for keepdims a
+// reshape that puts the axis back as size 1.
+void EmitAlongAxis(Converter& c, Op op, const Value& x, bool keep) {
+  auto axis = static_cast<size_t>(op.axis);
+  op.inputs = {x.tensor};
+  Shape shape = x.shape;
+  shape.erase(shape.begin() + static_cast<std::ptrdiff_t>(axis));
+  Op& removed = c.Emit(std::move(op), shape);
+  if (keep) {
+    Op reshape;
+    reshape.kind = OpKind::kReshape;
+    reshape.inputs = {removed.output};
+    Shape kept = x.shape;
+    kept[axis] = 1;
+    reshape.shape = Shape(kept.begin() + 1, kept.end());
+    c.Emit(reshape, kept);
+  }
+}
+
 // Whether `axes` are the two spatial axes of a rank-4 tensor (x.mean([2, 3]) in PyTorch).
 bool IsSpatialMean(const std::vector<int64_t>& axes, size_t rank) {
   if (rank != 4 || axes.size() != 2) {
@@ -97,22 +116,8 @@ Status Reduce(Converter& c, Attributes& attrs, OpKind kind) {
   }
   Op op;
   op.kind = kind;
-  op.inputs = {x->tensor};
   op.axis = *axis;
-  Shape shape = x->shape;
-  shape.erase(shape.begin() + *axis);
-  if (!keep) {
-    c.Emit(op, shape);
-    return OkStatus();
-  }
-  Op& reduced = c.Emit(op, shape);
-  Op reshape;
-  reshape.kind = OpKind::kReshape;
-  reshape.inputs = {reduced.output};
-  Shape kept = x->shape;
-  kept[static_cast<size_t>(*axis)] = 1;
-  reshape.shape = Shape(kept.begin() + 1, kept.end());
-  c.Emit(reshape, kept);
+  EmitAlongAxis(c, std::move(op), *x, keep);
   return OkStatus();
 }
 
@@ -200,21 +205,9 @@ Status ArgMax(Converter& c, Attributes& attrs) {
   bool keep = attrs.Int("keepdims", 1) != 0;
   Op op;
   op.kind = OpKind::kArgMax;
-  op.inputs = {x->tensor};
   op.axis = *axis;
   op.last_index = attrs.Int("select_last_index", 0) != 0;
-  Shape shape = x->shape;
-  shape.erase(shape.begin() + *axis);
-  Op& found = c.Emit(op, shape);
-  if (keep) {
-    Op reshape;
-    reshape.kind = OpKind::kReshape;
-    reshape.inputs = {found.output};
-    Shape kept = x->shape;
-    kept[static_cast<size_t>(*axis)] = 1;
-    reshape.shape = Shape(kept.begin() + 1, kept.end());
-    c.Emit(reshape, kept);
-  }
+  EmitAlongAxis(c, std::move(op), *x, keep);
   return OkStatus();
 }
 
