@@ -140,4 +140,17 @@ Status CheckBytesTensor(std::span<const uint8_t> bytes, uint64_t count) {
   return OkStatus();
 }
 
+Status AppendBytesElement(std::string_view element, std::vector<uint8_t>* out) {
+  if (element.size() > UINT32_MAX) {
+    return InvalidArgument("a BYTES element of " + std::to_string(element.size()) +
+                           " bytes: at most 2^32 - 1");
+  }
+  auto length = static_cast<uint32_t>(element.size());
+  for (int i = 0; i < 4; ++i) {
+    out->push_back(static_cast<uint8_t>(length >> (8 * i)));
+  }
+  out->insert(out->end(), element.begin(), element.end());
+  return OkStatus();
+}
+
 }  // namespace ferry

@@ -7,6 +7,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "common/result.h"
 
@@ -58,6 +59,10 @@ std::optional<uint64_t> ElementCount(std::span<const int64_t> shape);
 // Whether `bytes` is exactly `count` BYTES elements: each a 4-byte little-endian length and
 // that many bytes, nothing after the last. INVALID_ARGUMENT saying where it is not.
 Status CheckBytesTensor(std::span<const uint8_t> bytes, uint64_t count);
+
+// Appends `element` to a BYTES serialization: its length (4 bytes, little-endian), then it.
+// INVALID_ARGUMENT for an element of 4 GiB or more, which no length can state.
+Status AppendBytesElement(std::string_view element, std::vector<uint8_t>* out);
 
 // "F32", "BF16", ... <-> DType.
 std::optional<DType> DTypeFromSafetensors(std::string_view name);

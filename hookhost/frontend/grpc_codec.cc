@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "hookhost/frontend/grpc_service.h"
+#include "model/dtype.h"
 
 namespace ferry::frontend {
 namespace {
@@ -141,14 +142,9 @@ Status TakeBytes(const inference::ModelInferRequest& request, int i, bool raw, u
   }
   std::vector<uint8_t>& storage = parsed->storage.emplace_back();
   for (const std::string& s : strings) {
-    if (s.size() > UINT32_MAX) {
-      return InvalidArgument("input '" + tensor->name + "': an element over 4 GiB");
+    if (Status appended = AppendBytesElement(s, &storage); !appended.ok()) {
+      return InvalidArgument("input '" + tensor->name + "': " + appended.error().message);
     }
-    auto length = static_cast<uint32_t>(s.size());
-    for (int k = 0; k < 4; ++k) {
-      storage.push_back(static_cast<uint8_t>(length >> (8 * k)));
-    }
-    storage.insert(storage.end(), s.begin(), s.end());
   }
   tensor->bytes = storage;
   return OkStatus();

@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "hookhost/frontend/kserve_codec.h"
+#include "model/dtype.h"
 
 namespace ferry::frontend {
 
@@ -36,11 +37,7 @@ Status AppendJsonStrings(od::value& data, int depth, uint64_t count, std::vector
   if (*read >= count) {
     return InvalidArgument("more elements than its shape holds");
   }
-  auto length = static_cast<uint32_t>(s.size());  // A string of the body: under 4 GiB.
-  for (int i = 0; i < 4; ++i) {
-    out->push_back(static_cast<uint8_t>(length >> (8 * i)));
-  }
-  out->insert(out->end(), s.begin(), s.end());
+  FERRY_RETURN_IF_ERROR(AppendBytesElement(s, out));
   ++*read;
   return OkStatus();
 }

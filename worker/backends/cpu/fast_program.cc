@@ -431,10 +431,7 @@ class FastProgram::Compiler {
   void AddTranspose(size_t index, const Op& op) {
     const Shape& ys = shapes_.at(op.output);
     const Shape& xs = shapes_.at(op.inputs[0]);
-    memory::dims strides(xs.size(), 1), permuted(xs.size());
-    for (size_t d = xs.size() - 1; xs.size() > 1 && d-- > 0;) {
-      strides[d] = strides[d + 1] * xs[d + 1];
-    }
+    memory::dims strides = RowMajorStrides(xs), permuted(xs.size());
     for (size_t d = 0; d < op.perm.size(); ++d) {
       permuted[d] = strides[static_cast<size_t>(op.perm[d])];
     }

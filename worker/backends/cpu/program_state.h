@@ -23,13 +23,18 @@ constexpr memory::data_type kF32 = memory::data_type::f32;
 
 inline memory::dims Dims(const Shape& shape) { return memory::dims(shape.begin(), shape.end()); }
 
-// The row-major layout of `shape`: how every ferry buffer holds its tensor.
-inline memory::desc PlainDesc(const Shape& shape) {
+// Each axis' stride, in elements, when `shape` is held row-major.
+inline memory::dims RowMajorStrides(const Shape& shape) {
   memory::dims strides(shape.size(), 1);
   for (size_t d = shape.size() - 1; shape.size() > 1 && d-- > 0;) {
     strides[d] = strides[d + 1] * shape[d + 1];
   }
-  return memory::desc(Dims(shape), kF32, strides);
+  return strides;
+}
+
+// The row-major layout of `shape`: how every ferry buffer holds its tensor.
+inline memory::desc PlainDesc(const Shape& shape) {
+  return memory::desc(Dims(shape), kF32, RowMajorStrides(shape));
 }
 
 struct ProgramState {
