@@ -60,7 +60,7 @@ measure() {
     "$((t1 - t0))" "$seconds" "$rss"
 }
 
-mkdir "$dir/models" && ln -s "$PWD/examples/models/mlp" "$dir/models/mlp"
+mkdir "$dir/models" && cp -r examples/models/mlp "$dir/models/mlp"
 cat > "$dir/node.toml" <<TOML
 [node]
 name = "idle$$"

@@ -29,7 +29,7 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-mkdir "$dir/models" && ln -s "$PWD/examples/models/mlp" "$dir/models/mlp"
+mkdir "$dir/models" && cp -r examples/models/mlp "$dir/models/mlp"
 cat > "$dir/node.toml" <<TOML
 [node]
 name = "simoverhead$$"

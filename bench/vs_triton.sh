@@ -54,7 +54,7 @@ measure() {
   done
 }
 
-mkdir "$dir/models" && ln -s "$PWD/examples/models/mlp" "$dir/models/mlp"
+mkdir "$dir/models" && cp -r examples/models/mlp "$dir/models/mlp"
 cat > "$dir/node.toml" <<TOML
 [node]
 name = "vstriton$$"

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "model/repository.h"
 #include "tests/testing/temp_dir.h"
 
 namespace ferry {
@@ -121,6 +122,42 @@ TEST_CASE("a pipeline bundle: manifest and plugin, no weights; the example ones 
     Result<Bundle> b = LoadBundle(stage_dir);
     CHECK_MESSAGE(b.ok(), (b.ok() ? "" : b.error().message));
   }
+}
+
+TEST_CASE("a repository's bundle is a directory inside it, symlinks resolved") {
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir / "repo");
+  std::filesystem::create_directories(dir / "elsewhere");
+  namespace fs = std::filesystem;
+  fs::copy("examples/models/mlp", dir / "repo/mlp", fs::copy_options::recursive);
+  fs::copy("examples/models/cnn", dir / "elsewhere/cnn", fs::copy_options::recursive);
+  fs::create_directory_symlink(dir / "elsewhere/cnn", dir / "repo/cnn");
+  // A link inside the repository to one of its own bundles stays inside.
+  fs::create_directory_symlink("mlp", dir / "repo/mlp2");
+
+  CHECK(LoadRepositoryBundle(dir / "repo", "mlp").ok());
+  Result<Bundle> out = LoadRepositoryBundle(dir / "repo", "cnn");
+  REQUIRE_FALSE(out.ok());
+  CHECK(out.error().code == ErrorCode::kInvalidArgument);
+  CHECK(Contains(out.error().message, "outside the model repository"));
+  CHECK(LoadBundle(dir / "repo/cnn").ok());  // Only the repository rule refuses it.
+  // The link to a sibling resolves to a directory inside, whose name differs from the link's:
+  // the manifest's name check refuses it, not the repository rule.
+  Result<Bundle> sibling = LoadRepositoryBundle(dir / "repo", "mlp2");
+  REQUIRE_FALSE(sibling.ok());
+  CHECK_FALSE(Contains(sibling.error().message, "outside the model repository"));
+  CHECK(LoadRepositoryBundle(dir / "repo", "../elsewhere/cnn").error().code ==
+        ErrorCode::kInvalidArgument);
+  CHECK(LoadRepositoryBundle(dir / "repo", "gone").error().code == ErrorCode::kNotFound);
+
+  // The repository's table keeps the refused bundle's index, marked failed.
+  Result<std::vector<RepositoryModel>> table = LoadRepository(dir / "repo");
+  REQUIRE(table.ok());
+  REQUIRE(table->size() == 3);
+  CHECK((*table)[0].name == "cnn");
+  CHECK((*table)[0].bundle == nullptr);
+  CHECK((*table)[0].failure.has_value());
+  CHECK((*table)[1].bundle != nullptr);
 }
 
 }  // namespace

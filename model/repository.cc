@@ -35,6 +35,25 @@ Result<std::vector<std::string>> ListRepository(const std::string& dir) {
   return names;
 }
 
+Result<Bundle> LoadRepositoryBundle(const std::string& dir, const std::string& name) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path repository = fs::canonical(dir, ec);
+  if (ec) {
+    return NotFound("model repository " + dir + ": " + ec.message());
+  }
+  fs::path bundle = fs::canonical(fs::path(dir) / name, ec);
+  if (ec) {
+    return NotFound("bundle " + dir + "/" + name + ": " + ec.message());
+  }
+  if (bundle.parent_path() != repository) {
+    return InvalidArgument("bundle " + dir + "/" + name + " resolves to " + bundle.string() +
+                           ", outside the model repository " + repository.string() +
+                           " (a symlink that leaves the repository is refused)");
+  }
+  return LoadBundle(dir + "/" + name);
+}
+
 std::string UnloadedName(size_t index) { return "(unloaded " + std::to_string(index) + ")"; }
 
 Result<std::vector<RepositoryModel>> LoadRepository(const std::string& dir) {
@@ -75,7 +94,7 @@ Result<std::vector<RepositoryModel>> LoadModelTable(const std::string& dir,
       models.push_back(std::move(model));
       continue;
     }
-    Result<Bundle> bundle = LoadBundle(dir + "/" + name);
+    Result<Bundle> bundle = LoadRepositoryBundle(dir, name);
     if (bundle.ok()) {
       model.bundle = std::make_unique<Bundle>(std::move(*bundle));
     } else {

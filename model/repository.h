@@ -37,6 +37,12 @@ std::string UnloadedName(size_t index);
 // INVALID_ARGUMENT beyond kMaxRepositoryModels models.
 Result<std::vector<std::string>> ListRepository(const std::string& dir);
 
+// Loads the bundle `name` of the repository `dir`. INVALID_ARGUMENT when the bundle's
+// directory, symlinks resolved, is not directly inside the repository (a link that leaves it
+// would let anyone who can write the repository point a node at any directory); the
+// LoadBundle errors otherwise.
+Result<Bundle> LoadRepositoryBundle(const std::string& dir, const std::string& name);
+
 // Lists and loads every bundle (failures kept per model, see above).
 Result<std::vector<RepositoryModel>> LoadRepository(const std::string& dir);
 

@@ -25,8 +25,8 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir "$dir/models"
-ln -s "$PWD/examples/models/mlp" "$dir/models/mlp"
-ln -s "$PWD/examples/models/cnn" "$dir/models/cnn"
+cp -r examples/models/mlp "$dir/models/mlp"
+cp -r examples/models/cnn "$dir/models/cnn"
 # Models from PyTorch, through ONNX, into the repository.
 /usr/bin/python3 scripts/make_onnx_models.py "$dir/onnx" --models resnet18,cnn,text,encoder,bert >/dev/null
 "$build/ctl/ferryctl" import "$dir/onnx/resnet18/model.onnx" --out "$dir/models/resnet18" --sizes 1,2,4

@@ -25,7 +25,7 @@ trap cleanup EXIT
 # The repository: the example models, the hooked classifier (the CNN behind image_classify.so)
 # and the example pipeline with its two stages (docs/hookhost.md, "Pipelines").
 mkdir -p "$dir/models"
-ln -s "$PWD/examples/models/mlp" "$PWD/examples/models/cnn" "$dir/models/"
+cp -r examples/models/mlp examples/models/cnn "$dir/models/"
 bundle() {  # NAME MANIFEST [WEIGHTS_OF]
   mkdir -p "$dir/models/$1"
   cp "$2" "$dir/models/$1/manifest.toml"

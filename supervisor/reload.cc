@@ -166,7 +166,7 @@ Result<json> Supervisor::Impl::LoadModel(const std::string& name) {
                              " indices, unloaded ones included); restart the node to renumber");
   }
   // Checked here, so a bundle that cannot load is refused before any process sees it.
-  Result<Bundle> bundle = LoadBundle(config.node.model_repository + "/" + name);
+  Result<Bundle> bundle = LoadRepositoryBundle(config.node.model_repository, name);
   if (!bundle.ok()) {
     return Error{bundle.error().code, "load '" + name + "': " + bundle.error().message};
   }

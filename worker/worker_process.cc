@@ -268,7 +268,7 @@ int RunWorkerProcess(const WorkerProcessArgs& args) {
   Backend* running = s.backend.get();
   options.loader = [running, dir = s.config.node.model_repository](const std::string& name) {
     LoadedModel loaded;
-    Result<Bundle> bundle = LoadBundle(dir + "/" + name);
+    Result<Bundle> bundle = LoadRepositoryBundle(dir, name);
     std::optional<Error> failure;
     if (bundle.ok()) {
       loaded.bundle = std::make_unique<Bundle>(std::move(*bundle));
