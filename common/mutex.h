@@ -14,6 +14,9 @@
 
 #define CAPABILITY(x) FERRY_THREAD_ANNOTATION(capability(x))
 #define SCOPED_CAPABILITY FERRY_THREAD_ANNOTATION(scoped_lockable)
+// absl's internal thread_annotations.h (which gRPC's headers pull in) defines GUARDED_BY to
+// the same attribute: ours stands, whichever header comes first.
+#undef GUARDED_BY
 #define GUARDED_BY(x) FERRY_THREAD_ANNOTATION(guarded_by(x))
 #define REQUIRES(...) FERRY_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
 #define EXCLUDES(...) FERRY_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))

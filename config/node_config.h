@@ -157,6 +157,9 @@ struct FrontendSettings {
   // Connections each hook host holds, HTTP and gRPC each; more are closed at once (HTTP
   // answers 503 first). 1..65536. Default 1024.
   int64_t max_connections = 1024;
+  // Calls at once on one gRPC connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS); a client
+  // opening more waits for one to end. 1..65536. Default 100 (HTTP/2's suggested minimum).
+  int64_t max_streams_per_connection = 100;
   // A request must arrive whole within this (slow clients get 408). 0.1..3600. Default 30.
   double request_timeout_seconds = 30;
   // An idle keep-alive connection (HTTP), or one with no call (gRPC), is closed after this.

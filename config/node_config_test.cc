@@ -388,6 +388,7 @@ TEST_CASE("[supervisor] and [frontend]: defaults, values at their edges, each mi
   CHECK(defaults->supervisor.drain_timeout_seconds == 30);
   CHECK(defaults->frontend.max_request_bytes == (64u << 20));
   CHECK(defaults->frontend.max_connections == 1024);
+  CHECK(defaults->frontend.max_streams_per_connection == 100);
 
   Result<NodeConfig> edges =
       Parse("[supervisor]\ncontrol_socket = \"/" + std::string(106, 's') +
@@ -395,12 +396,14 @@ TEST_CASE("[supervisor] and [frontend]: defaults, values at their edges, each mi
             "crash_loop_restarts = 1000\ncrash_loop_window_seconds = 86400\n"
             "drain_timeout_seconds = 0\nstart_timeout_seconds = 1\n"
             "[frontend]\nmax_request_bytes = 1024\nmax_connections = 65536\n"
+            "max_streams_per_connection = 1\n"
             "request_timeout_seconds = 0.1\nidle_timeout_seconds = 86400\n");
   REQUIRE_MESSAGE(edges.ok(), (edges.ok() ? "" : edges.error().message));
   CHECK(edges->supervisor.control_socket.size() == 107);
   CHECK(edges->supervisor.drain_timeout_seconds == 0);
   CHECK(edges->frontend.max_request_bytes == 1024);
   CHECK(edges->frontend.request_timeout_seconds == 0.1);
+  CHECK(edges->frontend.max_streams_per_connection == 1);
   Result<NodeConfig> usual =
       Parse("[supervisor]\ncontrol_socket = \"/run/f.sock\"\nstart_timeout_seconds = 86400\n");
   REQUIRE_MESSAGE(usual.ok(), (usual.ok() ? "" : usual.error().message));
@@ -433,6 +436,8 @@ TEST_CASE("[supervisor] and [frontend]: defaults, values at their edges, each mi
       {"[supervisor]\nrestart_after = 1\n", "supervisor.restart_after"},
       {"[frontend]\nmax_request_bytes = 1023\n", "frontend.max_request_bytes"},
       {"[frontend]\nmax_connections = 0\n", "frontend.max_connections"},
+      {"[frontend]\nmax_streams_per_connection = 0\n", "frontend.max_streams_per_connection"},
+      {"[frontend]\nmax_streams_per_connection = 65537\n", "frontend.max_streams_per_connection"},
       {"[frontend]\nrequest_timeout_seconds = 0.05\n", "frontend.request_timeout_seconds"},
       {"[frontend]\nidle_timeout_seconds = 86401\n", "frontend.idle_timeout_seconds"},
   };

@@ -22,6 +22,7 @@ Status FrontEnd::Start(const shm::Segment& segment, const std::vector<hookhost::
     GrpcOptions grpc_options;
     grpc_options.max_message_bytes = settings.max_request_bytes;
     grpc_options.max_connections = static_cast<size_t>(settings.max_connections);
+    grpc_options.max_streams = static_cast<int>(settings.max_streams_per_connection);
     grpc_options.idle_timeout_ms = static_cast<int64_t>(settings.idle_timeout_seconds * 1e3);
     grpc_ = std::make_unique<GrpcFrontEnd>(service_.get(), grpc_fd, grpc_options);
     return grpc_->Start();

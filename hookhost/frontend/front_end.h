@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "config/node_config.h"
-#include "hookhost/frontend/grpc_service.h"
+#include "hookhost/frontend/grpc_front_end.h"
 #include "hookhost/frontend/kserve_service.h"
 #include "net/http_server.h"
 

@@ -3,17 +3,20 @@
 // connection at once, serves HTTP/2 on the ones it keeps, and takes a new one when one leaves.
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "hookhost/frontend/grpc_service.h"
+#include "hookhost/frontend/grpc_front_end.h"
 #include "net/open_connections.h"
 
 namespace ferry::frontend {
@@ -67,6 +70,27 @@ int Connect(uint16_t port) {
   return fd;
 }
 
+// The server's first frame on `fd` within 2 s, header and payload; empty when none came.
+std::string FirstFrame(int fd) {
+  std::string frame;
+  pollfd p{fd, POLLIN, 0};
+  while (poll(&p, 1, 2000) == 1) {
+    char chunk[256];
+    ssize_t n = read(fd, chunk, sizeof(chunk));
+    if (n <= 0) {
+      break;
+    }
+    frame.append(chunk, static_cast<size_t>(n));
+    if (frame.size() >= 9) {
+      size_t length = (uint8_t(frame[0]) << 16) | (uint8_t(frame[1]) << 8) | uint8_t(frame[2]);
+      if (frame.size() >= 9 + length) {
+        return frame.substr(0, 9 + length);
+      }
+    }
+  }
+  return "";
+}
+
 // What the server did with a connection within 2 s: "http2" when it sent a SETTINGS frame,
 // "closed" when it closed it, "silent" otherwise.
 std::string Fate(int fd) {
@@ -105,6 +129,58 @@ TEST_CASE("at max_connections the next connection is closed at once; a freed slo
   }
   CHECK(fate == "http2");
   close(second);
+  front.Stop(0);
+  close(listener);
+}
+
+TEST_CASE("a connection's concurrent calls are bounded by max_streams, told in SETTINGS") {
+  uint16_t port = 0;
+  int listener = Listen(&port);
+  GrpcOptions options;
+  options.max_streams = 7;
+  GrpcFrontEnd front(nullptr, listener, options);
+  REQUIRE(front.Start().ok());
+  int fd = Connect(port);
+  std::string settings = FirstFrame(fd);
+  REQUIRE(settings.size() >= 9);
+  CHECK(settings[3] == 0x04);  // SETTINGS
+  // Six-byte entries: a 16-bit identifier, a 32-bit value. MAX_CONCURRENT_STREAMS is 3.
+  int64_t max_streams = -1;
+  for (size_t at = 9; at + 6 <= settings.size(); at += 6) {
+    if (uint8_t(settings[at]) == 0 && uint8_t(settings[at + 1]) == 3) {
+      max_streams = (int64_t{uint8_t(settings[at + 2])} << 24) | (uint8_t(settings[at + 3]) << 16) |
+                    (uint8_t(settings[at + 4]) << 8) | uint8_t(settings[at + 5]);
+    }
+  }
+  CHECK(max_streams == 7);
+  close(fd);
+  front.Stop(0);
+  close(listener);
+}
+
+TEST_CASE("a message that is not valid protobuf is INVALID_ARGUMENT naming its type") {
+  uint16_t port = 0;
+  int listener = Listen(&port);
+  GrpcFrontEnd front(nullptr, listener, GrpcOptions{});  // ServerLive needs no service.
+  REQUIRE(front.Start().ok());
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  auto call = [&](std::string bytes) {
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer request(&slice, 1), response;
+    grpc::ClientContext context;
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(&context, "/inference.GRPCInferenceService/ServerLive", grpc::StubOptions(),
+                   &request, &response, [&done](grpc::Status s) { done.set_value(s); });
+    return done.get_future().get();
+  };
+  // A field 1 of wire type 2 whose length runs past the message's end.
+  grpc::Status truncated = call(std::string("\x0a\x7f\x01", 3));
+  CHECK(truncated.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(truncated.error_message() ==
+        "the 3-byte message is not a valid inference.ServerLiveRequest");
+  CHECK(call("").ok());  // The empty message is a valid ServerLiveRequest.
   front.Stop(0);
   close(listener);
 }

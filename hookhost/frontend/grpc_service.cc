@@ -22,8 +22,6 @@
 namespace ferry::frontend {
 namespace {
 
-constexpr int kMaxGrpcThreads = 64;
-
 grpc::Status ToGrpc(const Error& e) {
   grpc::StatusCode code = grpc::StatusCode::INTERNAL;
   switch (e.code) {
@@ -66,6 +64,38 @@ std::optional<TraceContext> CallTrace(const grpc::ServerContextBase& context) {
   return ParseTraceparent({tp->second.data(), tp->second.size()});
 }
 
+using Grpc = inference::GRPCInferenceService;
+// Every method takes its message as bytes and parses it itself (ReadMessage), so that a
+// message that is not valid protobuf is answered INVALID_ARGUMENT with what was wrong: the
+// generated handlers answer UNIMPLEMENTED with no detail, which reads as a missing method.
+using RawService = Grpc::WithRawCallbackMethod_ServerLive<
+    Grpc::WithRawCallbackMethod_ServerReady<Grpc::WithRawCallbackMethod_ModelReady<
+        Grpc::WithRawCallbackMethod_ServerMetadata<Grpc::WithRawCallbackMethod_ModelMetadata<
+            Grpc::WithRawCallbackMethod_ModelInfer<Grpc::WithRawCallbackMethod_ModelStreamInfer<
+                Grpc::WithRawCallbackMethod_ModelConfig<Grpc::WithRawCallbackMethod_RepositoryIndex<
+                    Grpc::WithRawCallbackMethod_RepositoryModelLoad<
+                        Grpc::WithRawCallbackMethod_RepositoryModelUnload<Grpc::Service>>>>>>>>>>>;
+
+// `bytes` parsed into `message`. INVALID_ARGUMENT naming the message type and its size.
+template <typename Message>
+grpc::Status ReadMessage(const grpc::ByteBuffer& bytes, Message* message) {
+  grpc::ByteBuffer copy(bytes);  // Deserialize consumes its buffer; the slices are shared.
+  if (!grpc::SerializationTraits<Message>::Deserialize(&copy, message).ok()) {
+    return {grpc::StatusCode::INVALID_ARGUMENT, "the " + std::to_string(bytes.Length()) +
+                                                    "-byte message is not a valid " +
+                                                    message->GetTypeName()};
+  }
+  return grpc::Status::OK;
+}
+
+// `message` serialized into `bytes` (emptied first: a stream reuses its buffer).
+template <typename Message>
+grpc::Status WriteMessage(const Message& message, grpc::ByteBuffer* bytes) {
+  bytes->Clear();
+  bool own = false;
+  return grpc::SerializationTraits<Message>::Serialize(message, bytes, &own);
+}
+
 inference::DataType ConfigType(DType dtype) {
   std::string name = "TYPE_" + std::string(KServeName(dtype));
   inference::DataType t = inference::TYPE_INVALID;
@@ -82,6 +112,9 @@ class InferReactor final : public grpc::ServerUnaryReactor {
   void OnCancel() override { cancel_->Fire(); }
   void OnDone() override { delete this; }
 
+  inference::ModelInferRequest in;  // Parsed from the call's bytes; its request points into it.
+  inference::ModelInferResponse out;
+
  private:
   std::shared_ptr<CancelSignal> cancel_;
 };
@@ -92,129 +125,156 @@ class StreamReactor;
 // the server has no synchronous completion queues (throughput measured unchanged against the
 // previous server, docs/benchmarks.md; a synchronous stream held one of gRPC's threads). The
 // quick methods answer inline through the call's default reactor (Reply).
-class Service final : public inference::GRPCInferenceService::CallbackService {
+class Service final : public RawService {
  public:
   explicit Service(KServeService* kserve) : kserve_(kserve) {}
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* call,
-                                       const inference::ServerLiveRequest*,
-                                       inference::ServerLiveResponse* out) override {
-    return Reply(call, [&]() -> grpc::Status {
-      out->set_live(true);
-      return grpc::Status::OK;
-    });
+                                       const grpc::ByteBuffer* in_bytes,
+                                       grpc::ByteBuffer* out_bytes) override {
+    return Reply<inference::ServerLiveRequest, inference::ServerLiveResponse>(
+        call, in_bytes, out_bytes,
+        [&](const inference::ServerLiveRequest* in,
+            inference::ServerLiveResponse* out) -> grpc::Status {
+          out->set_live(true);
+          return grpc::Status::OK;
+        });
   }
   grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* call,
-                                        const inference::ServerReadyRequest*,
-                                        inference::ServerReadyResponse* out) override {
-    return Reply(call, [&]() -> grpc::Status {
-      out->set_ready(kserve_->ServerReady());
-      return grpc::Status::OK;
-    });
+                                        const grpc::ByteBuffer* in_bytes,
+                                        grpc::ByteBuffer* out_bytes) override {
+    return Reply<inference::ServerReadyRequest, inference::ServerReadyResponse>(
+        call, in_bytes, out_bytes,
+        [&](const inference::ServerReadyRequest* in,
+            inference::ServerReadyResponse* out) -> grpc::Status {
+          out->set_ready(kserve_->ServerReady());
+          return grpc::Status::OK;
+        });
   }
   grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* call,
-                                       const inference::ModelReadyRequest* in,
-                                       inference::ModelReadyResponse* out) override {
-    return Reply(call, [&]() -> grpc::Status {
-      const hookhost::HookModel* model = kserve_->Find(in->name());
-      if (model == nullptr) {
-        return ToGrpc(NotFound("unknown model '" + in->name().substr(0, 128) + "'"));
-      }
-      out->set_ready(kserve_->ModelReady(*model));
-      return grpc::Status::OK;
-    });
+                                       const grpc::ByteBuffer* in_bytes,
+                                       grpc::ByteBuffer* out_bytes) override {
+    return Reply<inference::ModelReadyRequest, inference::ModelReadyResponse>(
+        call, in_bytes, out_bytes,
+        [&](const inference::ModelReadyRequest* in,
+            inference::ModelReadyResponse* out) -> grpc::Status {
+          const hookhost::HookModel* model = kserve_->Find(in->name());
+          if (model == nullptr) {
+            return ToGrpc(NotFound("unknown model '" + in->name().substr(0, 128) + "'"));
+          }
+          out->set_ready(kserve_->ModelReady(*model));
+          return grpc::Status::OK;
+        });
   }
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* call,
-                                            const inference::RepositoryIndexRequest* in,
-                                            inference::RepositoryIndexResponse* out) override {
-    return Reply(call, [&]() -> grpc::Status {
-      for (const nlohmann::json& entry : kserve_->RepositoryIndex(in->ready())) {
-        inference::RepositoryIndexResponse::ModelIndex* m = out->add_models();
-        m->set_name(entry.value("name", ""));
-        m->set_version(entry.value("version", ""));
-        m->set_state(entry.value("state", ""));
-        m->set_reason(entry.value("reason", ""));
-      }
-      return grpc::Status::OK;
-    });
+                                            const grpc::ByteBuffer* in_bytes,
+                                            grpc::ByteBuffer* out_bytes) override {
+    return Reply<inference::RepositoryIndexRequest, inference::RepositoryIndexResponse>(
+        call, in_bytes, out_bytes,
+        [&](const inference::RepositoryIndexRequest* in,
+            inference::RepositoryIndexResponse* out) -> grpc::Status {
+          for (const nlohmann::json& entry : kserve_->RepositoryIndex(in->ready())) {
+            inference::RepositoryIndexResponse::ModelIndex* m = out->add_models();
+            m->set_name(entry.value("name", ""));
+            m->set_version(entry.value("version", ""));
+            m->set_state(entry.value("state", ""));
+            m->set_reason(entry.value("reason", ""));
+          }
+          return grpc::Status::OK;
+        });
   }
   grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* call,
-                                                const inference::RepositoryModelLoadRequest*,
-                                                inference::RepositoryModelLoadResponse*) override {
-    return Reply(call, [&]() -> grpc::Status {
-      return {grpc::StatusCode::PERMISSION_DENIED, KServeService::kModelControlRefusal};
-    });
+                                                const grpc::ByteBuffer* in_bytes,
+                                                grpc::ByteBuffer* out_bytes) override {
+    return Reply<inference::RepositoryModelLoadRequest, inference::RepositoryModelLoadResponse>(
+        call, in_bytes, out_bytes,
+        [&](const inference::RepositoryModelLoadRequest* in,
+            inference::RepositoryModelLoadResponse* out) -> grpc::Status {
+          return {grpc::StatusCode::PERMISSION_DENIED, KServeService::kModelControlRefusal};
+        });
   }
-  grpc::ServerUnaryReactor* RepositoryModelUnload(
-      grpc::CallbackServerContext* call, const inference::RepositoryModelUnloadRequest*,
-      inference::RepositoryModelUnloadResponse*) override {
-    return Reply(call, [&]() -> grpc::Status {
-      return {grpc::StatusCode::PERMISSION_DENIED, KServeService::kModelControlRefusal};
-    });
+  grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* call,
+                                                  const grpc::ByteBuffer* in_bytes,
+                                                  grpc::ByteBuffer* out_bytes) override {
+    return Reply<inference::RepositoryModelUnloadRequest, inference::RepositoryModelUnloadResponse>(
+        call, in_bytes, out_bytes,
+        [&](const inference::RepositoryModelUnloadRequest* in,
+            inference::RepositoryModelUnloadResponse* out) -> grpc::Status {
+          return {grpc::StatusCode::PERMISSION_DENIED, KServeService::kModelControlRefusal};
+        });
   }
   grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* call,
-                                           const inference::ServerMetadataRequest*,
-                                           inference::ServerMetadataResponse* out) override {
-    return Reply(call, [&]() -> grpc::Status {
-      nlohmann::json meta = frontend::ServerMetadata();
-      out->set_name(meta["name"].get<std::string>());
-      out->set_version(meta["version"].get<std::string>());
-      for (const auto& e : meta["extensions"]) {
-        out->add_extensions(e.get<std::string>());
-      }
-      return grpc::Status::OK;
-    });
+                                           const grpc::ByteBuffer* in_bytes,
+                                           grpc::ByteBuffer* out_bytes) override {
+    return Reply<inference::ServerMetadataRequest, inference::ServerMetadataResponse>(
+        call, in_bytes, out_bytes,
+        [&](const inference::ServerMetadataRequest* in,
+            inference::ServerMetadataResponse* out) -> grpc::Status {
+          nlohmann::json meta = frontend::ServerMetadata();
+          out->set_name(meta["name"].get<std::string>());
+          out->set_version(meta["version"].get<std::string>());
+          for (const auto& e : meta["extensions"]) {
+            out->add_extensions(e.get<std::string>());
+          }
+          return grpc::Status::OK;
+        });
   }
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* call,
-                                          const inference::ModelMetadataRequest* in,
-                                          inference::ModelMetadataResponse* out) override {
-    return Reply(call, [&]() -> grpc::Status {
-      Result<const hookhost::HookModel*> found = Lookup(in->name(), in->version());
-      if (!found.ok()) {
-        return ToGrpc(found.error());
-      }
-      const Manifest& m = (*found)->manifest();
-      out->set_name(m.name);
-      out->add_versions(std::to_string(m.version));
-      out->set_platform("ferry");
-      auto describe = [](const TensorSpec& t, auto* x) {  // An input or an output alike.
-        x->set_name(t.name);
-        x->set_datatype(std::string(KServeName(t.dtype)));
-        for (int64_t d : t.shape) x->add_shape(d);
-      };
-      for (const TensorSpec& t : m.client_inputs()) describe(t, out->add_inputs());
-      for (const TensorSpec& t : m.client_outputs()) describe(t, out->add_outputs());
-      return grpc::Status::OK;
-    });
+                                          const grpc::ByteBuffer* in_bytes,
+                                          grpc::ByteBuffer* out_bytes) override {
+    return Reply<inference::ModelMetadataRequest, inference::ModelMetadataResponse>(
+        call, in_bytes, out_bytes,
+        [&](const inference::ModelMetadataRequest* in,
+            inference::ModelMetadataResponse* out) -> grpc::Status {
+          Result<const hookhost::HookModel*> found = Lookup(in->name(), in->version());
+          if (!found.ok()) {
+            return ToGrpc(found.error());
+          }
+          const Manifest& m = (*found)->manifest();
+          out->set_name(m.name);
+          out->add_versions(std::to_string(m.version));
+          out->set_platform("ferry");
+          auto describe = [](const TensorSpec& t, auto* x) {  // An input or an output alike.
+            x->set_name(t.name);
+            x->set_datatype(std::string(KServeName(t.dtype)));
+            for (int64_t d : t.shape) x->add_shape(d);
+          };
+          for (const TensorSpec& t : m.client_inputs()) describe(t, out->add_inputs());
+          for (const TensorSpec& t : m.client_outputs()) describe(t, out->add_outputs());
+          return grpc::Status::OK;
+        });
   }
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* call,
-                                        const inference::ModelConfigRequest* in,
-                                        inference::ModelConfigResponse* out) override {
-    return Reply(call, [&]() -> grpc::Status {
-      Result<const hookhost::HookModel*> found = Lookup(in->name(), in->version());
-      if (!found.ok()) {
-        return ToGrpc(found.error());
-      }
-      const Manifest& m = (*found)->manifest();
-      int64_t max_batch = MaxBatchSize(m);
-      auto* c = out->mutable_config();
-      c->set_name(m.name);
-      c->set_platform("ferry");
-      c->set_backend("ferry");
-      c->set_max_batch_size(static_cast<int32_t>(max_batch));
-      auto describe = [max_batch](const TensorSpec& t, auto* x) {  // Dims without the batch.
-        x->set_name(t.name);
-        x->set_data_type(ConfigType(t.dtype));
-        for (size_t i = max_batch > 0 ? 1 : 0; i < t.shape.size(); ++i) x->add_dims(t.shape[i]);
-      };
-      for (const TensorSpec& t : m.client_inputs()) describe(t, c->add_input());
-      for (const TensorSpec& t : m.client_outputs()) describe(t, c->add_output());
-      return grpc::Status::OK;
-    });
+                                        const grpc::ByteBuffer* in_bytes,
+                                        grpc::ByteBuffer* out_bytes) override {
+    return Reply<inference::ModelConfigRequest, inference::ModelConfigResponse>(
+        call, in_bytes, out_bytes,
+        [&](const inference::ModelConfigRequest* in,
+            inference::ModelConfigResponse* out) -> grpc::Status {
+          Result<const hookhost::HookModel*> found = Lookup(in->name(), in->version());
+          if (!found.ok()) {
+            return ToGrpc(found.error());
+          }
+          const Manifest& m = (*found)->manifest();
+          int64_t max_batch = MaxBatchSize(m);
+          auto* c = out->mutable_config();
+          c->set_name(m.name);
+          c->set_platform("ferry");
+          c->set_backend("ferry");
+          c->set_max_batch_size(static_cast<int32_t>(max_batch));
+          auto describe = [max_batch](const TensorSpec& t, auto* x) {  // Dims without the batch.
+            x->set_name(t.name);
+            x->set_data_type(ConfigType(t.dtype));
+            for (size_t i = max_batch > 0 ? 1 : 0; i < t.shape.size(); ++i) x->add_dims(t.shape[i]);
+          };
+          for (const TensorSpec& t : m.client_inputs()) describe(t, c->add_input());
+          for (const TensorSpec& t : m.client_outputs()) describe(t, c->add_output());
+          return grpc::Status::OK;
+        });
   }
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
-                                       const inference::ModelInferRequest* in,
-                                       inference::ModelInferResponse* out) override {
+                                       const grpc::ByteBuffer* in_bytes,
+                                       grpc::ByteBuffer* out_bytes) override {
     auto cancel = std::make_shared<CancelSignal>();
     auto* reactor = new InferReactor(cancel);
     // The traceparent in the initial metadata too (none is sent yet), so refusals carry it.
@@ -222,23 +282,43 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
     if (trace) {
       context->AddInitialMetadata("traceparent", trace->header);
     }
-    // `in` and `out` live until the reactor is done, which is after Finish.
-    Infer(context, *in, std::move(cancel), trace, out, [reactor](const Status& answered) {
-      reactor->Finish(answered.ok() ? grpc::Status::OK : ToGrpc(answered.error()));
-    });
+    if (grpc::Status read = ReadMessage(*in_bytes, &reactor->in); !read.ok()) {
+      kserve_->CountRefused(nullptr, InvalidArgument(read.error_message()));
+      reactor->Finish(read);
+      return reactor;
+    }
+    // The reactor's messages and `out_bytes` live until it is done, which is after Finish.
+    Infer(context, reactor->in, std::move(cancel), trace, &reactor->out,
+          [reactor, out_bytes](const Status& answered) {
+            grpc::Status status =
+                answered.ok() ? WriteMessage(reactor->out, out_bytes) : ToGrpc(answered.error());
+            reactor->Finish(status);
+          });
     return reactor;
   }
-  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-  ModelStreamInfer(grpc::CallbackServerContext* call) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(
+      grpc::CallbackServerContext* call) override;
 
  private:
   friend class StreamReactor;
 
-  // Answers a quick method inline: `fn` fills the response and returns the call's status.
-  template <typename Fn>
-  static grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* call, Fn&& fn) {
+  // Answers a quick method inline: its request parsed from `in`, `fn` fills the response and
+  // returns the call's status, the response serialized into `out`.
+  template <typename Request, typename Response, typename Fn>
+  static grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* call,
+                                         const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
+                                         Fn&& fn) {
+    Request request;
+    Response response;
+    grpc::Status status = ReadMessage(*in, &request);
+    if (status.ok()) {
+      status = fn(&request, &response);
+    }
+    if (status.ok()) {
+      status = WriteMessage(response, out);
+    }
     grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
-    reactor->Finish(fn());
+    reactor->Finish(status);
     return reactor;
   }
 
@@ -339,17 +419,22 @@ class Service final : public inference::GRPCInferenceService::CallbackService {
 // cancels (or whose connection drops) cancels the request in flight, which is then answered
 // CANCELLED at once; the stream ends when the client closes its side or a write fails.
 // Deletes itself when gRPC is done with the stream (OnDone, after Finish).
-class StreamReactor final : public grpc::ServerBidiReactor<inference::ModelInferRequest,
-                                                           inference::ModelStreamInferResponse> {
+class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   StreamReactor(Service* service, grpc::CallbackServerContext* call)
       : service_(service), call_(call), trace_(CallTrace(*call)) {
-    StartRead(&in_);
+    StartRead(&in_bytes_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
       Finish(grpc::Status::OK);  // The client closed its side; nothing is in flight.
+      return;
+    }
+    in_.Clear();
+    if (grpc::Status read = ReadMessage(in_bytes_, &in_); !read.ok()) {
+      service_->kserve_->CountRefused(nullptr, InvalidArgument(read.error_message()));
+      WriteError(InvalidArgument(read.error_message()));
       return;
     }
     auto cancel = std::make_shared<CancelSignal>();
@@ -367,7 +452,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<inference::ModelInfer
     service_->Infer(call_, in_, std::move(cancel), trace_, answer_.mutable_infer_response(),
                     [this](const Status& answered) {
                       if (answered.ok()) {
-                        StartWrite(&answer_);
+                        Write();
                       } else {
                         WriteError(answered.error());
                       }
@@ -380,7 +465,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<inference::ModelInfer
       return;
     }
     answer_.Clear();
-    StartRead(&in_);
+    StartRead(&in_bytes_);
   }
 
   void OnCancel() override {
@@ -409,121 +494,44 @@ class StreamReactor final : public grpc::ServerBidiReactor<inference::ModelInfer
     if (trace_) {
       (*r->mutable_parameters())["traceparent"].set_string_param(trace_->header);
     }
-    StartWrite(&answer_);
+    Write();
+  }
+
+  // Writes `answer_`; a response that cannot be serialized ends the stream with the reason.
+  void Write() {
+    if (grpc::Status written = WriteMessage(answer_, &out_bytes_); !written.ok()) {
+      Finish(written);
+      return;
+    }
+    StartWrite(&out_bytes_);
   }
 
   Service* service_;
   grpc::CallbackServerContext* call_;
   std::optional<TraceContext> trace_;  // The stream's traceparent: on every answer.
-  inference::ModelInferRequest in_;
+  grpc::ByteBuffer in_bytes_;
+  inference::ModelInferRequest in_;  // Parsed from in_bytes_; the request in flight reads it.
   inference::ModelStreamInferResponse answer_;
+  grpc::ByteBuffer out_bytes_;
   std::mutex mutex_;  // OnCancel runs on any gRPC thread.
   std::shared_ptr<CancelSignal> cancel_;
   bool cancelled_ = false;
 };
 
-grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-Service::ModelStreamInfer(grpc::CallbackServerContext* call) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Service::ModelStreamInfer(
+    grpc::CallbackServerContext* call) {
   return new StreamReactor(this, call);
 }
 
 }  // namespace
 
-struct GrpcFrontEnd::Impl {
-  KServeService* kserve;
-  int listen_fd;
-  GrpcOptions options;
-  net::OpenConnections open;  // The accept thread's.
-  std::atomic<uint64_t> refused{0};
-  std::unique_ptr<Service> service;
-  std::unique_ptr<grpc::Server> server;
-  std::thread acceptor;
-  std::atomic<bool> accepting{true};
-  std::atomic<bool> stopping{false};
-};
-
-GrpcFrontEnd::GrpcFrontEnd(KServeService* service, int listen_fd, const GrpcOptions& options)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->kserve = service;
-  impl_->listen_fd = listen_fd;
-  impl_->options = options;
-}
-
-uint64_t GrpcFrontEnd::refused_connections() const { return impl_->refused.load(); }
-
-GrpcFrontEnd::~GrpcFrontEnd() { Stop(0); }
-
-Status GrpcFrontEnd::Start() {
-  Impl& s = *impl_;
+std::unique_ptr<grpc::Service> MakeInferenceService(KServeService* service) {
   // Debian builds absl with its mutex deadlock detection on: every lock gRPC takes is recorded
   // in one process-wide graph under one global lock (GraphCycles in a profile of the hook host
   // under gRPC load). A debugging aid, not a guard: off for this process (nothing of ferry's
   // own uses absl).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  s.service = std::make_unique<Service>(s.kserve);
-  grpc::ServerBuilder builder;
-  builder.RegisterService(s.service.get());
-  int limit = static_cast<int>(std::min<size_t>(s.options.max_message_bytes, INT32_MAX));
-  builder.SetMaxReceiveMessageSize(limit);
-  builder.SetMaxSendMessageSize(INT32_MAX);
-  // No call or stream holds a thread while it waits (callback API); the callback executor is
-  // gRPC's own, sized by gRPC from the CPUs. The quota bounds any further threads gRPC's
-  // server would start for calls.
-  grpc::ResourceQuota quota("ferry-hookhost");
-  quota.SetMaxThreads(kMaxGrpcThreads);
-  builder.SetResourceQuota(quota);
-  builder.AddChannelArgument(
-      GRPC_ARG_MAX_CONNECTION_IDLE_MS,
-      static_cast<int>(std::clamp<int64_t>(s.options.idle_timeout_ms, 1, INT32_MAX)));
-  s.server = builder.BuildAndStart();
-  if (s.server == nullptr) {
-    return Internal("the gRPC server did not start");
-  }
-  s.acceptor = std::thread([&s] {
-    int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-    epoll_event e{};
-    e.events = EPOLLIN | EPOLLEXCLUSIVE;
-    epoll_ctl(epoll_fd, EPOLL_CTL_ADD, s.listen_fd, &e);
-    while (!s.stopping.load()) {
-      epoll_event got{};
-      if (epoll_wait(epoll_fd, &got, 1, 50) != 1 || !s.accepting.load()) {
-        continue;
-      }
-      int fd = accept4(s.listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EMFILE || errno == ENFILE) {  // Still readable: wait, do not spin.
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        }
-        continue;
-      }
-      if (s.open.AtLeast(s.options.max_connections)) {
-        s.refused.fetch_add(1, std::memory_order_relaxed);  // Counted before the client sees it.
-        close(fd);
-        continue;
-      }
-      s.open.Add(fd);
-      grpc::AddInsecureChannelFromFd(s.server.get(), fd);  // gRPC owns it now.
-    }
-    close(epoll_fd);
-  });
-  return OkStatus();
-}
-
-void GrpcFrontEnd::Drain() { impl_->accepting.store(false); }
-
-void GrpcFrontEnd::Stop(int deadline_ms) {
-  Impl& s = *impl_;
-  if (s.server == nullptr) {
-    return;
-  }
-  s.accepting.store(false);
-  s.stopping.store(true);
-  if (s.acceptor.joinable()) {
-    s.acceptor.join();
-  }
-  s.server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
-  s.server->Wait();
-  s.server.reset();
+  return std::make_unique<Service>(service);
 }
 
 }  // namespace ferry::frontend

@@ -193,6 +193,34 @@ def stream_trace_checks(address, trace):
               "gRPC stream error carries the traceparent")
 
 
+def malformed_message_checks(address):
+    """A ModelInfer message that is not valid protobuf is INVALID_ARGUMENT naming the message,
+    unary and in a stream (where the stream goes on and serves the next request)."""
+    import grpc
+    from tritonclient.grpc import service_pb2
+    garbage = b"\x0a\xff\xff\xff\x0f"  # Field 1, length 2^32 - 1: past the message's end.
+    good = service_pb2.ModelInferRequest(model_name="mlp", id="after-garbage")
+    good.inputs.add(name="input", datatype="FP32", shape=[1, 784])
+    good.raw_input_contents.append(np.zeros((1, 784), np.float32).tobytes())
+    with grpc.insecure_channel(address) as channel:
+        unary = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        try:
+            unary(garbage, timeout=30)
+            check(False, "gRPC malformed ModelInfer refused")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and
+                  "not a valid inference.ModelInferRequest" in e.details(),
+                  f"gRPC malformed ModelInfer is INVALID_ARGUMENT: {e.code()} {e.details()[:80]}")
+        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        answers = [service_pb2.ModelStreamInferResponse.FromString(b)
+                   for b in stream(iter([garbage, good.SerializeToString()]), timeout=30)]
+    check(len(answers) == 2 and
+          "not a valid inference.ModelInferRequest" in answers[0].error_message and
+          not answers[1].error_message and answers[1].infer_response.id == "after-garbage",
+          f"gRPC stream: a malformed request answered in its place, the next one served "
+          f"({[a.error_message[:60] for a in answers]})")
+
+
 def grpc_checks(address):
     client = grpcclient.InferenceServerClient(address)
     check(client.is_server_live(), "gRPC server live")
@@ -214,6 +242,7 @@ def grpc_checks(address):
         err = float(np.abs(result.as_numpy(output_name) - want).max())
         check(err < 1e-4, f"gRPC {model} infer matches PyTorch (max error {err:.2e})")
     typed_contents_checks(address)
+    malformed_message_checks(address)
     # ModelStreamInfer: several requests on one stream, answered in order, one of them an error.
     import queue
     answers = queue.Queue()

@@ -1,0 +1,121 @@
+// GrpcFrontEnd: the server that carries the inference service (grpc_service.cc), fed by an
+// accept thread on the inherited listening socket.
+#include "hookhost/frontend/grpc_front_end.h"
+
+#include <errno.h>
+#include <grpc/grpc.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/service_type.h>
+#include <grpcpp/server_posix.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "hookhost/frontend/grpc_service.h"
+#include "net/open_connections.h"
+
+namespace ferry::frontend {
+namespace {
+
+constexpr int kMaxGrpcThreads = 64;
+
+}  // namespace
+
+struct GrpcFrontEnd::Impl {
+  KServeService* kserve;
+  int listen_fd;
+  GrpcOptions options;
+  net::OpenConnections open;  // The accept thread's.
+  std::atomic<uint64_t> refused{0};
+  std::unique_ptr<grpc::Service> service;
+  std::unique_ptr<grpc::Server> server;
+  std::thread acceptor;
+  std::atomic<bool> accepting{true};
+  std::atomic<bool> stopping{false};
+};
+
+GrpcFrontEnd::GrpcFrontEnd(KServeService* service, int listen_fd, const GrpcOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->kserve = service;
+  impl_->listen_fd = listen_fd;
+  impl_->options = options;
+}
+
+uint64_t GrpcFrontEnd::refused_connections() const { return impl_->refused.load(); }
+
+GrpcFrontEnd::~GrpcFrontEnd() { Stop(0); }
+
+Status GrpcFrontEnd::Start() {
+  Impl& s = *impl_;
+  s.service = MakeInferenceService(s.kserve);
+  grpc::ServerBuilder builder;
+  builder.RegisterService(s.service.get());
+  int limit = static_cast<int>(std::min<size_t>(s.options.max_message_bytes, INT32_MAX));
+  builder.SetMaxReceiveMessageSize(limit);
+  builder.SetMaxSendMessageSize(INT32_MAX);
+  // No call or stream holds a thread while it waits (callback API); the callback executor is
+  // gRPC's own, sized by gRPC from the CPUs. The quota bounds any further threads gRPC's
+  // server would start for calls.
+  grpc::ResourceQuota quota("ferry-hookhost");
+  quota.SetMaxThreads(kMaxGrpcThreads);
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, s.options.max_streams);
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+      static_cast<int>(std::clamp<int64_t>(s.options.idle_timeout_ms, 1, INT32_MAX)));
+  s.server = builder.BuildAndStart();
+  if (s.server == nullptr) {
+    return Internal("the gRPC server did not start");
+  }
+  s.acceptor = std::thread([&s] {
+    int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    epoll_event e{};
+    e.events = EPOLLIN | EPOLLEXCLUSIVE;
+    epoll_ctl(epoll_fd, EPOLL_CTL_ADD, s.listen_fd, &e);
+    while (!s.stopping.load()) {
+      epoll_event got{};
+      if (epoll_wait(epoll_fd, &got, 1, 50) != 1 || !s.accepting.load()) {
+        continue;
+      }
+      int fd = accept4(s.listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE) {  // Still readable: wait, do not spin.
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        continue;
+      }
+      if (s.open.AtLeast(s.options.max_connections)) {
+        s.refused.fetch_add(1, std::memory_order_relaxed);  // Counted before the client sees it.
+        close(fd);
+        continue;
+      }
+      s.open.Add(fd);
+      grpc::AddInsecureChannelFromFd(s.server.get(), fd);  // gRPC owns it now.
+    }
+    close(epoll_fd);
+  });
+  return OkStatus();
+}
+
+void GrpcFrontEnd::Drain() { impl_->accepting.store(false); }
+
+void GrpcFrontEnd::Stop(int deadline_ms) {
+  Impl& s = *impl_;
+  if (s.server == nullptr) {
+    return;
+  }
+  s.accepting.store(false);
+  s.stopping.store(true);
+  if (s.acceptor.joinable()) {
+    s.acceptor.join();
+  }
+  s.server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
+  s.server->Wait();
+  s.server.reset();
+}
+
+}  // namespace ferry::frontend

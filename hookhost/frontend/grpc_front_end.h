@@ -1,0 +1,53 @@
+// The gRPC front end of a hook host: a gRPC server carrying the inference service
+// (grpc_service.h) on connections from an inherited listening socket (ferryd's, shared by
+// every hook host): an accept thread hands each accepted connection to gRPC
+// (AddInsecureChannelFromFd), so the sandbox never needs to create a socket. Messages up to
+// [frontend] max_request_bytes are accepted.
+//
+// Connections are bounded: at most max_connections open at once (more are accepted and
+// closed at once, so the listening backlog never fills with them and clients fail fast and
+// retry, as the HTTP server does); a connection with no call for idle_timeout_ms is closed by
+// gRPC (GOAWAY); a connection carries at most max_streams calls at once; out of descriptors
+// (EMFILE), the accept thread waits 50 ms instead of spinning on the still-readable listening
+// socket.
+//
+// Thread safety: Start once, Drain/Stop from any thread. Lifetime: the service outlives it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "common/result.h"
+#include "hookhost/frontend/kserve_service.h"
+
+namespace ferry::frontend {
+
+struct GrpcOptions {
+  size_t max_message_bytes = 64 << 20;
+  size_t max_connections = 1024;
+  int max_streams = 100;
+  int64_t idle_timeout_ms = 60'000;
+};
+
+class GrpcFrontEnd {
+ public:
+  GrpcFrontEnd(KServeService* service, int listen_fd, const GrpcOptions& options);
+  ~GrpcFrontEnd();
+  GrpcFrontEnd(const GrpcFrontEnd&) = delete;
+  GrpcFrontEnd& operator=(const GrpcFrontEnd&) = delete;
+
+  // Builds the server and starts accepting. INTERNAL when gRPC cannot start.
+  Status Start();
+  // Stops accepting connections (calls in progress finish).
+  void Drain();
+  // Ends every call (waits up to `deadline_ms` for those in progress) and the accept thread.
+  void Stop(int deadline_ms);
+  // Connections closed at once because max_connections were open.
+  uint64_t refused_connections() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry::frontend
