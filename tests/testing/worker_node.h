@@ -35,8 +35,9 @@ inline std::string Repository(const TempDir& dir) {
   std::string repo = dir / "models";
   std::filesystem::create_directories(repo);
   for (const char* model : {"cnn", "mlp"}) {
-    std::filesystem::create_directory_symlink(
-        std::filesystem::current_path() / "examples/models" / model, repo + "/" + model);
+    // Copied: a bundle linked from outside the repository is refused (model/repository.h).
+    std::filesystem::copy(std::filesystem::current_path() / "examples/models" / model,
+                          repo + "/" + model, std::filesystem::copy_options::recursive);
   }
   WriteFile(repo + "/broken/manifest.toml", "name = \"broken\"\n[[inputs]]\n");
   return repo;
