@@ -410,6 +410,7 @@ Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& sou
                                  {{"round_robin", GatewayMode::kRoundRobin},
                                   {"least_outstanding", GatewayMode::kLeastOutstanding},
                                   {"lpt_packing", GatewayMode::kLptPacking}});
+      gateway->Int("stall_ms", &config.gateway.stall_ms, 20, 60'000);
       gateway->Finish();
     }
     if (auto cpu = reader.Table("cpu")) {

@@ -73,6 +73,11 @@ std::string_view GatewayModeName(GatewayMode m);
 struct GatewaySettings {
   // How a hook host picks among eligible workers. Default least_outstanding.
   GatewayMode mode = GatewayMode::kLeastOutstanding;
+  // A worker whose heartbeat has not advanced for this long is stalled: it gets requests only
+  // when no other worker can take them, and those it holds unanswered are sent again to one
+  // that can. Workers beat every 100 ms at rest and on every dispatch turn. 20..60000.
+  // Default 250.
+  int64_t stall_ms = 250;
 };
 
 enum class SandboxMode { kStrict, kOff };

@@ -102,6 +102,7 @@ pin = false
   CHECK(mlp.max_batch_size == 8);
   CHECK(mlp.residency == Residency::kPinned);
   CHECK(config->gateway.mode == GatewayMode::kLptPacking);
+  CHECK(config->gateway.stall_ms == 250);
   CHECK(config->hooks.sandbox == SandboxMode::kOff);
   CHECK(config->hooks.threads == 8);
   CHECK(config->cpu.threads == 3);
@@ -175,6 +176,11 @@ TEST_CASE("an unknown enum value lists the valid ones") {
                  "scheduler.discipline: unknown value 'fiffo' (expected one of fair, "
                  "fifo, edf); did you mean 'fifo'?"));
   CHECK(Contains(ErrorOf("[gateway]\nmode = \"random\"\n"), "gateway.mode: unknown value"));
+  CHECK(Contains(ErrorOf("[gateway]\nstall_ms = 19\n"), "gateway.stall_ms"));
+  CHECK(Contains(ErrorOf("[gateway]\nstall_ms = 60001\n"), "gateway.stall_ms"));
+  Result<NodeConfig> stall = Parse("[gateway]\nstall_ms = 100\n");
+  REQUIRE(stall.ok());
+  CHECK(stall->gateway.stall_ms == 100);
   CHECK(Contains(ErrorOf("[scheduler.models.m]\nresidency = \"hot\"\n"),
                  "scheduler.models.m.residency: unknown value 'hot'"));
 }

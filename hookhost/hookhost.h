@@ -128,8 +128,10 @@ struct HookHostOptions {
   // two stores). Tests lengthen it so a loaded machine cannot outlast it by accident.
   int64_t stale_status_ns = 100'000'000;
   // A worker whose heartbeat has not advanced for this long is stalled: the gateway sends it
-  // requests only when no responsive worker can take them (gateway.h). Workers beat at least
-  // every 100 ms at rest and on every dispatch turn.
+  // requests only when no responsive worker can take them (gateway.h), and the requests it
+  // holds unanswered are sent again to one that can (Impl::RerouteStalled). Workers beat at
+  // least every 100 ms at rest and on every dispatch turn. ferry-hookhost sets it from
+  // [gateway] stall_ms; this default suits tests on a loaded machine.
   int64_t stall_ns = 1'000'000'000;
 };
 

@@ -19,6 +19,7 @@
 #include <memory>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/mutex.h"
 #include "hookhost/gateway.h"
@@ -43,6 +44,8 @@ inline constexpr int64_t kQuietWaitNs = 20'000'000;
 // Answers up to this many output bytes, with no postprocess to run, are joined and answered
 // on the transport thread (their callback's encoding is short).
 inline constexpr uint64_t kInlineAnswerBytes = 4096;
+// A request is taken back from stalled workers at most this many times.
+inline constexpr int kMaxReroutes = 2;
 
 // One descriptor's worth of a request.
 struct Piece {
@@ -73,6 +76,7 @@ struct Pending {
   // A pipeline's model call: no hooks run, and it is answered on the transport thread (the
   // pipeline's run waits for it on a hook thread, which must not be needed to answer it).
   bool subcall = false;
+  int reroutes = 0;   // Times taken back from a stalled worker and sent again (RerouteStalled).
   uint32_t meta = 0;  // Non-zero: a committed call of pipeline run `meta` (DescriptorData::meta).
   std::shared_ptr<Pending> parent;        // A model call's pipeline request (cancelled with it).
   std::atomic<bool> run_released{false};  // A pipeline run's admission slot was given back.
@@ -139,6 +143,7 @@ struct HookHost::Impl {
       workers.push_back(state);
     }
     notices.resize(workers.size());
+    abandoned.resize(workers.size());
     views.assign(models.size(), std::vector<WorkerView>(workers.size()));
   }
 
@@ -214,6 +219,9 @@ struct HookHost::Impl {
   std::deque<PendingPtr> waiting;   // Prepared, not yet sent.
   std::vector<PendingPtr> cancels;  // Cancelled requests whose pieces in flight get a kCancel.
   std::unordered_map<uint64_t, std::pair<PendingPtr, size_t>> inflight;  // sequence -> piece.
+  // Per worker: sequences taken back from it while it was stalled. Its answer to one, if it
+  // ever comes, is released unread.
+  std::vector<std::unordered_set<uint64_t>> abandoned;
   uint64_t next_sequence = 1;
   int64_t views_at = 0;
   int64_t first_view_ns = 0;  // The first RefreshViews: a worker not yet seen is waited for.
@@ -381,6 +389,11 @@ struct HookHost::Impl {
   void CompletePiece(const PendingPtr& p, Piece& piece);
   bool PushReleases();
   void CheckWorkerRestarts();
+  // Requests sent to a worker whose heartbeat is older than options.stall_ns, none of whose
+  // pieces it has answered, are taken back (a kCancel for each piece, so it drops them when
+  // it resumes) and sent again, to another worker that is responsive and has the model. At
+  // most kMaxReroutes times per request.
+  void RerouteStalled(int64_t now);
   void CheckCallTimeouts(int64_t now);
 
   static thread_local CallSlot* t_call;

@@ -142,6 +142,7 @@ void StartServing(const HookHostProcessArgs& args, Running& r, int64_t spin_us) 
   options.gateway = r.config.gateway.mode;
   options.threads = static_cast<int>(r.config.hooks.threads);
   options.call_timeout_ms = r.config.hooks.call_timeout_ms;
+  options.stall_ns = r.config.gateway.stall_ms * 1'000'000;
   options.max_pending = static_cast<size_t>(r.config.hooks.max_pending);
   options.spin_ns = spin_us * 1000;
   // The workers' queue limit, which the gateway checks before sending.

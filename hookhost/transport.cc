@@ -31,6 +31,7 @@ void HookHost::Impl::TransportLoop() {
     busy |= PollCompletions();
     busy |= PushReleases();
     CheckWorkerRestarts();
+    RerouteStalled(now);
     CheckCallTimeouts(now);
     ReturnToken();
     if (!busy && options.spin_ns > 0 && pending_count.load(std::memory_order_relaxed) == 1 &&
@@ -316,6 +317,17 @@ bool HookHost::Impl::PollCompletions() {
     for (uint32_t n = 0;
          n < segment.ring_capacity() && complete[w].TryPop(&d) == shm::RingStatus::kOk; ++n) {
       any = true;
+      if (abandoned[w].erase(d.sequence) != 0) {
+        // Answered after it was sent elsewhere: its blocks go back unread.
+        if (shm::ValidateDescriptor(d, rules).ok() && d.generation == generation) {
+          shm::DescriptorData release = d;
+          release.kind = static_cast<uint16_t>(shm::DescriptorKind::kRelease);
+          release.num_tensors = 0;
+          release.sender_generation = generation;
+          notices[w].push_back(release);
+        }
+        continue;
+      }
       auto it = inflight.find(d.sequence);
       if (!shm::ValidateDescriptor(d, rules).ok() || d.generation != generation ||
           it == inflight.end() || it->second.first->worker != w) {
@@ -387,6 +399,7 @@ void HookHost::Impl::CheckWorkerRestarts() {
     }
     workers[w].generation = current;
     notices[w].clear();  // The successor lent this hook host nothing and queued nothing of it.
+    abandoned[w].clear();
     for (auto it = inflight.begin(); it != inflight.end();) {
       auto [p, i] = it->second;
       if (p->worker != w) {
@@ -400,6 +413,52 @@ void HookHost::Impl::CheckWorkerRestarts() {
       piece.completion = {};  // Nothing to release.
       it = inflight.erase(it);
       CompletePiece(p, piece);
+    }
+  }
+}
+
+void HookHost::Impl::RerouteStalled(int64_t now) {
+  for (size_t w = 0; w < workers.size(); ++w) {
+    const WorkerState& ws = workers[w];
+    if (ws.beat_ns == 0 || now - ws.beat_ns < options.stall_ns) {
+      continue;
+    }
+    for (std::vector<WorkerView>& model_views : views) {
+      model_views[w].responsive = false;  // Now, not at the next refresh: none goes back to it.
+    }
+    // The requests at `w`, with their pieces still unanswered there.
+    std::unordered_map<Pending*, std::vector<uint64_t>> held;
+    for (const auto& [sequence, entry] : inflight) {
+      if (entry.first->worker == w) {
+        held[entry.first.get()].push_back(sequence);
+      }
+    }
+    int sent_again = 0;
+    for (auto& [raw, sequences] : held) {
+      PendingPtr p = inflight.at(sequences.front()).first;
+      size_t model = p->model->index;
+      bool elsewhere = false;
+      for (size_t other = 0; other < workers.size(); ++other) {
+        const WorkerView& v = views[model][other];
+        elsewhere |= other != w && v.ready && v.responsive && v.has_model;
+      }
+      // Only whole requests: one with a piece answered stays (its answer is being joined).
+      if (!elsewhere || p->reroutes >= kMaxReroutes || sequences.size() != p->pieces.size() ||
+          p->answered.load()) {
+        continue;
+      }
+      for (uint64_t sequence : sequences) {
+        notices[w].push_back(Addressed(shm::DescriptorKind::kCancel, sequence, model));
+        abandoned[w].insert(sequence);
+        inflight.erase(sequence);
+      }
+      ++p->reroutes;
+      waiting.push_front(p);
+      ++sent_again;
+    }
+    if (sent_again > 0) {
+      spdlog::warn("hook host slot {}: worker slot {} silent for {} ms; {} request(s) sent again",
+                   slot, ws.slot, (now - ws.beat_ns) / 1'000'000, sent_again);
     }
   }
 }

@@ -98,6 +98,41 @@ TEST_CASE("a stopped worker is passed over once its heartbeat stalls; the other 
   }
 }
 
+TEST_CASE("requests a worker holds when it stops are sent again to the other one") {
+  FlowNode node(2);
+  Host host(node, GatewayMode::kRoundRobin, 2, 0, 100'000'000, 300'000'000);
+  std::mt19937 rng(9);
+  std::vector<uint8_t> input = RandomFloats(784, rng);
+  for (int i = 0; i < 2; ++i) {  // One each.
+    REQUIRE(Get(host.host->Submit(Request(*host.host, "mlp", {1, 784}, input, "input"))).ok());
+  }
+  uint64_t before = node.Served(1, kMlp);
+  kill(node.pids[1], SIGSTOP);
+  // Sent at once, before the stall shows: round_robin gives the stopped worker half.
+  std::vector<std::future<Result<InferResponse>>> futures;
+  for (int i = 0; i < 40; ++i) {
+    futures.push_back(host.host->Submit(Request(*host.host, "mlp", {1, 784}, input, "input")));
+  }
+  int answered = 0;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (auto& f : futures) {  // Before: the stopped worker's half waited for it to resume.
+    answered += f.wait_until(until) == std::future_status::ready && f.get().ok();
+  }
+  CHECK(answered == 40);
+  CHECK(node.Served(1, kMlp) == before);  // The worker is still stopped.
+  kill(node.pids[1], SIGCONT);
+  // Resumed, it drops what was taken back (or answers it, released unread); both serve again.
+  for (int i = 0; i < 40; ++i) {
+    CHECK(Get(host.host->Submit(Request(*host.host, "mlp", {1, 784}, input, "input"))).ok());
+  }
+  uint64_t served = before;
+  for (int i = 0; i < 400 && served == before; ++i) {  // Its status is published every 5 ms.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    served = node.Served(1, kMlp);
+  }
+  CHECK(served > before);
+}
+
 // Stops the worker (SIGSTOP) where it is not publishing its status, so that the test's own
 // odd sequence is the only torn publish; returns the (even) sequence it stopped at.
 uint64_t StopOutsidePublish(pid_t pid, const std::atomic<uint64_t>& sequence) {
