@@ -445,6 +445,7 @@ Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& sou
                                {{"strict", SandboxMode::kStrict}, {"off", SandboxMode::kOff}});
       hooks->Int("threads", &config.hooks.threads, 1, 1024);
       hooks->Int("call_timeout_ms", &config.hooks.call_timeout_ms, 1, 600'000);
+      hooks->Int("max_plugin_faults", &config.hooks.max_plugin_faults, 1, 1000);
       hooks->Int("max_pending", &config.hooks.max_pending, 1, 1 << 20);
       hooks->Int("spin_us", &config.hooks.spin_us, 0, 10'000);
       ReadByteSize(*hooks, "max_memory", {64 << 20, "64MiB"}, {uint64_t{1} << 40, "1TiB"},

@@ -88,8 +88,13 @@ struct HookSettings {
   SandboxMode sandbox = SandboxMode::kStrict;
   // Threads per hook host running pre/postprocess. 1..1024. Default 4.
   int64_t threads = 4;
-  // A plugin call running longer fails its request (DEADLINE_EXCEEDED). 1..600000. Default 1000.
+  // A plugin call running longer fails its request (DEADLINE_EXCEEDED), and its hook host
+  // drains and is restarted (which stops the call). 1..600000. Default 1000.
   int64_t call_timeout_ms = 1000;
+  // A model whose plugin calls ran past call_timeout_ms this many times is marked failed by
+  // ferryd: its requests are refused until it is unloaded and loaded again. 1..1000.
+  // Default 3.
+  int64_t max_plugin_faults = 3;
   // Requests a hook host holds at once (validating, waiting for ring space, at a worker,
   // post-processing); beyond it new ones get RESOURCE_EXHAUSTED. 1..2^20. Default 4096.
   int64_t max_pending = 4096;

@@ -1,7 +1,5 @@
 // The hook-thread pool, and the watchdog over its plugin calls.
-#include <pthread.h>
 #include <spdlog/spdlog.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cstring>
@@ -14,15 +12,7 @@
 
 namespace ferry::hookhost {
 
-namespace {
-
-// The CPU time of the thread `clock` belongs to, in ns; 0 when it cannot be read.
-int64_t ThreadCpuNs(clockid_t clock) {
-  timespec t{};
-  return clock_gettime(clock, &t) == 0 ? t.tv_sec * 1'000'000'000 + t.tv_nsec : 0;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 thread_local CallSlot* HookHost::Impl::t_call = nullptr;
 
@@ -31,7 +21,6 @@ void HookHost::Impl::StartThread() {
   MutexLock lock(&calls_mutex);
   CallSlot* call = &calls.emplace_back();
   call->thread = std::thread([this, call] { PoolLoop(call); });
-  pthread_getcpuclockid(call->thread.native_handle(), &call->cpu_clock);
 }
 
 void HookHost::Impl::PoolLoop(CallSlot* call) {
@@ -64,19 +53,12 @@ void HookHost::Impl::CheckCallTimeouts(int64_t now) {
     MutexLock lock(&calls_mutex);
     for (CallSlot& call : calls) {
       int64_t started = call.started_ns.load(std::memory_order_acquire);
-      if (started != 0 && call.written_off.load() && !call.spinning &&
-          ThreadCpuNs(call.cpu_clock) - call.cpu_at_write_off > kSpinningCpuNs) {
-        call.spinning = true;  // Still in its call (started_ns set): the thread is alive.
-        spinning.fetch_add(1, std::memory_order_relaxed);
-        spdlog::error("hook host slot {}: a plugin {} written off past its limit still burns CPU",
-                      slot, call.what);
-      }
       if (started == 0 || now - started <= limit || call.written_off.load()) {
         continue;
       }
       call.written_off.store(true);
-      call.cpu_at_write_off = ThreadCpuNs(call.cpu_clock);
-      call.thread.detach();  // A running call cannot be stopped; it returns, or the host exits.
+      call.thread.detach();  // A running call cannot be stopped: the host drains and exits.
+      faulted_model.store(static_cast<int>(call.pending->model->index), std::memory_order_relaxed);
       stuck.fetch_add(1, std::memory_order_relaxed);
       timed_out.fetch_add(1, std::memory_order_relaxed);
       overran.emplace_back(call.pending, call.what);

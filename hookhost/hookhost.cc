@@ -208,7 +208,11 @@ void HookHost::CountRefused(const HookModel* model, const Error& error) {
   impl_->Count(model, 0, error.code, 0);
 }
 
-bool HookHost::wants_restart() const { return impl_->spinning.load(std::memory_order_relaxed) > 0; }
+bool HookHost::wants_restart() const {
+  return impl_->timed_out.load(std::memory_order_relaxed) > 0;
+}
+
+int HookHost::faulted_model() const { return impl_->faulted_model.load(std::memory_order_relaxed); }
 
 uint64_t HookHost::timed_out_calls() const {
   return impl_->timed_out.load(std::memory_order_relaxed);

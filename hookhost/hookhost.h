@@ -157,10 +157,13 @@ class HookHost {
   size_t pending() const;
   // False once `threads` plugin calls are stuck past their limit: restart this process.
   bool healthy() const;
-  // True once a plugin call written off past its limit has burned another kSpinningCpuNs of
-  // CPU since: a spinning call cannot be stopped and takes a core from every other request
-  // for as long as it runs, so the process should drain and be restarted.
+  // True once a plugin call has run past call_timeout_ms: such a call cannot be stopped in
+  // this process (a spinning one takes a core from every other request, a sleeping one a
+  // thread), so the process should drain and be restarted, which is what stops it.
   bool wants_restart() const;
+  // The wire index of the model whose plugin call ran past its limit last (-1: none), for
+  // ferryd to count against that plugin.
+  int faulted_model() const;
   // A request for `model` the front end refused before submitting it (unparsable, a bad
   // parameter; nullptr: a model not served): counted with the answered ones
   // (shm::FrontEndCountersData).

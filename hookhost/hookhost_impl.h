@@ -103,16 +103,10 @@ struct PipelineRun {
 struct CallSlot {
   std::atomic<int64_t> started_ns{0};  // 0: no call running.
   std::atomic<bool> written_off{false};
-  PendingPtr pending;            // Guarded by Impl::calls_mutex.
-  std::string what;              // Guarded by Impl::calls_mutex.
-  std::thread thread;            // Detached once written off.
-  clockid_t cpu_clock{};         // The thread's CPU-time clock (set at its start).
-  int64_t cpu_at_write_off = 0;  // Its CPU time when written off.
-  bool spinning = false;         // Counted in Impl::spinning.
+  PendingPtr pending;  // Guarded by Impl::calls_mutex.
+  std::string what;    // Guarded by Impl::calls_mutex.
+  std::thread thread;  // Detached once written off.
 };
-
-// CPU time a written-off call may burn before its host asks for a restart.
-inline constexpr int64_t kSpinningCpuNs = 1'000'000'000;
 
 // What a cancel action (InferRequest::cancel) holds of its hook host: the HookHost may be
 // destroyed while a front-end thread still fires signals; the destructor clears `impl` first,
@@ -155,7 +149,8 @@ struct HookHost::Impl {
   const HookHostOptions options;
   std::atomic<size_t> pending_count{0};
   std::atomic<int> stuck{0};
-  std::atomic<int> spinning{0};  // Written-off calls still burning CPU (CallSlot::spinning).
+  // The wire index of the model whose plugin call was written off last; -1: none yet.
+  std::atomic<int> faulted_model{-1};
   std::atomic<uint64_t> timed_out{0};
   std::atomic<bool> stopping{false};
 

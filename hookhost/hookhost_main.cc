@@ -1,8 +1,8 @@
 // ferry-hookhost: one sandboxed hook host (hookhost/hookhost_process.h). Started by ferryd;
 // runnable by hand and from tests:
 //   ferry-hookhost --segment ferry-NODE --slot N --config /etc/ferry/node.toml
-// Exit codes: 0 after stop or drain; 1 when it cannot start; 3 when its plugin calls are
-// stuck or one spins past its limit (restart it).
+// Exit codes: 0 after stop or drain; 1 when it cannot start; 3 when a plugin call ran past its
+// time limit (restart it).
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -23,6 +23,9 @@ int main(int argc, char** argv) {
   app.add_option("--models", args.models,
                  "the node's model table, by index: names, '-' for an unloaded one (set by ferryd; "
                  "default: the repository's bundles in name order)");
+  app.add_option("--failed-plugins", args.failed_plugins,
+                 "models whose plugin ran past its time limit too often, comma-separated: "
+                 "refused (set by ferryd)");
   ferry::LogFlags log_flags;
   ferry::AddLogFlags(app, &log_flags);
   CLI11_PARSE(app, argc, argv);

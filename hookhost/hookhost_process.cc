@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -24,8 +25,9 @@ namespace {
 // heartbeat and ferryd's watch tick (a stop or drain waits at most this long to be seen).
 constexpr auto kControlPoll = std::chrono::milliseconds(20);
 
-// How long a hook host that asked for a restart answers what it has taken before it exits.
-constexpr int64_t kRestartDrainNs = 10'000'000'000;
+// How long a hook host that asked for a restart answers what it has taken before it exits
+// (a plugin call past its limit may be burning a core all the while).
+constexpr int64_t kRestartDrainNs = 2'000'000'000;
 
 // [hooks] spin_us, or when absent (-1) 200 us where this process may run on 4 or more CPUs:
 // with fewer, polling would take a core the worker and the client need (measured: fewer
@@ -40,11 +42,14 @@ int64_t SpinMicros(int64_t configured) {
   return usable >= 4 ? 200 : 0;
 }
 
+// `fault_model`: the wire index of the model whose plugin call made this host ask for a
+// restart (-1: none), for ferryd (StatusSnapshotData::fault_model).
 void Publish(shm::StatusWriter& status, shm::ProcessState state, uint32_t generation,
-             const std::vector<HookModel>& models) {
+             const std::vector<HookModel>& models, int fault_model = -1) {
   auto snapshot = std::make_unique<shm::StatusSnapshotData>();
   snapshot->state = static_cast<uint32_t>(state);
   snapshot->generation = generation;
+  snapshot->fault_model = fault_model >= 0 ? static_cast<uint32_t>(fault_model) + 1 : 0;
   snapshot->published_ns = MonotonicNs();
   snapshot->num_models =
       static_cast<uint32_t>(std::min<size_t>(models.size(), shm::kMaxStatusModels));
@@ -59,6 +64,21 @@ void Publish(shm::StatusWriter& status, shm::ProcessState state, uint32_t genera
     }
   }
   status.Publish(*snapshot);
+}
+
+// The models ferryd names (their plugin calls ran past their limit too often) are served no
+// more by this host: each request is refused at once, naming why.
+void MarkPluginsFailed(const std::vector<std::string>& names, const HookSettings& hooks,
+                       std::vector<HookModel>* models) {
+  for (HookModel& m : *models) {
+    if (std::find(names.begin(), names.end(), m.name) != names.end() && !m.failure) {
+      m.failure =
+          Unavailable("its plugin was marked failed after " +
+                      std::to_string(hooks.max_plugin_faults) + " calls past call_timeout_ms (" +
+                      std::to_string(hooks.call_timeout_ms) + " ms), each of which " +
+                      "restarted a hook host; `ferryctl unload` and `load` it to retry");
+    }
+  }
 }
 
 [[noreturn]] void Exit(int code) {
@@ -78,7 +98,9 @@ struct Running {
   frontend::FrontEnd front;
 
   const std::vector<HookModel>& models() const { return loaded->models; }
-  void Publish(shm::ProcessState state) { hookhost::Publish(*status, state, generation, models()); }
+  void Publish(shm::ProcessState state, int fault_model = -1) {
+    hookhost::Publish(*status, state, generation, models(), fault_model);
+  }
 };
 
 // Node file, segment, models and plugins (loaded confined), then the sandbox. Exits 1 on
@@ -115,6 +137,9 @@ void LoadAndSeal(const HookHostProcessArgs& args, Running& r, int64_t* spin_us) 
   if (!loaded.ok()) {
     spdlog::error("{}", loaded.error().ToString());
     Exit(1);
+  }
+  if (args.failed_plugins) {
+    MarkPluginsFailed(SplitModelTable(*args.failed_plugins), r.config.hooks, &loaded->models);
   }
   r.loaded.emplace(std::move(*loaded));
   spdlog::info("hook host slot {}: plugins loaded {}", args.slot, r.loaded->confinement);
@@ -166,7 +191,7 @@ void StartServing(const HookHostProcessArgs& args, Running& r, int64_t spin_us) 
 int Serve(Running& r) {
   shm::RingConsumer control(*r.segment, r.segment->ControlRing(r.slot));
   bool draining = false;
-  int64_t restart_deadline = 0;  // Set when a spinning plugin call asks for a restart.
+  int64_t restart_deadline = 0;  // Set when a plugin call past its limit asks for a restart.
   auto drain = [&] {
     draining = true;
     r.front.Drain();  // No new request; those read are answered.
@@ -190,16 +215,16 @@ int Serve(Running& r) {
       }
     }
     if (!draining && r.host->wants_restart()) {
-      // A spinning call takes a core for as long as it runs: stop taking requests, answer
-      // those taken (for up to 10 s), then exit for a restart.
-      spdlog::error("hook host slot {}: a plugin call spins past its limit; draining to restart",
-                    r.slot);
+      // The call cannot be stopped here: stop taking requests, answer those taken (for up to
+      // kRestartDrainNs), then exit, which stops it.
+      spdlog::error(
+          "hook host slot {}: a plugin call ran past call_timeout_ms; draining to restart", r.slot);
       drain();
       restart_deadline = MonotonicNs() + kRestartDrainNs;
     }
     bool drained = draining && r.host->pending() == 0 && r.front.Drained();
     if (restart_deadline != 0 && (drained || MonotonicNs() > restart_deadline)) {
-      r.Publish(shm::ProcessState::kUnhealthy);
+      r.Publish(shm::ProcessState::kUnhealthy, r.host->faulted_model());
       return 3;
     }
     if (stop || drained) {
@@ -208,7 +233,7 @@ int Serve(Running& r) {
     if (!r.host->healthy()) {
       spdlog::error("hook host slot {}: {} plugin calls stuck; exiting for a restart", r.slot,
                     r.config.hooks.threads);
-      r.Publish(shm::ProcessState::kUnhealthy);
+      r.Publish(shm::ProcessState::kUnhealthy, r.host->faulted_model());
       return 3;
     }
     std::this_thread::sleep_for(kControlPoll);

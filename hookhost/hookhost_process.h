@@ -20,11 +20,13 @@ struct HookHostProcessArgs {
   int http_fd = -1;     // Inherited listening sockets (set by ferryd); -1: no front end.
   int grpc_fd = -1;
   std::optional<std::string> models;  // The node's model table (--models), names or '-'.
+  // Models whose plugin ferryd marked failed (--failed-plugins, comma-separated): refused.
+  std::optional<std::string> failed_plugins;
 };
 
 // Runs the hook host; does not return: it leaves with _exit (no exit handlers: a stuck plugin
 // call may still run). Exit codes: 0 after stop or drain; 1 when it cannot start; 3 when its
-// plugin calls are stuck or one spins past its limit (restart it).
+// plugin calls ran past their limit (restart it; the snapshot's fault_model names whose).
 [[noreturn]] void RunHookHostProcess(const HookHostProcessArgs& args);
 
 }  // namespace ferry::hookhost

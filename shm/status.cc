@@ -95,6 +95,14 @@ uint64_t ReadHeartbeat(const Segment& segment, uint32_t slot) {
   return segment.status(slot).heartbeat.load(std::memory_order_relaxed);
 }
 
+std::optional<uint32_t> ReadFaultModel(const Segment& segment, uint32_t slot) {
+  Result<StatusSnapshotData> read = ReadStatus(segment, slot, 16);
+  if (!read.ok() || read->fault_model == 0) {
+    return std::nullopt;
+  }
+  return read->fault_model - 1;
+}
+
 std::string ReadStartError(const Segment& segment, uint32_t slot) {
   Result<StatusSnapshotData> read = ReadStatus(segment, slot, 16);
   if (!read.ok()) {

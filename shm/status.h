@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdint>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -95,7 +96,9 @@ struct StatusSnapshotData {
   uint32_t discipline;  // ferry::Discipline.
   uint32_t residency_mode;
   uint32_t num_models;  // Used entries of `models`.
-  uint32_t padding0;
+  // Hook hosts: 1 + the wire index of the model whose plugin call ran past its limit, written
+  // before the host exits for a restart (0: none). Untrusted: ferryd checks the index.
+  uint32_t fault_model;
   int64_t published_ns;  // CLOCK_MONOTONIC when written.
   uint64_t device_memory_in_use;
   uint64_t dispatches;
@@ -181,5 +184,8 @@ uint64_t ReadHeartbeat(const Segment& segment, uint32_t slot);
 // printable ASCII (anything else becomes '?'); empty when there is none or no consistent
 // snapshot. REQUIRES: read before ResetSlot clears the slot.
 std::string ReadStartError(const Segment& segment, uint32_t slot);
+// The model index a hook host named as the cause of its restart (fault_model), if any.
+// REQUIRES: read before ResetSlot clears the slot.
+std::optional<uint32_t> ReadFaultModel(const Segment& segment, uint32_t slot);
 
 }  // namespace ferry::shm

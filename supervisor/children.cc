@@ -15,6 +15,13 @@ void Supervisor::Impl::StartChild(Child& c, int64_t now) {
     table += (table.empty() ? "" : ",") + entry;
   }
   spec.args.insert(spec.args.end(), {"--models", table});
+  if (!c.worker && !failed_plugins.empty()) {
+    std::string failed;
+    for (const auto& [name, why] : failed_plugins) {
+      failed += (failed.empty() ? "" : ",") + name;
+    }
+    spec.args.insert(spec.args.end(), {"--failed-plugins", failed});
+  }
   if (!c.worker) {
     // Only while running: nothing is restarted once stopping.
     spec.fds = {http->fd(), grpc->fd()};
@@ -60,6 +67,9 @@ void Supervisor::Impl::OnExit(Child& c, int64_t now) {
   if (std::string why = shm::ReadStartError(*segment, c.slot); !why.empty()) {
     c.last_exit += ": " + why;
   }
+  if (!c.worker) {
+    CountPluginFault(c);  // Before the reset clears what it published.
+  }
   // Whatever it left in shared memory is repaired before anyone can start in its place; its
   // peers see the new generation and fail what they had in flight with it (UNAVAILABLE).
   uint32_t generation = shm::ResetSlot(*segment, c.slot);
@@ -89,6 +99,30 @@ void Supervisor::Impl::OnExit(Child& c, int64_t now) {
   spdlog::log(level, "{} (pid {}) died: {}{}; slot reset to generation {}, restart in {} ms{}",
               c.Name(), pid, c.last_exit, why, generation, delay / 1'000'000,
               c.policy.CrashLooping(now) ? "; CRASH-LOOPING, node degraded" : "");
+}
+
+void Supervisor::Impl::CountPluginFault(const Child& c) {
+  // Published as it turns unhealthy, before it exits 3 (or is killed for reporting so).
+  std::optional<uint32_t> index = shm::ReadFaultModel(*segment, c.slot);
+  if (!index || *index >= model_table.size() || model_table[*index] == "-") {
+    return;
+  }
+  const std::string& name = model_table[*index];
+  int64_t faults = ++plugin_faults[name];
+  if (faults < config.hooks.max_plugin_faults || failed_plugins.count(name) != 0) {
+    spdlog::warn(
+        "model '{}': its plugin ran past call_timeout_ms ({} of {} before it is marked "
+        "failed)",
+        name, faults, config.hooks.max_plugin_faults);
+    return;
+  }
+  failed_plugins[name] = std::to_string(faults) + " plugin calls ran past call_timeout_ms (" +
+                         std::to_string(config.hooks.call_timeout_ms) +
+                         " ms), each restarting a hook host";
+  spdlog::error(
+      "model '{}': plugin marked failed: {}; hook hosts refuse it from their next "
+      "start (`ferryctl unload` and `load` it to retry)",
+      name, failed_plugins[name]);
 }
 
 void Supervisor::Impl::Kill(Child& c, const std::string& why) {

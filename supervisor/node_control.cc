@@ -30,6 +30,14 @@ Result<json> Supervisor::Impl::SendToModel(const std::string& model, shm::Contro
   return json{{"workers", sent}};
 }
 
+json Supervisor::Impl::FailedPluginsJson() const {
+  json out = json::array();
+  for (const auto& [name, why] : failed_plugins) {
+    out.push_back({{"model", name}, {"reason", why}});
+  }
+  return out;
+}
+
 json Supervisor::Impl::StatusJson() const {
   int64_t now = MonotonicNs();
   json children_json = json::array();
@@ -70,6 +78,7 @@ json Supervisor::Impl::StatusJson() const {
           {"live", true},
           {"ready", phase == Phase::kRunning && NodeReady()},
           {"model_table", model_table},
+          {"failed_plugins", FailedPluginsJson()},
           {"models_changing", refresh_current.has_value() || !refresh_queue.empty()},
           {"segment", segment->name()},
           {"listen",

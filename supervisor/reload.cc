@@ -196,6 +196,8 @@ Result<json> Supervisor::Impl::UnloadModel(const std::string& name) {
   size_t workers = SendTableChange({shm::ControlCode::kUnloadModel, index, 0, 0});
   weight_overrides.erase(name);
   batch_overrides.erase(name);
+  plugin_faults.erase(name);  // A model loaded again starts with a clean record.
+  failed_plugins.erase(name);
   QueueHookhostRefresh();
   spdlog::info("unload: model '{}' (index {}); its queued requests still run", name, index);
   return json{{"model", name}, {"index", index}, {"workers", workers}};

@@ -132,6 +132,11 @@ struct Supervisor::Impl {
   // it at every start (--models); workers follow loads and unloads live, hook hosts (which
   // cannot open bundles inside their sandbox) are restarted one at a time.
   std::vector<std::string> model_table;
+  // Plugin faults: per model, how many hook host restarts its plugin calls caused
+  // (HookSettings::max_plugin_faults); the models marked failed for it, with why. Hook hosts
+  // started later refuse those (--failed-plugins). Cleared when the model is unloaded.
+  std::map<std::string, int64_t> plugin_faults;
+  std::map<std::string, std::string> failed_plugins;
   std::deque<size_t> refresh_queue;       // Hook hosts (child indices) due for a restart.
   std::optional<size_t> refresh_current;  // The one restarting now.
 
@@ -151,6 +156,10 @@ struct Supervisor::Impl {
   void Loop();
   void StartChild(Child& c, int64_t now);
   void OnExit(Child& c, int64_t now);
+  // A hook host that turned unhealthy naming a model whose plugin call ran past its limit
+  // (StatusSnapshotData::fault_model): counted against that model, marked failed at
+  // max_plugin_faults.
+  void CountPluginFault(const Child& c);
   void Tick(int64_t now);
   void Watch(Child& c, int64_t now);
   void Kill(Child& c, const std::string& why);
@@ -175,6 +184,8 @@ struct Supervisor::Impl {
   // How long the loop may sleep: kTickNs, or up to kRestTickNs while the node is settled.
   int64_t TickNs() const;
   json StatusJson() const;
+  // The models whose plugin was marked failed: [{model, reason}].
+  json FailedPluginsJson() const;
 };
 
 }  // namespace ferry::supervisor

@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
                   r.error().message.c_str());
     }
   }
-  if (report_restart_ms > 0) {  // Whether a spinning call made the host ask for a restart.
+  if (report_restart_ms > 0) {  // Whether a call past its limit made the host ask for a restart.
     for (int64_t waited = 0; waited < report_restart_ms && !host->wants_restart(); waited += 10) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }

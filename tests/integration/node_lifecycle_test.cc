@@ -275,6 +275,78 @@ uint64_t BytesInUse(const std::string& segment) {
   return total;
 }
 
+TEST_CASE("a plugin call past its limit restarts its hook host; repeated, its model is failed") {
+  TempDir dir;
+  // The MLP behind the escape plugin, spinning in every preprocess.
+  std::string bundle = dir / "models/spin";
+  std::filesystem::create_directories(bundle);
+  std::ifstream in("examples/models/mlp/manifest.toml");
+  std::string manifest((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  manifest.replace(manifest.find("name = \"mlp\""), 12, "name = \"spin\"");
+  WriteFile(bundle + "/manifest.toml",
+            manifest + "\n[hooks]\nplugin = \"escape.so\"\nconfig = \"spin\"\n");
+  std::filesystem::copy_file("examples/models/mlp/weights.safetensors",
+                             bundle + "/weights.safetensors");
+  std::filesystem::copy_file(std::string(FERRY_TEST_PLUGIN_DIR) + "/escape.so",
+                             bundle + "/escape.so");
+  FerrydProcess ferryd(
+      dir, kCpuNode,
+      std::string(kSettings) + "[hooks]\ncall_timeout_ms = 100\nmax_plugin_faults = 2\n");
+  REQUIRE_MESSAGE(ferryd.WaitReady(), ferryd.log());
+  std::mt19937 rng(3);
+  Sample sample = MakeSample(rng);
+  while (sample.model != "mlp") sample = MakeSample(rng);
+  Direct direct(dir / "models");
+  std::vector<uint8_t> want = direct.Run("mlp", sample.rows, sample.input);
+  auto send = [&](const std::string& model) {
+    Sample s = sample;
+    s.model = model;
+    Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
+    REQUIRE(client.ok());
+    return Send(*client, s);
+  };
+  // Each call past its limit fails its request and restarts the hook host that ran it (the
+  // call cannot be stopped otherwise); the second marks the model failed.
+  for (int fault = 1; fault <= 2; ++fault) {
+    CAPTURE(fault);
+    Result<client::InferAnswer> spun = send("spin");
+    REQUIRE_FALSE(spun.ok());
+    CHECK(spun.error().code == ErrorCode::kDeadlineExceeded);
+    std::optional<json> restarted = ferryd.StatusWhen([&](const json& s) {
+      int64_t restarts = 0;
+      for (const json& c : s["children"]) {
+        if (c["kind"] == "hookhost") restarts += c["restarts"].get<int64_t>();
+      }
+      return restarts == fault && s["state"] == "ready";
+    });
+    REQUIRE_MESSAGE(restarted.has_value(), ferryd.log());
+  }
+  json status = *ferryd.Status();
+  REQUIRE_MESSAGE(status["failed_plugins"].size() == 1, ferryd.log());
+  CHECK(status["failed_plugins"][0]["model"] == "spin");
+  // The restarted host refuses the model at once; the other is restarted at its first fault.
+  int refused = 0;
+  for (int i = 0; i < 20 && refused < 2; ++i) {
+    Result<client::InferAnswer> r = send("spin");
+    REQUIRE_FALSE(r.ok());
+    if (r.error().code == ErrorCode::kUnavailable &&
+        r.error().message.find("marked failed") != std::string::npos) {
+      ++refused;
+    }
+  }
+  CHECK(refused == 2);
+  // The other models serve on, exactly.
+  Result<client::InferAnswer> ok = send("mlp");
+  REQUIRE_MESSAGE(ok.ok(), ok.error().ToString());
+  CHECK(SameFloats(ok->outputs[0].bytes, want));
+  // Unloaded and loaded again, the model's record is clean.
+  control::ControlRequest request;
+  request.command = control::Command::kUnload;
+  request.model = "spin";
+  REQUIRE(ferryd.Call(request).ok());
+  CHECK(ferryd.Status()->at("failed_plugins").empty());
+}
+
 TEST_CASE("SIGKILL under load: only in-flight requests fail, UNAVAILABLE; nothing leaks") {
   TempDir dir;
   FerrydProcess ferryd(dir, kCpuNode, kSettings);
