@@ -13,14 +13,8 @@ cd "$(dirname "$0")/.."
 minutes=${1:?usage: scripts/soak.sh MINUTES [BUILD_DIR] [INTERVAL_SECONDS]}
 build=$(realpath "${2:-build}")
 interval=${3:-30}
-venv="$build/client-venv"
-if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import tritonclient.http, numpy" 2>/dev/null; then
-  /usr/bin/python3 -m venv "$venv" 2>/dev/null || python3 -m venv "$venv"
-  if ! "$venv/bin/pip" install -q --disable-pip-version-check "tritonclient[http,grpc]" numpy; then
-    echo "SKIPPED: tritonclient could not be installed from PyPI"
-    exit 77
-  fi
-fi
+source scripts/lib/node.sh
+ferry_venv "$build"
 dir=$(mktemp -d)
 name="soak$$"
 pid=""
@@ -36,48 +30,9 @@ mkdir "$dir/models/cnn_classify"
 cp examples/hooks/cnn_classify.toml "$dir/models/cnn_classify/manifest.toml"
 cp examples/models/cnn/weights.safetensors "$build/examples/hooks/image_classify.so" \
   "$dir/models/cnn_classify/"
-for hostile in "create fork" "open open"; do
-  set -- $hostile
-  bundle="$dir/models/hostile_$1"
-  mkdir "$bundle"
-  cp examples/models/mlp/weights.safetensors "$build/tests/plugins/escape.so" "$bundle/"
-  sed -e "s/^name = \"mlp\"/name = \"hostile_$1\"/" examples/models/mlp/manifest.toml \
-    > "$bundle/manifest.toml"
-  config=$2
-  [[ $1 == create ]] && config="create:$2"
-  printf '\n[hooks]\nplugin = "escape.so"\nconfig = "%s"\n' "$config" >> "$bundle/manifest.toml"
-done
-
-cat > "$dir/node.toml" <<TOML
-[node]
-name = "$name"
-devices = "cpu:2"
-hookhosts = 2
-model_repository = "$dir/models"
-shm_size = "128MiB"
-[node.listen]
-http = "127.0.0.1:0"
-grpc = "127.0.0.1:0"
-metrics = "127.0.0.1:0"
-[supervisor]
-control_socket = "$dir/control.sock"
-[cpu]
-pin = false
-threads = 1
-TOML
-"$build/supervisor/ferryd" --config "$dir/node.toml" > "$dir/ferryd.log" 2>&1 &
-pid=$!
-ctl=("$build/ctl/ferryctl" --socket "$dir/control.sock" --json)
-state=""
-for _ in $(seq 300); do
-  state=$("${ctl[@]}" status 2>/dev/null | "$venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>/dev/null || true)
-  [[ "$state" == ready ]] && break
-  sleep 0.1
-done
-if [[ "$state" != ready ]]; then
-  echo "soak: the node did not become ready"; cat "$dir/ferryd.log"; exit 1
-fi
-address=$("${ctl[@]}" status | "$venv/bin/python" -c "import json,sys; print(json.load(sys.stdin)['listen']['http'])")
+ferry_escape_bundle "$build" "$dir" hostile_create create:fork
+ferry_escape_bundle "$build" "$dir" hostile_open open
+ferry_start_node "$build" "$dir" "$name" ""
 
 seconds=$(( minutes * 60 ))
 rc=0
@@ -85,18 +40,8 @@ rc=0
   --seconds "$seconds" --interval "$interval" || rc=1
 
 # A clean stop, then nothing of the node left in /dev/shm.
-kill -TERM "$pid"
-stopped=0
-for _ in $(seq 600); do
-  if ! kill -0 "$pid" 2>/dev/null; then stopped=1; break; fi
-  sleep 0.1
-done
-if (( stopped )); then
-  wait "$pid" && code=0 || code=$?
-  pid=""
-else
-  code="still running 60 s after SIGTERM"
-fi
+ferry_stop_node
+code=$stop_code
 leaked=$(find /dev/shm -maxdepth 1 -name "ferry-$name*" | wc -l)
 restarts=$(grep -c "died:" "$dir/ferryd.log" || true)
 echo "{\"ferryd_exit\": \"$code\", \"leaked_shm_objects\": $leaked, \"child_deaths_logged\": $restarts}"

@@ -1,0 +1,76 @@
+# Shell helpers for scripts that start a node of CPU workers on free ports (source it).
+#
+#   ferry_venv BUILD           -> $venv: a venv with tritonclient and numpy (exit 77 without PyPI)
+#   ferry_start_node BUILD DIR NAME TOML_EXTRA
+#                              -> $pid (ferryd), $ctl (ferryctl command array), $address (HTTP)
+#     writes DIR/node.toml ([node] NAME, two CPU workers and two hook hosts, DIR/models,
+#     ports 0, the control socket DIR/control.sock, then TOML_EXTRA) and waits until ready.
+#   ferry_stop_node            -> $stop_code: ferryd's exit status after SIGTERM ("timeout"
+#                                 when it still runs 60 s later)
+
+ferry_venv() {
+  venv="$1/client-venv"
+  if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import tritonclient.http, numpy" 2>/dev/null; then
+    /usr/bin/python3 -m venv "$venv" 2>/dev/null || python3 -m venv "$venv"
+    if ! "$venv/bin/pip" install -q --disable-pip-version-check "tritonclient[http,grpc]" numpy; then
+      echo "SKIPPED: tritonclient could not be installed from PyPI"
+      exit 77
+    fi
+  fi
+}
+
+ferry_start_node() {
+  local build=$1 dir=$2 name=$3 extra=$4 state=""
+  cat > "$dir/node.toml" <<TOML
+[node]
+name = "$name"
+devices = "cpu:2"
+hookhosts = 2
+model_repository = "$dir/models"
+shm_size = "128MiB"
+[node.listen]
+http = "127.0.0.1:0"
+grpc = "127.0.0.1:0"
+metrics = "127.0.0.1:0"
+[supervisor]
+control_socket = "$dir/control.sock"
+[cpu]
+pin = false
+threads = 1
+$extra
+TOML
+  "$build/supervisor/ferryd" --config "$dir/node.toml" > "$dir/ferryd.log" 2>&1 &
+  pid=$!
+  ctl=("$build/ctl/ferryctl" --socket "$dir/control.sock" --json)
+  for _ in $(seq 300); do
+    state=$("${ctl[@]}" status 2>/dev/null | "$venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>/dev/null || true)
+    [[ "$state" == ready ]] && break
+    sleep 0.1
+  done
+  if [[ "$state" != ready ]]; then
+    echo "the node did not become ready:"; cat "$dir/ferryd.log"; exit 1
+  fi
+  address=$("${ctl[@]}" status | "$venv/bin/python" -c "import json,sys; print(json.load(sys.stdin)['listen']['http'])")
+}
+
+ferry_stop_node() {
+  kill -TERM "$pid"
+  for _ in $(seq 600); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      wait "$pid" && stop_code=0 || stop_code=$?
+      pid=""
+      return
+    fi
+    sleep 0.1
+  done
+  stop_code=timeout
+}
+
+# A bundle NAME in DIR/models: the example MLP behind BUILD's escape test plugin doing CONFIG.
+ferry_escape_bundle() {
+  local build=$1 dir=$2 name=$3 config=$4 bundle="$2/models/$3"
+  mkdir -p "$bundle"
+  cp examples/models/mlp/weights.safetensors "$build/tests/plugins/escape.so" "$bundle/"
+  sed -e "s/^name = \"mlp\"/name = \"$name\"/" examples/models/mlp/manifest.toml > "$bundle/manifest.toml"
+  printf '\n[hooks]\nplugin = "escape.so"\nconfig = "%s"\n' "$config" >> "$bundle/manifest.toml"
+}
