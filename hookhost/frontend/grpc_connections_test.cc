@@ -133,6 +133,45 @@ TEST_CASE("at max_connections the next connection is closed at once; a freed slo
   close(listener);
 }
 
+TEST_CASE("at max_connections a connection idle a second or more makes room for a new one") {
+  uint16_t port = 0;
+  int listener = Listen(&port);
+  GrpcOptions options;
+  options.max_connections = 2;
+  GrpcFrontEnd front(nullptr, listener, options);
+  REQUIRE(front.Start().ok());
+  int idle = Connect(port);
+  REQUIRE(Fate(idle) == "http2");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  int busy = Connect(port);  // Its preface and settings are fresh data: not idle.
+  REQUIRE(Fate(busy) == "http2");
+  int newcomer = Connect(port);
+  CHECK(Fate(newcomer) == "http2");
+  CHECK(front.evicted_connections() == 1);
+  CHECK(front.refused_connections() == 0);
+  // The idle one was closed (gRPC may say GOAWAY first); the busy one was kept.
+  char buffer[256];
+  pollfd p{idle, POLLIN, 0};
+  ssize_t n = 1;
+  while (n > 0 && poll(&p, 1, 2000) == 1) {
+    n = read(idle, buffer, sizeof(buffer));
+  }
+  CHECK(n == 0);  // End of stream.
+  pollfd q{busy, POLLIN, 0};
+  ssize_t got = 1;
+  while (got > 0 && poll(&q, 1, 200) == 1) {  // The rest of its frames, but no end.
+    got = read(busy, buffer, sizeof(buffer));
+  }
+  CHECK(got > 0);
+  // With none idle a second, the next is refused.
+  int fourth = Connect(port);
+  CHECK(Fate(fourth) == "closed");
+  CHECK(front.refused_connections() == 1);
+  for (int fd : {idle, busy, newcomer, fourth}) close(fd);
+  front.Stop(0);
+  close(listener);
+}
+
 TEST_CASE("a connection's concurrent calls are bounded by max_streams, told in SETTINGS") {
   uint16_t port = 0;
   int listener = Listen(&port);

@@ -22,6 +22,9 @@ namespace ferry::frontend {
 namespace {
 
 constexpr int kMaxGrpcThreads = 64;
+// A connection with no data either way for this long may be closed to admit a new one at the
+// cap (the HTTP server's rule too).
+constexpr uint32_t kEvictIdleMs = 1000;
 
 }  // namespace
 
@@ -31,6 +34,7 @@ struct GrpcFrontEnd::Impl {
   GrpcOptions options;
   net::OpenConnections open;  // The accept thread's.
   std::atomic<uint64_t> refused{0};
+  std::atomic<uint64_t> evicted{0};
   std::unique_ptr<grpc::Service> service;
   std::unique_ptr<grpc::Server> server;
   std::thread acceptor;
@@ -46,6 +50,7 @@ GrpcFrontEnd::GrpcFrontEnd(KServeService* service, int listen_fd, const GrpcOpti
 }
 
 uint64_t GrpcFrontEnd::refused_connections() const { return impl_->refused.load(); }
+uint64_t GrpcFrontEnd::evicted_connections() const { return impl_->evicted.load(); }
 
 GrpcFrontEnd::~GrpcFrontEnd() { Stop(0); }
 
@@ -89,9 +94,16 @@ Status GrpcFrontEnd::Start() {
         continue;
       }
       if (s.open.AtLeast(s.options.max_connections)) {
-        s.refused.fetch_add(1, std::memory_order_relaxed);  // Counted before the client sees it.
-        close(fd);
-        continue;
+        // The connection idle longest makes room (gRPC sees its end and closes it); only when
+        // none has been idle kEvictIdleMs is the newcomer refused.
+        int idlest = s.open.Idlest(kEvictIdleMs);
+        if (idlest < 0) {
+          s.refused.fetch_add(1, std::memory_order_relaxed);  // Counted before the client sees.
+          close(fd);
+          continue;
+        }
+        shutdown(idlest, SHUT_RDWR);
+        s.evicted.fetch_add(1, std::memory_order_relaxed);
       }
       s.open.Add(fd);
       grpc::AddInsecureChannelFromFd(s.server.get(), fd);  // gRPC owns it now.

@@ -4,12 +4,13 @@
 // (AddInsecureChannelFromFd), so the sandbox never needs to create a socket. Messages up to
 // [frontend] max_request_bytes are accepted.
 //
-// Connections are bounded: at most max_connections open at once (more are accepted and
-// closed at once, so the listening backlog never fills with them and clients fail fast and
-// retry, as the HTTP server does); a connection with no call for idle_timeout_ms is closed by
-// gRPC (GOAWAY); a connection carries at most max_streams calls at once; out of descriptors
-// (EMFILE), the accept thread waits 50 ms instead of spinning on the still-readable listening
-// socket.
+// Connections are bounded: at most max_connections open at once. At the cap the connection
+// idle longest (no data either way for 1 s or more) is closed to admit a new one; when none
+// is, the newcomer is accepted and closed at once, so the listening backlog never fills with
+// connections nobody serves and clients fail fast and retry (the HTTP server's rules); a connection
+// with no call for idle_timeout_ms is closed by gRPC (GOAWAY); a connection carries at most
+// max_streams calls at once; out of descriptors (EMFILE), the accept thread waits 50 ms instead of
+// spinning on the still-readable listening socket.
 //
 // Thread safety: Start once, Drain/Stop from any thread. Lifetime: the service outlives it.
 #pragma once
@@ -42,8 +43,10 @@ class GrpcFrontEnd {
   void Drain();
   // Ends every call (waits up to `deadline_ms` for those in progress) and the accept thread.
   void Stop(int deadline_ms);
-  // Connections closed at once because max_connections were open.
+  // Connections closed at once because max_connections were open, none of them idle.
   uint64_t refused_connections() const;
+  // Idle connections closed to make room for a new one at max_connections.
+  uint64_t evicted_connections() const;
 
  private:
   struct Impl;
