@@ -334,6 +334,7 @@ static void ReadFrontend(TableReader& r, FrontendSettings* f) {
   }
   r.Int("max_connections", &f->max_connections, 1, 65536);
   r.Int("max_streams_per_connection", &f->max_streams_per_connection, 1, 65536);
+  r.Int("max_inflate_ratio", &f->max_inflate_ratio, 0, 1'000'000);
   r.Double("request_timeout_seconds", &f->request_timeout_seconds, {0.1, 3600, false, false});
   r.Double("idle_timeout_seconds", &f->idle_timeout_seconds, {0.1, 86'400, false, false});
   if (r.StringArray("tenants", &f->tenants)) {

@@ -170,6 +170,10 @@ struct FrontendSettings {
   // Calls at once on one gRPC connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS); a client
   // opening more waits for one to end. 1..65536. Default 100 (HTTP/2's suggested minimum).
   int64_t max_streams_per_connection = 100;
+  // A compressed request body may inflate to at most this many times its size (once past
+  // 1 MiB), so a compression bomb is refused after a bounded amount of work. 0: no limit.
+  // 0..1000000. Default 100 (JSON of real numbers compresses 3-5 times; a bomb 1000).
+  int64_t max_inflate_ratio = 100;
   // A request must arrive whole within this (slow clients get 408). 0.1..3600. Default 30.
   double request_timeout_seconds = 30;
   // An idle keep-alive connection (HTTP), or one with no call (gRPC), is closed after this.

@@ -395,6 +395,7 @@ TEST_CASE("[supervisor] and [frontend]: defaults, values at their edges, each mi
   CHECK(defaults->frontend.max_request_bytes == (64u << 20));
   CHECK(defaults->frontend.max_connections == 1024);
   CHECK(defaults->frontend.max_streams_per_connection == 100);
+  CHECK(defaults->frontend.max_inflate_ratio == 100);
 
   Result<NodeConfig> edges =
       Parse("[supervisor]\ncontrol_socket = \"/" + std::string(106, 's') +
@@ -443,6 +444,7 @@ TEST_CASE("[supervisor] and [frontend]: defaults, values at their edges, each mi
       {"[frontend]\nmax_request_bytes = 1023\n", "frontend.max_request_bytes"},
       {"[frontend]\nmax_connections = 0\n", "frontend.max_connections"},
       {"[frontend]\nmax_streams_per_connection = 0\n", "frontend.max_streams_per_connection"},
+      {"[frontend]\nmax_inflate_ratio = -1\n", "frontend.max_inflate_ratio"},
       {"[frontend]\nmax_streams_per_connection = 65537\n", "frontend.max_streams_per_connection"},
       {"[frontend]\nrequest_timeout_seconds = 0.05\n", "frontend.request_timeout_seconds"},
       {"[frontend]\nidle_timeout_seconds = 86401\n", "frontend.idle_timeout_seconds"},

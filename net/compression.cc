@@ -67,7 +67,8 @@ std::string_view EncodingName(Encoding encoding) {
   }
 }
 
-Result<std::string> Inflate(std::string_view body, Encoding encoding, size_t max_bytes) {
+Result<std::string> Inflate(std::string_view body, Encoding encoding, size_t max_bytes,
+                            uint64_t max_ratio) {
   if (encoding == Encoding::kIdentity) {
     return std::string(body);
   }
@@ -98,6 +99,13 @@ Result<std::string> Inflate(std::string_view body, Encoding encoding, size_t max
                                std::to_string(max_bytes) + " bytes");
     }
     out.append(chunk, produced);
+    if (max_ratio != 0 && out.size() > kInflateRatioFloor && out.size() / max_ratio > body.size()) {
+      inflateEnd(&z);
+      return ResourceExhausted("the " + std::string(EncodingName(encoding)) +
+                               " body inflates more than " + std::to_string(max_ratio) +
+                               " times its " + std::to_string(body.size()) +
+                               " bytes ([frontend] max_inflate_ratio)");
+    }
     if (rc == Z_OK && z.avail_in == 0 && produced == 0) {
       inflateEnd(&z);
       return InvalidArgument(std::string("the ") + std::string(EncodingName(encoding)) +

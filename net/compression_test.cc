@@ -40,6 +40,28 @@ TEST_CASE("compression: a zip bomb is refused at the limit, never inflated whole
   CHECK(r.error().message.find("inflates past") != std::string::npos);
 }
 
+TEST_CASE("compression: a bomb past the ratio stops there; small or plain bodies pass") {
+  std::string zeros(8 << 20, '0');
+  std::string bomb = Deflate(zeros, Encoding::kGzip);
+  REQUIRE(zeros.size() / bomb.size() > 100);
+  Result<std::string> r = Inflate(bomb, Encoding::kGzip, 64 << 20, 100);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == ErrorCode::kResourceExhausted);
+  CHECK(r.error().message.find("more than 100 times") != std::string::npos);
+  CHECK(Inflate(bomb, Encoding::kGzip, 64 << 20, 0)->size() == zeros.size());  // No ratio.
+  // Under the floor any ratio passes: a small tensor of zeros.
+  std::string small(kInflateRatioFloor, '0');
+  CHECK(Inflate(Deflate(small, Encoding::kGzip), Encoding::kGzip, 64 << 20, 100)->size() ==
+        small.size());
+  // Text of real numbers, 3 MiB, compresses far less than 100 times.
+  std::string numbers;
+  for (int i = 0; numbers.size() < (3u << 20); ++i) {
+    numbers += std::to_string(i * 0.7312 + 1e-3 * (i % 97)) + ",";
+  }
+  CHECK(Inflate(Deflate(numbers, Encoding::kDeflate), Encoding::kDeflate, 64 << 20, 100)->size() ==
+        numbers.size());
+}
+
 TEST_CASE("compression: truncated, corrupt and over-long streams are errors") {
   std::string packed = Deflate(std::string(5000, 'a') + "tail", Encoding::kGzip);
   Result<std::string> truncated =

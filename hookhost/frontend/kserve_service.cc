@@ -82,13 +82,13 @@ net::HttpResponse ErrorResponse(const Error& error) {
 
 KServeService::KServeService(const shm::Segment& segment,
                              const std::vector<hookhost::HookModel>& models,
-                             hookhost::HookHost* host, size_t max_request_bytes,
-                             std::vector<std::string> tenants)
+                             hookhost::HookHost* host, const FrontendSettings& settings)
     : segment_(segment),
       models_(models),
       host_(host),
-      max_request_bytes_(max_request_bytes),
-      tenants_(std::move(tenants)) {}
+      max_request_bytes_(settings.max_request_bytes),
+      max_inflate_ratio_(static_cast<uint64_t>(settings.max_inflate_ratio)),
+      tenants_(settings.tenants) {}
 
 const hookhost::HookModel* KServeService::Find(std::string_view name) const {
   for (const hookhost::HookModel& m : models_) {
@@ -407,7 +407,8 @@ void KServeService::ParseAndSubmit(const hookhost::HookModel& model, net::HttpRe
              415);
       return;
     }
-    Result<std::string> inflated = net::Inflate(*body, *encoding, max_request_bytes_);
+    Result<std::string> inflated =
+        net::Inflate(*body, *encoding, max_request_bytes_, max_inflate_ratio_);
     if (!inflated.ok()) {
       refuse(inflated.error(), inflated.error().code == ErrorCode::kResourceExhausted ? 413 : 0);
       return;

@@ -45,11 +45,10 @@ class KServeService {
   // JSON: docs/benchmarks.md); larger or compressed ones on a hook thread.
   static constexpr size_t kInlineParseBytes = 64 << 10;
 
-  // `max_request_bytes` also bounds what a compressed body may inflate to; `tenants` are the
-  // names a request may give as its tenant ([frontend] tenants).
+  // From `settings`: max_request_bytes also bounds what a compressed body may inflate to, as
+  // does max_inflate_ratio; tenants are the names a request may give as its tenant.
   KServeService(const shm::Segment& segment, const std::vector<hookhost::HookModel>& models,
-                hookhost::HookHost* host, size_t max_request_bytes,
-                std::vector<std::string> tenants = {});
+                hookhost::HookHost* host, const FrontendSettings& settings);
 
   void Handle(net::HttpRequest&& request, net::Responder respond);
 
@@ -101,6 +100,7 @@ class KServeService {
   const std::vector<hookhost::HookModel>& models_;
   hookhost::HookHost* host_;
   size_t max_request_bytes_;
+  uint64_t max_inflate_ratio_;
   std::vector<std::string> tenants_;
   std::atomic<bool> draining_{false};
   std::atomic<int> submitting_{0};  // Calls between the draining check and the host's return.

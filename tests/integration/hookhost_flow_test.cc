@@ -240,7 +240,9 @@ Answered Infer(frontend::KServeService& service, std::string body, bool gzip) {
 TEST_CASE("a large or compressed JSON body is parsed on a hook thread, a small one inline") {
   FlowNode node(1);
   Host host(node, GatewayMode::kLeastOutstanding);
-  frontend::KServeService service(host.view, host.models, host.host.get(), 4 << 20);
+  FrontendSettings settings;
+  settings.max_request_bytes = 4 << 20;
+  frontend::KServeService service(host.view, host.models, host.host.get(), settings);
   std::string row;
   for (int i = 0; i < 784; ++i) {
     row += (i == 0 ? "" : ",") + std::to_string(i % 7 - 3);
@@ -272,6 +274,15 @@ TEST_CASE("a large or compressed JSON body is parsed on a hook thread, a small o
   };
   CHECK(logits(inline_ok.response.body) == logits(offloaded_ok.response.body));
   CHECK(logits(inline_ok.response.body).size() == 10);
+  // A compression bomb within max_request_bytes (3 MiB of JSON zeros, a few KB gzipped) is
+  // refused at the inflate ratio, 413, before any of it is parsed.
+  std::string zeros(3 << 20, '0');
+  for (size_t i = 1; i < zeros.size(); i += 2) zeros[i] = ',';
+  std::string bomb =
+      R"({"inputs":[{"name":"input","datatype":"FP32","shape":[1,784],"data":[)" + zeros + "0]}]}";
+  Answered refused = Infer(service, bomb, true);
+  CHECK(refused.response.status == 413);
+  CHECK(refused.response.body.find("max_inflate_ratio") != std::string::npos);
 }
 
 TEST_CASE(

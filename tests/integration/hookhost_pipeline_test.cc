@@ -287,7 +287,9 @@ TEST_CASE("a worker reports a pipeline as one and refuses to execute it") {
 TEST_CASE("a pipeline is ready when every model it calls is; the repository index says so") {
   PipelineNode node;
   Local local(node, 1);
-  frontend::KServeService service(local.view, local.models, local.host.get(), 1 << 20);
+  FrontendSettings settings;
+  settings.max_request_bytes = 1 << 20;
+  frontend::KServeService service(local.view, local.models, local.host.get(), settings);
   auto find = [&](const std::string& name) {
     const HookModel* m = service.Find(name);
     REQUIRE(m != nullptr);

@@ -231,7 +231,9 @@ TEST_CASE("a hook host that starts while its worker is mid-publish waits for a f
 TEST_CASE("readiness probes wait for a worker status caught mid-publish to settle") {
   FlowNode node(1);
   Host host(node, GatewayMode::kLeastOutstanding);
-  frontend::KServeService service(host.view, host.models, host.host.get(), 1 << 20);
+  FrontendSettings settings;
+  settings.max_request_bytes = 1 << 20;
+  frontend::KServeService service(host.view, host.models, host.host.get(), settings);
   const HookModel* mlp = service.Find("mlp");
   REQUIRE(mlp != nullptr);
   REQUIRE(service.ServerReady());
