@@ -78,6 +78,10 @@ Result<ChildProcess> Spawn(const ChildSpec& spec) {
       signal(s, SIG_DFL);  // Fails harmlessly for SIGKILL, SIGSTOP and the RT gaps.
     }
     sigprocmask(SIG_SETMASK, &empty, nullptr);
+    if (spec.output_fd >= 0) {
+      dup2(spec.output_fd, 1);
+      dup2(spec.output_fd, 2);
+    }
     // Out of the way first (a source may be 3 itself), then into place without CLOEXEC.
     int moved[16];
     size_t count = fds.size() < 16 ? fds.size() : 16;

@@ -28,6 +28,8 @@ struct ChildSpec {
   std::vector<std::string> args;                         // Without argv[0].
   std::vector<std::pair<std::string, std::string>> env;  // Added to ferryd's environment.
   std::vector<int> fds;  // Handed down as descriptors 3, 4, ... in this order.
+  // When set: the child's stdout and stderr (a LogRelay's write end); else ferryd's own.
+  int output_fd = -1;
 };
 
 // A started child. The pidfd is readable once the child has exited (it is still a zombie

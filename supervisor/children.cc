@@ -36,7 +36,17 @@ void Supervisor::Impl::StartChild(Child& c, int64_t now) {
       spec.args.push_back("--device-pinned");
     }
   }
+  if (!c.worker) {
+    OpenLogRelay(c, &spec, now);
+  }
   Result<ChildProcess> started = Spawn(spec);
+  if (c.log && c.log->write_fd() >= 0) {
+    c.log->CloseWriteEnd();
+    epoll_event log_event{};
+    log_event.events = EPOLLIN;
+    log_event.data.u64 = kLogTag | static_cast<uint64_t>(&c - children.data());
+    epoll_ctl(epoll_fd, EPOLL_CTL_ADD, c.log->read_fd(), &log_event);
+  }
   if (!started.ok()) {
     c.last_exit = started.error().ToString();
     spdlog::error("{}: {}", c.Name(), c.last_exit);
@@ -59,10 +69,36 @@ void Supervisor::Impl::StartChild(Child& c, int64_t now) {
                c.worker ? " on " + c.device.Describe() : "");
 }
 
+void Supervisor::Impl::OpenLogRelay(Child& c, ChildSpec* spec, int64_t now) {
+  if (c.log) {  // A predecessor's pipe not yet ended: what is in it is relayed, then dropped.
+    PumpLog(c, now);
+    if (c.log) {
+      epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.log->read_fd(), nullptr);
+      c.log.reset();
+    }
+  }
+  Result<LogRelay> relay = LogRelay::Open(c.Name() + "| ");
+  if (relay.ok()) {
+    c.log.emplace(std::move(*relay));
+    spec->output_fd = c.log->write_fd();
+  } else {
+    spdlog::warn("{}: its output goes to ferryd's unrelayed: {}", c.Name(),
+                 relay.error().ToString());
+  }
+}
+
+void Supervisor::Impl::PumpLog(Child& c, int64_t now) {
+  if (c.log && !c.log->Pump(STDERR_FILENO, now)) {
+    epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.log->read_fd(), nullptr);
+    c.log.reset();
+  }
+}
+
 void Supervisor::Impl::OnExit(Child& c, int64_t now) {
   epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.process.pidfd, nullptr);
   pid_t pid = c.process.pid;
   int status = Reap(&c.process);
+  PumpLog(c, now);  // Its last words first.
   c.last_exit = DescribeWaitStatus(status);
   if (std::string why = shm::ReadStartError(*segment, c.slot); !why.empty()) {
     c.last_exit += ": " + why;

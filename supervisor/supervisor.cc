@@ -388,6 +388,8 @@ void Supervisor::Impl::Loop() {
         }
       } else if (tag == kControlTag) {
         control->Poll(now);
+      } else if ((tag & kLogTag) != 0 && (tag & ~kLogTag) < children.size()) {
+        PumpLog(children[tag & ~kLogTag], now);
       } else if (tag < children.size() && children[tag].running()) {
         OnExit(children[tag], now);
       }

@@ -35,6 +35,7 @@
 #include "supervisor/control_server.h"
 #include "supervisor/devices.h"
 #include "supervisor/listeners.h"
+#include "supervisor/log_relay.h"
 #include "supervisor/metrics.h"
 #include "supervisor/node_report.h"
 #include "supervisor/restart_policy.h"
@@ -53,6 +54,8 @@ inline constexpr uint32_t kRingCapacity = 1024;
 inline constexpr uint64_t kSignalTag = uint64_t{1} << 40;
 
 inline constexpr uint64_t kControlTag = uint64_t{2} << 40;
+// An epoll tag for child i's log relay: kLogTag | i.
+inline constexpr uint64_t kLogTag = uint64_t{4} << 40;
 
 enum class Phase { kRunning, kDrainingHookhosts, kDrainingWorkers, kStopping, kDone };
 
@@ -81,6 +84,9 @@ struct Child {
   // counted as a death.
   bool refreshing = false;
   int64_t refresh_since = 0;
+  // A hook host's stdout and stderr, relayed into ferryd's log (log_relay.h); open until the
+  // pipe ends, which may be after the process is reaped.
+  std::optional<LogRelay> log;
 
   std::string Name() const {
     return (worker ? "worker " : "hook host ") + std::to_string(index) + " (slot " +
@@ -156,6 +162,10 @@ struct Supervisor::Impl {
   void Loop();
   void StartChild(Child& c, int64_t now);
   void OnExit(Child& c, int64_t now);
+  // A hook host's output relay, its write end set as `spec`'s output (log_relay.h).
+  void OpenLogRelay(Child& c, ChildSpec* spec, int64_t now);
+  // Relays what child `c` wrote; closes the relay once its pipe has ended.
+  void PumpLog(Child& c, int64_t now);
   // A hook host that turned unhealthy naming a model whose plugin call ran past its limit
   // (StatusSnapshotData::fault_model): counted against that model, marked failed at
   // max_plugin_faults.

@@ -154,6 +154,13 @@ static int32_t attempt(const char* action, const ferry_tensor* inputs, uint32_t 
     for (;;) {
     }
   }
+  if (strcmp(action, "forge_log") == 0) { /* One of ferryd's lines, on stdout and stderr. */
+    static const char kForged[] = "2026-01-01 00:00:00.000 error ferryd[1] forged by a plugin\n";
+    ssize_t a = write(1, kForged, sizeof(kForged) - 1);
+    ssize_t b = write(2, kForged, sizeof(kForged) - 1);
+    errno = 0;
+    return report(error, 0, a > 0 || b > 0 ? "forge_log (written, relayed)" : "forge_log");
+  }
   snprintf(error->message, sizeof(error->message), "unknown action '%s'", action);
   return FERRY_ERR_INVALID_ARGUMENT;
 }
