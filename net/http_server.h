@@ -76,6 +76,7 @@ struct HttpServerStats {
   std::atomic<uint64_t> refused_connections{0};
   std::atomic<uint64_t> evicted_idle{0};  // Idle connections closed to admit a new one.
   std::atomic<uint64_t> bad_requests{0};  // Unparsable, too large or too slow: closed.
+  std::atomic<uint64_t> bytes_read{0};    // From clients' sockets.
 };
 
 class HttpServer {

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -255,6 +256,37 @@ TEST_CASE("hostile clients: malformed, oversized, slow; the server keeps serving
   CHECK(got.find("\"bytes\":5") != std::string::npos);
   close(fd);
   CHECK(s.server->stats().bad_requests.load() <= 5);
+}
+
+TEST_CASE("a body past the limit already waiting in the socket is refused after one chunk") {
+  HttpServerOptions options;
+  options.max_body_bytes = 64 << 20;
+  // A handler that holds the server's thread, so the next client's bytes pile up unread.
+  auto hold = [](HttpRequest&& r, Responder respond) {
+    if (r.target == "/hold") std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    respond(HttpResponse{});
+  };
+  Server s(options, hold);
+  int big = 8 << 20;  // Room for the pile in the kernel (as root; else its defaults).
+  setsockopt(s.listen_fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big));
+  int holder = s.Connect();
+  Send(holder, "GET /hold HTTP/1.1\r\n\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  int fd = s.Connect();
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big));
+  Send(fd, "POST /x HTTP/1.1\r\nContent-Length: 1000000000\r\n\r\n");
+  std::string chunk(1 << 16, 'x');
+  size_t piled = 0;
+  while (send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL | MSG_DONTWAIT) > 0) {
+    piled += chunk.size();
+  }
+  REQUIRE(piled >= (1u << 20));
+  CHECK(ReadAll(fd).find("HTTP/1.1 413") == 0);
+  // The header and one chunk read, not the pile: before, the whole pile was read first (up to
+  // max_header_bytes + max_body_bytes), then refused.
+  CHECK(s.server->stats().bytes_read.load() < (512u << 10));
+  close(fd);
+  close(holder);
 }
 
 TEST_CASE("at max_connections an idle connection makes room; a busy one never does") {
