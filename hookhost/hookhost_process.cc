@@ -1,5 +1,6 @@
 #include "hookhost/hookhost_process.h"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -106,6 +107,13 @@ struct Running {
 // Node file, segment, models and plugins (loaded confined), then the sandbox. Exits 1 on
 // failure.
 void LoadAndSeal(const HookHostProcessArgs& args, Running& r, int64_t* spin_us) {
+  // The listening sockets came without close-on-exec (that is how they crossed exec); no
+  // other exec may take them. The sandbox refuses exec anyway: this is the second wall.
+  for (int fd : {args.http_fd, args.grpc_fd}) {
+    if (fd >= 0) {
+      fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+  }
   Result<NodeConfig> config = LoadNodeConfig(args.config, SchedulerEnvironment());
   if (!config.ok()) {
     spdlog::error("invalid node file:\n{}", config.error().message);

@@ -290,9 +290,11 @@ void WriteEscapeBundle(const TempDir& dir, const std::string& name, const std::s
                              bundle + "/escape.so");
 }
 
-TEST_CASE("a plugin's output reaches ferryd's log only as its hook host's, never as ferryd's") {
+TEST_CASE(
+    "a plugin's output reaches ferryd's log only as its hook host's; it holds no fd to pass") {
   TempDir dir;
   WriteEscapeBundle(dir, "forge", "forge_log");
+  WriteEscapeBundle(dir, "fds", "inheritable_fds");
   FerrydProcess ferryd(dir, kCpuNode, kSettings);
   REQUIRE_MESSAGE(ferryd.WaitReady(), ferryd.log());
   std::mt19937 rng(1);
@@ -304,6 +306,12 @@ TEST_CASE("a plugin's output reaches ferryd's log only as its hook host's, never
   Result<client::InferAnswer> r = Send(*client, sample);
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message.find("forge_log (written, relayed)") != std::string::npos);
+  // And every descriptor it can see past 0-2 (listening sockets included) is close-on-exec.
+  sample.model = "fds";
+  Result<client::InferAnswer> fds = Send(*client, sample);
+  REQUIRE_FALSE(fds.ok());
+  CHECK_MESSAGE(fds.error().message.find("refused: inheritable_fds") != std::string::npos,
+                fds.error().message);
   std::string log;
   for (int i = 0; i < 100 && log.find("forged by a plugin") == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

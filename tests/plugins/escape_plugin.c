@@ -154,6 +154,19 @@ static int32_t attempt(const char* action, const ferry_tensor* inputs, uint32_t 
     for (;;) {
     }
   }
+  if (strcmp(action, "inheritable_fds") == 0) { /* A descriptor an exec would keep. */
+    for (int fd = 3; fd < 4096; ++fd) {
+      int flags = fcntl(fd, F_GETFD);
+      if (flags >= 0 && (flags & FD_CLOEXEC) == 0) {
+        char what[64];
+        snprintf(what, sizeof(what), "descriptor %d is inheritable", fd);
+        errno = 0;
+        return report(error, 1, what);
+      }
+    }
+    errno = EBADF;
+    return report(error, 0, "inheritable_fds (every descriptor past 2 close-on-exec)");
+  }
   if (strcmp(action, "forge_log") == 0) { /* One of ferryd's lines, on stdout and stderr. */
     static const char kForged[] = "2026-01-01 00:00:00.000 error ferryd[1] forged by a plugin\n";
     ssize_t a = write(1, kForged, sizeof(kForged) - 1);
