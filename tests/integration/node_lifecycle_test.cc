@@ -326,6 +326,35 @@ TEST_CASE(
   CHECK(log.find("hook host 0 (slot 0)| ") != std::string::npos);
 }
 
+TEST_CASE("with hostile plugins loaded, a stopped node starts again on the same ports") {
+  TempDir dir;
+  for (const char* action : {"fork", "execve", "connect"}) {
+    WriteEscapeBundle(dir, std::string("at_create_") + action, std::string("create:") + action);
+  }
+  FerrydProcess ferryd(dir, kCpuNode, kSettings);
+  REQUIRE_MESSAGE(ferryd.WaitReady(), ferryd.log());
+  json status = *ferryd.Status();
+  std::string http = status["listen"]["http"].get<std::string>();
+  std::string grpc = status["listen"]["grpc"].get<std::string>();
+  kill(ferryd.pid(), SIGTERM);
+  REQUIRE(ferryd.Wait() == 0);
+  // The same node file with the ports it had: nothing of the first node (no daemon a plugin
+  // forked) may still hold them.
+  std::ifstream in(ferryd.config());
+  std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  config.replace(config.find("http = \"127.0.0.1:0\""), 20, "http = \"" + http + "\"");
+  config.replace(config.find("grpc = \"127.0.0.1:0\""), 20, "grpc = \"" + grpc + "\"");
+  WriteFile(ferryd.config(), config);
+  ferryd.Start();
+  REQUIRE_MESSAGE(ferryd.WaitReady(), ferryd.log());
+  CHECK(ferryd.Status()->at("listen")["http"] == http);
+  Result<HttpClient> client = HttpClient::Connect(http);
+  REQUIRE(client.ok());
+  std::mt19937 rng(4);
+  Sample sample = MakeSample(rng);
+  CHECK(Send(*client, sample).ok());
+}
+
 TEST_CASE("a plugin call past its limit restarts its hook host; repeated, its model is failed") {
   TempDir dir;
   WriteEscapeBundle(dir, "spin", "spin");
