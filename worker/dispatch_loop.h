@@ -141,7 +141,11 @@ class DispatchLoop {
   // running batch).
   bool ModelChangeReady() const;
   void ApplyModelChanges();
+  // Loads `name` (options_.loader) with the heartbeat going meanwhile, then AddModel.
   void LoadModel(const std::string& name);
+  // Takes a loaded model at the next index and warms it up (warm_up.h). REQUIRES: no batch in
+  // flight.
+  void AddModel(LoadedModel loaded);
   void UnloadModel(uint32_t index);
   // Counts `model`'s load (its backend handle) or failed load in the load events.
   void CountLoad(const LoopModel& model);

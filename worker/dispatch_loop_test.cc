@@ -42,10 +42,15 @@ class FaultyBackend : public SimBackend {
     return SimBackend::ModelStatus(model);
   }
   bool Healthy() const override { return !lost_context; }
+  Result<ExecutionTiming> Execute(ModelHandle model, const BatchJob& job) override {
+    executed.fetch_add(1);  // Synchronous runs: the warm-up's.
+    return SimBackend::Execute(model, job);
+  }
 
   ModelHandle failing_model = -1;  // Set before the loop starts.
   std::atomic<bool> sticky{false};
   std::atomic<bool> lost_context{false};
+  std::atomic<int> executed{0};
 };
 
 struct Fixture {
@@ -425,6 +430,26 @@ TEST_CASE(
   REQUIRE(done.size() == 2);  // The refusal comes at once, the run after its batch.
   CHECK(done[0].code() == ErrorCode::kNotFound);
   CHECK(done[1].status == 0);
+}
+
+TEST_CASE("a model loaded live is warmed up before its first request, as at start") {
+  auto backend = std::make_shared<Backend*>(nullptr);
+  Fixture f(LoadingOptions(backend));
+  *backend = &f.backend;
+  f.Start();
+  CHECK(f.backend.executed.load() == 0);
+  shm::ControlMessage load{shm::ControlCode::kLoadModel, 2, 0, 0};
+  load.name = "mlp2";
+  REQUIRE(testing::SendControl(f.segment, f.segment.WorkerSlot(0), load));
+  shm::ModelStatusData ready = ModelStatus(f, 2);
+  for (int i = 0; i < 400 && ready.state != static_cast<uint32_t>(shm::ModelLoadState::kReady);
+       ++i) {
+    ready = ModelStatus(f, 2);
+  }
+  REQUIRE(ready.state == static_cast<uint32_t>(shm::ModelLoadState::kReady));
+  // Twice at each of the MLP's five compiled sizes, before any request; none a dispatch.
+  CHECK(f.backend.executed.load() == 2 * 5);
+  CHECK(ready.dispatch_count == 0);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "shm/control.h"
 #include "shm/recovery.h"
 #include "worker/dispatch_loop.h"
+#include "worker/warm_up.h"
 
 namespace ferry::worker {
 namespace {
@@ -186,9 +187,13 @@ void DispatchLoop::LoadModel(const std::string& name) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   });
-  LoadedModel loaded = options_.loader(name);
+  AddModel(options_.loader(name));
   loading.store(false);
   beat.join();
+}
+
+void DispatchLoop::AddModel(LoadedModel loaded) {
+  const std::string name = loaded.model.name;
   auto index = static_cast<uint32_t>(models_.size());
   CountLoad(loaded.model);
   RefuseOversizeInterface(loaded.model);
@@ -218,6 +223,8 @@ void DispatchLoop::LoadModel(const std::string& name) {
   for (shm::DescriptorRules& rules : release_rules_) {
     rules.num_models = static_cast<uint32_t>(models_.size());
   }
+  // As at start: its costs seeded before its first request (no batch is in flight here).
+  WarmUp(*backend_, *scheduler_, models_, static_cast<int>(index));
 }
 
 void DispatchLoop::CountLoad(const LoopModel& model) {

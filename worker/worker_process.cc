@@ -19,6 +19,7 @@
 #include "worker/backends/repository.h"
 #include "worker/backends/sim/sim_backend.h"
 #include "worker/dispatch_loop.h"
+#include "worker/warm_up.h"
 
 namespace ferry::worker {
 namespace {
@@ -81,44 +82,6 @@ Result<std::unique_ptr<Backend>> MakeBackend(const NodeConfig& config, const shm
     return Unavailable("cannot find the worker's own directory: " + ec.message());
   }
   return LoadBackendModule(DefaultModuleDirs(self), kCudaModuleName, args);
-}
-
-// Runs every (model, variant, size) of the scheduler's warm-up plan on zero inputs and seeds
-// its cost with the second run's time (the first pays one-time costs).
-void WarmUp(Backend& backend, Scheduler& scheduler, const std::vector<LoopModel>& models) {
-  for (const WarmupRun& run : scheduler.WarmupPlan()) {
-    const LoopModel& model = models[static_cast<size_t>(run.model)];
-    if (model.failure) {
-      continue;
-    }
-    const Manifest& manifest = model.bundle->manifest;
-    const ShapeVariant& variant = manifest.variants[static_cast<size_t>(run.variant)];
-    int64_t rows = manifest.unbatched() ? 1 : run.batch_size;
-    std::vector<std::vector<uint8_t>> buffers;
-    RequestIo io;
-    io.rows = rows;
-    for (const TensorSpec& spec : manifest.inputs) {
-      int64_t bytes = RequestBytes(manifest, spec, variant, true, rows);
-      buffers.emplace_back(static_cast<size_t>(bytes), 0);
-      io.inputs.emplace_back(buffers.back());
-    }
-    for (const TensorSpec& spec : manifest.outputs) {
-      int64_t bytes = RequestBytes(manifest, spec, variant, false, rows);
-      buffers.emplace_back(static_cast<size_t>(bytes), 0);
-      io.outputs.emplace_back(buffers.back());
-    }
-    BatchJob job{run.variant, run.batch_size, {io}};
-    Result<ExecutionTiming> timing = backend.Execute(model.handle, job);
-    if (timing.ok()) {
-      timing = backend.Execute(model.handle, job);
-    }
-    if (!timing.ok()) {
-      spdlog::warn("warm-up of '{}' at size {}: {}", model.name, run.batch_size,
-                   timing.error().ToString());
-      continue;
-    }
-    scheduler.SeedCost(run.model, run.variant, run.batch_size, timing->compute_seconds);
-  }
 }
 
 // A worker's entry for model `name` (bundle null: failed or unloaded, `failure` says why):
