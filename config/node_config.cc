@@ -248,11 +248,22 @@ void ReadNode(TableReader& r, const std::string& base_dir, NodeSettings* n) {
         listen->ErrorAt(key, "'" + text + "': " + parsed.error().message);
       }
     }
+    std::string agent;
+    if (listen->String("agent", &agent)) {
+      if (Result<ListenAddress> parsed = ParseListen(agent); parsed.ok()) {
+        n->agent = *parsed;
+      } else {
+        listen->ErrorAt("agent", "'" + agent + "': " + parsed.error().message);
+      }
+    }
     listen->Finish();
   }
-  const ListenAddress* all[] = {&n->http, &n->grpc, &n->metrics};
-  for (int i = 0; i < 3; ++i) {
-    for (int j = i + 1; j < 3; ++j) {
+  std::vector<const ListenAddress*> all = {&n->http, &n->grpc, &n->metrics};
+  if (n->agent) {
+    all.push_back(&*n->agent);
+  }
+  for (size_t i = 0; i < all.size(); ++i) {
+    for (size_t j = i + 1; j < all.size(); ++j) {
       if (all[i]->port != 0 && all[i]->port == all[j]->port && all[i]->host == all[j]->host) {
         r.ErrorAt("listen", "two listeners share " + all[i]->ToString());
       }

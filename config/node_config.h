@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,6 +55,9 @@ struct NodeSettings {
   ListenAddress http{"0.0.0.0", 8000};
   ListenAddress grpc{"0.0.0.0", 8001};
   ListenAddress metrics{"0.0.0.0", 8002};
+  // HAProxy's agent check: the node's state and weight for a balancer (shm/node_load.h), one
+  // line per connection. Absent (default): no agent listener.
+  std::optional<ListenAddress> agent;
   // Directory of model bundles, one sub-directory per model. A relative path is taken
   // relative to the node file's directory. Default /var/lib/ferry/models.
   std::string model_repository = "/var/lib/ferry/models";

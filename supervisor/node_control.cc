@@ -1,4 +1,6 @@
 // The control socket's commands, and the status reply.
+#include <sys/socket.h>
+
 #include "supervisor/supervisor_impl.h"
 
 namespace ferry::supervisor {
@@ -28,6 +30,30 @@ Result<json> Supervisor::Impl::SendToModel(const std::string& model, shm::Contro
                        " worker(s) is full; retry");
   }
   return json{{"workers", sent}};
+}
+
+shm::NodeLoad Supervisor::Impl::Load() const {
+  std::vector<shm::WorkerLoad> workers;
+  for (const Child& c : children) {
+    if (c.worker) {
+      workers.push_back(shm::LoadOfWorker(c.index, c.running() ? c.status : std::nullopt));
+    }
+  }
+  return shm::ComputeNodeLoad(std::move(workers), phase != Phase::kRunning);
+}
+
+void Supervisor::Impl::AnswerAgentChecks() {
+  // Each connection gets its line and is closed at once: nothing is held per connection,
+  // so a flood costs an accept, a write and a close each.
+  std::string reply = shm::AgentReply(Load());
+  for (int i = 0; i < 256; ++i) {
+    int fd = accept4(agent_listener->fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      return;
+    }
+    (void)!send(fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    close(fd);
+  }
 }
 
 json Supervisor::Impl::FailedPluginsJson() const {
@@ -84,7 +110,8 @@ json Supervisor::Impl::StatusJson() const {
           {"listen",
            {{"http", http ? http->bound() : bound_http},
             {"grpc", grpc ? grpc->bound() : bound_grpc},
-            {"metrics", metrics_listener->bound()}}},
+            {"metrics", metrics_listener->bound()},
+            {"agent", agent_listener ? agent_listener->bound() : ""}}},
           {"pid", getpid()},
           {"children", children_json}};
 }

@@ -1,6 +1,8 @@
 // ferryd's supervisor: start, the event loop, shutdown, readiness and systemd.
 #include "supervisor/supervisor.h"
 
+#include <fcntl.h>
+
 #include "supervisor/supervisor_impl.h"
 
 namespace ferry::supervisor {
@@ -138,6 +140,16 @@ Status Supervisor::Impl::Start() {
   grpc.emplace(std::move(grpc_listener));
   FERRY_ASSIGN_OR_RETURN(Listener metrics_socket, listener("metrics", config.node.metrics));
   metrics_listener.emplace(std::move(metrics_socket));
+  if (config.node.agent || activated.count("agent") != 0) {
+    FERRY_ASSIGN_OR_RETURN(Listener agent_socket,
+                           listener("agent", config.node.agent.value_or(ListenAddress{})));
+    agent_listener.emplace(std::move(agent_socket));
+    fcntl(agent_listener->fd(), F_SETFL, fcntl(agent_listener->fd(), F_GETFL) | O_NONBLOCK);
+    epoll_event agent_event{};
+    agent_event.events = EPOLLIN;
+    agent_event.data.u64 = kAgentTag;
+    epoll_ctl(epoll_fd, EPOLL_CTL_ADD, agent_listener->fd(), &agent_event);
+  }
   for (const auto& [name, fd] : activated) {
     spdlog::info("{} socket from systemd socket activation (descriptor {})", name, fd);
   }
@@ -388,6 +400,8 @@ void Supervisor::Impl::Loop() {
         }
       } else if (tag == kControlTag) {
         control->Poll(now);
+      } else if (tag == kAgentTag) {
+        AnswerAgentChecks();
       } else if ((tag & kLogTag) != 0 && (tag & ~kLogTag) < children.size()) {
         PumpLog(children[tag & ~kLogTag], now);
       } else if (tag < children.size() && children[tag].running()) {

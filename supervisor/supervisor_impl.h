@@ -27,6 +27,7 @@
 #include "model/repository.h"
 #include "net/http_server.h"
 #include "shm/control.h"
+#include "shm/node_load.h"
 #include "shm/recovery.h"
 #include "shm/ring.h"
 #include "shm/segment.h"
@@ -54,6 +55,7 @@ inline constexpr uint32_t kRingCapacity = 1024;
 inline constexpr uint64_t kSignalTag = uint64_t{1} << 40;
 
 inline constexpr uint64_t kControlTag = uint64_t{2} << 40;
+inline constexpr uint64_t kAgentTag = uint64_t{3} << 40;
 // An epoll tag for child i's log relay: kLogTag | i.
 inline constexpr uint64_t kLogTag = uint64_t{4} << 40;
 
@@ -114,6 +116,7 @@ struct Supervisor::Impl {
   std::string bound_grpc;
   // /metrics: its own thread, reading only shared memory and `counters`.
   std::optional<Listener> metrics_listener;
+  std::optional<Listener> agent_listener;  // [node.listen] agent, when set.
   std::unique_ptr<SupervisorCounters> counters;
   std::unique_ptr<net::HttpServer> metrics_server;
   std::thread metrics_thread;
@@ -194,6 +197,10 @@ struct Supervisor::Impl {
   // How long the loop may sleep: kTickNs, or up to kRestTickNs while the node is settled.
   int64_t TickNs() const;
   json StatusJson() const;
+  // The node's load from the workers' last snapshots (shm/node_load.h).
+  shm::NodeLoad Load() const;
+  // Answers every agent check waiting on the agent listener, one line each, and closes them.
+  void AnswerAgentChecks();
   // The models whose plugin was marked failed: [{model, reason}].
   json FailedPluginsJson() const;
 };

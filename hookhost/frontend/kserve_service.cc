@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "hookhost/frontend/kserve_codec.h"
 #include "net/compression.h"
+#include "shm/node_load.h"
 #include "shm/status.h"
 
 namespace ferry::frontend {
@@ -213,6 +214,23 @@ json KServeService::RepositoryIndex(bool ready_only) const {
   return index;
 }
 
+json KServeService::LoadJson() const {
+  std::vector<shm::WorkerLoad> workers;
+  for (uint32_t w = 0; w < segment_.workers(); ++w) {
+    Result<shm::StatusSnapshotData> s = ProbeStatus(segment_, segment_.WorkerSlot(w));
+    workers.push_back(shm::LoadOfWorker(w, s.ok() ? std::optional(*s) : std::nullopt));
+  }
+  shm::NodeLoad load = shm::ComputeNodeLoad(std::move(workers), draining_.load());
+  json out = {{"state", load.state}, {"weight", load.weight}, {"workers", json::array()}};
+  for (const shm::WorkerLoad& w : load.workers) {
+    out["workers"].push_back({{"index", w.index},
+                              {"ready", w.ready},
+                              {"outstanding", w.outstanding},
+                              {"queued", w.queued}});
+  }
+  return out;
+}
+
 bool KServeService::ServerReady() const {
   if (draining_.load()) {
     return false;
@@ -274,6 +292,10 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
   }
   if (parts[1] == "repository") {
     respond(Repository(parts, request));
+    return;
+  }
+  if (parts[1] == "ferry" && parts.size() == 3 && parts[2] == "load") {
+    respond(get ? Json(200, LoadJson()) : MethodNotAllowed(request));
     return;
   }
   if (parts[1] != "models" || parts.size() < 3) {

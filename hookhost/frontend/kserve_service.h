@@ -57,6 +57,9 @@ class KServeService {
   // A worker serves it and the node is not draining; a pipeline: every model it calls is ready.
   // Each waits up to 20 ms for a worker's status caught mid-publish to settle.
   bool ModelReady(const hookhost::HookModel& model) const;
+  // GET /v2/ferry/load: the node's state and weight for a balancer (shm/node_load.h), from
+  // the workers' status and this hook host's draining.
+  nlohmann::json LoadJson() const;
   bool ServerReady() const;
   // The repository extension's index: one entry per model served ({name, version, state
   // READY or UNAVAILABLE, reason}), only the ready ones when `ready_only`.

@@ -106,6 +106,50 @@ TEST_CASE("ferryd starts the node, reports it ready, and stops cleanly on SIGTER
   CHECK(log.find("exited: exit 0") != std::string::npos);
 }
 
+// One agent check: what the listener at `address` says before it closes the connection.
+std::string AgentCheck(const std::string& address) {
+  size_t colon = address.rfind(':');
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  REQUIRE(inet_pton(AF_INET, address.substr(0, colon).c_str(), &a.sin_addr) == 1);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  timeval t{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof(t));
+  std::string said;
+  char buffer[64];
+  ssize_t n;
+  while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) {
+    said.append(buffer, static_cast<size_t>(n));
+  }
+  close(fd);
+  return said;
+}
+
+TEST_CASE("a balancer's view: the agent check and /v2/ferry/load say up, weight 100, idle") {
+  TempDir dir;
+  FerrydProcess ferryd(dir, kSimNode, kQuick);
+  std::optional<json> ready = ferryd.WaitReady();
+  REQUIRE_MESSAGE(ready, ferryd.log());
+  std::string agent = (*ready)["listen"]["agent"].get<std::string>();
+  REQUIRE_FALSE(agent.empty());
+  CHECK(AgentCheck(agent) == "up 100%\n");
+  CHECK(AgentCheck(agent) == "up 100%\n");  // Every connection gets its line.
+  Result<net::HttpClient> client =
+      net::HttpClient::Connect((*ready)["listen"]["http"].get<std::string>());
+  REQUIRE(client.ok());
+  Result<net::HttpAnswer> load = client->Request("GET", "/v2/ferry/load");
+  REQUIRE(load.ok());
+  CHECK(load->status == 200);
+  json body = json::parse(load->body);
+  CHECK(body["state"] == "up");
+  CHECK(body["weight"] == 100);
+  REQUIRE(body["workers"].size() == 2);
+  CHECK(body["workers"][1]["ready"] == true);
+  CHECK(client->Request("POST", "/v2/ferry/load", "{}")->status == 405);
+}
+
 TEST_CASE("a killed worker or hook host is reset and restarted; a stopped worker is killed") {
   TempDir dir;
   FerrydProcess ferryd(dir, kSimNode, kQuick);

@@ -57,7 +57,8 @@ class FerrydProcess {
     WriteFile(config_, "[node]\nname = \"" + name_ + "\"\nmodel_repository = \"" +
                            ExampleRepository(dir) + "\"\nshm_size = \"64MiB\"\n" + node_extra +
                            "\n[node.listen]\nhttp = \"127.0.0.1:0\"\ngrpc = \"127.0.0.1:0\"\n"
-                           "metrics = \"127.0.0.1:0\"\n[supervisor]\ncontrol_socket = \"" +
+                           "metrics = \"127.0.0.1:0\"\nagent = \"127.0.0.1:0\"\n"
+                           "[supervisor]\ncontrol_socket = \"" +
                            socket_ + "\"\n" + extra);
     Start(std::move(flags));
   }
