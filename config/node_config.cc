@@ -290,6 +290,8 @@ void ReadSimCost(TableReader& r, SimModelCost* cost) {
 
 }  // namespace
 
+Result<ListenAddress> ParseListenAddress(const std::string& text) { return ParseListen(text); }
+
 std::string_view GatewayModeName(GatewayMode m) {
   switch (m) {
     case GatewayMode::kRoundRobin:

@@ -208,6 +208,10 @@ Environment SchedulerEnvironment();
 // Parses and validates a node file's text. `source` names it in errors; `base_dir` resolves a
 // relative model_repository; `env` supplies FERRY_SCHEDULER_* overrides (an unknown one is an
 // error too). Returns INVALID_ARGUMENT listing every error, one per line.
+// "HOST:PORT" as [node.listen] takes it: an IPv4 address, a DNS name or a bracketed IPv6
+// address (returned without its brackets), a port in [0, 65535]. INVALID_ARGUMENT otherwise.
+Result<ListenAddress> ParseListenAddress(const std::string& text);
+
 Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& source,
                                    const std::string& base_dir, const Environment& env);
 

@@ -13,6 +13,7 @@
 
 #include "common/cli.h"
 #include "control/control_client.h"
+#include "ctl/haproxy_config.h"
 #include "ctl/import.h"
 #include "ctl/infer.h"
 #include "ctl/tables.h"
@@ -136,6 +137,25 @@ void AddOffline(Cli& cli) {
   cli.Add(import, [import_command] {
     return ferry::ctl::RunImport(*import_command, std::cout, std::cerr);
   });
+  auto haproxy = std::make_shared<ferry::ctl::HaproxyCommand>();
+  CLI::App* haproxy_config = cli.app.add_subcommand(
+      "haproxy-config", "Write an HAProxy configuration for several nodes (docs/operations.md)");
+  haproxy_config
+      ->add_option("--node", haproxy->nodes, "HOST:HTTP_PORT:GRPC_PORT:AGENT_PORT; one per node")
+      ->required();
+  haproxy_config->add_option("--bind-http", haproxy->bind_http, "HAProxy's HTTP HOST:PORT")
+      ->capture_default_str();
+  haproxy_config->add_option("--bind-grpc", haproxy->bind_grpc, "HAProxy's gRPC HOST:PORT")
+      ->capture_default_str();
+  haproxy_config
+      ->add_option("--models", haproxy->models,
+                   "models with a backend each (default: those the nodes report ready)")
+      ->delimiter(',');
+  haproxy_config
+      ->add_option("--runtime-socket", haproxy->runtime_socket, "HAProxy's runtime API socket")
+      ->capture_default_str();
+  cli.Add(haproxy_config,
+          [haproxy] { return ferry::ctl::RunHaproxyConfig(*haproxy, std::cout, std::cerr); });
 }
 
 void AddSettings(Cli& cli) {

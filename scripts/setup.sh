@@ -28,6 +28,7 @@ packages=(
   lintian                 # the packages' policy check (tests)
   debootstrap             # a clean Debian 12 root the packages are installed into (tests)
   prometheus              # promtool check metrics on ferryd's /metrics (tests)
+  haproxy                 # checks the configuration ferryctl haproxy-config writes (tests)
   clang libclang-rt-14-dev  # libFuzzer for the fuzz targets, -Wthread-safety analysis
 )
 
