@@ -386,6 +386,7 @@ static void ReadSupervisor(TableReader& r, SupervisorSettings* s) {
   r.Int("crash_loop_restarts", &s->crash_loop_restarts, 1, 1000);
   r.Int("crash_loop_window_seconds", &s->crash_loop_window_seconds, 1, 86'400);
   r.Double("drain_timeout_seconds", &s->drain_timeout_seconds, {0, 3600, false, false});
+  r.Double("drain_notice_seconds", &s->drain_notice_seconds, {0, 600, false, false});
   r.Double("start_timeout_seconds", &s->start_timeout_seconds, {1, 86'400, false, false});
   r.Finish();
 }

@@ -154,6 +154,10 @@ struct SupervisorSettings {
   // SIGTERM or `ferryctl drain`: how long queued work may take to finish before the children
   // are stopped. 0..3600. Default 30.
   double drain_timeout_seconds = 30;
+  // Before the drain: the node keeps serving this long while its agent check answers
+  // "drain", so a balancer ([node.listen] agent) stops sending it new connections before it
+  // stops accepting them. 0..600. Default 0 (no balancer to tell).
+  double drain_notice_seconds = 0;
   // A child not ready this long after its start (loading models, warm-up) is killed and
   // restarted. 1..86400. Default 600.
   double start_timeout_seconds = 600;

@@ -392,6 +392,7 @@ TEST_CASE("[supervisor] and [frontend]: defaults, values at their edges, each mi
   CHECK(defaults->supervisor.restart_backoff_ms == 100);
   CHECK(defaults->supervisor.crash_loop_restarts == 5);
   CHECK(defaults->supervisor.drain_timeout_seconds == 30);
+  CHECK(defaults->supervisor.drain_notice_seconds == 0);
   CHECK(defaults->frontend.max_request_bytes == (64u << 20));
   CHECK(defaults->frontend.max_connections == 1024);
   CHECK(defaults->frontend.max_streams_per_connection == 100);
@@ -439,6 +440,7 @@ TEST_CASE("[supervisor] and [frontend]: defaults, values at their edges, each mi
       {"[supervisor]\ncrash_loop_restarts = 1001\n", "supervisor.crash_loop_restarts"},
       {"[supervisor]\ncrash_loop_window_seconds = 0\n", "supervisor.crash_loop_window_seconds"},
       {"[supervisor]\ndrain_timeout_seconds = -1\n", "supervisor.drain_timeout_seconds"},
+      {"[supervisor]\ndrain_notice_seconds = 601\n", "supervisor.drain_notice_seconds"},
       {"[supervisor]\nstart_timeout_seconds = 0.5\n", "supervisor.start_timeout_seconds"},
       {"[supervisor]\nrestart_after = 1\n", "supervisor.restart_after"},
       {"[frontend]\nmax_request_bytes = 1023\n", "frontend.max_request_bytes"},

@@ -154,6 +154,10 @@ void AddOffline(Cli& cli) {
   haproxy_config
       ->add_option("--runtime-socket", haproxy->runtime_socket, "HAProxy's runtime API socket")
       ->capture_default_str();
+  haproxy_config
+      ->add_option("--maxconn", haproxy->maxconn,
+                   "HAProxy's connection limit (it needs twice as many descriptors)")
+      ->capture_default_str();
   cli.Add(haproxy_config,
           [haproxy] { return ferry::ctl::RunHaproxyConfig(*haproxy, std::cout, std::cerr); });
 }

@@ -28,10 +28,10 @@ std::string HostPart(const std::string& host) {
   return host.find(':') != std::string::npos ? "[" + host + "]" : host;
 }
 
-void Defaults(std::ostream& o, const std::string& runtime_socket) {
+void Defaults(std::ostream& o, const HaproxyCommand& command) {
   o << "global\n"
-    << "  stats socket " << runtime_socket << " mode 600 level admin\n"
-    << "  maxconn 20000\n\n"
+    << "  stats socket " << command.runtime_socket << " mode 600 level admin\n"
+    << "  maxconn " << command.maxconn << "\n\n"
     << "defaults\n"
     << "  mode http\n"
     << "  timeout connect 2s\n"
@@ -51,7 +51,8 @@ void Servers(std::ostream& o, const std::vector<HaproxyNode>& nodes, bool grpc) 
   for (size_t i = 0; i < nodes.size(); ++i) {
     const HaproxyNode& n = nodes[i];
     o << "  server node" << i << " " << HostPart(n.host) << ":" << (grpc ? n.grpc : n.http)
-      << (grpc ? " proto h2" : "") << " check port " << n.http << " inter 1s fall 2 rise 2"
+      << (grpc ? " proto h2 check-proto h1" : "") << " check port " << n.http
+      << " inter 1s fall 2 rise 2"
       << " agent-check agent-port " << n.agent << " agent-inter 1s weight 100\n";
   }
 }
@@ -84,13 +85,12 @@ Result<HaproxyNode> ParseHaproxyNode(const std::string& text) {
 
 std::string RenderHaproxyConfig(const std::vector<HaproxyNode>& nodes,
                                 const std::vector<std::string>& models,
-                                const std::string& bind_http, const std::string& bind_grpc,
-                                const std::string& runtime_socket) {
+                                const HaproxyCommand& command) {
   std::ostringstream o;
   o << "# Written by ferryctl haproxy-config for " << nodes.size() << " node(s) and "
     << models.size() << " model(s); regenerate it when models move (docs/operations.md).\n";
-  Defaults(o, runtime_socket);
-  o << "frontend ferry_http\n  bind " << bind_http << "\n";
+  Defaults(o, command);
+  o << "frontend ferry_http\n  bind " << command.bind_http << "\n";
   for (const std::string& m : models) {
     o << "  use_backend ferry_http_" << m << " if { path /v2/models/" << m
       << " } || { path_beg /v2/models/" << m << "/ }\n";
@@ -105,7 +105,7 @@ std::string RenderHaproxyConfig(const std::vector<HaproxyNode>& nodes,
   o << "backend ferry_http_any\n  balance leastconn\n"
     << "  option httpchk GET /v2/health/ready\n  http-check expect status 200\n";
   Servers(o, nodes, false);
-  o << "\nfrontend ferry_grpc\n  bind " << bind_grpc << " proto h2\n"
+  o << "\nfrontend ferry_grpc\n  bind " << command.bind_grpc << " proto h2\n"
     << "  default_backend ferry_grpc\n\n"
     << "backend ferry_grpc\n  balance leastconn\n"
     << "  option httpchk GET /v2/health/ready\n  http-check expect status 200\n";
@@ -152,10 +152,16 @@ int RunHaproxyConfig(const HaproxyCommand& command, std::ostream& out, std::ostr
     nodes.push_back(*node);
   }
   for (const std::string& bind : {command.bind_http, command.bind_grpc}) {
-    if (!ParseListenAddress(bind).ok()) {
-      err << "ferryctl: bind address '" << bind.substr(0, 128) << "': expected HOST:PORT\n";
+    Result<ListenAddress> parsed = ParseListenAddress(bind);
+    if (!parsed.ok() || parsed->port == 0) {  // HAProxy binds no port 0.
+      err << "ferryctl: bind address '" << bind.substr(0, 128)
+          << "': expected HOST:PORT, PORT in [1, 65535]\n";
       return 2;
     }
+  }
+  if (command.maxconn < 1 || command.maxconn > 10'000'000) {
+    err << "ferryctl: --maxconn must be in [1, 10000000]\n";
+    return 2;
   }
   if (command.runtime_socket.empty() || command.runtime_socket.front() != '/' ||
       command.runtime_socket.find_first_of(" \t\r\n#") != std::string::npos) {
@@ -179,8 +185,7 @@ int RunHaproxyConfig(const HaproxyCommand& command, std::ostream& out, std::ostr
       return 2;
     }
   }
-  out << RenderHaproxyConfig(nodes, {models.begin(), models.end()}, command.bind_http,
-                             command.bind_grpc, command.runtime_socket);
+  out << RenderHaproxyConfig(nodes, {models.begin(), models.end()}, command);
   return 0;
 }
 

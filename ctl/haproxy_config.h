@@ -39,17 +39,18 @@ struct HaproxyCommand {
   std::string bind_grpc = "0.0.0.0:8001";
   std::vector<std::string> models;  // Empty: those the nodes report ready.
   std::string runtime_socket = "/run/haproxy/ferry.sock";
+  // HAProxy's global maxconn: it needs about twice as many descriptors (RLIMIT_NOFILE).
+  int64_t maxconn = 4096;
 };
 
 // "HOST:HTTP:GRPC:AGENT" ("[::1]:8000:8001:8003" for IPv6). INVALID_ARGUMENT naming the part.
 Result<HaproxyNode> ParseHaproxyNode(const std::string& text);
 
 // The configuration. REQUIRES: `nodes` parsed by ParseHaproxyNode, `models` valid model names,
-// the binds HOST:PORT (checked by RunHaproxyConfig).
+// `command`'s binds, socket and maxconn valid (RunHaproxyConfig checks them).
 std::string RenderHaproxyConfig(const std::vector<HaproxyNode>& nodes,
                                 const std::vector<std::string>& models,
-                                const std::string& bind_http, const std::string& bind_grpc,
-                                const std::string& runtime_socket);
+                                const HaproxyCommand& command);
 
 // Checks the command, asks the nodes for their models when none are given (POST
 // /v2/repository/index {"ready": true} on each, their union), and writes the configuration to

@@ -37,8 +37,10 @@ TEST_CASE("nodes: HOST:HTTP:GRPC:AGENT, IPv6 in brackets; anything else refused,
 TEST_CASE("the configuration: a backend per model checked on its readiness, agents, retries") {
   std::vector<HaproxyNode> nodes = {ParseHaproxyNode("10.0.0.7:8000:8001:8003").value(),
                                     ParseHaproxyNode("[fd00::2]:9000:9001:9003").value()};
-  std::string cfg = RenderHaproxyConfig(nodes, {"cnn", "mlp"}, "0.0.0.0:80", "0.0.0.0:81",
-                                        "/run/haproxy/ferry.sock");
+  HaproxyCommand command;
+  command.bind_http = "0.0.0.0:80";
+  command.bind_grpc = "0.0.0.0:81";
+  std::string cfg = RenderHaproxyConfig(nodes, {"cnn", "mlp"}, command);
   CHECK(Contains(cfg,
                  "  use_backend ferry_http_mlp if { path /v2/models/mlp } || "
                  "{ path_beg /v2/models/mlp/ }\n"));
@@ -48,10 +50,11 @@ TEST_CASE("the configuration: a backend per model checked on its readiness, agen
   CHECK(Contains(cfg,
                  "  server node0 10.0.0.7:8000 check port 8000 inter 1s fall 2 rise 2 "
                  "agent-check agent-port 8003 agent-inter 1s weight 100\n"));
-  CHECK(Contains(cfg, "  server node1 [fd00::2]:9001 proto h2 check port 9000"));
+  CHECK(Contains(cfg, "  server node1 [fd00::2]:9001 proto h2 check-proto h1 check port 9000"));
   CHECK(Contains(cfg, "  bind 0.0.0.0:81 proto h2\n"));
   CHECK(Contains(cfg, "  retry-on conn-failure\n  option redispatch 1\n"));
   CHECK(Contains(cfg, "  stats socket /run/haproxy/ferry.sock mode 600 level admin\n"));
+  CHECK(Contains(cfg, "  maxconn 4096\n"));
   // Each node once per backend: two models, the catch-all and gRPC.
   size_t servers = 0;
   for (size_t at = cfg.find("  server "); at != std::string::npos;
@@ -71,8 +74,9 @@ TEST_CASE("the command refuses bad models, binds and sockets before writing anyt
   for (auto mutate : std::vector<void (*)(HaproxyCommand&)>{
            [](HaproxyCommand& c) { c.models = {"mlp }\n  use_backend x"}; },
            [](HaproxyCommand& c) { c.bind_http = "0.0.0.0:80 ssl crt /x"; },
+           [](HaproxyCommand& c) { c.bind_grpc = "127.0.0.1:0"; },
            [](HaproxyCommand& c) { c.runtime_socket = "/run/x.sock level admin"; },
-           [](HaproxyCommand& c) { c.nodes.clear(); }}) {
+           [](HaproxyCommand& c) { c.maxconn = 0; }, [](HaproxyCommand& c) { c.nodes.clear(); }}) {
     HaproxyCommand bad = command;
     mutate(bad);
     std::ostringstream o, e;

@@ -43,6 +43,8 @@ std::string_view PhaseName(Phase p) {
   switch (p) {
     case Phase::kRunning:
       return "running";
+    case Phase::kAnnouncingDrain:
+      return "announcing its drain";
     case Phase::kDrainingHookhosts:
       return "draining hook hosts";
     case Phase::kDrainingWorkers:
@@ -287,9 +289,20 @@ void Supervisor::Impl::BeginShutdown(const std::string& why, int64_t now) {
   if (phase != Phase::kRunning) {
     return;
   }
-  spdlog::info("stopping the node ({}): hook hosts drain first, then workers; drain timeout {} s",
-               why, config.supervisor.drain_timeout_seconds);
+  spdlog::info(
+      "stopping the node ({}): {} s of notice to balancers, then hook hosts drain, then "
+      "workers; drain timeout {} s",
+      why, config.supervisor.drain_notice_seconds, config.supervisor.drain_timeout_seconds);
   sd_notify(0, "STOPPING=1");
+  if (config.supervisor.drain_notice_seconds > 0) {
+    phase = Phase::kAnnouncingDrain;
+    notice_deadline = now + static_cast<int64_t>(config.supervisor.drain_notice_seconds * 1e9);
+    return;
+  }
+  DrainHookhosts(now);
+}
+
+void Supervisor::Impl::DrainHookhosts(int64_t now) {
   // ferryd's copy of the listening socket goes first: once the hook hosts stop accepting, no
   // connection can wait in a backlog nobody serves (clients get a refusal, not a hang).
   bound_http = http->bound();
@@ -313,6 +326,9 @@ void Supervisor::Impl::AdvanceShutdown(int64_t now) {
     return std::all_of(children.begin(), children.end(),
                        [&](const Child& c) { return c.worker != workers || !c.running(); });
   };
+  if (phase == Phase::kAnnouncingDrain && now >= notice_deadline) {
+    DrainHookhosts(now);
+  }
   if (phase == Phase::kDrainingHookhosts && (all_done(false) || now >= drain_deadline)) {
     phase = Phase::kDrainingWorkers;
     for (Child& c : children) {

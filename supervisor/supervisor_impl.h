@@ -59,7 +59,17 @@ inline constexpr uint64_t kAgentTag = uint64_t{3} << 40;
 // An epoll tag for child i's log relay: kLogTag | i.
 inline constexpr uint64_t kLogTag = uint64_t{4} << 40;
 
-enum class Phase { kRunning, kDrainingHookhosts, kDrainingWorkers, kStopping, kDone };
+// kAnnouncingDrain: the node still serves while its agent check answers "drain", so that a
+// balancer stops sending it new connections before it stops accepting them
+// ([supervisor] drain_notice_seconds; skipped when 0).
+enum class Phase {
+  kRunning,
+  kAnnouncingDrain,
+  kDrainingHookhosts,
+  kDrainingWorkers,
+  kStopping,
+  kDone
+};
 
 struct Child {
   Child(bool is_worker, uint32_t i, uint32_t s, WorkerDevice d, const SupervisorSettings& settings)
@@ -125,6 +135,7 @@ struct Supervisor::Impl {
   int signal_fd = -1;
   Phase phase = Phase::kRunning;
   int64_t drain_deadline = 0;
+  int64_t notice_deadline = 0;  // When Phase::kAnnouncingDrain ends.
   int64_t kill_deadline = 0;
   bool notified_ready = false;
   std::string last_status_line;
@@ -179,6 +190,8 @@ struct Supervisor::Impl {
   bool SendControl(const Child& c, const shm::ControlMessage& message);
   void ReapplyOverrides(const Child& c);
   void BeginShutdown(const std::string& why, int64_t now);
+  // The drain proper: the listening sockets closed, the hook hosts told to drain.
+  void DrainHookhosts(int64_t now);
   void AdvanceShutdown(int64_t now);
   void Notify(int64_t now);
   bool NodeReady() const;
