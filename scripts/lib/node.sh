@@ -4,7 +4,9 @@
 #   ferry_start_node BUILD DIR NAME TOML_EXTRA
 #                              -> $pid (ferryd), $ctl (ferryctl command array), $address (HTTP)
 #     writes DIR/node.toml ([node] NAME, two CPU workers and two hook hosts, DIR/models,
-#     ports 0, the control socket DIR/control.sock, then TOML_EXTRA) and waits until ready.
+#     ports 0 (HTTP, gRPC, metrics, agent), the control socket DIR/control.sock, then
+#     TOML_EXTRA, whose first keys are [supervisor]'s) and waits until ready.
+#   ferry_listen KEY           -> the node's bound address for KEY (http, grpc, agent)
 #   ferry_stop_node            -> $stop_code: ferryd's exit status after SIGTERM ("timeout"
 #                                 when it still runs 60 s later)
 
@@ -32,11 +34,12 @@ shm_size = "128MiB"
 http = "127.0.0.1:0"
 grpc = "127.0.0.1:0"
 metrics = "127.0.0.1:0"
-[supervisor]
-control_socket = "$dir/control.sock"
+agent = "127.0.0.1:0"
 [cpu]
 pin = false
 threads = 1
+[supervisor]
+control_socket = "$dir/control.sock"
 $extra
 TOML
   "$build/supervisor/ferryd" --config "$dir/node.toml" > "$dir/ferryd.log" 2>&1 &
@@ -51,6 +54,10 @@ TOML
     echo "the node did not become ready:"; cat "$dir/ferryd.log"; exit 1
   fi
   address=$("${ctl[@]}" status | "$venv/bin/python" -c "import json,sys; print(json.load(sys.stdin)['listen']['http'])")
+}
+
+ferry_listen() {
+  "${ctl[@]}" status | "$venv/bin/python" -c "import json,sys; print(json.load(sys.stdin)['listen']['$1'])"
 }
 
 ferry_stop_node() {
