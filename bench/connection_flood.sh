@@ -8,13 +8,7 @@ cd "$(dirname "$0")/.."
 build=$(realpath "${1:-build}")
 source scripts/lib/node.sh
 ferry_venv "$build"
-dir=$(mktemp -d)
-pid=""
-cleanup() {
-  if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; fi
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+ferry_scratch
 mkdir "$dir/models"
 cp -r examples/models/mlp "$dir/models/"
 ferry_start_node "$build" "$dir" "flood$$" ""

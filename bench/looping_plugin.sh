@@ -12,13 +12,7 @@ seconds=${2:-20}
 max_faults=${3:-3}
 source scripts/lib/node.sh
 ferry_venv "$build"
-dir=$(mktemp -d)
-pid=""
-cleanup() {
-  if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; fi
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+ferry_scratch
 mkdir "$dir/models"
 cp -r examples/models/mlp "$dir/models/"
 ferry_escape_bundle "$build" "$dir" spin spin

@@ -15,14 +15,8 @@ build=$(realpath "${2:-build}")
 interval=${3:-30}
 source scripts/lib/node.sh
 ferry_venv "$build"
-dir=$(mktemp -d)
+ferry_scratch
 name="soak$$"
-pid=""
-cleanup() {
-  if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; fi
-  rm -rf "$dir"
-}
-trap cleanup EXIT
 
 mkdir "$dir/models"
 cp -r examples/models/mlp examples/models/cnn "$dir/models/"

@@ -1,6 +1,8 @@
 # Shell helpers for scripts that start a node of CPU workers on free ports (source it).
 #
 #   ferry_venv BUILD           -> $venv: a venv with tritonclient and numpy (exit 77 without PyPI)
+#   ferry_scratch              -> $dir: a scratch directory, removed at exit, and the node
+#                                 started in it ($pid) killed if it still runs
 #   ferry_start_node BUILD DIR NAME TOML_EXTRA
 #                              -> $pid (ferryd), $ctl (ferryctl command array), $address (HTTP)
 #     writes DIR/node.toml ([node] NAME, two CPU workers and two hook hosts, DIR/models,
@@ -19,6 +21,12 @@ ferry_venv() {
       exit 77
     fi
   fi
+}
+
+ferry_scratch() {
+  dir=$(mktemp -d)
+  pid=""
+  trap 'if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; fi; rm -rf "$dir"' EXIT
 }
 
 ferry_start_node() {
