@@ -11,8 +11,8 @@ that differs from its reference, or a hostile call that succeeded), failed reque
 failures per fault, hangs (a request not answered within --hang seconds), the longest latency,
 and for each stop the good answers per second during it against the median second.
 Exit 1 when a rule breaks: wrong answers or hangs, failures past --max-failures-per-fault per
-fault, under half the median second's good answers in the seconds a child was stopped, no
-answers at all.
+fault, less than --min-stop-throughput of the median second's good answers in the seconds a
+worker was stopped, no answers at all.
 
   chaos_soak.py HTTP_ADDRESS CTL_SOCKET FERRYCTL --seconds S [--interval 30] [--threads 4]
 """
@@ -182,6 +182,10 @@ def main():
     p.add_argument("--hang", type=float, default=30)
     p.add_argument("--max-failures-per-fault", type=float, default=8)
     p.add_argument("--seed", type=int, default=1)
+    # Good answers per second while a worker is stopped, against the median second, below
+    # which the run fails (0: reported only). A stopped hook host is reported, never judged:
+    # the connections it holds wait for it whatever the node does.
+    p.add_argument("--min-stop-throughput", type=float, default=0)
     args = p.parse_args()
     args.t0 = time.monotonic()
     stop = threading.Event()
@@ -227,8 +231,11 @@ def main():
         broken.append("hangs")
     if report["failed_per_fault"] > args.max_failures_per_fault:
         broken.append("more failures per fault than requests in flight")
-    if any(f.get("throughput_vs_median", 1) < 0.5 for f in done):
-        broken.append("under half the throughput while a child was stopped")
+    stopped_workers = [f["throughput_vs_median"] for f in done
+                       if f["action"] == "stop" and f["kind"] == "worker"]
+    if stopped_workers and min(stopped_workers) < args.min_stop_throughput:
+        broken.append(f"under {args.min_stop_throughput} of the throughput while a worker "
+                      "was stopped")
     if stats.answered == 0 or stats.refused_hostile == 0:
         broken.append("no answers")
     if broken:
