@@ -145,12 +145,7 @@ Status Supervisor::Impl::Start() {
   if (config.node.agent || activated.count("agent") != 0) {
     FERRY_ASSIGN_OR_RETURN(Listener agent_socket,
                            listener("agent", config.node.agent.value_or(ListenAddress{})));
-    agent_listener.emplace(std::move(agent_socket));
-    fcntl(agent_listener->fd(), F_SETFL, fcntl(agent_listener->fd(), F_GETFL) | O_NONBLOCK);
-    epoll_event agent_event{};
-    agent_event.events = EPOLLIN;
-    agent_event.data.u64 = kAgentTag;
-    epoll_ctl(epoll_fd, EPOLL_CTL_ADD, agent_listener->fd(), &agent_event);
+    WatchAgent(std::move(agent_socket));
   }
   for (const auto& [name, fd] : activated) {
     spdlog::info("{} socket from systemd socket activation (descriptor {})", name, fd);
@@ -188,6 +183,15 @@ Status Supervisor::Impl::Start() {
     }
   }
   return OkStatus();
+}
+
+void Supervisor::Impl::WatchAgent(Listener socket) {
+  agent_listener.emplace(std::move(socket));
+  fcntl(agent_listener->fd(), F_SETFL, fcntl(agent_listener->fd(), F_GETFL) | O_NONBLOCK);
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.u64 = kAgentTag;
+  epoll_ctl(epoll_fd, EPOLL_CTL_ADD, agent_listener->fd(), &event);
 }
 
 Status Supervisor::Impl::StartMetrics() {

@@ -212,6 +212,8 @@ struct Supervisor::Impl {
   json StatusJson() const;
   // The node's load from the workers' last snapshots (shm/node_load.h).
   shm::NodeLoad Load() const;
+  // Takes `socket` as the agent listener, non-blocking, watched by the loop (kAgentTag).
+  void WatchAgent(Listener socket);
   // Answers every agent check waiting on the agent listener, one line each, and closes them.
   void AnswerAgentChecks();
   // The models whose plugin was marked failed: [{model, reason}].
