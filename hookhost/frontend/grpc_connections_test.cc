@@ -163,7 +163,12 @@ TEST_CASE("at max_connections a connection idle a second or more makes room for 
     got = read(busy, buffer, sizeof(buffer));
   }
   CHECK(got > 0);
-  // With none idle a second, the next is refused.
+  // With none idle a second (a PING on `busy` just now, however long the reads above took),
+  // the next is refused.
+  static const char kPing[] =
+      "\0\0\x08\x06\0\0\0\0\0"
+      "12345678";
+  REQUIRE(write(busy, kPing, sizeof(kPing) - 1) == static_cast<ssize_t>(sizeof(kPing) - 1));
   int fourth = Connect(port);
   CHECK(Fate(fourth) == "closed");
   CHECK(front.refused_connections() == 1);

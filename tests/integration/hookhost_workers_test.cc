@@ -98,6 +98,22 @@ TEST_CASE("a stopped worker is passed over once its heartbeat stalls; the other 
   }
 }
 
+// SIGSTOP, then waits until the process is stopped ('T' in its stat): the signal is delivered
+// asynchronously, and a worker still running could take requests meant for a stopped one.
+void StopAndWait(pid_t pid) {
+  kill(pid, SIGSTOP);
+  for (int i = 0; i < 10'000; ++i) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    size_t paren = line.rfind(')');
+    if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'T') {
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
 TEST_CASE("requests a worker holds when it stops are sent again to the other one") {
   FlowNode node(2);
   Host host(node, GatewayMode::kRoundRobin, 2, 0, 100'000'000, 300'000'000);
@@ -107,7 +123,7 @@ TEST_CASE("requests a worker holds when it stops are sent again to the other one
     REQUIRE(Get(host.host->Submit(Request(*host.host, "mlp", {1, 784}, input, "input"))).ok());
   }
   uint64_t before = node.Served(1, kMlp);
-  kill(node.pids[1], SIGSTOP);
+  StopAndWait(node.pids[1]);
   // Sent at once, before the stall shows: round_robin gives the stopped worker half.
   std::vector<std::future<Result<InferResponse>>> futures;
   for (int i = 0; i < 40; ++i) {
@@ -136,19 +152,7 @@ TEST_CASE("requests a worker holds when it stops are sent again to the other one
 // Stops the worker (SIGSTOP) where it is not publishing its status, so that the test's own
 // odd sequence is the only torn publish; returns the (even) sequence it stopped at.
 uint64_t StopOutsidePublish(pid_t pid, const std::atomic<uint64_t>& sequence) {
-  auto stop = [pid] {  // SIGSTOP, then wait until the process is stopped ('T' in its stat).
-    kill(pid, SIGSTOP);
-    for (int i = 0; i < 10'000; ++i) {
-      std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-      std::string line;
-      std::getline(stat, line);
-      size_t paren = line.rfind(')');
-      if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'T') {
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
-    }
-  };
+  auto stop = [pid] { StopAndWait(pid); };
   stop();
   while ((sequence.load() & 1) != 0) {  // Caught between its two stores: let it finish.
     kill(pid, SIGCONT);
