@@ -4,7 +4,7 @@
 
 namespace ferry::shm {
 
-WorkerLoad LoadOfWorker(uint32_t index, const std::optional<StatusSnapshotData>& snapshot) {
+WorkerLoad LoadOfWorker(uint32_t index, const StatusSnapshotData* snapshot) {
   WorkerLoad load;
   load.index = index;
   if (!snapshot || snapshot->state != static_cast<uint32_t>(ProcessState::kReady)) {

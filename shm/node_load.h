@@ -12,7 +12,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,8 +35,9 @@ struct NodeLoad {
   std::vector<WorkerLoad> workers;
 };
 
-// A worker's load from its last consistent snapshot (nullopt: none could be read, not ready).
-WorkerLoad LoadOfWorker(uint32_t index, const std::optional<StatusSnapshotData>& snapshot);
+// A worker's load from its last consistent snapshot (null: none could be read, not ready).
+// Borrowed, not copied: a snapshot is tens of kilobytes.
+WorkerLoad LoadOfWorker(uint32_t index, const StatusSnapshotData* snapshot);
 NodeLoad ComputeNodeLoad(std::vector<WorkerLoad> workers, bool draining);
 // HAProxy's agent-check answer: "up 73%\n", "drain\n" or "down\n".
 std::string AgentReply(const NodeLoad& load);

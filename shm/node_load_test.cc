@@ -36,16 +36,16 @@ TEST_CASE("a worker's load sums its listed models; a snapshot not ready counts n
   snapshot->models[0].queue_depth = 2;
   snapshot->models[1].outstanding = 4;
   snapshot->models[2].outstanding = 1000;  // Not listed.
-  WorkerLoad load = LoadOfWorker(7, *snapshot);
+  WorkerLoad load = LoadOfWorker(7, snapshot.get());
   CHECK(load.index == 7);
   CHECK(load.ready);
   CHECK(load.outstanding == 7);
   CHECK(load.queued == 2);
   snapshot->num_models = 1'000'000;  // A hostile count: bounded by kMaxStatusModels.
-  CHECK(LoadOfWorker(7, *snapshot).ready);
+  CHECK(LoadOfWorker(7, snapshot.get()).ready);
   snapshot->state = static_cast<uint32_t>(ProcessState::kDraining);
-  CHECK_FALSE(LoadOfWorker(7, *snapshot).ready);
-  CHECK_FALSE(LoadOfWorker(7, std::nullopt).ready);
+  CHECK_FALSE(LoadOfWorker(7, snapshot.get()).ready);
+  CHECK_FALSE(LoadOfWorker(7, nullptr).ready);
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ shm::NodeLoad Supervisor::Impl::Load() const {
   std::vector<shm::WorkerLoad> workers;
   for (const Child& c : children) {
     if (c.worker) {
-      workers.push_back(shm::LoadOfWorker(c.index, c.running() ? c.status : std::nullopt));
+      workers.push_back(shm::LoadOfWorker(c.index, c.running() && c.status ? &*c.status : nullptr));
     }
   }
   return shm::ComputeNodeLoad(std::move(workers), phase != Phase::kRunning);

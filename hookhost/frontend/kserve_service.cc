@@ -218,7 +218,7 @@ json KServeService::LoadJson() const {
   std::vector<shm::WorkerLoad> workers;
   for (uint32_t w = 0; w < segment_.workers(); ++w) {
     Result<shm::StatusSnapshotData> s = ProbeStatus(segment_, segment_.WorkerSlot(w));
-    workers.push_back(shm::LoadOfWorker(w, s.ok() ? std::optional(*s) : std::nullopt));
+    workers.push_back(shm::LoadOfWorker(w, s.ok() ? &*s : nullptr));
   }
   shm::NodeLoad load = shm::ComputeNodeLoad(std::move(workers), draining_.load());
   json out = {{"state", load.state}, {"weight", load.weight}, {"workers", json::array()}};
