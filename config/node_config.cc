@@ -433,6 +433,11 @@ Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& sou
       cpu->Bool("pin", &config.cpu.pin);
       cpu->Finish();
     }
+    if (auto worker = reader.Table("worker")) {
+      ReadByteSize(*worker, "weight_budget", {1 << 20, "1MiB"}, {uint64_t{1} << 40, "1TiB"},
+                   &config.worker.weight_budget);
+      worker->Finish();
+    }
     if (auto sim = reader.Table("sim")) {
       ReadSimCost(*sim, &config.sim.fallback);
       if (auto models = sim->Table("models")) {

@@ -123,6 +123,15 @@ struct CpuSettings {
   bool pin = true;
 };
 
+// Every worker ([worker]).
+struct WorkerSettings {
+  // Bytes of model weights a worker keeps resident at once; models past it are loaded at
+  // their dispatch and evicted by their residency floor (docs/scheduler.md, Residency).
+  // 0 (default): no budget on CPU workers (every model stays resident); on a GPU worker the
+  // device's free memory at start. 1MiB..1TiB.
+  uint64_t weight_budget = 0;
+};
+
 // SimBackend's cost model ([node] backend = "sim"): a dispatch at compiled size s takes
 // fixed_us + per_row_us * s microseconds.
 struct SimModelCost {
@@ -198,6 +207,7 @@ struct NodeConfig {
   FrontendSettings frontend;
   SupervisorSettings supervisor;
   CpuSettings cpu;
+  WorkerSettings worker;
   SimSettings sim;
   SchedulerConfig scheduler;
   GatewaySettings gateway;

@@ -301,6 +301,14 @@ TEST_CASE("shm_size: 1MiB to 1TiB, both edges") {
   CHECK(Contains(ErrorOf("[node]\nshm_size = 1048575\n"), "must be at least 1MiB"));
 }
 
+TEST_CASE("worker.weight_budget: none by default, 1MiB to 1TiB") {
+  CHECK(Parse("").value().worker.weight_budget == 0);
+  CHECK(Parse("[worker]\nweight_budget = \"64MiB\"\n").value().worker.weight_budget == 64 << 20);
+  CHECK(Contains(ErrorOf("[worker]\nweight_budget = 1000\n"), "must be at least 1MiB"));
+  CHECK(Contains(ErrorOf("[worker]\nweight_budget = \"2TiB\"\n"), "must be at most 1TiB"));
+  CHECK(Contains(ErrorOf("[worker]\nweight_budgets = 1\n"), "weight_budgets"));
+}
+
 TEST_CASE("hooks.max_memory: 64MiB to 1TiB, 8GiB by default") {
   CHECK(Parse("").value().hooks.max_memory == uint64_t{8} << 30);
   CHECK(Parse("[hooks]\nmax_memory = \"64MiB\"\n").value().hooks.max_memory == 64 << 20);
