@@ -94,6 +94,24 @@ class Backend {
   virtual bool Healthy() const { return true; }
   virtual uint64_t DeviceMemoryInUse() const { return 0; }
 
+  // Residency (worker/weight_residency.h): a model's weights may leave memory and come back
+  // while its handle stays valid. WeightBytes is what the model holds resident once loaded.
+  // ReleaseWeights frees them (its batches then fail with UNAVAILABLE); RestoreWeights
+  // builds them again from the bundle (an error leaves the model released, not failed).
+  // Thread safety: RestoreWeights may run on a thread of its own while batches of other models
+  // execute, but never beside Load, Unload or anything else on the same model; the rest on
+  // the loop's thread with no batch of that model in flight.
+  virtual bool SupportsResidency() const { return false; }
+  virtual uint64_t WeightBytes(ModelHandle model) const {
+    (void)model;
+    return 0;
+  }
+  virtual void ReleaseWeights(ModelHandle model) { (void)model; }
+  virtual Status RestoreWeights(ModelHandle model) {
+    (void)model;
+    return OkStatus();
+  }
+
  protected:
   std::function<void()> notify_;
 

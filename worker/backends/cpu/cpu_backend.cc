@@ -119,10 +119,15 @@ void CpuBackend::Unload(ModelHandle handle) {
     return;
   }
   Model& model = models_[static_cast<size_t>(handle)];
+  FreeWeights(model);
+  model.failure = NotFound("the model was unloaded");
+}
+
+void CpuBackend::FreeWeights(Model& model) {
   model.programs.clear();
   model.weights.clear();
   model.shapes.clear();
-  model.failure = NotFound("the model was unloaded");
+  model.resident = false;
 }
 
 Result<ModelHandle> CpuBackend::Load(const Bundle& bundle) {
@@ -130,10 +135,24 @@ Result<ModelHandle> CpuBackend::Load(const Bundle& bundle) {
   models_.emplace_back();
   Model& model = models_.back();
   model.bundle = &bundle;
-  auto fail = [&](Error error) -> Result<ModelHandle> {
-    model.failure = error;
-    model.programs.clear();
-    model.weights.clear();
+  for (const TensorInfo& tensor : bundle.weights.index().tensors) {
+    uint64_t elements = 1;  // A scalar (no dimensions) is one element.
+    for (int64_t d : tensor.shape) {
+      elements *= static_cast<uint64_t>(d);
+    }
+    model.weight_bytes += elements * sizeof(float);
+  }
+  if (Status built = BuildWeights(model); !built.ok()) {
+    model.failure = built.error();
+    return built.error();
+  }
+  return handle;
+}
+
+Status CpuBackend::BuildWeights(Model& model) {
+  const Bundle& bundle = *model.bundle;
+  auto fail = [&](Error error) -> Status {
+    FreeWeights(model);
     return error;
   };
   for (const TensorInfo& tensor : bundle.weights.index().tensors) {
@@ -168,7 +187,35 @@ Result<ModelHandle> CpuBackend::Load(const Bundle& bundle) {
       model.shapes.push_back(std::move(*shapes));
     }
   }
-  return handle;
+  model.resident = true;
+  return OkStatus();
+}
+
+uint64_t CpuBackend::WeightBytes(ModelHandle handle) const {
+  if (handle < 0 || static_cast<size_t>(handle) >= models_.size()) {
+    return 0;
+  }
+  return models_[static_cast<size_t>(handle)].weight_bytes;
+}
+
+void CpuBackend::ReleaseWeights(ModelHandle handle) {
+  if (handle >= 0 && static_cast<size_t>(handle) < models_.size()) {
+    FreeWeights(models_[static_cast<size_t>(handle)]);
+  }
+}
+
+Status CpuBackend::RestoreWeights(ModelHandle handle) {
+  if (handle < 0 || static_cast<size_t>(handle) >= models_.size()) {
+    return NotFound("cpu backend: no model " + std::to_string(handle));
+  }
+  Model& model = models_[static_cast<size_t>(handle)];
+  if (model.failure) {
+    return *model.failure;
+  }
+  if (model.resident) {
+    return OkStatus();
+  }
+  return BuildWeights(model);
 }
 
 Status CpuBackend::ModelStatus(ModelHandle model) const {
@@ -299,6 +346,9 @@ Status CpuBackend::RunReference(const Model& model, const std::map<std::string, 
 Result<ExecutionTiming> CpuBackend::Execute(ModelHandle handle, const BatchJob& job) {
   FERRY_RETURN_IF_ERROR(ModelStatus(handle));
   Model& model = models_[static_cast<size_t>(handle)];
+  if (!model.resident) {
+    return Unavailable("model '" + model.bundle->manifest.name + "': its weights are not resident");
+  }
   const Manifest& manifest = model.bundle->manifest;
   FERRY_RETURN_IF_ERROR(ValidateJob(manifest, job));
   auto start = std::chrono::steady_clock::now();

@@ -49,6 +49,12 @@ class CpuBackend : public ThreadedBackend {
   Result<ExecutionTiming> Execute(ModelHandle model, const BatchJob& job) override;
   Status ModelStatus(ModelHandle model) const override;
   void Unload(ModelHandle model) override;
+  // Weights are the bundle's tensors converted to fp32 (the packed copies oneDNN's primitives
+  // make are not counted); released with the compiled programs, restored from the bundle.
+  bool SupportsResidency() const override { return true; }
+  uint64_t WeightBytes(ModelHandle model) const override;
+  void ReleaseWeights(ModelHandle model) override;
+  Status RestoreWeights(ModelHandle model) override;
   unsigned threads() const { return threads_; }
 
  private:
@@ -60,7 +66,12 @@ class CpuBackend : public ThreadedBackend {
     // kFast: the compiled program per (variant, size index).
     std::vector<std::unique_ptr<cpu::FastProgram>> programs;
     std::optional<Error> failure;
+    bool resident = false;  // weights and programs built.
+    uint64_t weight_bytes = 0;
   };
+  // Converts the bundle's weights and compiles every (variant, size) into `model`.
+  Status BuildWeights(Model& model);
+  void FreeWeights(Model& model);
   Status RunReference(const Model& model, const std::map<std::string, Shape>& shapes,
                       std::map<std::string, std::vector<float>>* values);
 

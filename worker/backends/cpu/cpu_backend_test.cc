@@ -143,6 +143,42 @@ TEST_CASE("padding rows do not leak into callers' outputs, and requests are inde
   }
 }
 
+TEST_CASE("released weights refuse batches until restored, then answer as before") {
+  for (CpuMode mode : kModes) {
+    CAPTURE(mode == CpuMode::kFast ? "fast" : "reference");
+    Bundle bundle = LoadBundle("examples/models/mlp").value();
+    CpuBackend backend(CpuOptions{mode, 1});
+    ModelHandle mlp = backend.Load(bundle).value();
+    uint64_t expected = 0;
+    for (const TensorInfo& t : bundle.weights.index().tensors) {
+      uint64_t n = 1;
+      for (int64_t d : t.shape) {
+        n *= static_cast<uint64_t>(d);
+      }
+      expected += n * 4;
+    }
+    CHECK(backend.SupportsResidency());
+    CHECK(backend.WeightBytes(mlp) == expected);
+    CHECK(expected > 100'000);  // 784 x 128 floats and more.
+    std::vector<float> x(784, 0.5f);
+    std::span<const uint8_t> in(reinterpret_cast<const uint8_t*>(x.data()), x.size() * 4);
+    std::vector<uint8_t> before(40), after(40);
+    REQUIRE(backend.Execute(mlp, BatchJob{0, 1, {{1, {in}, {before}}}}).ok());
+    backend.ReleaseWeights(mlp);
+    Result<ExecutionTiming> out = backend.Execute(mlp, BatchJob{0, 1, {{1, {in}, {after}}}});
+    REQUIRE_FALSE(out.ok());
+    CHECK(out.error().code == ErrorCode::kUnavailable);
+    CHECK(backend.ModelStatus(mlp).ok());  // Out of memory, not failed.
+    CHECK(backend.WeightBytes(mlp) == expected);
+    REQUIRE(backend.RestoreWeights(mlp).ok());
+    REQUIRE(backend.RestoreWeights(mlp).ok());  // Already resident: nothing to do.
+    REQUIRE(backend.Execute(mlp, BatchJob{0, 1, {{1, {in}, {after}}}}).ok());
+    CHECK(before == after);
+    backend.Unload(mlp);
+    CHECK(backend.RestoreWeights(mlp).error().code == ErrorCode::kNotFound);
+  }
+}
+
 // Every (variant, size) of every example, random inputs in uneven requests: the fast path
 // against the reference.
 TEST_CASE("the fast path matches the reference within 1e-5 on every example, size and variant") {
