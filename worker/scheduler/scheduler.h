@@ -184,6 +184,19 @@ class Scheduler {
   // reload; applied at the next decision. INVALID_ARGUMENT in external mode (the outside
   // controller owns residency there), NOT_FOUND for an unknown model.
   Status SetResidencyFloor(std::string_view model, Residency residency);
+  // Residency (worker/weight_residency.h): a model whose weights are not resident keeps its
+  // queue but is never selected, nor its committed sub-calls dispatched, until it is again.
+  // Every model starts resident; one coming back starts no earlier than the virtual time (no
+  // credit for its time out, as after a pause).
+  void SetResident(int model, bool resident);
+  bool resident(int model) const { return models_[static_cast<size_t>(model)].resident; }
+  // The backlogged, non-resident model whose weights should load next: fair, the smallest
+  // start tag; fifo and edf, the oldest front request. -1 when none waits.
+  int NextColdLoad() const;
+  // Charges a finished weight load to the model's fair share as a dispatch of `seconds`
+  // would be (its finish tag advances by seconds / weight; the virtual time stays), so a
+  // model that keeps being evicted pays for its loads out of its own share.
+  void ChargeLoad(int model, double seconds);
   // Whether meta `meta_id` has a committed sub-call queued (a second one then queues normally).
   bool CommittedPending(uint64_t meta_id) const { return committed_metas_.count(meta_id) != 0; }
 
@@ -230,6 +243,7 @@ class Scheduler {
     ModelSpec spec;
     double weight;
     Residency residency;
+    bool resident = true;  // Weights in memory: selectable.
     ModelQueue queue;
     CostModel cost;
     double recent = 0;  // Decayed compute seconds, scaled to recent_epoch_ (see .cc).

@@ -103,6 +103,9 @@ int Scheduler::SelectFair() const {
   double best_tag = 0;
   for (int index : active_) {
     const ModelState& m = models_[static_cast<size_t>(index)];
+    if (!m.resident) {
+      continue;
+    }
     double tag = m.start_tag();
     bool better = best < 0 || tag < best_tag;
     if (!better && tag == best_tag) {
@@ -123,6 +126,9 @@ int Scheduler::SelectFifo() const {
   int best = -1;
   for (int index : active_) {
     const ModelState& m = models_[static_cast<size_t>(index)];
+    if (!m.resident) {
+      continue;
+    }
     if (best < 0 || Before(m.queue, m.spec.name, models_[static_cast<size_t>(best)].queue,
                            models_[static_cast<size_t>(best)].spec.name)) {
       best = index;
@@ -150,6 +156,9 @@ int Scheduler::SelectEdf(Nanos now) const {
   };
   for (int index : active_) {
     const ModelState& m = models_[static_cast<size_t>(index)];
+    if (!m.resident) {
+      continue;
+    }
     std::optional<Nanos> deadline = m.queue.MostUrgentDeadline(now);
     if (more_urgent(m, deadline, best, best_deadline)) {
       best = index;
@@ -186,10 +195,10 @@ int Scheduler::SelectEdf(Nanos now) const {
   int alternative = -1;
   std::optional<Nanos> alternative_deadline;
   for (int index : active_) {
-    if (index == best) {
+    const ModelState& m = models_[static_cast<size_t>(index)];
+    if (index == best || !m.resident) {
       continue;
     }
-    const ModelState& m = models_[static_cast<size_t>(index)];
     std::optional<double> cost = NextDispatchCost(m);
     if (!cost || *cost > slack) {
       continue;  // Unmeasured, or too long to fit in the slack.
@@ -214,7 +223,7 @@ std::optional<double> Scheduler::NextDispatchCost(const ModelState& m) const {
 int Scheduler::SelectRoundRobin() {
   for (size_t step = 0; step < models_.size(); ++step) {
     size_t index = (round_robin_next_ + step) % models_.size();
-    if (!models_[index].queue.empty()) {
+    if (!models_[index].queue.empty() && models_[index].resident) {
       round_robin_next_ = index + 1;
       return static_cast<int>(index);
     }
@@ -375,7 +384,7 @@ Decision Scheduler::Next(Nanos now) {
     return decision;
   }
   // 2. A committed meta sub-call jumps ahead of the scan.
-  if (!committed_.empty()) {
+  if (!committed_.empty() && models_[static_cast<size_t>(committed_.front().model)].resident) {
     DispatchCommitted(now, &out);
   } else {
     // 3 and 4: select, then coalesce (which sheds). If shedding empties the winner's queue,
@@ -389,6 +398,43 @@ Decision Scheduler::Next(Nanos now) {
     RecordDispatched(models_[static_cast<size_t>(out.model)], out, now);
   }
   return decision;
+}
+
+void Scheduler::SetResident(int model, bool resident) {
+  ModelState& m = models_[static_cast<size_t>(model)];
+  // Back in memory: it starts no earlier than the virtual time, as a model returning from a
+  // pause does, so time spent out earns no burst over the models that stayed.
+  if (resident && !m.resident) {
+    m.floor_tag = std::max(m.floor_tag, virtual_time_);
+  }
+  m.resident = resident;
+}
+
+int Scheduler::NextColdLoad() const {
+  int best = -1;
+  for (int index : active_) {
+    const ModelState& m = models_[static_cast<size_t>(index)];
+    if (m.resident) {
+      continue;
+    }
+    if (best < 0) {
+      best = index;
+      continue;
+    }
+    const ModelState& b = models_[static_cast<size_t>(best)];
+    bool fair = config_.discipline == Discipline::kFair && !options_.round_robin;
+    if (fair && m.start_tag() != b.start_tag()
+            ? m.start_tag() < b.start_tag()
+            : Before(m.queue, m.spec.name, b.queue, b.spec.name)) {
+      best = index;
+    }
+  }
+  return best;
+}
+
+void Scheduler::ChargeLoad(int model, double seconds) {
+  ModelState& m = models_[static_cast<size_t>(model)];
+  m.finish_tag = m.start_tag() + std::max(seconds, 0.0) / m.weight;
 }
 
 void Scheduler::RecordDispatched(ModelState& m, Dispatch& d, Nanos now) {
