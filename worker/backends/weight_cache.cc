@@ -9,11 +9,28 @@ HostWeightArena::HostWeightArena(uint64_t capacity, uint64_t alignment)
     : extents_(capacity / alignment * alignment, alignment),
       memory_(capacity / alignment * alignment) {}
 
+std::optional<uint64_t> ByteBudget::Allocate(uint64_t bytes) {
+  if (bytes == 0 || bytes > capacity_ - in_use_) {
+    return std::nullopt;
+  }
+  in_use_ += bytes;
+  allocated_[next_] = bytes;
+  return next_++;
+}
+
+void ByteBudget::Free(uint64_t offset) {
+  auto it = allocated_.find(offset);
+  if (it != allocated_.end()) {
+    in_use_ -= it->second;
+    allocated_.erase(it);
+  }
+}
+
 WeightCache::WeightCache(WeightArena* arena, ResidencyMode mode, int64_t compaction_interval)
     : arena_(arena), mode_(mode), compaction_interval_(compaction_interval) {}
 
 void WeightCache::Register(int index, std::string name, uint64_t bytes, Residency floor,
-                           Loader loader) {
+                           Loader loader, Releaser release) {
   if (models_.size() <= static_cast<size_t>(index)) {
     models_.resize(static_cast<size_t>(index) + 1);
   }
@@ -22,6 +39,26 @@ void WeightCache::Register(int index, std::string name, uint64_t bytes, Residenc
   entry.bytes = bytes;
   entry.floor = floor;
   entry.loader = std::move(loader);
+  entry.release = std::move(release);
+}
+
+void WeightCache::Remove(int index) {
+  Entry& entry = models_[static_cast<size_t>(index)];
+  if (entry.resident) {
+    Release(entry.bytes, entry.offset);
+    entry.resident = false;
+  }
+  entry = Entry{};
+  entry.name = "-";
+  entry.floor = Residency::kOnDemand;
+  entry.loader = [](uint64_t) { return NotFound("the model was unloaded"); };
+}
+
+void WeightCache::Evict(int index) {
+  Entry& entry = models_[static_cast<size_t>(index)];
+  if (entry.resident && entry.floor != Residency::kPinned) {
+    Evict(entry);
+  }
 }
 
 Status WeightCache::Load(Entry& entry) {
@@ -58,6 +95,9 @@ void WeightCache::Evict(Entry& entry) {
   Release(entry.bytes, entry.offset);
   entry.resident = false;
   ++stats_.evictions;
+  if (entry.release) {
+    entry.release();
+  }
 }
 
 WeightCache::Entry* WeightCache::Victim(const Entry& keep) {
@@ -157,6 +197,9 @@ Status WeightCache::Compact(const std::vector<int>& reload) {
     if (e.resident && e.floor != Residency::kPinned) {
       Release(e.bytes, e.offset);
       e.resident = false;
+      if (e.release) {
+        e.release();
+      }
     }
   }
   ++stats_.compactions;
@@ -176,6 +219,10 @@ Status WeightCache::SetResidency(int index, Residency floor) {
         "set_residency: the worker manages residency itself "
         "(residency_mode = \"managed\")");
   }
+  return SetFloor(index, floor);
+}
+
+Status WeightCache::SetFloor(int index, Residency floor) {
   Entry& entry = models_[static_cast<size_t>(index)];
   entry.floor = floor;
   if (floor != Residency::kOnDemand && !entry.resident) {

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -59,6 +60,23 @@ class HostWeightArena : public WeightArena {
   std::vector<uint8_t> memory_;
 };
 
+// A budget of bytes with no memory behind it: for weights whose memory the backend allocates
+// itself (a CPU worker's heap), where only the total counts and nothing fragments.
+class ByteBudget : public WeightArena {
+ public:
+  explicit ByteBudget(uint64_t capacity) : capacity_(capacity) {}
+  uint64_t capacity() const override { return capacity_; }
+  std::optional<uint64_t> Allocate(uint64_t bytes) override;
+  void Free(uint64_t offset) override;
+  uint64_t in_use() const override { return in_use_; }
+
+ private:
+  uint64_t capacity_;
+  uint64_t in_use_ = 0;
+  uint64_t next_ = 0;                       // Offsets are tickets, handed out once.
+  std::map<uint64_t, uint64_t> allocated_;  // Ticket -> bytes.
+};
+
 struct WeightCacheStats {
   uint64_t loads = 0;
   uint64_t on_demand_loads = 0;
@@ -71,11 +89,19 @@ class WeightCache {
  public:
   // Uploads the model's weights into the arena at `offset` (bytes as registered).
   using Loader = std::function<Status(uint64_t offset)>;
+  // Told when the model stops being resident (evicted, compacted, set on_demand or removed).
+  using Releaser = std::function<void()>;
 
   WeightCache(WeightArena* arena, ResidencyMode mode, int64_t compaction_interval);
 
   // Registers model `index` (dense, from 0) before LoadAtStart.
-  void Register(int index, std::string name, uint64_t bytes, Residency floor, Loader loader);
+  void Register(int index, std::string name, uint64_t bytes, Residency floor, Loader loader,
+                Releaser release = {});
+  // An unloaded model: its bytes leave the arena and it is never loaded again.
+  void Remove(int index);
+  // Frees a resident non-pinned model now (ferryctl set-residency on_demand; a load that
+  // failed after its room was made). Counts an eviction.
+  void Evict(int index);
   // Loads every pinned model (each must fit: RESOURCE_EXHAUSTED naming it otherwise), then
   // the warm ones that fit.
   Status LoadAtStart();
@@ -89,6 +115,12 @@ class WeightCache {
   // INVALID_ARGUMENT unless externally managed. pinned and warm load now; on_demand only
   // lowers the floor.
   Status SetResidency(int index, Residency floor);
+  // SetResidency without the mode check, for a caller that checked it (the scheduler).
+  Status SetFloor(int index, Residency floor);
+  // Resident non-pinned models, least recently used first.
+  std::vector<int> ResidentByRecency() const;
+  uint64_t free_bytes() const { return arena_->capacity() - arena_->in_use(); }
+  uint64_t capacity() const { return arena_->capacity(); }
 
   bool resident(int index) const { return models_[static_cast<size_t>(index)].resident; }
   uint64_t offset(int index) const { return models_[static_cast<size_t>(index)].offset; }
@@ -101,6 +133,7 @@ class WeightCache {
     uint64_t bytes = 0;
     Residency floor = Residency::kWarm;
     Loader loader;
+    Releaser release;
     bool resident = false;
     uint64_t offset = 0;
     uint64_t last_use = 0;
@@ -110,8 +143,6 @@ class WeightCache {
   void Evict(Entry& entry);
   // The next model to evict for `keep`'s sake: on_demand LRU first, then warm LRU.
   Entry* Victim(const Entry& keep);
-  // Resident non-pinned models, least recently used first.
-  std::vector<int> ResidentByRecency() const;
 
   WeightArena* arena_;
   ResidencyMode mode_;

@@ -281,3 +281,52 @@ TEST_CASE("a model without weights takes no extent and evicts nothing") {
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+TEST_CASE("a byte budget counts bytes only: no fragmentation, frees by ticket") {
+  ByteBudget budget(100);
+  std::optional<uint64_t> a = budget.Allocate(40), b = budget.Allocate(40);
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK(*a != *b);
+  CHECK_FALSE(budget.Allocate(21));
+  CHECK_FALSE(budget.Allocate(0));
+  budget.Free(*a);
+  CHECK(budget.in_use() == 40);
+  budget.Free(*a);  // A second free of the same ticket changes nothing.
+  budget.Free(12345);
+  CHECK(budget.in_use() == 40);
+  CHECK(budget.Allocate(60));
+  CHECK(budget.in_use() == 100);
+}
+
+TEST_CASE("the releaser hears every eviction, compaction and set on_demand; Remove is silent") {
+  ByteBudget budget(100);
+  WeightCache cache(&budget, ResidencyMode::kManaged, 0);
+  std::map<int, int> released;
+  for (int i = 0; i < 3; ++i) {
+    cache.Register(
+        i, "m" + std::to_string(i), 40, Residency::kOnDemand, [](uint64_t) { return OkStatus(); },
+        [&released, i] { ++released[i]; });
+  }
+  REQUIRE(cache.Acquire(0).ok());
+  REQUIRE(cache.Acquire(1).ok());
+  REQUIRE(cache.Acquire(2).ok());  // Evicts 0, the least recent.
+  CHECK(released[0] == 1);
+  REQUIRE(cache.Compact({1, 2}).ok());
+  CHECK(released[1] == 1);
+  CHECK(released[2] == 1);
+  CHECK(cache.resident(1));
+  cache.Evict(1);
+  CHECK(released[1] == 2);
+  CHECK_FALSE(cache.resident(1));
+  cache.Remove(2);
+  CHECK(released[2] == 1);
+  CHECK(cache.free_bytes() == 100);
+  CHECK_FALSE(cache.Acquire(2).ok());  // Removed: never loaded again.
+}
+
+}  // namespace
+}  // namespace ferry
