@@ -61,6 +61,14 @@ struct ModelStatusData {
   uint32_t residency;  // ferry::Residency.
   int32_t wire_batch_axis;
   uint32_t loaded;  // Weights resident on the device now.
+  // Under a weight budget ([worker] weight_budget): what the weights take, cold loads and
+  // evictions since the worker started, the loads' seconds and when the last one finished
+  // (CLOCK_MONOTONIC; 0: never).
+  uint64_t weight_bytes;
+  uint64_t weight_loads;
+  uint64_t weight_evictions;
+  double weight_load_seconds;
+  int64_t last_weight_load_ns;
   double weight;
   double load_seconds;  // How long the backend took to load it (weights up, executables built).
   double total_compute_seconds;
@@ -110,6 +118,9 @@ struct StatusSnapshotData {
   uint64_t model_load_failures;
   uint64_t model_unloads;
   double model_load_seconds;
+  // The weight budget (0: none) and the bytes of weights resident under it now.
+  uint64_t weight_budget_bytes;
+  uint64_t weight_resident_bytes;
   // Host time on the critical path: from the end of one execution to the start of the next,
   // counted only when work was already queued when the execution ended.
   int64_t host_gap_p50_ns;

@@ -13,6 +13,7 @@
 #include "model/repository.h"
 #include "shm/control.h"
 #include "shm/recovery.h"
+#include "worker/weight_residency.h"
 
 namespace ferry::worker {
 
@@ -95,6 +96,7 @@ bool DispatchLoop::Turn() {
     return false;
   }
   ApplyModelChanges();
+  TurnResidency();
   int64_t now = MonotonicNs();
   for (uint32_t h = 0; h < submissions_.size(); ++h) {
     DrainSubmissions(h, now);
@@ -129,7 +131,9 @@ bool DispatchLoop::Turn() {
   if (state_ == shm::ProcessState::kDraining && !work_left) {
     return false;
   }
-  if (!work_left || !inflight_.empty() || HasPendingCompletions()) {
+  // Work queued only for models whose weights are loading waits for the loader's doorbell.
+  if (!work_left || !inflight_.empty() || HasPendingCompletions() ||
+      (planned_ == nullptr && !scheduler_->HasRunnable())) {
     Sleep();
   }
   return true;
@@ -214,7 +218,8 @@ void DispatchLoop::Sleep() {
   bool ready = shm::WaitForWork(
       segment_, slot_,
       [this] {
-        return HasRingWork() || HasCompletionSpace() || (!inflight_.empty() && backend_->Ready());
+        return HasRingWork() || HasCompletionSpace() || (!inflight_.empty() && backend_->Ready()) ||
+               (options_.residency != nullptr && options_.residency->LoadFinished());
       },
       timeout, spins);
   quiet_wakes_ = ready ? 0 : quiet_wakes_ + 1;
@@ -238,6 +243,10 @@ void DispatchLoop::PublishStatus(shm::ProcessState state) {
   s.model_loads = model_loads_;
   s.model_load_failures = model_load_failures_;
   s.model_unloads = model_unloads_;
+  if (options_.residency != nullptr) {
+    s.weight_budget_bytes = options_.residency->budget();
+    s.weight_resident_bytes = options_.residency->resident_bytes();
+  }
   s.model_load_seconds = model_load_seconds_;
   s.host_gap_p50_ns = host_gaps_.Percentile(0.5);
   s.host_gap_p99_ns = host_gaps_.Percentile(0.99);
@@ -262,6 +271,15 @@ void DispatchLoop::PublishStatus(shm::ProcessState state) {
     }
     m.residency = static_cast<uint32_t>(mc.residency);
     m.loaded = models_[i].failure ? 0 : 1;
+    if (options_.residency != nullptr) {
+      const ResidencyCounters& r = options_.residency->counters(static_cast<int>(i));
+      m.loaded = models_[i].failure || !options_.residency->resident(static_cast<int>(i)) ? 0 : 1;
+      m.weight_bytes = r.bytes;
+      m.weight_loads = r.loads;
+      m.weight_evictions = r.evictions;
+      m.weight_load_seconds = r.load_seconds;
+      m.last_weight_load_ns = r.last_load_ns;
+    }
     m.weight = mc.weight;
     m.load_seconds = models_[i].load_seconds;
     m.total_compute_seconds = mm.total_compute_seconds;

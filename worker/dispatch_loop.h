@@ -51,6 +51,8 @@
 
 namespace ferry::worker {
 
+class WeightResidency;
+
 struct LoopModel {
   std::string name;
   const Bundle* bundle = nullptr;  // Null when the model failed to load.
@@ -81,6 +83,8 @@ struct DispatchLoopOptions {
   int spin_iterations = 2000;  // Ring checks before sleeping.
   bool plan_ahead = true;      // Plan batch k+1 while batch k executes.
   ModelLoader loader;          // For kLoadModel; null: loads are refused.
+  // The worker's weight budget (weight_residency.h), when it has one: outlives the loop.
+  WeightResidency* residency = nullptr;
 };
 
 class DispatchLoop {
@@ -164,6 +168,13 @@ class DispatchLoop {
   std::unique_ptr<Batch> TakeSpare();
   void FailBatch(Batch& batch, const Error& error);
   void CheckHealth();  // Marks the loop unhealthy (it then exits 3) after a sticky fault.
+  // The weight budget's turn (options_.residency): releases, cold loads, and models that
+  // cannot be made resident failed with the reason.
+  void TurnResidency();
+  // Carries out the control changes a decision applied that touch weights.
+  void ApplyWeightControls(const std::vector<SchedulerChange>& controls);
+  // A batch of `model` is planned or executing.
+  bool ModelBusy(int model) const;
   void FlushCompletions();
   void Reap();
   void Sleep();

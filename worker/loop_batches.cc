@@ -12,6 +12,7 @@
 #include "shm/control.h"
 #include "shm/recovery.h"
 #include "worker/dispatch_loop.h"
+#include "worker/weight_residency.h"
 
 namespace ferry::worker {
 namespace {
@@ -73,10 +74,14 @@ void DispatchLoop::AnswerShedAndFailed(const Dispatch& d) {
 
 void DispatchLoop::Plan(int64_t now) {
   Decision decision = scheduler_->Next(now);
+  ApplyWeightControls(decision.controls);
   Dispatch& d = decision.dispatch;
   AnswerShedAndFailed(d);
   if (!d.runs()) {
     return;
+  }
+  if (options_.residency != nullptr) {
+    options_.residency->Touch(d.model);
   }
   std::unique_ptr<Batch> batch = TakeSpare();
   const LoopModel& model = models_[static_cast<size_t>(d.model)];
@@ -161,7 +166,8 @@ void DispatchLoop::Launch() {
     spares_.push_back(std::move(batch));  // Nothing runs: no cost sample (see Plan).
     return;
   }
-  Status begun = backend_->Begin(model.handle, batch->job);
+  // A model failed while its batch was planned (its weights could not be loaded).
+  Status begun = model.failure ? Status(*model.failure) : backend_->Begin(model.handle, batch->job);
   if (!begun.ok()) {
     FailBatch(*batch, begun.error());
     spares_.push_back(std::move(batch));

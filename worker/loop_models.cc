@@ -13,6 +13,7 @@
 #include "shm/recovery.h"
 #include "worker/dispatch_loop.h"
 #include "worker/warm_up.h"
+#include "worker/weight_residency.h"
 
 namespace ferry::worker {
 namespace {
@@ -152,7 +153,8 @@ bool DispatchLoop::ModelChangeReady() const {
 }
 
 void DispatchLoop::ApplyModelChanges() {
-  if (!inflight_.empty() || !ModelChangeReady()) {
+  if (!inflight_.empty() || !ModelChangeReady() ||
+      (options_.residency != nullptr && options_.residency->loading())) {
     return;  // The backend is busy (launches wait meanwhile), or nothing to do.
   }
   while (!loads_.empty()) {
@@ -171,6 +173,9 @@ void DispatchLoop::ApplyModelChanges() {
     if (models_[*it].handle >= 0) {
       backend_->Unload(models_[*it].handle);
       ++model_unloads_;
+      if (options_.residency != nullptr) {
+        options_.residency->Remove(static_cast<int>(*it));
+      }
     }
     spdlog::info("worker slot {}: model index {} freed", slot_, *it);
     it = unloads_.erase(it);
@@ -223,8 +228,19 @@ void DispatchLoop::AddModel(LoadedModel loaded) {
   for (shm::DescriptorRules& rules : release_rules_) {
     rules.num_models = static_cast<uint32_t>(models_.size());
   }
-  // As at start: its costs seeded before its first request (no batch is in flight here).
+  // As at start: its costs seeded before its first request (no batch is in flight here),
+  // then kept or released by its residency floor.
   WarmUp(*backend_, *scheduler_, models_, static_cast<int>(index));
+  LoopModel& model = models_.back();
+  if (options_.residency != nullptr && !model.failure && model.handle >= 0) {
+    Status kept =
+        options_.residency->Add(static_cast<int>(index), name, model.handle,
+                                scheduler_->model(static_cast<int>(index)).config.residency);
+    if (!kept.ok()) {
+      spdlog::error("worker slot {}: {}", slot_, kept.error().ToString());
+      model.failure = kept.error();
+    }
+  }
 }
 
 void DispatchLoop::CountLoad(const LoopModel& model) {

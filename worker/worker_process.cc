@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "config/node_config.h"
+#include "shm/ring.h"
 #include "shm/segment.h"
 #include "shm/status.h"
 #include "worker/backends/backend_module.h"
@@ -20,6 +21,7 @@
 #include "worker/backends/sim/sim_backend.h"
 #include "worker/dispatch_loop.h"
 #include "worker/warm_up.h"
+#include "worker/weight_residency.h"
 
 namespace ferry::worker {
 namespace {
@@ -113,6 +115,26 @@ LoopModel MakeLoopModel(const std::string& name, const Bundle* bundle, std::opti
   return model;
 }
 
+// The weight budget: [worker] weight_budget on a backend that can release weights (the CPU
+// backend); null without one (every model stays resident).
+std::unique_ptr<WeightResidency> MakeResidency(const NodeConfig& config, Backend& backend,
+                                               Scheduler& scheduler, const shm::Segment& segment,
+                                               uint32_t slot) {
+  uint64_t budget = config.worker.weight_budget;
+  if (budget == 0) {
+    return nullptr;
+  }
+  if (!backend.SupportsResidency()) {
+    spdlog::warn("[worker] weight_budget ignored: the {} backend keeps every model resident",
+                 backend.name());
+    return nullptr;
+  }
+  spdlog::info("worker slot {}: weight budget {} bytes", slot, budget);
+  return std::make_unique<WeightResidency>(&backend, &scheduler, budget,
+                                           config.scheduler.residency_mode,
+                                           [&segment, slot] { shm::RingDoorbell(segment, slot); });
+}
+
 // A started worker before its loop: what the loop and its loader need.
 struct Started {
   NodeConfig config;
@@ -121,6 +143,7 @@ struct Started {
   std::unique_ptr<Backend> backend;
   std::vector<LoopModel> models;
   std::optional<Scheduler> scheduler;
+  std::unique_ptr<WeightResidency> residency;  // Under [worker] weight_budget.
 };
 
 // Node file and segment; `status` is created on the segment and says *starting*. Returns 1
@@ -184,15 +207,13 @@ int Build(const WorkerProcessArgs& args, Started& s, shm::StatusWriter& status,
   s.repository = std::move(*repository);
   std::vector<ModelSpec> specs;
   for (const RepositoryModel& entry : s.repository) {
-    s.models.push_back(
-        MakeLoopModel(entry.name, entry.bundle.get(), entry.failure, entry.unloaded, *s.backend));
     specs.push_back(SpecForModel(entry));
   }
   // Under ferryd, settings for a model unloaded since the node started (or not loaded yet)
   // wait for its load.
   SchedulerOptions scheduler_options;
   scheduler_options.settings_for_later_models = args.models.has_value();
-  if (s.models.empty()) {
+  if (specs.empty()) {
     spdlog::warn("model repository {} holds no model", dir);
   }
   Result<Scheduler> scheduler =
@@ -206,7 +227,24 @@ int Build(const WorkerProcessArgs& args, Started& s, shm::StatusWriter& status,
   for (const std::string& warning : s.config.scheduler.deprecations) {
     spdlog::warn("{}", warning);
   }
-  WarmUp(*s.backend, *s.scheduler, s.models);
+  s.residency = MakeResidency(s.config, *s.backend, *s.scheduler, *s.segment, args.slot);
+  // One model at a time: built, warmed up, then kept or released by its residency floor, so
+  // a budget holds from the start (plus the one model being built).
+  for (const RepositoryModel& entry : s.repository) {
+    auto index = static_cast<int>(s.models.size());
+    s.models.push_back(
+        MakeLoopModel(entry.name, entry.bundle.get(), entry.failure, entry.unloaded, *s.backend));
+    WarmUp(*s.backend, *s.scheduler, s.models, index);
+    LoopModel& model = s.models.back();
+    if (s.residency != nullptr && !model.failure && model.handle >= 0) {
+      Status kept = s.residency->Add(index, model.name, model.handle,
+                                     s.scheduler->model(index).config.residency);
+      if (!kept.ok()) {
+        spdlog::error("{}", kept.error().ToString());
+        model.failure = kept.error();
+      }
+    }
+  }
   return 0;
 }
 
@@ -228,6 +266,7 @@ int RunWorkerProcess(const WorkerProcessArgs& args) {
   auto stall_limit_ns = static_cast<int64_t>(s.config.scheduler.dispatch_timeout_seconds * 1e9);
   options.rest_sleep_ns = std::clamp<int64_t>(stall_limit_ns / 10, 1'000'000, 100'000'000);
   options.idle_sleep_ns = std::min(options.idle_sleep_ns, options.rest_sleep_ns);
+  options.residency = s.residency.get();
   Backend* running = s.backend.get();
   options.loader = [running, dir = s.config.node.model_repository](const std::string& name) {
     LoadedModel loaded;

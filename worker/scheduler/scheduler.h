@@ -193,6 +193,9 @@ class Scheduler {
   // The backlogged, non-resident model whose weights should load next: fair, the smallest
   // start tag; fifo and edf, the oldest front request. -1 when none waits.
   int NextColdLoad() const;
+  // Whether Next() has anything to do now: requests queued for a resident model, expired ones
+  // to return, or a committed sub-call of a resident model.
+  bool HasRunnable() const;
   // Charges a finished weight load to the model's fair share as a dispatch of `seconds`
   // would be (its finish tag advances by seconds / weight; the virtual time stays), so a
   // model that keeps being evicted pays for its loads out of its own share.

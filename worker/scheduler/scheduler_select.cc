@@ -432,6 +432,19 @@ int Scheduler::NextColdLoad() const {
   return best;
 }
 
+bool Scheduler::HasRunnable() const {
+  if (!expired_.empty()) {
+    return true;
+  }
+  for (const Committed& c : committed_) {
+    if (models_[static_cast<size_t>(c.model)].resident) {
+      return true;
+    }
+  }
+  return std::any_of(active_.begin(), active_.end(),
+                     [this](int i) { return models_[static_cast<size_t>(i)].resident; });
+}
+
 void Scheduler::ChargeLoad(int model, double seconds) {
   ModelState& m = models_[static_cast<size_t>(model)];
   m.finish_tag = m.start_tag() + std::max(seconds, 0.0) / m.weight;
