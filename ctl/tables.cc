@@ -91,14 +91,28 @@ std::string FormatMetrics(const json& metrics) {
 std::string FormatControlStatus(const json& control) {
   std::string out;
   for (const json& w : Array(control, "workers")) {
-    out += fmt::format("worker {} (slot {}): {}, discipline {}, residency mode {}\n",
+    std::string budget;
+    if (w.contains("weight_budget_bytes") && Number(w, "weight_budget_bytes") > 0) {
+      budget = fmt::format(", weights {} of {} bytes", Text(w, "weight_resident_bytes"),
+                           Text(w, "weight_budget_bytes"));
+    }
+    out += fmt::format("worker {} (slot {}): {}, discipline {}, residency mode {}{}\n",
                        Text(w, "worker"), Text(w, "slot"), Text(w, "state"), Text(w, "discipline"),
-                       Text(w, "residency_mode"));
+                       Text(w, "residency_mode"), budget);
     for (const json& m : Array(w, "models")) {
-      out += fmt::format("  {:<20} {:<7} weight {:<6} {:<10} loaded {:<4} max batch {}{}\n",
+      std::string weights;
+      if (m.contains("weight_bytes")) {
+        weights = fmt::format("  {} bytes, {} loads, {} evictions", Text(m, "weight_bytes"),
+                              Text(m, "weight_loads"), Text(m, "weight_evictions"));
+        if (m.contains("last_weight_load_seconds_ago")) {
+          weights +=
+              fmt::format(", last load {:.1f}s ago", Number(m, "last_weight_load_seconds_ago"));
+        }
+      }
+      out += fmt::format("  {:<20} {:<7} weight {:<6} {:<10} loaded {:<4} max batch {}{}{}\n",
                          Text(m, "model"), Text(m, "state"), Text(m, "weight"),
                          Text(m, "residency"), Text(m, "loaded"), Text(m, "effective_max_batch"),
-                         m.contains("error") ? "  error: " + Text(m, "error") : "");
+                         weights, m.contains("error") ? "  error: " + Text(m, "error") : "");
     }
   }
   return out;
@@ -106,7 +120,7 @@ std::string FormatControlStatus(const json& control) {
 
 std::string FormatTop(const json& before, const json& after, double seconds) {
   struct Totals {
-    double requests = 0, rows = 0, dispatches = 0, compute = 0, queued = 0;
+    double requests = 0, rows = 0, dispatches = 0, compute = 0, queued = 0, loads = 0;
   };
   auto sum = [](const json& metrics) {
     std::map<std::string, Totals> by_model;
@@ -118,6 +132,7 @@ std::string FormatTop(const json& before, const json& after, double seconds) {
         t.dispatches += Number(m, "dispatches");
         t.compute += Number(m, "compute_seconds");
         t.queued += Number(m, "queue_depth");
+        t.loads += m.contains("weight_loads") ? Number(m, "weight_loads") : 0.0;
       }
     }
     return by_model;
@@ -128,16 +143,17 @@ std::string FormatTop(const json& before, const json& after, double seconds) {
   for (const auto& [name, t] : b) {
     compute_total += t.compute - a[name].compute;
   }
-  std::string out = fmt::format("{:<20} {:>10} {:>10} {:>9} {:>8} {:>11}\n", "MODEL", "REQ/s",
-                                "ROWS/s", "BATCH", "QUEUED", "GPU SHARE");
+  std::string out = fmt::format("{:<20} {:>10} {:>10} {:>9} {:>8} {:>11} {:>8}\n", "MODEL", "REQ/s",
+                                "ROWS/s", "BATCH", "QUEUED", "GPU SHARE", "LOADS/s");
   for (const auto& [name, t] : b) {
     const Totals& p = a[name];
     double dispatches = t.dispatches - p.dispatches;
     double compute = t.compute - p.compute;
-    out += fmt::format("{:<20} {:>10.1f} {:>10.1f} {:>9.2f} {:>8.0f} {:>10.1f}%\n", name,
+    out += fmt::format("{:<20} {:>10.1f} {:>10.1f} {:>9.2f} {:>8.0f} {:>10.1f}% {:>8.2f}\n", name,
                        (t.requests - p.requests) / seconds, (t.rows - p.rows) / seconds,
                        dispatches > 0 ? (t.rows - p.rows) / dispatches : 0.0, t.queued,
-                       compute_total > 0 ? 100 * compute / compute_total : 0.0);
+                       compute_total > 0 ? 100 * compute / compute_total : 0.0,
+                       (t.loads - p.loads) / seconds);
   }
   return out;
 }

@@ -155,6 +155,7 @@ class Scrape {
     RenderOutcomes();
     RenderQueues();
     RenderModelState();
+    RenderResidency();
     RenderWorkers();
     RenderTenants();
     // Model names from the worker listing the most (one starting lists none yet).
@@ -241,6 +242,7 @@ class Scrape {
   void RenderOutcomes();
   void RenderQueues();
   void RenderModelState();
+  void RenderResidency();
   void RenderWorkers();
   void RenderTenants();
   void RenderProcesses();
@@ -322,7 +324,9 @@ void Scrape::RenderModelState() {
   PerModel("ferry_padding_rows_total", "counter",
            "Rows executed only to fill a compiled batch size.",
            [](const shm::ModelStatusData& d) { return static_cast<double>(d.padding_rows); });
-  PerModel("ferry_model_loaded", "gauge", "1 when the model's weights are on the device.",
+  PerModel("ferry_model_loaded", "gauge",
+           "1 when the model's weights are resident on the worker (on the device, or in its "
+           "weight budget).",
            [](const shm::ModelStatusData& d) { return d.loaded != 0 ? 1.0 : 0.0; });
   PerModel("ferry_model_failed", "gauge", "1 when the model failed to load.",
            [](const shm::ModelStatusData& d) {
@@ -343,6 +347,29 @@ void Scrape::RenderModelState() {
                  {"residency", std::string(ResidencyName(static_cast<Residency>(d.residency)))}},
                 1.0);
   });
+}
+
+// Per model under a weight budget: cold loads, evictions, load time, bytes.
+void Scrape::RenderResidency() {
+  PerModel("ferry_weight_loads_total", "counter",
+           "Cold loads of the model's weights under the worker's weight budget.",
+           [](const shm::ModelStatusData& d) { return static_cast<double>(d.weight_loads); });
+  PerModel("ferry_weight_evictions_total", "counter",
+           "Times the model's weights were evicted to make room under the weight budget.",
+           [](const shm::ModelStatusData& d) { return static_cast<double>(d.weight_evictions); });
+  PerModel("ferry_weight_load_seconds_total", "counter",
+           "Time the model's cold loads took (charged to its fair share).",
+           [](const shm::ModelStatusData& d) { return d.weight_load_seconds; });
+  PerModel("ferry_weight_bytes", "gauge",
+           "Bytes the model's weights take when resident under the weight budget.",
+           [](const shm::ModelStatusData& d) { return static_cast<double>(d.weight_bytes); });
+  using Snapshot = shm::StatusSnapshotData;
+  PerGpu("ferry_weight_budget_bytes", "gauge",
+         "The worker's weight budget ([worker] weight_budget; 0: none).",
+         [](const Snapshot& s) { return s.weight_budget_bytes; });
+  PerGpu("ferry_weight_resident_bytes", "gauge",
+         "Bytes of model weights resident under the worker's weight budget.",
+         [](const Snapshot& s) { return s.weight_resident_bytes; });
 }
 
 // Per worker: loads, device memory, refused descriptors, host gaps.

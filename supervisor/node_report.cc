@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/clock.h"
 #include "config/scheduler_config.h"
 
 namespace ferry::supervisor {
@@ -57,7 +58,9 @@ nlohmann::json ModelMetricsJson(const shm::ModelStatusData& m) {
           {"compute_seconds", m.total_compute_seconds},
           {"recent_compute_share", m.recent_compute},
           {"queue_wait_p50_us", m.queue_wait_p50_ns / 1000},
-          {"queue_wait_p99_us", m.queue_wait_p99_ns / 1000}};
+          {"queue_wait_p99_us", m.queue_wait_p99_ns / 1000},
+          {"weight_loads", m.weight_loads},
+          {"weight_evictions", m.weight_evictions}};
 }
 
 nlohmann::json ModelControlJson(const shm::ModelStatusData& m) {
@@ -66,6 +69,16 @@ nlohmann::json ModelControlJson(const shm::ModelStatusData& m) {
                         {"loaded", m.loaded != 0}, {"effective_max_batch", m.effective_max_batch}};
   if (m.state == static_cast<uint32_t>(shm::ModelLoadState::kFailed)) {
     out["error"] = Field(m.error);
+  }
+  if (m.weight_bytes > 0) {  // Under a weight budget.
+    out["weight_bytes"] = m.weight_bytes;
+    out["weight_loads"] = m.weight_loads;
+    out["weight_evictions"] = m.weight_evictions;
+    out["weight_load_seconds"] = m.weight_load_seconds;
+    if (m.last_weight_load_ns > 0) {
+      out["last_weight_load_seconds_ago"] =
+          static_cast<double>(std::max<int64_t>(0, MonotonicNs() - m.last_weight_load_ns)) * 1e-9;
+    }
   }
   return out;
 }
@@ -88,6 +101,8 @@ nlohmann::json WorkerSummaryJson(const shm::StatusSnapshotData& s) {
       {"dispatches", s.dispatches},
       {"invalid_descriptors", s.invalid_descriptors},
       {"device_memory_in_use", s.device_memory_in_use},
+      {"weight_budget_bytes", s.weight_budget_bytes},
+      {"weight_resident_bytes", s.weight_resident_bytes},
       {"host_gap_p50_us", s.host_gap_p50_ns / 1000},
       {"host_gap_p99_us", s.host_gap_p99_ns / 1000}};
 }
