@@ -11,12 +11,16 @@ Result<size_t> Gateway::Choose(int model, std::string_view model_name, uint64_t 
                                std::span<const WorkerView> workers) {
   std::vector<size_t> eligible;
   bool any_ready = false, any_model = false, queue_full = false;
+  std::string_view failure;
   for (size_t w = 0; w < workers.size(); ++w) {
     const WorkerView& v = workers[w];
     if (!v.ready) {
       continue;
     }
     any_ready = true;
+    if (!v.failure.empty()) {
+      failure = v.failure;
+    }
     if (!v.has_model) {
       continue;
     }
@@ -35,6 +39,9 @@ Result<size_t> Gateway::Choose(int model, std::string_view model_name, uint64_t 
     if (!any_ready) {
       return Unavailable(model_text + ": no worker is ready (retry in " +
                          std::to_string(kRetryAfterMs) + " ms)");
+    }
+    if (!any_model && !failure.empty()) {
+      return Unavailable(model_text + " failed to load: " + std::string(failure));
     }
     if (!any_model) {
       return Unavailable(model_text + " is loaded on no ready worker");

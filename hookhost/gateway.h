@@ -40,6 +40,7 @@ struct WorkerView {
   uint64_t max_queue_depth = 0;  // The model's limit on that worker.
   uint64_t outstanding = 0;      // Queued or executing there, counting what was just sent.
   uint64_t arena_free = 0;       // Bytes free in the worker's arena.
+  std::string failure;           // Why the model failed to load there (empty: it did not fail).
 };
 
 // How long a client is told to wait before retrying when every worker is full.

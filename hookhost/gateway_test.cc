@@ -80,6 +80,12 @@ TEST_CASE("no eligible worker: UNAVAILABLE or RESOURCE_EXHAUSTED with the reason
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.error().code == ErrorCode::kUnavailable);
   CHECK(missing.error().message == "model 'mlp' is loaded on no ready worker");
+  w[1].failure = "its weights take 9 bytes; the worker's weight budget is 8 bytes";
+  Result<size_t> failed = g.Choose(0, "mlp", 1, w);
+  REQUIRE_FALSE(failed.ok());
+  CHECK(failed.error().message ==
+        "model 'mlp' failed to load: its weights take 9 bytes; the worker's weight budget is 8 "
+        "bytes");
 
   w = {Ready(), Ready()};
   w[0].queue_depth = w[1].queue_depth = 16;
