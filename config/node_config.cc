@@ -436,6 +436,9 @@ Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& sou
     if (auto worker = reader.Table("worker")) {
       ReadByteSize(*worker, "weight_budget", {1 << 20, "1MiB"}, {uint64_t{1} << 40, "1TiB"},
                    &config.worker.weight_budget);
+      worker->Enum<WorkerSettings::Eviction>(
+          "eviction", &config.worker.eviction,
+          {{"lru", WorkerSettings::Eviction::kLru}, {"all", WorkerSettings::Eviction::kAll}});
       worker->Finish();
     }
     if (auto sim = reader.Table("sim")) {

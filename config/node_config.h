@@ -130,6 +130,11 @@ struct WorkerSettings {
   // 0 (default): no budget on CPU workers (every model stays resident); on a GPU worker the
   // device's free memory at start. 1MiB..1TiB.
   uint64_t weight_budget = 0;
+  // What a cold load evicts. "lru" (default): least recently used on_demand models, then
+  // warm ones, only as many as its room needs. "all": every non-pinned model on every miss,
+  // the naive policy benchmarks compare against (bench/many_models.sh).
+  enum class Eviction { kLru, kAll };
+  Eviction eviction = Eviction::kLru;
 };
 
 // SimBackend's cost model ([node] backend = "sim"): a dispatch at compiled size s takes

@@ -307,6 +307,10 @@ TEST_CASE("worker.weight_budget: none by default, 1MiB to 1TiB") {
   CHECK(Contains(ErrorOf("[worker]\nweight_budget = 1000\n"), "must be at least 1MiB"));
   CHECK(Contains(ErrorOf("[worker]\nweight_budget = \"2TiB\"\n"), "must be at most 1TiB"));
   CHECK(Contains(ErrorOf("[worker]\nweight_budgets = 1\n"), "weight_budgets"));
+  CHECK(Parse("").value().worker.eviction == WorkerSettings::Eviction::kLru);
+  CHECK(Parse("[worker]\neviction = \"all\"\n").value().worker.eviction ==
+        WorkerSettings::Eviction::kAll);
+  CHECK(Contains(ErrorOf("[worker]\neviction = \"random\"\n"), "eviction"));
 }
 
 TEST_CASE("hooks.max_memory: 64MiB to 1TiB, 8GiB by default") {

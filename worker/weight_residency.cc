@@ -10,12 +10,13 @@
 namespace ferry::worker {
 
 WeightResidency::WeightResidency(Backend* backend, Scheduler* scheduler, uint64_t budget,
-                                 ResidencyMode mode, std::function<void()> notify)
+                                 ResidencyMode mode, std::function<void()> notify, bool evict_all)
     : backend_(backend),
       scheduler_(scheduler),
       notify_(std::move(notify)),
       arena_(budget),
-      cache_(&arena_, mode, 0) {}
+      cache_(&arena_, mode, 0),
+      evict_all_(evict_all) {}
 
 WeightResidency::~WeightResidency() {
   if (loading()) {
@@ -195,6 +196,9 @@ void WeightResidency::StartLoad(std::vector<std::pair<int, Error>>* unservable) 
     int index = scheduler_->NextColdLoad();
     if (index < 0 || !At(index).registered) {
       return;
+    }
+    if (evict_all_) {
+      (void)cache_.Compact({});  // Every non-pinned model out, none reloaded.
     }
     Result<double> room = cache_.Acquire(index);  // Evicts (QueueRelease), then QueueLoad.
     if (!room.ok()) {

@@ -49,8 +49,9 @@ class WeightResidency {
  public:
   // REQUIRES: backend->SupportsResidency(); backend and scheduler outlive this object.
   // Nothing fragments a budget of heap bytes, so the cache never compacts by itself here.
+  // `evict_all`: every cold load first evicts every non-pinned model (the naive baseline).
   WeightResidency(Backend* backend, Scheduler* scheduler, uint64_t budget, ResidencyMode mode,
-                  std::function<void()> notify);
+                  std::function<void()> notify, bool evict_all = false);
   ~WeightResidency();  // Waits for a load in flight.
   WeightResidency(const WeightResidency&) = delete;
   WeightResidency& operator=(const WeightResidency&) = delete;
@@ -115,8 +116,9 @@ class WeightResidency {
   std::deque<int> pending_loads_;  // Room made, not started.
   // The loader thread: one RestoreWeights at a time (its timing's load_seconds).
   ExecutionThread loader_;
-  int loading_ = -1;  // The model on the loader thread.
+  int loading_ = -1;         // The model on the loader thread.
   bool compacting_ = false;  // Inside Compact: evicted models are rebuilt, not kept.
+  bool evict_all_;
   uint64_t cold_loads_ = 0;
 };
 

@@ -284,6 +284,27 @@ TEST_CASE("set-residency moves weights now; compact releases and reloads") {
   CHECK(f.backend.held(1));
 }
 
+TEST_CASE("the naive baseline evicts every non-pinned model on every miss") {
+  RecordingBackend backend({2 * kMiB, 2 * kMiB, 2 * kMiB, 2 * kMiB});
+  Scheduler scheduler = Fixture::Make(4);
+  WeightResidency naive(
+      &backend, &scheduler, 8 * kMiB, ResidencyMode::kManaged, [] {}, true);
+  REQUIRE(naive.Add(0, "m0", 0, Residency::kPinned).ok());
+  REQUIRE(naive.Add(1, "m1", 1, Residency::kWarm).ok());
+  REQUIRE(naive.Add(2, "m2", 2, Residency::kWarm).ok());
+  REQUIRE(naive.Add(3, "m3", 3, Residency::kOnDemand).ok());
+  testing::Push(scheduler, 3, testing::Req(0));
+  for (int i = 0; i < 2000 && !scheduler.resident(3); ++i) {
+    naive.Turn([](int) { return false; }, true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(scheduler.resident(3));
+  CHECK(backend.held(0));        // Pinned stays.
+  CHECK_FALSE(backend.held(1));  // Room enough, evicted all the same.
+  CHECK_FALSE(backend.held(2));
+  CHECK(backend.held(3));
+}
+
 TEST_CASE("a removed model's bytes leave the budget") {
   Fixture f({4 * kMiB, 4 * kMiB}, 8 * kMiB);
   REQUIRE(f.Add(0, Residency::kWarm).ok());

@@ -130,9 +130,10 @@ std::unique_ptr<WeightResidency> MakeResidency(const NodeConfig& config, Backend
     return nullptr;
   }
   spdlog::info("worker slot {}: weight budget {} bytes", slot, budget);
-  return std::make_unique<WeightResidency>(&backend, &scheduler, budget,
-                                           config.scheduler.residency_mode,
-                                           [&segment, slot] { shm::RingDoorbell(segment, slot); });
+  return std::make_unique<WeightResidency>(
+      &backend, &scheduler, budget, config.scheduler.residency_mode,
+      [&segment, slot] { shm::RingDoorbell(segment, slot); },
+      config.worker.eviction == WorkerSettings::Eviction::kAll);
 }
 
 // A started worker before its loop: what the loop and its loader need.
