@@ -15,7 +15,12 @@
 // errors by HTTP status or gRPC code, and, when the server reports them (ferry's response
 // parameters), server overhead (total server time minus compute) p50 / p99 and the batch sizes
 // requests ran in. Inputs come from the model's metadata (first input; --rows rows; random values).
-// --model may repeat: requests alternate between the models.
+// --model may repeat: requests alternate between the models, or, with --zipf S, each picks
+// model k (in the order given, from 0) with probability proportional to 1 / (k + 1)^S, and
+// the report adds each model's figures. Every model's payload carries the same values (for
+// the same input shape), so copies of one model must answer alike: --check compares every
+// answer's outputs with the first answer to the same request body, whichever model gave it
+// (relative 1e-4), counting a difference as a "mismatch" error.
 #include <grpcpp/grpcpp.h>
 
 #include <CLI/CLI.hpp>
@@ -68,6 +73,16 @@ struct Sample {
   double latency_us;
   double overhead_us;  // < 0 when the server does not report it.
   int64_t batch;
+  size_t model = 0;  // Index into the payloads.
+};
+
+// What a run does besides sending: which model each request goes to, and checking answers.
+struct Mix {
+  double zipf = 0;     // 0: alternate.
+  bool check = false;  // Compare every answer with the first to the same body.
+  // Per request body (its hash): the first answer's output bytes (HTTP binary), under mu.
+  std::map<size_t, std::vector<uint8_t>> first;
+  std::mutex mu;
 };
 
 struct Level {
@@ -177,12 +192,12 @@ ferry::Result<Payload> MakePayload(const std::string& url, bool grpc, bool json_
   return p;
 }
 
-// One payload per model (random values from one seeded generator).
+// One payload per model, each's values from a generator seeded alike.
 ferry::Result<std::vector<Payload>> MakePayloads(const std::string& url, bool grpc, bool json_body,
                                                  const std::vector<std::string>& models, int rows) {
-  std::mt19937 rng(1);
   std::vector<Payload> payloads;
   for (const std::string& m : models) {
+    std::mt19937 rng(1);
     FERRY_ASSIGN_OR_RETURN(Payload p, MakePayload(url, grpc, json_body, m, rows, rng));
     payloads.push_back(std::move(p));
   }
@@ -190,8 +205,36 @@ ferry::Result<std::vector<Payload>> MakePayloads(const std::string& url, bool gr
 }
 
 // Sends one request over HTTP; its sample, or what failed ("http 503", "connection").
+// Whether `answer` matches the first answer to the same body (recording it if none yet).
+bool Consistent(Mix& mix, const Payload& p, const ferry::net::HttpAnswer& answer) {
+  ferry::Result<ferry::client::InferAnswer> read = ferry::client::ReadInferAnswer(answer);
+  if (!read.ok() || read->outputs.empty()) {
+    return false;
+  }
+  const std::vector<uint8_t>& got = read->outputs[0].bytes;
+  std::lock_guard<std::mutex> lock(mix.mu);
+  auto [it, inserted] = mix.first.try_emplace(std::hash<std::string>()(p.body.body), got);
+  const std::vector<uint8_t>* want = &it->second;
+  if (inserted) {
+    return true;
+  }
+  if (want->size() != got.size()) {
+    return false;
+  }
+  for (size_t i = 0; i + 4 <= got.size(); i += 4) {
+    float a, b;
+    std::memcpy(&a, got.data() + i, 4);
+    std::memcpy(&b, want->data() + i, 4);
+    if (!(std::fabs(a - b) <= 1e-4f * std::max(1.0f, std::fabs(b)))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// With `check`, the outputs are compared (Consistent) and a difference is a "mismatch".
 std::variant<Sample, std::string> SendHttp(Connection& c, const std::string& url, const Payload& p,
-                                           Clock::time_point due) {
+                                           Clock::time_point due, Mix* check) {
   std::optional<HttpClient>& client = c.http;
   if (!client || !client->connected()) {
     ferry::Result<HttpClient> connected = HttpClient::Connect(url, 5000);
@@ -208,6 +251,9 @@ std::variant<Sample, std::string> SendHttp(Connection& c, const std::string& url
   }
   if (a->status != 200) {
     return "http " + std::to_string(a->status);
+  }
+  if (check != nullptr && !Consistent(*check, p, *a)) {
+    return std::string("mismatch");
   }
   Sample s{std::chrono::duration<double, std::micro>(done - due).count(), -1, 0};
   // The parameters only: the JSON part of the body.
@@ -256,9 +302,13 @@ std::variant<Sample, std::string> SendGrpc(Connection& c, const std::string& url
 }
 
 Level Run(const std::string& url, bool grpc, const std::vector<Payload>& payloads, bool open_loop,
-          double offered, int connections, double seconds, double warmup) {
+          double offered, int connections, double seconds, double warmup, Mix& mix) {
   Level level;
   level.mode = open_loop ? "rate" : "concurrency";
+  std::vector<double> popularity(payloads.size(), 1.0);
+  for (size_t k = 0; k < payloads.size(); ++k) {
+    popularity[k] = 1.0 / std::pow(static_cast<double>(k + 1), mix.zipf);
+  }
   level.offered = offered;
   int threads = open_loop ? connections : static_cast<int>(offered);
   std::mutex mu;
@@ -271,6 +321,8 @@ Level Run(const std::string& url, bool grpc, const std::vector<Payload>& payload
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       Connection connection;
+      std::mt19937 pick(static_cast<unsigned>(t) + 1);
+      std::discrete_distribution<size_t> zipf(popularity.begin(), popularity.end());
       std::vector<Sample> mine;
       std::map<std::string, uint64_t> errors;
       // Open loop: this connection's share of the schedule, due every threads/rate seconds.
@@ -287,8 +339,13 @@ Level Run(const std::string& url, bool grpc, const std::vector<Payload>& payload
         if (due >= end) {
           break;
         }
-        const Payload& p = payloads[(static_cast<size_t>(t) + k) % payloads.size()];
-        auto result = grpc ? SendGrpc(connection, url, p, due) : SendHttp(connection, url, p, due);
+        size_t chosen = mix.zipf > 0 ? zipf(pick) : (static_cast<size_t>(t) + k) % payloads.size();
+        const Payload& p = payloads[chosen];
+        auto result = grpc ? SendGrpc(connection, url, p, due)
+                           : SendHttp(connection, url, p, due, mix.check ? &mix : nullptr);
+        if (Sample* s = std::get_if<Sample>(&result)) {
+          s->model = chosen;
+        }
         if (due < measure_from) {
           continue;
         }
@@ -312,7 +369,7 @@ Level Run(const std::string& url, bool grpc, const std::vector<Payload>& payload
   return level;
 }
 
-json Report(const Level& level) {
+json Report(const Level& level, const std::vector<Payload>& payloads, bool per_model) {
   std::vector<double> latency, overhead;
   std::map<int64_t, uint64_t> batches;
   for (const Sample& s : level.samples) {
@@ -344,6 +401,20 @@ json Report(const Level& level) {
     hist[std::to_string(b)] = n;
   }
   out["batch_sizes"] = hist;
+  if (per_model) {
+    std::vector<std::vector<double>> by_model(payloads.size());
+    for (const Sample& s : level.samples) {
+      by_model[s.model].push_back(s.latency_us);
+    }
+    json models = json::array();
+    for (size_t k = 0; k < payloads.size(); ++k) {
+      models.push_back({{"model", payloads[k].model},
+                        {"requests", by_model[k].size()},
+                        {"latency_us_p50", Percentile(by_model[k], 0.50)},
+                        {"latency_us_p99", Percentile(by_model[k], 0.99)}});
+    }
+    out["per_model"] = models;
+  }
   return out;
 }
 
@@ -379,6 +450,11 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "unmeasured seconds before each level")->capture_default_str();
   app.add_option("--label", label, "names the server in the output")->capture_default_str();
   app.add_flag("--json", as_json, "one JSON object");
+  Mix mix;
+  app.add_option("--zipf", mix.zipf,
+                 "pick models by Zipf popularity with this exponent (0: alternate)")
+      ->check(CLI::Range(0.0, 10.0));
+  app.add_flag("--check", mix.check, "HTTP binary: compare each answer with its payload's first");
   CLI11_PARSE(app, argc, argv);
   bool grpc = protocol == "grpc";
   ferry::Result<std::vector<Payload>> payloads =
@@ -388,11 +464,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   json levels = json::array();
+  bool per_model = payloads->size() > 1;
   if (rate > 0) {
-    levels.push_back(Report(Run(url, grpc, *payloads, true, rate, connections, seconds, warmup)));
+    levels.push_back(
+        Report(Run(url, grpc, *payloads, true, rate, connections, seconds, warmup, mix), *payloads,
+               per_model));
   } else {
     for (int c : concurrency) {
-      levels.push_back(Report(Run(url, grpc, *payloads, false, c, 0, seconds, warmup)));
+      levels.push_back(Report(Run(url, grpc, *payloads, false, c, 0, seconds, warmup, mix),
+                              *payloads, per_model));
     }
   }
   json out = {{"server", label},  {"url", url},   {"protocol", protocol}, {"encoding", encoding},
