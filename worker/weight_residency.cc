@@ -101,6 +101,9 @@ void WeightResidency::Remove(int index) {
   }
   cache_.Remove(index);
   std::erase(pending_loads_, index);
+  if (fresh_ == index) {
+    fresh_ = -1;
+  }
   models_[static_cast<size_t>(index)] = Model{};
 }
 
@@ -176,6 +179,7 @@ void WeightResidency::FinishLoad(std::vector<std::pair<int, Error>>* unservable)
     scheduler_->SetResident(index, true);
     m.counters.resident = true;
     scheduler_->ChargeLoad(index, loaded->load_seconds);
+    fresh_ = index;
   }
 }
 
@@ -189,8 +193,14 @@ void WeightResidency::StartLoad(std::vector<std::pair<int, Error>>* unservable) 
     return std::any_of(models_.begin(), models_.end(),
                        [](const Model& m) { return m.release_pending && m.in_memory; });
   };
-  if (loading() || releasing()) {
-    return;  // One load at a time, into room already freed.
+  if (fresh_ >= 0 && scheduler_->queue_depth(fresh_) == 0) {
+    fresh_ = -1;  // Nothing of it left to run.
+  }
+  if (loading() || releasing() || fresh_ >= 0) {
+    // One load at a time, into room already freed, and not before the model loaded last has
+    // run: otherwise two backlogged models that do not fit together could evict each other
+    // forever without either running.
+    return;
   }
   if (pending_loads_.empty()) {
     int index = scheduler_->NextColdLoad();
@@ -237,6 +247,9 @@ std::vector<std::pair<int, Error>> WeightResidency::Turn(const std::function<boo
 }
 
 void WeightResidency::Touch(int index) {
+  if (index == fresh_) {
+    fresh_ = -1;
+  }
   if (index >= 0 && static_cast<size_t>(index) < models_.size() &&
       models_[static_cast<size_t>(index)].registered && cache_.resident(index)) {
     (void)cache_.Acquire(index);  // Resident: only marks it most recently used.

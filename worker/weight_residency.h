@@ -71,7 +71,8 @@ class WeightResidency {
   // with the error, for the loop to fail it; it is then marked resident for the scheduler so
   // its queued requests drain through the failure.
   std::vector<std::pair<int, Error>> Turn(const std::function<bool(int)>& busy, bool may_start);
-  // A dispatch of `index`: most recently used.
+  // A dispatch of `index`: most recently used (and, if it was loaded last, the next load may
+  // start).
   void Touch(int index);
   // ferryctl set-residency, or a reload changing the floor: pinned and warm load now,
   // on_demand releases now.
@@ -118,6 +119,7 @@ class WeightResidency {
   ExecutionThread loader_;
   int loading_ = -1;         // The model on the loader thread.
   bool compacting_ = false;  // Inside Compact: evicted models are rebuilt, not kept.
+  int fresh_ = -1;  // Loaded last and not dispatched since: no other load starts meanwhile.
   bool evict_all_;
   uint64_t cold_loads_ = 0;
 };

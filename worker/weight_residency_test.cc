@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -303,6 +304,42 @@ TEST_CASE("the naive baseline evicts every non-pinned model on every miss") {
   CHECK_FALSE(backend.held(1));  // Room enough, evicted all the same.
   CHECK_FALSE(backend.held(2));
   CHECK(backend.held(3));
+}
+
+// Two backlogged models that do not fit together: each load is followed by a dispatch of its
+// model before the other's load may evict it, under both policies.
+TEST_CASE("models that do not fit together take turns; none is evicted before it runs") {
+  for (bool evict_all : {false, true}) {
+    CAPTURE(evict_all);
+    RecordingBackend backend({5 * kMiB, 5 * kMiB});
+    Scheduler scheduler = Fixture::Make(2);
+    WeightResidency r(
+        &backend, &scheduler, 8 * kMiB, ResidencyMode::kManaged, [] {}, evict_all);
+    REQUIRE(r.Add(0, "m0", 0, Residency::kOnDemand).ok());
+    REQUIRE(r.Add(1, "m1", 1, Residency::kOnDemand).ok());
+    std::map<int, int> served;
+    Nanos now = 0;
+    for (int i = 0; i < 20000 && (served[0] < 5 || served[1] < 5); ++i) {
+      for (int m : {0, 1}) {
+        if (scheduler.queue_depth(m) == 0) {
+          testing::Push(scheduler, m, testing::Req(now));
+        }
+      }
+      r.Turn([](int) { return false; }, true);
+      Decision d = scheduler.Next(now);
+      if (d.dispatch.runs()) {
+        r.Touch(d.dispatch.model);
+        now += testing::kMs;
+        scheduler.Complete(d.dispatch, 0.001, now);
+        ++served[d.dispatch.model];
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+    CHECK(served[0] >= 5);
+    CHECK(served[1] >= 5);
+    CHECK(backend.max_held <= 8 * kMiB);
+  }
 }
 
 TEST_CASE("a removed model's bytes leave the budget") {
