@@ -190,8 +190,9 @@ class Scheduler {
   // credit for its time out, as after a pause).
   void SetResident(int model, bool resident);
   bool resident(int model) const { return models_[static_cast<size_t>(model)].resident; }
-  // The backlogged, non-resident model whose weights should load next: fair, the smallest
-  // start tag; fifo and edf, the oldest front request. -1 when none waits.
+  // The model whose weights should load now: the backlogged model the discipline would serve
+  // first (fair: the smallest start tag; fifo and edf: the oldest front request), when its
+  // weights are out. -1 otherwise: no load runs ahead of its model's turn.
   int NextColdLoad() const;
   // Whether Next() has anything to do now: requests queued for a resident model, expired ones
   // to return, or a committed sub-call of a resident model.

@@ -76,7 +76,7 @@ TEST_CASE("a committed sub-call of a model that is out waits for its weights") {
   CHECK(next.dispatch.committed_meta);
 }
 
-TEST_CASE("the next cold load: fair by start tag, fifo by the oldest request") {
+TEST_CASE("the next cold load: at its model's turn, fair by start tag, fifo by age") {
   Scheduler fair = Make({Spec("a", {1}), Spec("b", {1}), Spec("c", {1})});
   Push(fair, 0, Req(0));
   Push(fair, 1, Req(kMs));
@@ -91,7 +91,11 @@ TEST_CASE("the next cold load: fair by start tag, fifo by the oldest request") {
   fair.ChargeLoad(1, 0.050);  // b loaded (and was evicted again): 50 ms on its share.
   CHECK(fair.NextColdLoad() == 2);
   fair.SetResident(2, true);
-  CHECK(fair.NextColdLoad() == 0);  // 10 ms ahead, b 50 ms.
+  CHECK(fair.NextColdLoad() == -1);  // c, resident, comes first: no load runs ahead of it.
+  Decision c = fair.Next(12 * kMs);
+  REQUIRE(c.dispatch.model == 2);
+  fair.Complete(c.dispatch, 0.020, 32 * kMs);
+  CHECK(fair.NextColdLoad() == 0);  // a at 10 ms, b at 50 ms.
 
   SchedulerConfig config;
   config.discipline = Discipline::kFifo;
@@ -101,6 +105,8 @@ TEST_CASE("the next cold load: fair by start tag, fifo by the oldest request") {
   fifo.SetResident(0, false);
   fifo.SetResident(1, false);
   CHECK(fifo.NextColdLoad() == 1);
+  fifo.SetResident(1, true);
+  CHECK(fifo.NextColdLoad() == -1);  // b's older request runs first.
   CHECK(Make({Spec("a", {1})}).NextColdLoad() == -1);  // Nothing queued.
 }
 

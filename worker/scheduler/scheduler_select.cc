@@ -411,12 +411,11 @@ void Scheduler::SetResident(int model, bool resident) {
 }
 
 int Scheduler::NextColdLoad() const {
+  // The backlogged model the discipline would serve first, resident or not: a load starts
+  // only at its model's turn, so loads keep the order (and, charged, the shares) dispatches do.
   int best = -1;
   for (int index : active_) {
     const ModelState& m = models_[static_cast<size_t>(index)];
-    if (m.resident) {
-      continue;
-    }
     if (best < 0) {
       best = index;
       continue;
@@ -429,7 +428,7 @@ int Scheduler::NextColdLoad() const {
       best = index;
     }
   }
-  return best;
+  return best >= 0 && !models_[static_cast<size_t>(best)].resident ? best : -1;
 }
 
 bool Scheduler::HasRunnable() const {
