@@ -439,6 +439,8 @@ Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& sou
       worker->Enum<WorkerSettings::Eviction>(
           "eviction", &config.worker.eviction,
           {{"lru", WorkerSettings::Eviction::kLru}, {"all", WorkerSettings::Eviction::kAll}});
+      worker->Double("max_load_fraction", &config.worker.max_load_fraction,
+                     {0.0, 1.0, true, false});
       worker->Finish();
     }
     if (auto sim = reader.Table("sim")) {

@@ -135,6 +135,11 @@ struct WorkerSettings {
   // the naive policy benchmarks compare against (bench/many_models.sh).
   enum class Eviction { kLru, kAll };
   Eviction eviction = Eviction::kLru;
+  // At most this fraction of a worker's time goes to cold loads: after a load of L seconds
+  // the next starts no sooner than L (1 - f) / f later. On a CPU worker loads take the same
+  // cores as execution, so this bounds what they take from resident models (and how fast
+  // models that do not fit are cycled through). (0, 1]. Default 0.25.
+  double max_load_fraction = 0.25;
 };
 
 // SimBackend's cost model ([node] backend = "sim"): a dispatch at compiled size s takes

@@ -311,6 +311,9 @@ TEST_CASE("worker.weight_budget: none by default, 1MiB to 1TiB") {
   CHECK(Parse("[worker]\neviction = \"all\"\n").value().worker.eviction ==
         WorkerSettings::Eviction::kAll);
   CHECK(Contains(ErrorOf("[worker]\neviction = \"random\"\n"), "eviction"));
+  CHECK(Parse("").value().worker.max_load_fraction == 0.25);
+  CHECK(Parse("[worker]\nmax_load_fraction = 1.0\n").value().worker.max_load_fraction == 1.0);
+  CHECK(Contains(ErrorOf("[worker]\nmax_load_fraction = 0.0\n"), "max_load_fraction"));
 }
 
 TEST_CASE("hooks.max_memory: 64MiB to 1TiB, 8GiB by default") {

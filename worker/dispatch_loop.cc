@@ -209,6 +209,12 @@ void DispatchLoop::Sleep() {
       spins = std::min(spins, 100);
     }
   }
+  if (options_.residency != nullptr) {  // A cold load held back by max_load_fraction.
+    int64_t delay = options_.residency->LoadDelayNs(MonotonicNs());
+    if (delay > 0) {
+      timeout = std::min(timeout, delay);
+    }
+  }
   if (quiet_wakes_ > 0 && inflight_.empty()) {
     spins = 0;  // Woken by the heartbeat's timeout with nothing to do: spinning finds nothing.
     if (quiet_wakes_ >= kQuietWakesBeforeRest) {

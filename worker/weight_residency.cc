@@ -9,14 +9,14 @@
 
 namespace ferry::worker {
 
-WeightResidency::WeightResidency(Backend* backend, Scheduler* scheduler, uint64_t budget,
-                                 ResidencyMode mode, std::function<void()> notify, bool evict_all)
+WeightResidency::WeightResidency(Backend* backend, Scheduler* scheduler, ResidencyOptions options,
+                                 std::function<void()> notify)
     : backend_(backend),
       scheduler_(scheduler),
       notify_(std::move(notify)),
-      arena_(budget),
-      cache_(&arena_, mode, 0),
-      evict_all_(evict_all) {}
+      arena_(options.budget),
+      cache_(&arena_, options.mode, 0),
+      options_(options) {}
 
 WeightResidency::~WeightResidency() {
   if (loading()) {
@@ -173,6 +173,9 @@ void WeightResidency::FinishLoad(std::vector<std::pair<int, Error>>* unservable)
   ++cold_loads_;
   m.counters.load_seconds += loaded->load_seconds;
   m.counters.last_load_ns = MonotonicNs();
+  double f = options_.max_load_fraction;
+  next_load_ns_ =
+      m.counters.last_load_ns + static_cast<int64_t>(loaded->load_seconds * (1 - f) / f * 1e9);
   if (!m.release_pending) {
     // Selectable from the virtual time on, then charged the load (in this order: a charge
     // made first would be lost to the new floor).
@@ -196,7 +199,7 @@ void WeightResidency::StartLoad(std::vector<std::pair<int, Error>>* unservable) 
   if (fresh_ >= 0 && scheduler_->queue_depth(fresh_) == 0) {
     fresh_ = -1;  // Nothing of it left to run.
   }
-  if (loading() || releasing() || fresh_ >= 0) {
+  if (loading() || releasing() || fresh_ >= 0 || LoadDelayNs(MonotonicNs()) > 0) {
     // One load at a time, into room already freed, and not before the model loaded last has
     // run: otherwise two backlogged models that do not fit together could evict each other
     // forever without either running.
@@ -207,7 +210,7 @@ void WeightResidency::StartLoad(std::vector<std::pair<int, Error>>* unservable) 
     if (index < 0 || !At(index).registered) {
       return;
     }
-    if (evict_all_) {
+    if (options_.evict_all) {
       (void)cache_.Compact({});  // Every non-pinned model out, none reloaded.
     }
     Result<double> room = cache_.Acquire(index);  // Evicts (QueueRelease), then QueueLoad.

@@ -45,13 +45,21 @@ struct ResidencyCounters {
   int64_t last_load_ns = 0;  // CLOCK_MONOTONIC when the last cold load finished (0: never).
 };
 
+struct ResidencyOptions {
+  uint64_t budget = 0;  // Bytes of weights resident at once.
+  ResidencyMode mode = ResidencyMode::kManaged;
+  bool evict_all = false;  // Every cold load first evicts every non-pinned model (baseline).
+  // Cold loads take at most this fraction of the time: after a load of L seconds the next
+  // starts no sooner than L (1 - f) / f later. (0, 1].
+  double max_load_fraction = 1.0;
+};
+
 class WeightResidency {
  public:
   // REQUIRES: backend->SupportsResidency(); backend and scheduler outlive this object.
   // Nothing fragments a budget of heap bytes, so the cache never compacts by itself here.
-  // `evict_all`: every cold load first evicts every non-pinned model (the naive baseline).
-  WeightResidency(Backend* backend, Scheduler* scheduler, uint64_t budget, ResidencyMode mode,
-                  std::function<void()> notify, bool evict_all = false);
+  WeightResidency(Backend* backend, Scheduler* scheduler, ResidencyOptions options,
+                  std::function<void()> notify);
   ~WeightResidency();  // Waits for a load in flight.
   WeightResidency(const WeightResidency&) = delete;
   WeightResidency& operator=(const WeightResidency&) = delete;
@@ -90,6 +98,8 @@ class WeightResidency {
   uint64_t budget() const { return cache_.capacity(); }
   uint64_t resident_bytes() const { return cache_.capacity() - cache_.free_bytes(); }
   uint64_t cold_loads() const { return cold_loads_; }
+  // Nanoseconds from `now` until max_load_fraction lets the next load start (0: it may).
+  int64_t LoadDelayNs(int64_t now) const { return std::max<int64_t>(0, next_load_ns_ - now); }
 
  private:
   struct Model {
@@ -120,7 +130,8 @@ class WeightResidency {
   int loading_ = -1;         // The model on the loader thread.
   bool compacting_ = false;  // Inside Compact: evicted models are rebuilt, not kept.
   int fresh_ = -1;  // Loaded last and not dispatched since: no other load starts meanwhile.
-  bool evict_all_;
+  ResidencyOptions options_;
+  int64_t next_load_ns_ = 0;  // CLOCK_MONOTONIC: no load starts before.
   uint64_t cold_loads_ = 0;
 };
 

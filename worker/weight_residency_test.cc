@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/clock.h"
 #include "worker/scheduler/scheduler_testing.h"
 
 namespace ferry::worker {
@@ -39,6 +40,7 @@ class RecordingBackend : public Backend {
     ++releases;
   }
   Status RestoreWeights(ModelHandle m) override {
+    std::this_thread::sleep_for(restore_time);
     std::unique_lock lock(mu_);
     cv_.wait(lock, [this] { return !gated_; });
     held_[static_cast<size_t>(m)] = true;
@@ -72,6 +74,7 @@ class RecordingBackend : public Backend {
   }
   std::atomic<int> releases{0}, restores{0};
   std::atomic<bool> fail_next{false};
+  std::chrono::microseconds restore_time{0};
   uint64_t max_held = 0;  // Under mu_.
 
  private:
@@ -89,11 +92,17 @@ class RecordingBackend : public Backend {
   bool gated_ = false;
 };
 
+ResidencyOptions Options(uint64_t budget, bool evict_all = false) {
+  ResidencyOptions options;
+  options.budget = budget;
+  options.evict_all = evict_all;
+  return options;
+}
+
 struct Fixture {
   Fixture(std::vector<uint64_t> bytes, uint64_t budget)
       : backend(bytes), scheduler(Make(bytes.size())) {
-    residency = std::make_unique<WeightResidency>(&backend, &scheduler, budget,
-                                                  ResidencyMode::kManaged, [] {});
+    residency = std::make_unique<WeightResidency>(&backend, &scheduler, Options(budget), [] {});
   }
   static Scheduler Make(size_t n) {
     std::vector<ModelSpec> specs;
@@ -288,8 +297,7 @@ TEST_CASE("set-residency moves weights now; compact releases and reloads") {
 TEST_CASE("the naive baseline evicts every non-pinned model on every miss") {
   RecordingBackend backend({2 * kMiB, 2 * kMiB, 2 * kMiB, 2 * kMiB});
   Scheduler scheduler = Fixture::Make(4);
-  WeightResidency naive(
-      &backend, &scheduler, 8 * kMiB, ResidencyMode::kManaged, [] {}, true);
+  WeightResidency naive(&backend, &scheduler, Options(8 * kMiB, true), [] {});
   REQUIRE(naive.Add(0, "m0", 0, Residency::kPinned).ok());
   REQUIRE(naive.Add(1, "m1", 1, Residency::kWarm).ok());
   REQUIRE(naive.Add(2, "m2", 2, Residency::kWarm).ok());
@@ -313,8 +321,7 @@ TEST_CASE("models that do not fit together take turns; none is evicted before it
     CAPTURE(evict_all);
     RecordingBackend backend({5 * kMiB, 5 * kMiB});
     Scheduler scheduler = Fixture::Make(2);
-    WeightResidency r(
-        &backend, &scheduler, 8 * kMiB, ResidencyMode::kManaged, [] {}, evict_all);
+    WeightResidency r(&backend, &scheduler, Options(8 * kMiB, evict_all), [] {});
     REQUIRE(r.Add(0, "m0", 0, Residency::kOnDemand).ok());
     REQUIRE(r.Add(1, "m1", 1, Residency::kOnDemand).ok());
     std::map<int, int> served;
@@ -340,6 +347,37 @@ TEST_CASE("models that do not fit together take turns; none is evicted before it
     CHECK(served[1] >= 5);
     CHECK(backend.max_held <= 8 * kMiB);
   }
+}
+
+TEST_CASE("max_load_fraction spaces loads: after a load of L, the next waits L (1 - f) / f") {
+  RecordingBackend backend({5 * kMiB, 5 * kMiB});
+  Scheduler scheduler = Fixture::Make(2);
+  ResidencyOptions options = Options(8 * kMiB);
+  options.max_load_fraction = 0.001;  // A load of L then holds the next back 999 L.
+  backend.restore_time = std::chrono::milliseconds(2);  // About 2 s held back.
+  WeightResidency r(&backend, &scheduler, options, [] {});
+  REQUIRE(r.Add(0, "m0", 0, Residency::kOnDemand).ok());
+  REQUIRE(r.Add(1, "m1", 1, Residency::kOnDemand).ok());
+  testing::Push(scheduler, 0, testing::Req(0));
+  for (int i = 0; i < 2000 && !scheduler.resident(0); ++i) {
+    r.Turn([](int) { return false; }, true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(scheduler.resident(0));
+  double load = r.counters(0).load_seconds;
+  int64_t now = MonotonicNs();
+  CHECK(r.LoadDelayNs(now) > 0);
+  CHECK(r.LoadDelayNs(now) <= static_cast<int64_t>(load * 999 * 1e9) + 1);
+  Decision d = scheduler.Next(0);
+  REQUIRE(d.dispatch.model == 0);
+  r.Touch(0);
+  scheduler.Complete(d.dispatch, 0.001, 0);
+  testing::Push(scheduler, 1, testing::Req(0));
+  r.Turn([](int) { return false; }, true);
+  r.Turn([](int) { return false; }, true);
+  CHECK_FALSE(r.loading());  // Held back.
+  CHECK_FALSE(scheduler.resident(1));
+  CHECK(r.LoadDelayNs(now + static_cast<int64_t>(load * 1000 * 1e9) + 1) == 0);
 }
 
 TEST_CASE("a removed model's bytes leave the budget") {

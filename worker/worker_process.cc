@@ -130,10 +130,13 @@ std::unique_ptr<WeightResidency> MakeResidency(const NodeConfig& config, Backend
     return nullptr;
   }
   spdlog::info("worker slot {}: weight budget {} bytes", slot, budget);
-  return std::make_unique<WeightResidency>(
-      &backend, &scheduler, budget, config.scheduler.residency_mode,
-      [&segment, slot] { shm::RingDoorbell(segment, slot); },
-      config.worker.eviction == WorkerSettings::Eviction::kAll);
+  ResidencyOptions options;
+  options.budget = budget;
+  options.mode = config.scheduler.residency_mode;
+  options.evict_all = config.worker.eviction == WorkerSettings::Eviction::kAll;
+  options.max_load_fraction = config.worker.max_load_fraction;
+  return std::make_unique<WeightResidency>(&backend, &scheduler, options,
+                                           [&segment, slot] { shm::RingDoorbell(segment, slot); });
 }
 
 // A started worker before its loop: what the loop and its loader need.
