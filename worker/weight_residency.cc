@@ -16,7 +16,9 @@ WeightResidency::WeightResidency(Backend* backend, Scheduler* scheduler, Residen
       notify_(std::move(notify)),
       arena_(options.budget),
       cache_(&arena_, options.mode, 0),
-      options_(options) {}
+      options_(options) {
+  cache_.SetHasWork([this](int index) { return scheduler_->queue_depth(index) > 0; });
+}
 
 WeightResidency::~WeightResidency() {
   if (loading()) {

@@ -101,16 +101,24 @@ void WeightCache::Evict(Entry& entry) {
 }
 
 WeightCache::Entry* WeightCache::Victim(const Entry& keep) {
-  Entry* victim = nullptr;
+  // Within a tier, models with no work waiting go first (least recent first); one whose
+  // requests wait only when no idle one is left.
   for (Residency tier : {Residency::kOnDemand, Residency::kWarm}) {
-    for (Entry& e : models_) {
-      if (&e != &keep && e.resident && e.floor == tier &&
-          (victim == nullptr || e.last_use < victim->last_use)) {
-        victim = &e;
+    for (bool spare_busy : {true, false}) {
+      Entry* victim = nullptr;
+      for (size_t i = 0; i < models_.size(); ++i) {
+        Entry& e = models_[i];
+        if (&e == &keep || !e.resident || e.floor != tier ||
+            (spare_busy && has_work_ && has_work_(static_cast<int>(i)))) {
+          continue;
+        }
+        if (victim == nullptr || e.last_use < victim->last_use) {
+          victim = &e;
+        }
       }
-    }
-    if (victim != nullptr) {
-      return victim;
+      if (victim != nullptr) {
+        return victim;
+      }
     }
   }
   return nullptr;

@@ -3,13 +3,13 @@
 //   pinned     loaded at start, never evicted;
 //   warm       loaded at start (when it fits), evictable under pressure;
 //   on_demand  loaded at first use, evicted least-recently-used.
-// Loading makes room by evicting on_demand models, least recently used first, then warm
-// ones; whenever enough bytes are free but no extent is large enough, the cache first
-// compacts (frees every non-pinned model and reloads them packed) rather than evict more. Load time
-// is returned apart so it never enters the learned compute cost. Compact(reload) frees non-pinned
-// weights and reloads the listed models to defragment the arena; with compaction_interval N
-// the cache compacts by itself every N on-demand loads. SetResidency moves a model's floor,
-// only in externally-managed mode.
+// Loading makes room by evicting on_demand models, least recently used first (those with no
+// work waiting before those with some, when told which have), then warm ones; whenever enough bytes
+// are free but no extent is large enough, the cache first compacts (frees every non-pinned model
+// and reloads them packed) rather than evict more. Load time is returned apart so it never enters
+// the learned compute cost. Compact(reload) frees non-pinned weights and reloads the listed models
+// to defragment the arena; with compaction_interval N the cache compacts by itself every N
+// on-demand loads. SetResidency moves a model's floor, only in externally-managed mode.
 //
 // Written against WeightArena so every rule is tested on host memory; the CUDA backend
 // supplies a device arena.
@@ -110,6 +110,9 @@ class WeightCache {
   // when it cannot fit even after evicting everything evictable; the loader's error if the
   // upload failed (the model is then not resident).
   Result<double> Acquire(int index);
+  // Whether model `index` has work waiting: such models are evicted only after the idle
+  // ones of their tier (unset: none has).
+  void SetHasWork(std::function<bool(int)> has_work) { has_work_ = std::move(has_work); }
   // Frees every non-pinned model, then reloads `reload` in order (those that fit).
   Status Compact(const std::vector<int>& reload);
   // INVALID_ARGUMENT unless externally managed. pinned and warm load now; on_demand only
@@ -148,6 +151,7 @@ class WeightCache {
   ResidencyMode mode_;
   int64_t compaction_interval_;
   std::vector<Entry> models_;
+  std::function<bool(int)> has_work_;
   uint64_t clock_ = 0;
   uint64_t loads_since_compaction_ = 0;
   WeightCacheStats stats_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 
 namespace ferry {
 namespace {
@@ -326,6 +327,37 @@ TEST_CASE("the releaser hears every eviction, compaction and set on_demand; Remo
   CHECK(released[2] == 1);
   CHECK(cache.free_bytes() == 100);
   CHECK_FALSE(cache.Acquire(2).ok());  // Removed: never loaded again.
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+TEST_CASE("a model with work waiting is evicted only after the idle ones of its tier") {
+  ByteBudget budget(100);
+  WeightCache cache(&budget, ResidencyMode::kManaged, 0);
+  std::map<int, int> released;
+  for (int i = 0; i < 4; ++i) {
+    cache.Register(
+        i, "m" + std::to_string(i), 30, i == 2 ? Residency::kWarm : Residency::kOnDemand,
+        [](uint64_t) { return OkStatus(); }, [&released, i] { ++released[i]; });
+  }
+  std::set<int> busy = {0};
+  cache.SetHasWork([&busy](int i) { return busy.count(i) != 0; });
+  REQUIRE(cache.Acquire(0).ok());
+  REQUIRE(cache.Acquire(1).ok());
+  REQUIRE(cache.Acquire(2).ok());
+  REQUIRE(cache.Acquire(3).ok());  // 0 is least recent but has work: 1 goes.
+  CHECK(released[0] == 0);
+  CHECK(released[1] == 1);
+  REQUIRE(cache.Acquire(1).ok());  // 3, the only idle on_demand one, goes.
+  CHECK(released[3] == 1);
+  busy = {0, 1};
+  REQUIRE(cache.Acquire(3).ok());  // Busy on_demand ones before any warm one: 0, the older.
+  CHECK(released[0] == 1);
+  CHECK(released[2] == 0);
 }
 
 }  // namespace
