@@ -15,12 +15,13 @@
 // errors by HTTP status or gRPC code, and, when the server reports them (ferry's response
 // parameters), server overhead (total server time minus compute) p50 / p99 and the batch sizes
 // requests ran in. Inputs come from the model's metadata (first input; --rows rows; random values).
-// --model may repeat: requests alternate between the models, or, with --zipf S, each picks
-// model k (in the order given, from 0) with probability proportional to 1 / (k + 1)^S, and
-// the report adds each model's figures. Every model's payload carries the same values (for
-// the same input shape), so copies of one model must answer alike: --check compares every
-// answer's outputs with the first answer to the same request body, whichever model gave it
-// (relative 1e-4), counting a difference as a "mismatch" error.
+// --model may repeat: requests alternate between the models, or, with --zipf S, go to model
+// k (in the order given, from 0) in proportion to 1 / (k + 1)^S (open loop: each model a
+// stream of its share of the rate over its own share of the connections, at least 2; closed
+// loop: each request picks at random), and the report adds each model's figures. Every model's
+// payload carries the same values (for the same input shape), so copies of one model must answer
+// alike: --check compares every answer's outputs with the first answer to the same request body,
+// whichever model gave it (relative 1e-4), counting a difference as a "mismatch" error.
 #include <grpcpp/grpcpp.h>
 
 #include <CLI/CLI.hpp>
@@ -33,6 +34,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -311,6 +313,26 @@ Level Run(const std::string& url, bool grpc, const std::vector<Payload>& payload
   }
   level.offered = offered;
   int threads = open_loop ? connections : static_cast<int>(offered);
+  // Open loop with --zipf: each model its own stream at its share of the rate, over its own
+  // connections (its share of them, at least 2), so a model whose requests wait long (for a
+  // load) never holds the connections another model's requests are due on.
+  std::vector<size_t> stream_model;  // Per thread (open loop with --zipf).
+  std::vector<int> stream_threads;   // Per model: its threads.
+  std::vector<int> stream_index;     // Per thread: its index among its model's threads.
+  double total_popularity = std::accumulate(popularity.begin(), popularity.end(), 0.0);
+  bool streams = open_loop && mix.zipf > 0;
+  if (streams) {
+    for (size_t k = 0; k < payloads.size(); ++k) {
+      int n = std::max(
+          2, static_cast<int>(std::lround(connections * popularity[k] / total_popularity)));
+      stream_threads.push_back(n);
+      for (int j = 0; j < n; ++j) {
+        stream_model.push_back(k);
+        stream_index.push_back(j);
+      }
+    }
+    threads = static_cast<int>(stream_model.size());
+  }
   std::mutex mu;
   auto start = Clock::now();
   auto measure_from =
@@ -325,9 +347,16 @@ Level Run(const std::string& url, bool grpc, const std::vector<Payload>& payload
       std::discrete_distribution<size_t> zipf(popularity.begin(), popularity.end());
       std::vector<Sample> mine;
       std::map<std::string, uint64_t> errors;
-      // Open loop: this connection's share of the schedule, due every threads/rate seconds.
+      // Open loop: this connection's share of the schedule, due every threads/rate seconds
+      // (with streams: its model's threads over the model's share of the rate).
       double period = open_loop ? static_cast<double>(threads) / offered : 0;
       auto offset = std::chrono::duration<double>(period * t / threads);
+      if (streams) {
+        size_t model = stream_model[static_cast<size_t>(t)];
+        int n = stream_threads[model];
+        period = n / (offered * popularity[model] / total_popularity);
+        offset = std::chrono::duration<double>(period * stream_index[static_cast<size_t>(t)] / n);
+      }
       for (uint64_t k = 0;; ++k) {
         Clock::time_point due = Clock::now();
         if (open_loop) {
@@ -339,7 +368,9 @@ Level Run(const std::string& url, bool grpc, const std::vector<Payload>& payload
         if (due >= end) {
           break;
         }
-        size_t chosen = mix.zipf > 0 ? zipf(pick) : (static_cast<size_t>(t) + k) % payloads.size();
+        size_t chosen = streams        ? stream_model[static_cast<size_t>(t)]
+                        : mix.zipf > 0 ? zipf(pick)
+                                       : (static_cast<size_t>(t) + k) % payloads.size();
         const Payload& p = payloads[chosen];
         auto result = grpc ? SendGrpc(connection, url, p, due)
                            : SendHttp(connection, url, p, due, mix.check ? &mix : nullptr);
