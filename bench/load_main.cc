@@ -303,6 +303,29 @@ std::variant<Sample, std::string> SendGrpc(Connection& c, const std::string& url
   return s;
 }
 
+// Open loop with --zipf: each model its own stream at its share of the rate, over its own
+// connections (its share of them, at least 2), so a model whose requests wait long (for a
+// load) never holds the connections another model's requests are due on.
+struct Streams {
+  std::vector<size_t> model;  // Per thread: its model.
+  std::vector<int> threads;   // Per model: its threads.
+  std::vector<int> index;     // Per thread: its index among its model's threads.
+};
+
+Streams MakeStreams(const std::vector<double>& popularity, int connections) {
+  Streams s;
+  double total = std::accumulate(popularity.begin(), popularity.end(), 0.0);
+  for (size_t k = 0; k < popularity.size(); ++k) {
+    int n = std::max(2, static_cast<int>(std::lround(connections * popularity[k] / total)));
+    s.threads.push_back(n);
+    for (int j = 0; j < n; ++j) {
+      s.model.push_back(k);
+      s.index.push_back(j);
+    }
+  }
+  return s;
+}
+
 Level Run(const std::string& url, bool grpc, const std::vector<Payload>& payloads, bool open_loop,
           double offered, int connections, double seconds, double warmup, Mix& mix) {
   Level level;
@@ -313,26 +336,15 @@ Level Run(const std::string& url, bool grpc, const std::vector<Payload>& payload
   }
   level.offered = offered;
   int threads = open_loop ? connections : static_cast<int>(offered);
-  // Open loop with --zipf: each model its own stream at its share of the rate, over its own
-  // connections (its share of them, at least 2), so a model whose requests wait long (for a
-  // load) never holds the connections another model's requests are due on.
-  std::vector<size_t> stream_model;  // Per thread (open loop with --zipf).
-  std::vector<int> stream_threads;   // Per model: its threads.
-  std::vector<int> stream_index;     // Per thread: its index among its model's threads.
   double total_popularity = std::accumulate(popularity.begin(), popularity.end(), 0.0);
   bool streams = open_loop && mix.zipf > 0;
+  Streams s = streams ? MakeStreams(popularity, connections) : Streams{};
   if (streams) {
-    for (size_t k = 0; k < payloads.size(); ++k) {
-      int n = std::max(
-          2, static_cast<int>(std::lround(connections * popularity[k] / total_popularity)));
-      stream_threads.push_back(n);
-      for (int j = 0; j < n; ++j) {
-        stream_model.push_back(k);
-        stream_index.push_back(j);
-      }
-    }
-    threads = static_cast<int>(stream_model.size());
+    threads = static_cast<int>(s.model.size());
   }
+  const std::vector<size_t>& stream_model = s.model;
+  const std::vector<int>& stream_threads = s.threads;
+  const std::vector<int>& stream_index = s.index;
   std::mutex mu;
   auto start = Clock::now();
   auto measure_from =
