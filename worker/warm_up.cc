@@ -7,8 +7,12 @@ namespace ferry::worker {
 void WarmUp(Backend& backend, Scheduler& scheduler, const std::vector<LoopModel>& models,
             std::optional<int> only) {
   for (const WarmupRun& run : scheduler.WarmupPlan()) {
+    // At start `models` grows one model at a time: later ones are not in it yet.
+    if ((only && run.model != *only) || static_cast<size_t>(run.model) >= models.size()) {
+      continue;
+    }
     const LoopModel& model = models[static_cast<size_t>(run.model)];
-    if ((only && run.model != *only) || model.failure || model.pipeline || model.unloaded) {
+    if (model.failure || model.pipeline || model.unloaded) {
       continue;
     }
     const Manifest& manifest = model.bundle->manifest;

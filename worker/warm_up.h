@@ -17,7 +17,8 @@
 
 namespace ferry::worker {
 
-// Warms every model of `models` (index = the scheduler's model number), or only model `only`.
+// Warms every model of `models` (index = the scheduler's model number; the scheduler may know
+// more models than `models` holds yet, which are skipped), or only model `only`.
 // A run that fails is logged and skipped (its cost is then learned from traffic).
 void WarmUp(Backend& backend, Scheduler& scheduler, const std::vector<LoopModel>& models,
             std::optional<int> only = std::nullopt);
