@@ -132,6 +132,9 @@ void WeightResidency::QueueRelease(int index) {
   scheduler_->SetResident(index, false);
   m.counters.resident = false;
   std::erase(pending_loads_, index);
+  if (fresh_ == index) {
+    fresh_ = -1;  // Out again before it ran (set on_demand): it no longer holds loads back.
+  }
   if (m.in_memory) {
     m.release_pending = true;
     ++m.counters.evictions;

@@ -380,6 +380,34 @@ TEST_CASE("max_load_fraction spaces loads: after a load of L, the next waits L (
   CHECK(r.LoadDelayNs(now + static_cast<int64_t>(load * 1000 * 1e9) + 1) == 0);
 }
 
+TEST_CASE("a model evicted before it ran after its load does not hold later loads back") {
+  ResidencyOptions options = Options(8 * kMiB);
+  options.mode = ResidencyMode::kExternal;
+  RecordingBackend backend({5 * kMiB, 5 * kMiB});
+  Scheduler scheduler = Fixture::Make(2);
+  WeightResidency r(&backend, &scheduler, options, [] {});
+  REQUIRE(r.Add(0, "m0", 0, Residency::kOnDemand).ok());
+  REQUIRE(r.Add(1, "m1", 1, Residency::kOnDemand).ok());
+  auto settle = [&](int model) {
+    for (int i = 0; i < 2000 && !scheduler.resident(model); ++i) {
+      r.Turn([](int) { return false; }, true);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return scheduler.resident(model);
+  };
+  testing::Push(scheduler, 0, testing::Req(0));
+  REQUIRE(settle(0));
+  REQUIRE(r.SetFloor(0, Residency::kOnDemand).ok());  // Out before its request ran.
+  CHECK_FALSE(scheduler.resident(0));
+  testing::Push(scheduler, 1, testing::Req(0));
+  REQUIRE(settle(1));  // m1's turn comes first (m0 was charged its load).
+  Decision d = scheduler.Next(testing::kMs);
+  REQUIRE(d.dispatch.model == 1);
+  r.Touch(1);
+  scheduler.Complete(d.dispatch, 0.001, testing::kMs);
+  CHECK(settle(0));
+}
+
 TEST_CASE("a removed model's bytes leave the budget") {
   Fixture f({4 * kMiB, 4 * kMiB}, 8 * kMiB);
   REQUIRE(f.Add(0, Residency::kWarm).ok());
