@@ -106,7 +106,7 @@ TEST_CASE("the next cold load: at its model's turn, fair by start tag, fifo by a
   fifo.SetResident(1, false);
   CHECK(fifo.NextColdLoad() == 1);
   fifo.SetResident(1, true);
-  CHECK(fifo.NextColdLoad() == -1);  // b's older request runs first.
+  CHECK(fifo.NextColdLoad() == -1);                    // b's older request runs first.
   CHECK(Make({Spec("a", {1})}).NextColdLoad() == -1);  // Nothing queued.
 }
 
