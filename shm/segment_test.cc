@@ -157,11 +157,12 @@ TEST_CASE("attaching to another layout version or a foreign segment is a clear e
   Result<Segment> created = Segment::Create(n.name, {1, 1, 64, 4 << 20});
   REQUIRE(created.ok());
   SegmentHeaderData& header = Header(*created);
-  header.layout_version = 7;
+  header.layout_version = kLayoutVersion + 1;
   Result<Segment> attached = Segment::Attach(n.name, 0);
   REQUIRE_FALSE(attached.ok());
-  CHECK(attached.error().message.find("layout version 7, this build speaks " +
-                                      std::to_string(kLayoutVersion)) != std::string::npos);
+  CHECK(attached.error().message.find("layout version " + std::to_string(kLayoutVersion + 1) +
+                                      ", this build speaks " + std::to_string(kLayoutVersion)) !=
+        std::string::npos);
   header.layout_version = kLayoutVersion;
   header.magic = 1;
   CHECK(Segment::Attach(n.name, 0).error().message.find("bad magic") != std::string::npos);

@@ -53,6 +53,29 @@ using ferry::kQueueWaitBoundsNs;
 using ferry::kQueueWaitBuckets;
 
 // Fixed-size strings are NUL-terminated and truncated to fit.
+// Executions at one compiled batch size (Triton's batch_stats): how many finished and their
+// summed execution time.
+inline constexpr size_t kMaxBatchStats = 16;
+struct BatchStatsData {
+  int64_t batch_size;  // 0: unused entry.
+  uint64_t executions;
+  uint64_t compute_ns;
+};
+
+// What a worker answered for one model, in the terms of Triton's statistics extension
+// (docs/frontend.md). Times run from when the worker drained the request from its ring.
+struct AnswerStatsData {
+  uint64_t ok_requests;
+  uint64_t ok_rows;     // Batch rows of the successful requests (Triton's inference_count).
+  uint64_t ok_ns;       // Summed time from arrival to answer written.
+  uint64_t compute_ns;  // Summed over successful requests: their batch's execution time.
+  uint64_t failed_requests;
+  uint64_t failed_ns;
+  int64_t last_answer_unix_ms;  // CLOCK_REALTIME of the last successful answer (0: none).
+  // Entry i: the i-th compiled size; sizes past the last entry share it.
+  BatchStatsData batches[kMaxBatchStats];
+};
+
 struct ModelStatusData {
   char name[136];
   char wire_batch_input[64];
@@ -96,6 +119,7 @@ struct ModelStatusData {
   uint64_t batch_size_le[kBatchSizeBuckets];
   uint64_t batch_size_count;
   uint64_t batch_size_sum;
+  AnswerStatsData answers;
 };
 
 struct StatusSnapshotData {

@@ -318,6 +318,7 @@ void DispatchLoop::PublishStatus(shm::ProcessState state) {
       m.batch_size_sum += static_cast<uint64_t>(size) * dispatches;
     }
     m.effective_max_batch = mm.effective_max_batch;
+    m.answers = answers_[i].data();
   }
   status_.Publish(s);
 }

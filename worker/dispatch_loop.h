@@ -45,6 +45,7 @@
 #include "shm/descriptor.h"
 #include "shm/ring.h"
 #include "shm/status.h"
+#include "worker/answer_stats.h"
 #include "worker/backends/backend.h"
 #include "worker/scheduler/scheduler.h"
 #include "worker/scheduler/wait_histogram.h"
@@ -217,7 +218,8 @@ class DispatchLoop {
   std::unordered_map<RequestKey, uint32_t, KeyHash> live_;  // Queued or executing -> id.
   std::vector<uint64_t> outstanding_;                       // Per model: queued or executing.
   std::vector<uint64_t> errors_;                            // Per model: backend errors.
-  std::vector<uint64_t> late_shed_;  // Per model: deadline passed between planning and launch.
+  std::vector<uint64_t> late_shed_;   // Per model: deadline passed between planning and launch.
+  std::vector<AnswerStats> answers_;  // Per model: what was answered (Triton's statistics).
   // Per tenant (0: none): requests served and their share of execution time (a batch's time
   // split over its members by rows).
   uint64_t tenant_requests_[shm::kMaxTenants + 1] = {};

@@ -498,6 +498,12 @@ TEST_CASE("a cancel takes a queued request out (CANCELLED, counted); one executi
   CHECK(cnn.cancelled == 1);
   CHECK(cnn.requests_served == 2);
   CHECK(cnn.outstanding == 0);
+  // The statistics extension's counts: two answered OK after their own 150 ms batch each.
+  CHECK(cnn.answers.ok_requests == 2);
+  CHECK(cnn.answers.failed_requests == 1);
+  CHECK(cnn.answers.compute_ns >= 200'000'000);
+  CHECK(cnn.answers.ok_ns >= cnn.answers.compute_ns);
+  CHECK(cnn.answers.batches[0].executions + cnn.answers.batches[1].executions == 2);
   // Cancels are not invalid descriptors, even when they find nothing.
   CHECK(shm::ReadStatus(f.segment, f.segment.WorkerSlot(0)).value().invalid_descriptors == 0);
 }

@@ -214,6 +214,12 @@ void DispatchLoop::AnswerBatch(std::unique_ptr<Batch> batch,
     for (uint32_t id : batch->members) {
       batch_rows += requests_[id].descriptor.rows;
     }
+    auto compute_ns = static_cast<int64_t>(timing->compute_seconds * 1e9);
+    int64_t unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+    AnswerStats& answers = answers_[static_cast<size_t>(batch->dispatch.model)];
+    answers.RecordExecution(batch->dispatch.batch_size, compute_ns);
     for (uint32_t id : batch->members) {
       Request& r = requests_[id];
       uint32_t tenant = r.descriptor.tenant;  // Validated: <= kMaxTenants.
@@ -221,6 +227,7 @@ void DispatchLoop::AnswerBatch(std::unique_ptr<Batch> batch,
       tenant_compute_seconds_[tenant] += timing->compute_seconds *
                                          static_cast<double>(r.descriptor.rows) /
                                          static_cast<double>(std::max<int64_t>(batch_rows, 1));
+      answers.RecordOk(r.descriptor.rows, now - r.arrival_ns, compute_ns, unix_ms);
       if (HookhostAlive(r.hookhost, r.descriptor.generation)) {
         CompleteOk(r, *batch, *timing);
         r.has_block = false;  // Lent to the hook host until it releases it.

@@ -29,6 +29,11 @@ void RefuseOversizeInterface(LoopModel& model) {
   }
 }
 
+AnswerStats AnswersFor(const LoopModel& model) {
+  return AnswerStats(model.bundle != nullptr ? model.bundle->manifest.batch_sizes
+                                             : std::vector<int64_t>{});
+}
+
 }  // namespace
 
 DispatchLoop::DispatchLoop(const shm::Segment& segment, uint32_t worker_slot, Backend* backend,
@@ -51,6 +56,7 @@ DispatchLoop::DispatchLoop(const shm::Segment& segment, uint32_t worker_slot, Ba
       max_in_flight_(std::max(1, backend->MaxInFlight())),
       snapshot_(std::make_unique<shm::StatusSnapshotData>()) {
   for (LoopModel& model : models_) {
+    answers_.push_back(AnswersFor(model));
     CountLoad(model);
     RefuseOversizeInterface(model);
   }
@@ -222,6 +228,7 @@ void DispatchLoop::AddModel(LoadedModel loaded) {
   outstanding_.push_back(0);
   errors_.push_back(0);
   late_shed_.push_back(0);
+  answers_.push_back(AnswersFor(models_.back()));
   for (shm::DescriptorRules& rules : submit_rules_) {
     rules.num_models = static_cast<uint32_t>(models_.size());
   }

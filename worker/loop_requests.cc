@@ -106,17 +106,21 @@ void DispatchLoop::Submit(uint32_t h, const shm::DescriptorData& d, int64_t now)
     return;  // From a dead incarnation: dropped without reading its inputs.
   }
   const LoopModel& model = models_[d.model];
+  auto refuse = [&](const Error& error) {  // Counted as failed, with no time spent here.
+    answers_[d.model].RecordFailed(0);
+    CompleteError(h, d, error);
+  };
   if (state_ == shm::ProcessState::kDraining) {
-    CompleteError(h, d, Unavailable("worker slot " + std::to_string(slot_) + " is draining"));
+    refuse(Unavailable("worker slot " + std::to_string(slot_) + " is draining"));
     return;
   }
   if (model.failure) {
-    CompleteError(h, d, *model.failure);
+    refuse(*model.failure);
     return;
   }
   Status inputs = CheckInputs(model, d);
   if (!inputs.ok()) {
-    CompleteError(h, d, inputs.error());
+    refuse(inputs.error());
     return;
   }
   RequestKey key{d.slot, d.generation, d.sequence};
@@ -158,7 +162,7 @@ void DispatchLoop::Submit(uint32_t h, const shm::DescriptorData& d, int64_t now)
   }
   if (!queued.ok()) {
     FreeRequest(id);  // First: the id must not be live for the message block to be lent.
-    CompleteError(h, d, queued.error());
+    refuse(queued.error());
     return;
   }
   ++outstanding_[d.model];
@@ -202,6 +206,7 @@ void DispatchLoop::FailRequest(uint32_t id, const Error& error) {
   // The id leaves the live set first, so the error's message block may be lent under it.
   live_.erase({r.descriptor.slot, r.descriptor.generation, r.descriptor.sequence});
   CompleteError(r.hookhost, r.descriptor, error);
+  answers_[static_cast<size_t>(r.model)].RecordFailed(MonotonicNs() - r.arrival_ns);
   Answered(r.model);
   FreeRequest(id);
 }
