@@ -74,7 +74,8 @@ using RawService = Grpc::WithRawCallbackMethod_ServerLive<
             Grpc::WithRawCallbackMethod_ModelInfer<Grpc::WithRawCallbackMethod_ModelStreamInfer<
                 Grpc::WithRawCallbackMethod_ModelConfig<Grpc::WithRawCallbackMethod_RepositoryIndex<
                     Grpc::WithRawCallbackMethod_RepositoryModelLoad<
-                        Grpc::WithRawCallbackMethod_RepositoryModelUnload<Grpc::Service>>>>>>>>>>>;
+                        Grpc::WithRawCallbackMethod_RepositoryModelUnload<
+                            Grpc::WithRawCallbackMethod_ModelStatistics<Grpc::Service>>>>>>>>>>>>;
 
 // `bytes` parsed into `message`. INVALID_ARGUMENT naming the message type and its size.
 template <typename Message>
@@ -180,6 +181,22 @@ class Service final : public RawService {
             m->set_state(entry.value("state", ""));
             m->set_reason(entry.value("reason", ""));
           }
+          return grpc::Status::OK;
+        });
+  }
+  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* call,
+                                            const grpc::ByteBuffer* in_bytes,
+                                            grpc::ByteBuffer* out_bytes) override {
+    return Reply<inference::ModelStatisticsRequest, inference::ModelStatisticsResponse>(
+        call, in_bytes, out_bytes,
+        [&](const inference::ModelStatisticsRequest* in,
+            inference::ModelStatisticsResponse* out) -> grpc::Status {
+          Result<std::vector<frontend::ModelStatistics>> stats =
+              kserve_->Statistics(in->name(), in->version());
+          if (!stats.ok()) {
+            return ToGrpc(stats.error());
+          }
+          StatisticsProto(*stats, out);
           return grpc::Status::OK;
         });
   }

@@ -1,6 +1,6 @@
 // The KServe v2 gRPC service of a hook host: inference.GRPCInferenceService (ServerLive,
-// ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelConfig, ModelInfer,
-// ModelStreamInfer) over the same request flow as HTTP (kserve_service.h). GrpcFrontEnd
+// ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelConfig, ModelStatistics,
+// ModelInfer, ModelStreamInfer, the repository index) over the same request flow as HTTP (kserve_service.h). GrpcFrontEnd
 // (grpc_front_end.h) serves it on the hook host's connections.
 //
 // Tensors travel as raw_input_contents / raw_output_contents (what tritonclient sends and

@@ -231,6 +231,42 @@ json KServeService::LoadJson() const {
   return out;
 }
 
+Result<std::vector<ModelStatistics>> KServeService::Statistics(std::string_view name,
+                                                               std::string_view version) const {
+  std::vector<const hookhost::HookModel*> chosen;
+  if (name.empty()) {
+    for (const hookhost::HookModel& m : models_) {
+      if (!m.unloaded && !m.failure) {
+        chosen.push_back(&m);
+      }
+    }
+  } else {
+    const hookhost::HookModel* model = Find(name);
+    if (model == nullptr) {
+      return NotFound("unknown model '" + std::string(name.substr(0, 128)) + "'");
+    }
+    if (!version.empty() &&
+        (model->failure || version != std::to_string(model->manifest().version))) {
+      return NotFound("model '" + model->name + "' has no version '" +
+                      std::string(version.substr(0, 32)) + "'");
+    }
+    chosen.push_back(model);
+  }
+  std::vector<shm::StatusSnapshotData> workers;
+  for (uint32_t w = 0; w < segment_.workers(); ++w) {
+    Result<shm::StatusSnapshotData> s = ProbeStatus(segment_, segment_.WorkerSlot(w));
+    if (s.ok()) {
+      workers.push_back(std::move(*s));
+    }
+  }
+  std::vector<ModelStatistics> out;
+  for (const hookhost::HookModel* m : chosen) {
+    std::string v = m->failure ? "" : std::to_string(m->manifest().version);
+    out.push_back(SumModelStatistics(m->name, v, workers));
+  }
+  return out;
+}
+
 bool KServeService::ServerReady() const {
   if (draining_.load()) {
     return false;
@@ -302,6 +338,10 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
     respond(NoSuchEndpoint(request));
     return;
   }
+  if (parts.size() == 3 && parts[2] == "stats") {
+    respond(get ? StatisticsResponse({}, {}) : MethodNotAllowed(request));
+    return;
+  }
   HandleModel(parts, std::move(request), trace, std::move(respond));
 }
 
@@ -322,6 +362,12 @@ net::HttpResponse KServeService::Repository(const std::vector<std::string_view>&
     return Json(403, {{"error", kModelControlRefusal}});
   }
   return NoSuchEndpoint(request);
+}
+
+net::HttpResponse KServeService::StatisticsResponse(std::string_view name,
+                                                    std::string_view version) const {
+  Result<std::vector<ModelStatistics>> stats = Statistics(name, version);
+  return stats.ok() ? Json(200, StatisticsJson(*stats)) : ErrorResponse(stats.error());
 }
 
 void KServeService::HandleModel(const std::vector<std::string_view>& parts,
@@ -375,6 +421,9 @@ void KServeService::HandleModel(const std::vector<std::string_view>& parts,
     respond(get ? Json(200, ModelMetadata(model->manifest())) : MethodNotAllowed(request));
   } else if (action == "config") {
     respond(get ? Json(200, ModelConfig(model->manifest())) : MethodNotAllowed(request));
+  } else if (action == "stats") {
+    std::string_view version = next == 5 ? parts[4] : std::string_view();
+    respond(get ? StatisticsResponse(model->name, version) : MethodNotAllowed(request));
   } else {
     respond(NoSuchEndpoint(request));
   }

@@ -7,6 +7,7 @@
 //   GET  /v2/models/M[/versions/V]            model metadata
 //   GET  /v2/models/M[/versions/V]/ready      200 | 400 {"name": M, "ready": ...}
 //   GET  /v2/models/M[/versions/V]/config     Triton's model configuration subset
+//   GET  /v2/models[/M[/versions/V]]/stats    the statistics extension (model_statistics.h)
 //   POST /v2/models/M[/versions/V]/infer      JSON or binary tensors
 //
 // Errors: {"error": "..."} with INVALID_ARGUMENT 400, NOT_FOUND 404, RESOURCE_EXHAUSTED 429
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "hookhost/frontend/kserve_codec.h"
+#include "hookhost/frontend/model_statistics.h"
 #include "hookhost/hook_models.h"
 #include "hookhost/hookhost.h"
 #include "net/http_server.h"
@@ -64,6 +66,11 @@ class KServeService {
   // The repository extension's index: one entry per model served ({name, version, state
   // READY or UNAVAILABLE, reason}), only the ready ones when `ready_only`.
   nlohmann::json RepositoryIndex(bool ready_only) const;
+  // The statistics extension: every model served that has not failed (`name` empty), or
+  // `name`'s (at `version`, when not empty), summed over the workers' statuses; a worker whose
+  // status stays torn is left out. NOT_FOUND for an unknown model or version.
+  Result<std::vector<ModelStatistics>> Statistics(std::string_view name,
+                                                  std::string_view version) const;
   // Why the repository extension's load and unload are refused on this port.
   static constexpr const char* kModelControlRefusal =
       "model load and unload are not served on the KServe port: what a node serves is changed "
@@ -88,7 +95,9 @@ class KServeService {
   // what a node serves).
   net::HttpResponse Repository(const std::vector<std::string_view>& parts,
                                const net::HttpRequest& request) const;
-  // /v2/models/M[/versions/V][/ready|/infer|/config]: `parts` is the target's path.
+  // GET /v2/models[/M[/versions/V]]/stats: Statistics as JSON.
+  net::HttpResponse StatisticsResponse(std::string_view name, std::string_view version) const;
+  // /v2/models/M[/versions/V][/ready|/infer|/config|/stats]: `parts` is the target's path.
   void HandleModel(const std::vector<std::string_view>& parts, net::HttpRequest&& request,
                    const std::optional<TraceContext>& trace, net::Responder respond);
   // `trace`: the request's valid traceparent (Handle has `respond` echo it already). A body

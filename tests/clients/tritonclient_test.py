@@ -104,11 +104,71 @@ def main():
         check(False, "repository load refused")
     except InferenceServerException as e:
         check("ferryctl load" in str(e), "repository load refused, naming ferryctl")
+    statistics_checks(client, grpcclient.InferenceServerClient(sys.argv[2]))
     grpc_checks(sys.argv[2])
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)
     print("all tritonclient checks passed")
+
+
+def statistics_checks(client, grpc_client):
+    """The statistics extension over HTTP and gRPC: five requests of one row each show up as
+    five successes, five inferences, queue and compute time, and executions split by size."""
+    def cnn_stats():
+        return client.get_inference_statistics("cnn")["model_stats"][0]
+    # Earlier checks ran the CNN: wait until their answers are all counted.
+    before, settled = cnn_stats(), None
+    while before != settled:
+        time.sleep(0.2)
+        settled, before = before, cnn_stats()
+    x = np.random.default_rng(5).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    for _ in range(5):
+        inp = httpclient.InferInput("image", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        client.infer("cnn", [inp])
+    deadline = time.time() + 10  # The workers publish their status every few ms.
+    after = cnn_stats()
+    while after["inference_stats"]["success"]["count"] < before["inference_stats"]["success"]["count"] + 5 \
+            and time.time() < deadline:
+        time.sleep(0.05)
+        after = cnn_stats()
+    def delta(*path):
+        a, b = after, before
+        for key in path:
+            a, b = a[key], b[key]
+        return a - b
+    check(delta("inference_stats", "success", "count") == 5, f"stats: 5 successes ({after})")
+    check(delta("inference_count") == 5, "stats: 5 inferences (one row each)")
+    check(1 <= delta("execution_count") <= 5, "stats: between 1 and 5 executions")
+    check(delta("inference_stats", "queue", "count") == 5, "stats: 5 requests queued")
+    check(delta("inference_stats", "compute_infer", "ns") > 0 and
+          delta("inference_stats", "success", "ns") >= delta("inference_stats", "compute_infer", "ns") / 5,
+          "stats: compute and request time counted")
+    check(sum(b["compute_infer"]["count"] for b in after["batch_stats"]) == after["execution_count"],
+          "stats: batch_stats add up to the executions")
+    check(abs(after["last_inference"] - time.time() * 1000) < 60_000, "stats: last_inference is now")
+    check(after["version"] == "1", "stats: the version")
+    versioned = client.get_inference_statistics("cnn", "1")["model_stats"][0]
+    check(versioned["inference_count"] >= after["inference_count"], "stats: by version")
+    every = {m["name"] for m in client.get_inference_statistics()["model_stats"]}
+    check({"cnn", "mlp"} <= every, f"stats: every model ({every})")
+    g = grpc_client.get_inference_statistics("cnn").model_stats[0]
+    check(g.name == "cnn" and g.inference_count >= after["inference_count"] and
+          g.inference_stats.success.count >= after["inference_stats"]["success"]["count"],
+          "gRPC stats: the same counts")
+    for name, version in (("nosuch", ""), ("cnn", "9")):
+        try:
+            client.get_inference_statistics(name, version)
+            check(False, f"stats of {name} version {version!r} refused")
+        except InferenceServerException as e:
+            check(e.status() == "404" or "404" in str(e) or "no version" in str(e) or "unknown" in str(e),
+                  f"stats of {name} version {version!r}: 404 ({e})")
+        try:
+            grpc_client.get_inference_statistics(name, version)
+            check(False, f"gRPC stats of {name} version {version!r} refused")
+        except InferenceServerException as e:
+            check("NOT_FOUND" in str(e.status()), f"gRPC stats of {name} {version!r}: NOT_FOUND")
 
 
 def typed_contents_checks(address):
