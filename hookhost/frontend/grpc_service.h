@@ -1,7 +1,7 @@
 // The KServe v2 gRPC service of a hook host: inference.GRPCInferenceService (ServerLive,
 // ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelConfig, ModelStatistics,
-// ModelInfer, ModelStreamInfer, the repository index) over the same request flow as HTTP (kserve_service.h). GrpcFrontEnd
-// (grpc_front_end.h) serves it on the hook host's connections.
+// ModelInfer, ModelStreamInfer, the repository index) over the same request flow as HTTP
+// (kserve_service.h). GrpcFrontEnd (grpc_front_end.h) serves it on the hook host's connections.
 //
 // Tensors travel as raw_input_contents / raw_output_contents (what tritonclient sends and
 // reads) or typed contents on input. Errors map to gRPC status codes of the same names; a
