@@ -21,6 +21,10 @@ std::string_view ErrorCodeName(ErrorCode code) {
       return "INTERNAL";
     case ErrorCode::kCancelled:
       return "CANCELLED";
+    case ErrorCode::kUnauthenticated:
+      return "UNAUTHENTICATED";
+    case ErrorCode::kPermissionDenied:
+      return "PERMISSION_DENIED";
   }
   return "UNKNOWN";
 }

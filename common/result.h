@@ -24,8 +24,10 @@ enum class ErrorCode {
   kUnavailable,        // 503: a worker or hook host was lost.
   kInternal,           // 500: a bug or an impossible environment.
   kCancelled,          // 499: the client left (closed its connection, cancelled its call).
+  kUnauthenticated,    // 401: no valid API key where one is required.
+  kPermissionDenied,   // 403: the key's tenant may not call this model.
 };
-inline constexpr ErrorCode kLastErrorCode = ErrorCode::kCancelled;
+inline constexpr ErrorCode kLastErrorCode = ErrorCode::kPermissionDenied;
 
 // "INVALID_ARGUMENT", "NOT_FOUND", ...
 std::string_view ErrorCodeName(ErrorCode code);
@@ -53,6 +55,12 @@ inline Error Unavailable(std::string message) {
 }
 inline Error Internal(std::string message) { return {ErrorCode::kInternal, std::move(message)}; }
 inline Error Cancelled(std::string message) { return {ErrorCode::kCancelled, std::move(message)}; }
+inline Error Unauthenticated(std::string message) {
+  return {ErrorCode::kUnauthenticated, std::move(message)};
+}
+inline Error PermissionDenied(std::string message) {
+  return {ErrorCode::kPermissionDenied, std::move(message)};
+}
 
 // Reports a Result used against its REQUIRES (value() of an error, error() of a success) and
 // aborts, in every build: a test checking `error().code` of a Result that is wrongly OK must
