@@ -366,6 +366,28 @@ static void ReadFrontend(TableReader& r, FrontendSettings* f) {
   r.Finish();
 }
 
+// Numbers the [tenants.NAME] tables after the [frontend] tenants, and checks that a required
+// key can be had.
+static void DeclareTenants(TableReader& r, NodeConfig* config) {
+  std::vector<std::string>& names = config->frontend.tenants;
+  for (const TenantSettings& t : config->tenants) {
+    if (std::find(names.begin(), names.end(), t.name) == names.end()) {
+      names.push_back(t.name);
+    }
+  }
+  if (names.size() > kMaxTenants) {
+    r.ErrorAt("tenants", "at most " + std::to_string(kMaxTenants) +
+                             " tenants, [frontend] tenants and [tenants] tables together");
+  }
+  bool keys = std::any_of(config->tenants.begin(), config->tenants.end(),
+                          [](const TenantSettings& t) { return !t.keys_file.empty(); });
+  if (config->auth.required && !keys) {
+    r.ErrorAt("auth",
+              "required = true, but no [tenants.NAME] has a keys_file: no request "
+              "could be served");
+  }
+}
+
 static void ReadSupervisor(TableReader& r, SupervisorSettings* s) {
   if (r.String("control_socket", &s->control_socket) &&
       (s->control_socket.empty() || s->control_socket[0] != '/' ||
@@ -465,6 +487,14 @@ Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& sou
     if (auto supervisor = reader.Table("supervisor")) {
       ReadSupervisor(*supervisor, &config.supervisor);
     }
+    if (auto tenants = reader.Table("tenants")) {
+      ReadTenants(*tenants, base_dir, &config.tenants);
+      tenants->Finish();
+    }
+    if (auto auth = reader.Table("auth")) {
+      ReadAuth(*auth, &config.auth);
+    }
+    DeclareTenants(reader, &config);
     if (auto hooks = reader.Table("hooks")) {
       hooks->Enum<SandboxMode>("sandbox", &config.hooks.sandbox,
                                {{"strict", SandboxMode::kStrict}, {"off", SandboxMode::kOff}});

@@ -14,6 +14,7 @@
 
 #include "common/result.h"
 #include "config/scheduler_config.h"
+#include "config/tenant_config.h"
 
 namespace ferry {
 
@@ -222,6 +223,10 @@ struct NodeConfig {
   SchedulerConfig scheduler;
   GatewaySettings gateway;
   HookSettings hooks;
+  // [tenants.NAME] (config/tenant_config.h): each also named in frontend.tenants, whose order
+  // numbers the node's tenants.
+  std::vector<TenantSettings> tenants;
+  AuthSettings auth;
 };
 
 using Environment = std::map<std::string, std::string>;

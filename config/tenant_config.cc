@@ -1,0 +1,178 @@
+#include "config/tenant_config.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "config/scheduler_config.h"
+
+namespace ferry {
+
+bool TenantSettings::MayCall(std::string_view model) const {
+  return std::any_of(models.begin(), models.end(),
+                     [&](const std::string& m) { return m == "*" || m == model; });
+}
+
+void ReadTenants(TableReader& r, const std::string& base_dir,
+                 std::vector<TenantSettings>* tenants) {
+  for (auto& [name, t] : r.NamedTables()) {
+    TenantSettings tenant;
+    tenant.name = name;
+    if (!IsValidModelName(name)) {
+      r.ErrorAt(name, "'" + name.substr(0, 64) +
+                          "' is not a tenant name (letters, digits, '_', '-', '.'; at most 128 "
+                          "bytes)");
+    }
+    if (!t.StringArray("models", &tenant.models)) {
+      t.ErrorAt("models", "missing: the models this tenant may call (\"*\" for every model)");
+    }
+    for (const std::string& m : tenant.models) {
+      bool all = m == "*" && tenant.models.size() == 1;
+      if (!all && !IsValidModelName(m)) {
+        t.ErrorAt("models", "'" + m.substr(0, 64) +
+                                "' is not a model name (\"*\" stands alone, for every model)");
+      }
+    }
+    if (t.String("keys_file", &tenant.keys_file)) {
+      if (tenant.keys_file.empty()) {
+        t.ErrorAt("keys_file", "must not be empty");
+      } else if (std::filesystem::path(tenant.keys_file).is_relative() && !base_dir.empty()) {
+        tenant.keys_file =
+            (std::filesystem::path(base_dir) / tenant.keys_file).lexically_normal().string();
+      }
+    }
+    t.Finish();
+    tenants->push_back(std::move(tenant));
+  }
+}
+
+void ReadAuth(TableReader& r, AuthSettings* auth) {
+  r.Bool("required", &auth->required);
+  std::vector<std::string> open;
+  if (r.StringArray("open_endpoints", &open)) {
+    auth->open_endpoints = 0;
+    for (const std::string& e : open) {
+      if (e == "health") {
+        auth->open_endpoints |= kOpenHealth;
+      } else if (e == "metadata") {
+        auth->open_endpoints |= kOpenMetadata;
+      } else if (e == "statistics") {
+        auth->open_endpoints |= kOpenStatistics;
+      } else {
+        r.ErrorAt("open_endpoints", "unknown endpoint class '" + e.substr(0, 32) +
+                                        "' (expected health, metadata, statistics)");
+      }
+    }
+  }
+  r.Finish();
+}
+
+namespace {
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+bool ParseDigest(std::string_view line, KeyDigest* out) {
+  constexpr std::string_view kPrefix = "sha256:";
+  if (line.size() != kPrefix.size() + 64 || line.substr(0, kPrefix.size()) != kPrefix) {
+    return false;
+  }
+  for (size_t i = 0; i < 32; ++i) {
+    int hi = HexValue(line[kPrefix.size() + 2 * i]);
+    int lo = HexValue(line[kPrefix.size() + 2 * i + 1]);
+    if (hi < 0 || lo < 0) {
+      return false;
+    }
+    (*out)[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return true;
+}
+
+Result<std::string> ReadPrivateFile(const std::string& path) {
+  // O_NONBLOCK: a FIFO must not block the open; O_NOFOLLOW: the checked file is the one read.
+  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    return InvalidArgument("keys file " + path + ": " + std::strerror(errno));
+  }
+  struct Close {
+    int fd;
+    ~Close() { close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return InvalidArgument("keys file " + path + ": not a regular file");
+  }
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return InvalidArgument("keys file " + path + " has mode " + mode +
+                           ": group or others may read or write it; chmod 600 it");
+  }
+  if (static_cast<uint64_t>(st.st_size) > kMaxKeysFileBytes) {
+    return InvalidArgument("keys file " + path + " is larger than " +
+                           std::to_string(kMaxKeysFileBytes) + " bytes");
+  }
+  std::string text(static_cast<size_t>(st.st_size) + 1, '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    ssize_t n = read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      return InvalidArgument("keys file " + path + ": " + std::strerror(errno));
+    }
+    if (n == 0) {
+      break;
+    }
+    got += static_cast<size_t>(n);
+  }
+  if (got > kMaxKeysFileBytes) {  // It grew after fstat.
+    return InvalidArgument("keys file " + path + " is larger than " +
+                           std::to_string(kMaxKeysFileBytes) + " bytes");
+  }
+  text.resize(got);
+  return text;
+}
+
+}  // namespace
+
+Result<std::vector<KeyDigest>> ReadKeysFile(const std::string& path) {
+  FERRY_ASSIGN_OR_RETURN(std::string text, ReadPrivateFile(path));
+  std::vector<KeyDigest> keys;
+  std::string_view rest(text);
+  for (size_t line = 1; !rest.empty(); ++line) {
+    size_t end = rest.find('\n');
+    std::string_view l = rest.substr(0, end);
+    rest.remove_prefix(end == std::string_view::npos ? rest.size() : end + 1);
+    while (!l.empty() && (l.back() == '\r' || l.back() == ' ' || l.back() == '\t')) {
+      l.remove_suffix(1);
+    }
+    if (l.empty() || l[0] == '#') {
+      continue;
+    }
+    KeyDigest digest{};
+    if (!ParseDigest(l, &digest)) {
+      return InvalidArgument("keys file " + path + ":" + std::to_string(line) +
+                             ": expected \"sha256:\" and 64 hex digits (the digest of a key, "
+                             "never the key itself)");
+    }
+    if (keys.size() == kMaxKeysPerFile) {
+      return InvalidArgument("keys file " + path + " holds more than " +
+                             std::to_string(kMaxKeysPerFile) + " keys");
+    }
+    keys.push_back(digest);
+  }
+  return keys;
+}
+
+}  // namespace ferry

@@ -1,0 +1,62 @@
+// [tenants.NAME] and [auth] of the node file: which models each tenant may call and the file
+// of its API keys' digests, and whether a request must carry a key (docs/security.md).
+//
+//   [auth]
+//   required = true                  # no valid key: 401 / UNAUTHENTICATED. Default false.
+//   open_endpoints = ["health"]      # served without a key: health, metadata, statistics
+//   [tenants.acme]
+//   models = ["mlp", "cnn"]          # or ["*"]: every model
+//   keys_file = "keys/acme.keys"     # relative to the node file; lines "sha256:HEX"
+//
+// A [tenants.NAME] table also declares NAME as a tenant, as [frontend] tenants does.
+//
+// Thread safety: plain data and pure functions.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "config/toml_reader.h"
+
+namespace ferry {
+
+struct TenantSettings {
+  std::string name;
+  std::vector<std::string> models;  // Model names, or the single entry "*": every model.
+  std::string keys_file;            // Absolute; empty: this tenant has no keys.
+  bool MayCall(std::string_view model) const;
+};
+
+// Endpoint classes [auth] open_endpoints may name. Inference is never open under auth.
+enum OpenEndpoint : uint32_t {
+  kOpenHealth = 1,      // /v2/health/*, model readiness, /v2/ferry/load (gRPC: ServerLive, ...)
+  kOpenMetadata = 2,    // server and model metadata, model config, the repository index
+  kOpenStatistics = 4,  // the statistics extension
+};
+
+struct AuthSettings {
+  bool required = false;
+  uint32_t open_endpoints = kOpenHealth;  // OpenEndpoint bits.
+};
+
+// Reads [tenants] (every entry a table) into `tenants`, in name order; relative keys_file
+// paths are resolved against `base_dir`.
+void ReadTenants(TableReader& r, const std::string& base_dir, std::vector<TenantSettings>* tenants);
+void ReadAuth(TableReader& r, AuthSettings* auth);
+
+// The SHA-256 digest of an API key.
+using KeyDigest = std::array<uint8_t, 32>;
+inline constexpr size_t kMaxKeysPerFile = 4096;
+inline constexpr size_t kMaxKeysFileBytes = 1 << 20;
+
+// A keys file: one "sha256:" and 64 hex digits per line (any case); blank lines and lines
+// starting with '#' are skipped. Refused (INVALID_ARGUMENT naming the path and line, never
+// the line's text, which may be a key pasted by mistake): a file that is not a regular file
+// (a FIFO, a device, a symbolic link), readable or writable by group or others (mode & 077),
+// over kMaxKeysFileBytes or kMaxKeysPerFile keys, or with any other line.
+Result<std::vector<KeyDigest>> ReadKeysFile(const std::string& path);
+
+}  // namespace ferry

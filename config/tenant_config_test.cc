@@ -1,0 +1,123 @@
+#include "config/tenant_config.h"
+
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "config/node_config.h"
+
+namespace ferry {
+namespace {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char name[] = "/tmp/ferry-keys-XXXXXX";
+    path = mkdtemp(name);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string Write(const std::string& file, const std::string& text, mode_t mode = 0600) {
+    std::string p = path + "/" + file;
+    std::ofstream(p) << text;
+    chmod(p.c_str(), mode);
+    return p;
+  }
+};
+
+const std::string kDigest = "sha256:" + std::string(64, 'a');
+
+bool Contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+TEST_CASE("a keys file holds digests, comments and blank lines") {
+  TempDir dir;
+  std::string p = dir.Write(
+      "k", "# acme's keys\n\n" + kDigest + "\r\nsha256:" + std::string(62, 'F') + "0e  \n");
+  Result<std::vector<KeyDigest>> keys = ReadKeysFile(p);
+  REQUIRE(keys.ok());
+  REQUIRE(keys->size() == 2);
+  CHECK((*keys)[0][0] == 0xaa);
+  CHECK((*keys)[1][0] == 0xff);
+  CHECK((*keys)[1][31] == 0x0e);
+}
+
+TEST_CASE("hostile keys files are refused naming the file and line, never the text") {
+  TempDir dir;
+  CHECK(Contains(ReadKeysFile(dir.Write("loose", kDigest + "\n", 0644)).error().message,
+                 "mode 0644"));
+  CHECK(Contains(ReadKeysFile(dir.Write("group", kDigest + "\n", 0640)).error().message,
+                 "chmod 600"));
+  Result<std::vector<KeyDigest>> raw = ReadKeysFile(dir.Write("raw", "my-secret-key\n"));
+  REQUIRE_FALSE(raw.ok());
+  CHECK(Contains(raw.error().message, "raw:1"));
+  CHECK_FALSE(Contains(raw.error().message, "my-secret-key"));
+  CHECK_FALSE(ReadKeysFile(dir.Write("short", "sha256:abcd\n")).ok());
+  CHECK_FALSE(ReadKeysFile(dir.Write("nothex", "sha256:" + std::string(64, 'g') + "\n")).ok());
+  CHECK_FALSE(ReadKeysFile(dir.Write("md5", "md5:" + std::string(32, 'a') + "\n")).ok());
+  std::string big(kMaxKeysFileBytes + 1, '#');
+  CHECK(Contains(ReadKeysFile(dir.Write("big", big)).error().message, "larger than"));
+  std::string many;
+  for (size_t i = 0; i <= kMaxKeysPerFile; ++i) {
+    many += kDigest + "\n";
+  }
+  CHECK(Contains(ReadKeysFile(dir.Write("many", many)).error().message, "more than 4096"));
+  std::string fifo = dir.path + "/fifo";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(Contains(ReadKeysFile(fifo).error().message, "not a regular file"));  // No hang.
+  std::string target = dir.Write("target", kDigest + "\n");
+  std::filesystem::create_symlink(target, dir.path + "/link");
+  CHECK_FALSE(ReadKeysFile(dir.path + "/link").ok());
+  CHECK_FALSE(ReadKeysFile(dir.path + "/absent").ok());
+  CHECK_FALSE(ReadKeysFile(dir.path).ok());  // A directory.
+  CHECK(ReadKeysFile(dir.Write("empty", "")).value().empty());
+}
+
+Result<NodeConfig> Parse(const std::string& text) {
+  return ParseNodeConfig(text, "node.toml", "/etc/ferry", {});
+}
+
+TEST_CASE("[tenants.NAME] and [auth] are read, numbered after [frontend] tenants") {
+  Result<NodeConfig> c = Parse(
+      "[frontend]\ntenants = [\"ops\"]\n"
+      "[auth]\nrequired = true\nopen_endpoints = [\"health\", \"statistics\"]\n"
+      "[tenants.acme]\nmodels = [\"mlp\", \"cnn\"]\nkeys_file = \"keys/acme\"\n"
+      "[tenants.globex]\nmodels = [\"*\"]\nkeys_file = \"/srv/globex.keys\"\n");
+  REQUIRE(c.ok());
+  CHECK(c->frontend.tenants == std::vector<std::string>{"ops", "acme", "globex"});
+  REQUIRE(c->tenants.size() == 2);
+  CHECK(c->tenants[0].keys_file == "/etc/ferry/keys/acme");
+  CHECK(c->tenants[0].MayCall("cnn"));
+  CHECK_FALSE(c->tenants[0].MayCall("bert"));
+  CHECK(c->tenants[1].MayCall("bert"));
+  CHECK(c->auth.required);
+  CHECK(c->auth.open_endpoints == (kOpenHealth | kOpenStatistics));
+  CHECK_FALSE(Parse("").value().auth.required);
+  CHECK(Parse("").value().auth.open_endpoints == kOpenHealth);
+}
+
+TEST_CASE("tenant and auth mistakes are errors") {
+  auto error = [](const std::string& text) {
+    Result<NodeConfig> c = Parse(text);
+    return c.ok() ? std::string() : c.error().message;
+  };
+  CHECK(Contains(error("[tenants.acme]\nkeys_file = \"k\"\n"), "models"));
+  CHECK(Contains(error("[tenants.acme]\nmodels = [\"*\", \"mlp\"]\n"), "stands alone"));
+  CHECK(Contains(error("[tenants.acme]\nmodels = [\"a b\"]\n"), "not a model name"));
+  CHECK(Contains(error("[tenants.acme]\nmodels = [\"*\"]\nweight = 2\n"), "weight"));
+  CHECK(Contains(error("[tenants.\"a b\"]\nmodels = [\"*\"]\n"), "not a tenant name"));
+  CHECK(Contains(error("[auth]\nrequired = true\n"), "no [tenants.NAME] has a keys_file"));
+  CHECK(Contains(error("[auth]\nopen_endpoints = [\"infer\"]\n"), "unknown endpoint class"));
+  std::string many = "[frontend]\ntenants = [";
+  for (int i = 0; i < 16; ++i) {
+    many += (i ? ", " : "") + std::string("\"t") + std::to_string(i) + "\"";
+  }
+  CHECK(Contains(error(many + "]\n[tenants.extra]\nmodels = [\"*\"]\n"), "at most 16"));
+}
+
+}  // namespace
+}  // namespace ferry
