@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "shm/key_table.h"
 #include "shm/status.h"
 
 namespace ferry::shm {
@@ -65,7 +66,9 @@ bool ComputeLayout(const SegmentLayout& in, SegmentOffsets* out) {
   c.reset_tails_offset = offset;
   offset = AlignUp(offset + 2ull * in.hookhosts * in.workers * sizeof(std::atomic<uint64_t>), 64);
   c.control_tails_offset = offset;
-  offset += slots * RingStride(in.ring_capacity);
+  offset = AlignUp(offset + slots * RingStride(in.ring_capacity), 64);
+  c.keys_offset = offset;
+  offset += sizeof(KeyTableData);
   c.supervisor_bytes = AlignUp(offset, kPage);
   uint64_t overhead = c.supervisor_bytes + in.hookhosts * c.hookhost.partition_offset +
                       in.workers * c.worker.partition_offset;
@@ -164,6 +167,7 @@ Result<Segment> Segment::Create(const std::string& name, const SegmentLayout& la
   }
   uint8_t* supervisor = segment.bases_[slots];
   new (supervisor + c.supervisor_bell_offset) BellData{};
+  new (supervisor + c.keys_offset) KeyTableData{};
   for (uint32_t r = 0; r < 2 * layout.hookhosts * layout.workers; ++r) {
     new (&segment.ring_reset_tail(r)) std::atomic<uint64_t>(0);
   }
@@ -368,6 +372,10 @@ BellData& Segment::bell(uint32_t slot) const {
 }
 StatusData& Segment::status(uint32_t slot) const {
   return *reinterpret_cast<StatusData*>(Base(slot) + SlotLayout(slot).status_offset);
+}
+
+KeyTableData& Segment::keys() const {
+  return *reinterpret_cast<KeyTableData*>(Base(kSupervisor) + offsets_.keys_offset);
 }
 
 FrontEndCountersData& Segment::frontend_counters(uint32_t slot) const {

@@ -33,6 +33,7 @@ namespace ferry::shm {
 
 struct StatusData;            // shm/status.h
 struct FrontEndCountersData;  // shm/status.h
+struct KeyTableData;          // shm/key_table.h
 
 struct SegmentLayout {
   uint32_t hookhosts = 1;
@@ -63,6 +64,7 @@ struct SegmentOffsets {
   uint64_t supervisor_bell_offset = 0;
   uint64_t reset_tails_offset = 0;
   uint64_t control_tails_offset = 0;
+  uint64_t keys_offset = 0;  // KeyTableData (shm/key_table.h).
   uint64_t supervisor_bytes = 0;
   uint64_t partition_bytes = 0;
 };
@@ -134,6 +136,8 @@ class Segment {
   StatusData& status(uint32_t slot) const;
   // REQUIRES: a hook host slot.
   FrontEndCountersData& frontend_counters(uint32_t slot) const;
+  // The API key digests, in the supervisor's object (writable by the supervisor only).
+  KeyTableData& keys() const;
   RingHeadData& ring_head(uint32_t ring) const;  // In the consumer's object.
   RingTailData& ring_tail(uint32_t ring) const;  // In the producer's object.
   DescriptorData* descriptors(uint32_t ring) const;
