@@ -1,5 +1,9 @@
 // The node's model table: reload of the node file, live load and unload, and the hook host
 // refreshes that follow them.
+#include <algorithm>
+
+#include "shm/key_table.h"
+#include "supervisor/api_keys.h"
 #include "supervisor/supervisor_impl.h"
 
 namespace ferry::supervisor {
@@ -42,6 +46,13 @@ std::vector<std::string> RestartNeeded(const NodeConfig& a, const NodeConfig& b)
             a.hooks.max_pending == b.hooks.max_pending && a.hooks.spin_us == b.hooks.spin_us,
         "hooks");
   check(a.cpu.threads == b.cpu.threads && a.cpu.pin == b.cpu.pin, "cpu");
+  check(a.auth.required == b.auth.required && a.auth.open_endpoints == b.auth.open_endpoints,
+        "auth");
+  check(std::equal(a.tenants.begin(), a.tenants.end(), b.tenants.begin(), b.tenants.end(),
+                   [](const TenantSettings& x, const TenantSettings& y) {
+                     return x.name == y.name && x.models == y.models;
+                   }),
+        "tenants");
   const SchedulerConfig& s = a.scheduler;
   const SchedulerConfig& t = b.scheduler;
   check(s.ema_halflife_seconds == t.ema_halflife_seconds &&
@@ -203,6 +214,24 @@ Result<json> Supervisor::Impl::UnloadModel(const std::string& name) {
   return json{{"model", name}, {"index", index}, {"workers", workers}};
 }
 
+Status Supervisor::Impl::ReloadKeys(const NodeConfig& loaded, json* applied) {
+  // The tenants the keys are numbered by are the running hook hosts': a change of tenants
+  // waits for a restart, and so do their keys.
+  if (loaded.frontend.tenants != config.frontend.tenants) {
+    return OkStatus();
+  }
+  FERRY_ASSIGN_OR_RETURN(std::vector<shm::KeyEntry> keys, CollectKeys(loaded));
+  Result<shm::KeySnapshot> current = shm::ReadKeys(segment->keys());
+  if (!current.ok() || current->keys != keys) {
+    FERRY_RETURN_IF_ERROR(shm::PublishKeys(segment->keys(), keys));
+    applied->push_back("API keys: " + std::to_string(keys.size()));
+  }
+  for (size_t t = 0; t < config.tenants.size() && t < loaded.tenants.size(); ++t) {
+    config.tenants[t].keys_file = loaded.tenants[t].keys_file;
+  }
+  return OkStatus();
+}
+
 Result<json> Supervisor::Impl::Reload() {
   sd_notify(0, "RELOADING=1");
   Result<NodeConfig> loaded = LoadNodeConfig(options.config_path, SchedulerEnvironment());
@@ -214,6 +243,12 @@ Result<json> Supervisor::Impl::Reload() {
   }
   std::vector<std::string> restart = RestartNeeded(config, *loaded);
   json applied = json::array();
+  if (Status keys = ReloadKeys(*loaded, &applied); !keys.ok()) {
+    spdlog::error("reload refused; the node keeps its configuration: {}", keys.error().message);
+    sd_notify(0, "READY=1");
+    return InvalidArgument("reload refused, the node keeps its configuration: " +
+                           keys.error().message);
+  }
   if (loaded->scheduler.discipline != config.scheduler.discipline) {
     discipline_override = loaded->scheduler.discipline;
     for (const Child& c : children) {

@@ -3,6 +3,8 @@
 
 #include <fcntl.h>
 
+#include "shm/key_table.h"
+#include "supervisor/api_keys.h"
 #include "supervisor/supervisor_impl.h"
 
 namespace ferry::supervisor {
@@ -126,8 +128,14 @@ Status Supervisor::Impl::Start() {
                             static_cast<uint32_t>(devices.size()), kRingCapacity,
                             config.node.shm_size};
   FERRY_ASSIGN_OR_RETURN(model_table, ListRepository(config.node.model_repository));
+  FERRY_ASSIGN_OR_RETURN(std::vector<shm::KeyEntry> keys, CollectKeys(config));
   FERRY_ASSIGN_OR_RETURN(shm::Segment created, shm::Segment::Create(name, layout));
   segment.emplace(std::move(created));
+  FERRY_RETURN_IF_ERROR(shm::PublishKeys(segment->keys(), keys));
+  if (!config.tenants.empty()) {
+    spdlog::info("{} API key(s) for {} tenant(s); auth {}", keys.size(), config.tenants.size(),
+                 config.auth.required ? "required" : "optional");
+  }
 
   // Sockets passed by systemd (ferry-http.socket, ...) are taken by name; the others are
   // created from [node.listen].

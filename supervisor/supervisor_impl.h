@@ -198,6 +198,9 @@ struct Supervisor::Impl {
   bool Degraded(int64_t now) const;
   Result<json> Handle(const control::ControlRequest& request);
   Result<json> Reload();
+  // Reload's keys: the keys files read again and published when they changed (unless the
+  // tenants changed, which waits for a restart). On error nothing is published.
+  Status ReloadKeys(const NodeConfig& loaded, json* applied);
   Result<json> SendToModel(const std::string& model, shm::ControlCode code, double weight,
                            int32_t value);
   Result<json> LoadModel(const std::string& name);
