@@ -96,6 +96,7 @@ struct Running {
   std::optional<shm::StatusWriter> status;
   std::optional<LoadedModels> loaded;
   std::unique_ptr<HookHost> host;
+  std::optional<frontend::Authenticator> auth;  // Before `front`, which uses it.
   frontend::FrontEnd front;
 
   const std::vector<HookModel>& models() const { return loaded->models; }
@@ -184,8 +185,9 @@ void StartServing(const HookHostProcessArgs& args, Running& r, int64_t spin_us) 
   r.host = std::make_unique<HookHost>(*r.segment, args.slot, r.models(), options);
   r.host->Start();
   if (args.http_fd >= 0) {
+    r.auth.emplace(&r.segment->keys(), r.config);
     if (Status started = r.front.Start(*r.segment, r.models(), r.host.get(), args.http_fd,
-                                       args.grpc_fd, r.config.frontend);
+                                       args.grpc_fd, r.config.frontend, &*r.auth);
         !started.ok()) {
       spdlog::error("hook host slot {}: {}", args.slot, started.error().ToString());
       Exit(1);

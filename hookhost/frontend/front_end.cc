@@ -4,8 +4,8 @@ namespace ferry::frontend {
 
 Status FrontEnd::Start(const shm::Segment& segment, const std::vector<hookhost::HookModel>& models,
                        hookhost::HookHost* host, int http_fd, int grpc_fd,
-                       const FrontendSettings& settings) {
-  service_ = std::make_unique<KServeService>(segment, models, host, settings);
+                       const FrontendSettings& settings, const Authenticator* auth) {
+  service_ = std::make_unique<KServeService>(segment, models, host, settings, auth);
   net::HttpServerOptions options;
   options.max_body_bytes = settings.max_request_bytes;
   options.max_connections = static_cast<size_t>(settings.max_connections);

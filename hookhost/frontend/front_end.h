@@ -25,10 +25,11 @@ class FrontEnd {
   FrontEnd(const FrontEnd&) = delete;
   FrontEnd& operator=(const FrontEnd&) = delete;
 
-  // Serves HTTP on `http_fd` and, when `grpc_fd` >= 0, gRPC on it. REQUIRES: called once.
+  // Serves HTTP on `http_fd` and, when `grpc_fd` >= 0, gRPC on it; `auth` (nullptr: none)
+  // decides who may call what and outlives the front end. REQUIRES: called once.
   Status Start(const shm::Segment& segment, const std::vector<hookhost::HookModel>& models,
-               hookhost::HookHost* host, int http_fd, int grpc_fd,
-               const FrontendSettings& settings);
+               hookhost::HookHost* host, int http_fd, int grpc_fd, const FrontendSettings& settings,
+               const Authenticator* auth = nullptr);
   // No request reaches the flow after this returns; those read are still answered. A no-op
   // before Start.
   void Drain();

@@ -16,42 +16,11 @@
 #include <mutex>
 
 #include "common/clock.h"
+#include "hookhost/frontend/grpc_messages.h"
 #include "hookhost/frontend/proto/inference.grpc.pb.h"
 #include "net/open_connections.h"
 
 namespace ferry::frontend {
-namespace {
-
-grpc::Status ToGrpc(const Error& e) {
-  grpc::StatusCode code = grpc::StatusCode::INTERNAL;
-  switch (e.code) {
-    case ErrorCode::kInvalidArgument:
-      code = grpc::StatusCode::INVALID_ARGUMENT;
-      break;
-    case ErrorCode::kNotFound:
-      code = grpc::StatusCode::NOT_FOUND;
-      break;
-    case ErrorCode::kResourceExhausted:
-      code = grpc::StatusCode::RESOURCE_EXHAUSTED;
-      break;
-    case ErrorCode::kDeadlineExceeded:
-      code = grpc::StatusCode::DEADLINE_EXCEEDED;
-      break;
-    case ErrorCode::kUnavailable:
-      code = grpc::StatusCode::UNAVAILABLE;
-      break;
-    case ErrorCode::kInternal:
-      code = grpc::StatusCode::INTERNAL;
-      break;
-    case ErrorCode::kCancelled:
-      code = grpc::StatusCode::CANCELLED;
-      break;
-  }
-  return grpc::Status(code, e.message);
-}
-
-}  // namespace
-
 namespace {
 
 // A valid W3C traceparent in the call's metadata (one per call: a stream's requests share it).
@@ -76,26 +45,6 @@ using RawService = Grpc::WithRawCallbackMethod_ServerLive<
                     Grpc::WithRawCallbackMethod_RepositoryModelLoad<
                         Grpc::WithRawCallbackMethod_RepositoryModelUnload<
                             Grpc::WithRawCallbackMethod_ModelStatistics<Grpc::Service>>>>>>>>>>>>;
-
-// `bytes` parsed into `message`. INVALID_ARGUMENT naming the message type and its size.
-template <typename Message>
-grpc::Status ReadMessage(const grpc::ByteBuffer& bytes, Message* message) {
-  grpc::ByteBuffer copy(bytes);  // Deserialize consumes its buffer; the slices are shared.
-  if (!grpc::SerializationTraits<Message>::Deserialize(&copy, message).ok()) {
-    return {grpc::StatusCode::INVALID_ARGUMENT, "the " + std::to_string(bytes.Length()) +
-                                                    "-byte message is not a valid " +
-                                                    message->GetTypeName()};
-  }
-  return grpc::Status::OK;
-}
-
-// `message` serialized into `bytes` (emptied first: a stream reuses its buffer).
-template <typename Message>
-grpc::Status WriteMessage(const Message& message, grpc::ByteBuffer* bytes) {
-  bytes->Clear();
-  bool own = false;
-  return grpc::SerializationTraits<Message>::Serialize(message, bytes, &own);
-}
 
 inference::DataType ConfigType(DType dtype) {
   std::string name = "TYPE_" + std::string(KServeName(dtype));
@@ -137,6 +86,9 @@ class Service final : public RawService {
         call, in_bytes, out_bytes,
         [&](const inference::ServerLiveRequest* in,
             inference::ServerLiveResponse* out) -> grpc::Status {
+          if (Result<uint32_t> t = Authorize(*call, Endpoint::kHealth, {}); !t.ok()) {
+            return ToGrpc(t.error());
+          }
           out->set_live(true);
           return grpc::Status::OK;
         });
@@ -148,6 +100,9 @@ class Service final : public RawService {
         call, in_bytes, out_bytes,
         [&](const inference::ServerReadyRequest* in,
             inference::ServerReadyResponse* out) -> grpc::Status {
+          if (Result<uint32_t> t = Authorize(*call, Endpoint::kHealth, {}); !t.ok()) {
+            return ToGrpc(t.error());
+          }
           out->set_ready(kserve_->ServerReady());
           return grpc::Status::OK;
         });
@@ -159,6 +114,9 @@ class Service final : public RawService {
         call, in_bytes, out_bytes,
         [&](const inference::ModelReadyRequest* in,
             inference::ModelReadyResponse* out) -> grpc::Status {
+          if (Result<uint32_t> t = Authorize(*call, Endpoint::kHealth, in->name()); !t.ok()) {
+            return ToGrpc(t.error());
+          }
           const hookhost::HookModel* model = kserve_->Find(in->name());
           if (model == nullptr) {
             return ToGrpc(NotFound("unknown model '" + in->name().substr(0, 128) + "'"));
@@ -174,7 +132,11 @@ class Service final : public RawService {
         call, in_bytes, out_bytes,
         [&](const inference::RepositoryIndexRequest* in,
             inference::RepositoryIndexResponse* out) -> grpc::Status {
-          for (const nlohmann::json& entry : kserve_->RepositoryIndex(in->ready())) {
+          Result<uint32_t> t = Authorize(*call, Endpoint::kMetadata, {});
+          if (!t.ok()) {
+            return ToGrpc(t.error());
+          }
+          for (const nlohmann::json& entry : kserve_->RepositoryIndex(in->ready(), *t)) {
             inference::RepositoryIndexResponse::ModelIndex* m = out->add_models();
             m->set_name(entry.value("name", ""));
             m->set_version(entry.value("version", ""));
@@ -191,8 +153,12 @@ class Service final : public RawService {
         call, in_bytes, out_bytes,
         [&](const inference::ModelStatisticsRequest* in,
             inference::ModelStatisticsResponse* out) -> grpc::Status {
+          Result<uint32_t> t = Authorize(*call, Endpoint::kStatistics, in->name());
+          if (!t.ok()) {
+            return ToGrpc(t.error());
+          }
           Result<std::vector<frontend::ModelStatistics>> stats =
-              kserve_->Statistics(in->name(), in->version());
+              kserve_->Statistics(in->name(), in->version(), *t);
           if (!stats.ok()) {
             return ToGrpc(stats.error());
           }
@@ -227,6 +193,9 @@ class Service final : public RawService {
         call, in_bytes, out_bytes,
         [&](const inference::ServerMetadataRequest* in,
             inference::ServerMetadataResponse* out) -> grpc::Status {
+          if (Result<uint32_t> t = Authorize(*call, Endpoint::kMetadata, {}); !t.ok()) {
+            return ToGrpc(t.error());
+          }
           nlohmann::json meta = frontend::ServerMetadata();
           out->set_name(meta["name"].get<std::string>());
           out->set_version(meta["version"].get<std::string>());
@@ -243,6 +212,9 @@ class Service final : public RawService {
         call, in_bytes, out_bytes,
         [&](const inference::ModelMetadataRequest* in,
             inference::ModelMetadataResponse* out) -> grpc::Status {
+          if (Result<uint32_t> t = Authorize(*call, Endpoint::kMetadata, in->name()); !t.ok()) {
+            return ToGrpc(t.error());
+          }
           Result<const hookhost::HookModel*> found = Lookup(in->name(), in->version());
           if (!found.ok()) {
             return ToGrpc(found.error());
@@ -268,6 +240,9 @@ class Service final : public RawService {
         call, in_bytes, out_bytes,
         [&](const inference::ModelConfigRequest* in,
             inference::ModelConfigResponse* out) -> grpc::Status {
+          if (Result<uint32_t> t = Authorize(*call, Endpoint::kMetadata, in->name()); !t.ok()) {
+            return ToGrpc(t.error());
+          }
           Result<const hookhost::HookModel*> found = Lookup(in->name(), in->version());
           if (!found.ok()) {
             return ToGrpc(found.error());
@@ -376,6 +351,21 @@ class Service final : public RawService {
     return model;
   }
 
+  // The call's "authorization" metadata checked for `endpoint` on `model` (auth.h).
+  Result<uint32_t> Authorize(const grpc::ServerContextBase& call, Endpoint endpoint,
+                             std::string_view model) {
+    if (kserve_ == nullptr) {  // A service for connection tests alone (ServerLive).
+      return uint32_t{0};
+    }
+    const auto& metadata = call.client_metadata();
+    auto it = metadata.find("authorization");
+    if (it == metadata.end()) {
+      return kserve_->Authorize(nullptr, endpoint, model);
+    }
+    std::string value(it->second.data(), it->second.size());
+    return kserve_->Authorize(&value, endpoint, model);
+  }
+
   // A request checked and parsed, ready to submit.
   struct Prepared {
     const hookhost::HookModel* model;
@@ -390,6 +380,11 @@ class Service final : public RawService {
                            std::shared_ptr<CancelSignal> cancel,
                            const std::optional<TraceContext>& trace) {
     const auto& metadata = context->client_metadata();
+    Result<uint32_t> tenant = Authorize(*context, Endpoint::kInfer, in.model_name());
+    if (!tenant.ok()) {
+      kserve_->CountRefused(kserve_->Find(in.model_name()), tenant.error());
+      return tenant.error();
+    }
     Result<const hookhost::HookModel*> found = Lookup(in.model_name(), in.model_version());
     if (!found.ok()) {
       kserve_->CountRefused(nullptr, found.error());
@@ -409,6 +404,10 @@ class Service final : public RawService {
         kserve_->CountRefused(model, merged.error());
         return merged.error();
       }
+    }
+    if (Status keyed = kserve_->ApplyKeyTenant(*state, *tenant); !keyed.ok()) {
+      kserve_->CountRefused(model, keyed.error());
+      return keyed.error();
     }
     ApplyTrace(trace, *state);
     state->request.cancel = std::move(cancel);

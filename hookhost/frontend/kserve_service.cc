@@ -9,7 +9,6 @@
 #include "common/clock.h"
 #include "hookhost/frontend/kserve_codec.h"
 #include "net/compression.h"
-#include "shm/node_load.h"
 #include "shm/status.h"
 
 namespace ferry::frontend {
@@ -43,8 +42,24 @@ std::vector<std::string_view> PathParts(std::string_view target) {
   return parts;
 }
 
-std::string ModelState(const shm::ModelStatusData& m) {
-  return std::string(m.name, strnlen(m.name, sizeof(m.name)));
+// What an /v2/... path is, for the Authenticator, and the model it is about (empty: none).
+std::pair<Endpoint, std::string_view> ClassifyPath(const std::vector<std::string_view>& parts) {
+  if (parts.size() >= 2 && (parts[1] == "health" || parts[1] == "ferry")) {
+    return {Endpoint::kHealth, {}};
+  }
+  if (parts.size() < 3 || parts[1] != "models") {
+    return {Endpoint::kMetadata, {}};  // /v2, the repository, or no endpoint at all.
+  }
+  if (parts.size() == 3 && parts[2] == "stats") {
+    return {Endpoint::kStatistics, {}};
+  }
+  size_t next = parts.size() >= 5 && parts[3] == "versions" ? 5 : 3;
+  std::string_view action = parts.size() > next ? parts[next] : "";
+  Endpoint endpoint = action == "infer"   ? Endpoint::kInfer
+                      : action == "ready" ? Endpoint::kHealth
+                      : action == "stats" ? Endpoint::kStatistics
+                                          : Endpoint::kMetadata;
+  return {endpoint, parts[2]};
 }
 
 }  // namespace
@@ -73,6 +88,12 @@ net::HttpResponse ErrorResponse(const Error& error) {
     case ErrorCode::kCancelled:
       status = 499;  // nginx's "client closed request": the client left; nobody reads it.
       break;
+    case ErrorCode::kUnauthenticated:
+      status = 401;
+      break;
+    case ErrorCode::kPermissionDenied:
+      status = 403;
+      break;
   }
   net::HttpResponse r = Json(status, {{"error", error.message}});
   if (status == 429 || status == 503) {
@@ -83,13 +104,34 @@ net::HttpResponse ErrorResponse(const Error& error) {
 
 KServeService::KServeService(const shm::Segment& segment,
                              const std::vector<hookhost::HookModel>& models,
-                             hookhost::HookHost* host, const FrontendSettings& settings)
+                             hookhost::HookHost* host, const FrontendSettings& settings,
+                             const Authenticator* auth)
     : segment_(segment),
       models_(models),
       host_(host),
       max_request_bytes_(settings.max_request_bytes),
       max_inflate_ratio_(static_cast<uint64_t>(settings.max_inflate_ratio)),
-      tenants_(settings.tenants) {}
+      tenants_(settings.tenants),
+      auth_(auth) {}
+
+Result<uint32_t> KServeService::Authorize(const std::string* authorization, Endpoint endpoint,
+                                          std::string_view model) const {
+  return auth_ == nullptr ? Result<uint32_t>(uint32_t{0})
+                          : auth_->Check(authorization, endpoint, model);
+}
+
+Status KServeService::ApplyKeyTenant(ParsedInfer& request, uint32_t tenant) const {
+  if (tenant == 0 || auth_ == nullptr) {
+    return OkStatus();
+  }
+  std::string name = auth_->TenantName(tenant);
+  if (!request.tenant.empty() && request.tenant != name) {
+    return PermissionDenied("the API key is tenant '" + name + "''s; the request names tenant '" +
+                            request.tenant.substr(0, 64) + "'");
+  }
+  request.tenant = name;
+  return OkStatus();
+}
 
 const hookhost::HookModel* KServeService::Find(std::string_view name) const {
   for (const hookhost::HookModel& m : models_) {
@@ -157,131 +199,6 @@ void KServeService::CountRefused(const hookhost::HookModel* model, const Error& 
 
 namespace {
 
-// A readiness probe waits this long for a worker's status to settle: 16 quick attempts
-// answered a ready node 503 on a busy host. A status torn for longer counts as not ready.
-constexpr int64_t kProbePatienceNs = 20'000'000;
-
-Result<shm::StatusSnapshotData> ProbeStatus(const shm::Segment& segment, uint32_t slot) {
-  return shm::ReadSettledStatus(segment, slot, kProbePatienceNs);
-}
-
-}  // namespace
-
-bool KServeService::ModelReady(const hookhost::HookModel& model) const {
-  if (model.failure || draining_.load()) {
-    return false;
-  }
-  if (model.pipeline()) {  // Ready when every model it calls is.
-    return std::all_of(model.calls.begin(), model.calls.end(),
-                       [&](uint32_t callee) { return ModelReady(models_[callee]); });
-  }
-  for (uint32_t w = 0; w < segment_.workers(); ++w) {
-    Result<shm::StatusSnapshotData> s = ProbeStatus(segment_, segment_.WorkerSlot(w));
-    if (!s.ok() || s->state != static_cast<uint32_t>(shm::ProcessState::kReady)) {
-      continue;
-    }
-    for (uint32_t m = 0; m < s->num_models && m < shm::kMaxStatusModels; ++m) {
-      if (ModelState(s->models[m]) == model.name &&
-          s->models[m].state == static_cast<uint32_t>(shm::ModelLoadState::kReady)) {
-        return true;
-      }
-    }
-  }
-  return false;
-}
-
-json KServeService::RepositoryIndex(bool ready_only) const {
-  json index = json::array();
-  for (const hookhost::HookModel& m : models_) {
-    if (m.unloaded) {
-      continue;
-    }
-    bool ready = ModelReady(m);
-    if (ready_only && !ready) {
-      continue;
-    }
-    json entry = {{"name", m.name}, {"state", ready ? "READY" : "UNAVAILABLE"}};
-    if (!m.failure) {
-      entry["version"] = std::to_string(m.manifest().version);
-    }
-    if (!ready) {
-      entry["reason"] = m.failure          ? m.failure->message
-                        : draining_.load() ? "this hook host is draining"
-                                           : "no worker serves it now";
-    }
-    index.push_back(entry);
-  }
-  return index;
-}
-
-json KServeService::LoadJson() const {
-  std::vector<shm::WorkerLoad> workers;
-  for (uint32_t w = 0; w < segment_.workers(); ++w) {
-    Result<shm::StatusSnapshotData> s = ProbeStatus(segment_, segment_.WorkerSlot(w));
-    workers.push_back(shm::LoadOfWorker(w, s.ok() ? &*s : nullptr));
-  }
-  shm::NodeLoad load = shm::ComputeNodeLoad(std::move(workers), draining_.load());
-  json out = {{"state", load.state}, {"weight", load.weight}, {"workers", json::array()}};
-  for (const shm::WorkerLoad& w : load.workers) {
-    out["workers"].push_back({{"index", w.index},
-                              {"ready", w.ready},
-                              {"outstanding", w.outstanding},
-                              {"queued", w.queued}});
-  }
-  return out;
-}
-
-Result<std::vector<ModelStatistics>> KServeService::Statistics(std::string_view name,
-                                                               std::string_view version) const {
-  std::vector<const hookhost::HookModel*> chosen;
-  if (name.empty()) {
-    for (const hookhost::HookModel& m : models_) {
-      if (!m.unloaded && !m.failure) {
-        chosen.push_back(&m);
-      }
-    }
-  } else {
-    const hookhost::HookModel* model = Find(name);
-    if (model == nullptr) {
-      return NotFound("unknown model '" + std::string(name.substr(0, 128)) + "'");
-    }
-    if (!version.empty() &&
-        (model->failure || version != std::to_string(model->manifest().version))) {
-      return NotFound("model '" + model->name + "' has no version '" +
-                      std::string(version.substr(0, 32)) + "'");
-    }
-    chosen.push_back(model);
-  }
-  std::vector<shm::StatusSnapshotData> workers;
-  for (uint32_t w = 0; w < segment_.workers(); ++w) {
-    Result<shm::StatusSnapshotData> s = ProbeStatus(segment_, segment_.WorkerSlot(w));
-    if (s.ok()) {
-      workers.push_back(std::move(*s));
-    }
-  }
-  std::vector<ModelStatistics> out;
-  for (const hookhost::HookModel* m : chosen) {
-    std::string v = m->failure ? "" : std::to_string(m->manifest().version);
-    out.push_back(SumModelStatistics(m->name, v, workers));
-  }
-  return out;
-}
-
-bool KServeService::ServerReady() const {
-  if (draining_.load()) {
-    return false;
-  }
-  for (uint32_t w = 0; w < segment_.workers(); ++w) {
-    Result<shm::StatusSnapshotData> s = ProbeStatus(segment_, segment_.WorkerSlot(w));
-    if (s.ok() && s->state == static_cast<uint32_t>(shm::ProcessState::kReady)) {
-      return true;
-    }
-  }
-  return false;
-}
-
-namespace {
-
 net::HttpResponse MethodNotAllowed(const net::HttpRequest& request) {
   return Json(405, {{"error", request.method + " is not allowed on " +
                                   std::string(request.target.substr(0, 256))}});
@@ -311,6 +228,19 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
     respond(Json(404, {{"error", "no such endpoint; the API is under /v2"}}));
     return;
   }
+  auto [endpoint, model_name] = ClassifyPath(parts);
+  Result<uint32_t> tenant = Authorize(request.Header("Authorization"), endpoint, model_name);
+  if (!tenant.ok()) {
+    if (endpoint == Endpoint::kInfer) {
+      CountRefused(Find(model_name), tenant.error());
+    }
+    net::HttpResponse refusal = ErrorResponse(tenant.error());
+    if (tenant.error().code == ErrorCode::kUnauthenticated) {
+      refusal.headers.emplace_back("WWW-Authenticate", "Bearer");
+    }
+    respond(std::move(refusal));
+    return;
+  }
   if (parts.size() == 1) {
     respond(get ? Json(200, ServerMetadata()) : MethodNotAllowed(request));
     return;
@@ -327,7 +257,7 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
     return;
   }
   if (parts[1] == "repository") {
-    respond(Repository(parts, request));
+    respond(Repository(parts, request, *tenant));
     return;
   }
   if (parts[1] == "ferry" && parts.size() == 3 && parts[2] == "load") {
@@ -339,14 +269,15 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
     return;
   }
   if (parts.size() == 3 && parts[2] == "stats") {
-    respond(get ? StatisticsResponse({}, {}) : MethodNotAllowed(request));
+    respond(get ? StatisticsResponse({}, {}, *tenant) : MethodNotAllowed(request));
     return;
   }
-  HandleModel(parts, std::move(request), trace, std::move(respond));
+  HandleModel(parts, std::move(request), trace, *tenant, std::move(respond));
 }
 
 net::HttpResponse KServeService::Repository(const std::vector<std::string_view>& parts,
-                                            const net::HttpRequest& request) const {
+                                            const net::HttpRequest& request,
+                                            uint32_t tenant) const {
   if (request.method != "POST") {
     return MethodNotAllowed(request);
   }
@@ -356,7 +287,7 @@ net::HttpResponse KServeService::Repository(const std::vector<std::string_view>&
     json body =
         JsonDepthWithin(request.body, 4) ? json::parse(request.body, nullptr, false) : json();
     bool ready_only = body.is_object() && body.value("ready", false);
-    return Json(200, RepositoryIndex(ready_only));
+    return Json(200, RepositoryIndex(ready_only, tenant));
   }
   if (parts.size() == 5 && parts[2] == "models" && (parts[4] == "load" || parts[4] == "unload")) {
     return Json(403, {{"error", kModelControlRefusal}});
@@ -364,15 +295,16 @@ net::HttpResponse KServeService::Repository(const std::vector<std::string_view>&
   return NoSuchEndpoint(request);
 }
 
-net::HttpResponse KServeService::StatisticsResponse(std::string_view name,
-                                                    std::string_view version) const {
-  Result<std::vector<ModelStatistics>> stats = Statistics(name, version);
+net::HttpResponse KServeService::StatisticsResponse(std::string_view name, std::string_view version,
+                                                    uint32_t tenant) const {
+  Result<std::vector<ModelStatistics>> stats = Statistics(name, version, tenant);
   return stats.ok() ? Json(200, StatisticsJson(*stats)) : ErrorResponse(stats.error());
 }
 
 void KServeService::HandleModel(const std::vector<std::string_view>& parts,
                                 net::HttpRequest&& request,
-                                const std::optional<TraceContext>& trace, net::Responder respond) {
+                                const std::optional<TraceContext>& trace, uint32_t tenant,
+                                net::Responder respond) {
   bool get = request.method == "GET";
   const hookhost::HookModel* model = Find(parts[2]);
   if (model == nullptr) {
@@ -409,7 +341,7 @@ void KServeService::HandleModel(const std::vector<std::string_view>& parts,
       respond(MethodNotAllowed(request));
       return;
     }
-    Infer(*model, std::move(request), trace, std::move(respond));
+    Infer(*model, std::move(request), trace, tenant, std::move(respond));
     return;
   }
   if (model->failure) {
@@ -423,14 +355,15 @@ void KServeService::HandleModel(const std::vector<std::string_view>& parts,
     respond(get ? Json(200, ModelConfig(model->manifest())) : MethodNotAllowed(request));
   } else if (action == "stats") {
     std::string_view version = next == 5 ? parts[4] : std::string_view();
-    respond(get ? StatisticsResponse(model->name, version) : MethodNotAllowed(request));
+    respond(get ? StatisticsResponse(model->name, version, tenant) : MethodNotAllowed(request));
   } else {
     respond(NoSuchEndpoint(request));
   }
 }
 
 void KServeService::Infer(const hookhost::HookModel& model, net::HttpRequest&& request,
-                          const std::optional<TraceContext>& trace, net::Responder respond) {
+                          const std::optional<TraceContext>& trace, uint32_t tenant,
+                          net::Responder respond) {
   if (draining_.load()) {
     respond(ErrorResponse(Unavailable("this hook host is draining; retry on another")));
     return;
@@ -438,7 +371,7 @@ void KServeService::Infer(const hookhost::HookModel& model, net::HttpRequest&& r
   bool heavy =
       request.body.size() > kInlineParseBytes || request.Header("Content-Encoding") != nullptr;
   if (!heavy) {
-    ParseAndSubmit(model, std::move(request), trace, std::move(respond));
+    ParseAndSubmit(model, std::move(request), trace, tenant, std::move(respond));
     return;
   }
   // As Submit: counted before the draining check, so the host outlives the task.
@@ -449,14 +382,15 @@ void KServeService::Infer(const hookhost::HookModel& model, net::HttpRequest&& r
     return;
   }
   auto moved = std::make_shared<net::HttpRequest>(std::move(request));
-  host_->RunOnHookThread([this, &model, moved, trace, respond = std::move(respond)]() mutable {
-    ParseAndSubmit(model, std::move(*moved), trace, std::move(respond));
-    submitting_.fetch_sub(1);
-  });
+  host_->RunOnHookThread(
+      [this, &model, moved, trace, tenant, respond = std::move(respond)]() mutable {
+        ParseAndSubmit(model, std::move(*moved), trace, tenant, std::move(respond));
+        submitting_.fetch_sub(1);
+      });
 }
 
 void KServeService::ParseAndSubmit(const hookhost::HookModel& model, net::HttpRequest&& request,
-                                   const std::optional<TraceContext>& trace,
+                                   const std::optional<TraceContext>& trace, uint32_t tenant,
                                    net::Responder respond) {
   // A request refused before it reaches the flow, counted with the answered ones; `status`
   // overrides the code's HTTP status.
@@ -514,11 +448,15 @@ void KServeService::ParseAndSubmit(const hookhost::HookModel& model, net::HttpRe
     return;
   }
   auto state = std::make_shared<ParsedInfer>(std::move(*parsed));
-  if (const std::string* tenant = request.Header("Ferry-Tenant")) {
-    if (Status merged = MergeTenant(*state, *tenant, "Ferry-Tenant header"); !merged.ok()) {
+  if (const std::string* named = request.Header("Ferry-Tenant")) {
+    if (Status merged = MergeTenant(*state, *named, "Ferry-Tenant header"); !merged.ok()) {
       refuse(merged.error());
       return;
     }
+  }
+  if (Status keyed = ApplyKeyTenant(*state, tenant); !keyed.ok()) {
+    refuse(keyed.error());
+    return;
   }
   state->request.cancel = std::move(request.cancel);
   ApplyTrace(trace, *state);

@@ -32,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hookhost/frontend/auth.h"
 #include "hookhost/frontend/kserve_codec.h"
 #include "hookhost/frontend/model_statistics.h"
 #include "hookhost/hook_models.h"
@@ -49,8 +50,10 @@ class KServeService {
 
   // From `settings`: max_request_bytes also bounds what a compressed body may inflate to, as
   // does max_inflate_ratio; tenants are the names a request may give as its tenant.
+  // `auth`: who may call what (auth.h); nullptr: anyone may call anything.
   KServeService(const shm::Segment& segment, const std::vector<hookhost::HookModel>& models,
-                hookhost::HookHost* host, const FrontendSettings& settings);
+                hookhost::HookHost* host, const FrontendSettings& settings,
+                const Authenticator* auth = nullptr);
 
   void Handle(net::HttpRequest&& request, net::Responder respond);
 
@@ -65,12 +68,20 @@ class KServeService {
   bool ServerReady() const;
   // The repository extension's index: one entry per model served ({name, version, state
   // READY or UNAVAILABLE, reason}), only the ready ones when `ready_only`.
-  nlohmann::json RepositoryIndex(bool ready_only) const;
+  // `tenant`: the caller's (Authorize); only the models it may see are listed.
+  nlohmann::json RepositoryIndex(bool ready_only, uint32_t tenant = 0) const;
   // The statistics extension: every model served that has not failed (`name` empty), or
   // `name`'s (at `version`, when not empty), summed over the workers' statuses; a worker whose
   // status stays torn is left out. NOT_FOUND for an unknown model or version.
-  Result<std::vector<ModelStatistics>> Statistics(std::string_view name,
-                                                  std::string_view version) const;
+  Result<std::vector<ModelStatistics>> Statistics(std::string_view name, std::string_view version,
+                                                  uint32_t tenant = 0) const;
+  // The caller's tenant number from its Authorization value (auth.h; 0: anonymous), or
+  // UNAUTHENTICATED / PERMISSION_DENIED. Always 0 without an Authenticator.
+  Result<uint32_t> Authorize(const std::string* authorization, Endpoint endpoint,
+                             std::string_view model) const;
+  // The key's tenant becomes the request's; a request naming another tenant is
+  // PERMISSION_DENIED. Nothing for tenant 0.
+  Status ApplyKeyTenant(ParsedInfer& request, uint32_t tenant) const;
   // Why the repository extension's load and unload are refused on this port.
   static constexpr const char* kModelControlRefusal =
       "model load and unload are not served on the KServe port: what a node serves is changed "
@@ -94,19 +105,23 @@ class KServeService {
   // /v2/repository/...: the index; load and unload refused (ferryd's control socket changes
   // what a node serves).
   net::HttpResponse Repository(const std::vector<std::string_view>& parts,
-                               const net::HttpRequest& request) const;
+                               const net::HttpRequest& request, uint32_t tenant) const;
   // GET /v2/models[/M[/versions/V]]/stats: Statistics as JSON.
-  net::HttpResponse StatisticsResponse(std::string_view name, std::string_view version) const;
+  net::HttpResponse StatisticsResponse(std::string_view name, std::string_view version,
+                                       uint32_t tenant) const;
   // /v2/models/M[/versions/V][/ready|/infer|/config|/stats]: `parts` is the target's path.
   void HandleModel(const std::vector<std::string_view>& parts, net::HttpRequest&& request,
-                   const std::optional<TraceContext>& trace, net::Responder respond);
+                   const std::optional<TraceContext>& trace, uint32_t tenant,
+                   net::Responder respond);
   // `trace`: the request's valid traceparent (Handle has `respond` echo it already). A body
   // over kInlineParseBytes or compressed is inflated and parsed on a hook thread; a smaller
   // one here, on the I/O thread, where parsing it costs less than the hand-off would.
+  // `tenant`: the caller's key's (0: none).
   void Infer(const hookhost::HookModel& model, net::HttpRequest&& request,
-             const std::optional<TraceContext>& trace, net::Responder respond);
+             const std::optional<TraceContext>& trace, uint32_t tenant, net::Responder respond);
   void ParseAndSubmit(const hookhost::HookModel& model, net::HttpRequest&& request,
-                      const std::optional<TraceContext>& trace, net::Responder respond);
+                      const std::optional<TraceContext>& trace, uint32_t tenant,
+                      net::Responder respond);
 
   const shm::Segment& segment_;
   const std::vector<hookhost::HookModel>& models_;
@@ -114,6 +129,7 @@ class KServeService {
   size_t max_request_bytes_;
   uint64_t max_inflate_ratio_;
   std::vector<std::string> tenants_;
+  const Authenticator* auth_;
   std::atomic<bool> draining_{false};
   std::atomic<int> submitting_{0};  // Calls between the draining check and the host's return.
 };

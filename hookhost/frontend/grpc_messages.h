@@ -1,0 +1,38 @@
+// What the gRPC service shares about messages and statuses: an Error as a gRPC status of the
+// same name, and messages read from and written to the raw bytes the service's methods take.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <string>
+
+#include "common/result.h"
+
+namespace ferry::frontend {
+
+// INVALID_ARGUMENT -> INVALID_ARGUMENT, NOT_FOUND -> NOT_FOUND, ... (same names).
+grpc::Status ToGrpc(const Error& e);
+
+// `bytes` parsed into `message`. INVALID_ARGUMENT naming the message type and its size.
+template <typename Message>
+grpc::Status ReadMessage(const grpc::ByteBuffer& bytes, Message* message) {
+  grpc::ByteBuffer copy(bytes);  // Deserialize consumes its buffer; the slices are shared.
+  if (!grpc::SerializationTraits<Message>::Deserialize(&copy, message).ok()) {
+    return {grpc::StatusCode::INVALID_ARGUMENT, "the " + std::to_string(bytes.Length()) +
+                                                    "-byte message is not a valid " +
+                                                    message->GetTypeName()};
+  }
+  return grpc::Status::OK;
+}
+
+// `message` serialized into `bytes` (emptied first: a stream reuses its buffer).
+template <typename Message>
+grpc::Status WriteMessage(const Message& message, grpc::ByteBuffer* bytes) {
+  bytes->Clear();
+  bool own = false;
+  return grpc::SerializationTraits<Message>::Serialize(message, bytes, &own);
+}
+
+}  // namespace ferry::frontend

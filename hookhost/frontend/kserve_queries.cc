@@ -1,0 +1,144 @@
+// KServeService's answers about the node's state (readiness, the repository index,
+// statistics, load), read from the workers' published status.
+#include <algorithm>
+#include <cstring>
+
+#include "hookhost/frontend/kserve_service.h"
+#include "shm/node_load.h"
+#include "shm/status.h"
+
+namespace ferry::frontend {
+
+using nlohmann::json;
+
+namespace {
+
+std::string ModelState(const shm::ModelStatusData& m) {
+  return std::string(m.name, strnlen(m.name, sizeof(m.name)));
+}
+
+// A readiness probe waits this long for a worker's status to settle: 16 quick attempts
+// answered a ready node 503 on a busy host. A status torn for longer counts as not ready.
+constexpr int64_t kProbePatienceNs = 20'000'000;
+
+Result<shm::StatusSnapshotData> ProbeStatus(const shm::Segment& segment, uint32_t slot) {
+  return shm::ReadSettledStatus(segment, slot, kProbePatienceNs);
+}
+
+}  // namespace
+
+bool KServeService::ModelReady(const hookhost::HookModel& model) const {
+  if (model.failure || draining_.load()) {
+    return false;
+  }
+  if (model.pipeline()) {  // Ready when every model it calls is.
+    return std::all_of(model.calls.begin(), model.calls.end(),
+                       [&](uint32_t callee) { return ModelReady(models_[callee]); });
+  }
+  for (uint32_t w = 0; w < segment_.workers(); ++w) {
+    Result<shm::StatusSnapshotData> s = ProbeStatus(segment_, segment_.WorkerSlot(w));
+    if (!s.ok() || s->state != static_cast<uint32_t>(shm::ProcessState::kReady)) {
+      continue;
+    }
+    for (uint32_t m = 0; m < s->num_models && m < shm::kMaxStatusModels; ++m) {
+      if (ModelState(s->models[m]) == model.name &&
+          s->models[m].state == static_cast<uint32_t>(shm::ModelLoadState::kReady)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+json KServeService::RepositoryIndex(bool ready_only, uint32_t tenant) const {
+  json index = json::array();
+  for (const hookhost::HookModel& m : models_) {
+    if (m.unloaded || (auth_ != nullptr && !auth_->MaySee(tenant, m.name))) {
+      continue;
+    }
+    bool ready = ModelReady(m);
+    if (ready_only && !ready) {
+      continue;
+    }
+    json entry = {{"name", m.name}, {"state", ready ? "READY" : "UNAVAILABLE"}};
+    if (!m.failure) {
+      entry["version"] = std::to_string(m.manifest().version);
+    }
+    if (!ready) {
+      entry["reason"] = m.failure          ? m.failure->message
+                        : draining_.load() ? "this hook host is draining"
+                                           : "no worker serves it now";
+    }
+    index.push_back(entry);
+  }
+  return index;
+}
+
+json KServeService::LoadJson() const {
+  std::vector<shm::WorkerLoad> workers;
+  for (uint32_t w = 0; w < segment_.workers(); ++w) {
+    Result<shm::StatusSnapshotData> s = ProbeStatus(segment_, segment_.WorkerSlot(w));
+    workers.push_back(shm::LoadOfWorker(w, s.ok() ? &*s : nullptr));
+  }
+  shm::NodeLoad load = shm::ComputeNodeLoad(std::move(workers), draining_.load());
+  json out = {{"state", load.state}, {"weight", load.weight}, {"workers", json::array()}};
+  for (const shm::WorkerLoad& w : load.workers) {
+    out["workers"].push_back({{"index", w.index},
+                              {"ready", w.ready},
+                              {"outstanding", w.outstanding},
+                              {"queued", w.queued}});
+  }
+  return out;
+}
+
+Result<std::vector<ModelStatistics>> KServeService::Statistics(std::string_view name,
+                                                               std::string_view version,
+                                                               uint32_t tenant) const {
+  std::vector<const hookhost::HookModel*> chosen;
+  if (name.empty()) {
+    for (const hookhost::HookModel& m : models_) {
+      if (!m.unloaded && !m.failure && (auth_ == nullptr || auth_->MaySee(tenant, m.name))) {
+        chosen.push_back(&m);
+      }
+    }
+  } else {
+    const hookhost::HookModel* model = Find(name);
+    if (model == nullptr) {
+      return NotFound("unknown model '" + std::string(name.substr(0, 128)) + "'");
+    }
+    if (!version.empty() &&
+        (model->failure || version != std::to_string(model->manifest().version))) {
+      return NotFound("model '" + model->name + "' has no version '" +
+                      std::string(version.substr(0, 32)) + "'");
+    }
+    chosen.push_back(model);
+  }
+  std::vector<shm::StatusSnapshotData> workers;
+  for (uint32_t w = 0; w < segment_.workers(); ++w) {
+    Result<shm::StatusSnapshotData> s = ProbeStatus(segment_, segment_.WorkerSlot(w));
+    if (s.ok()) {
+      workers.push_back(std::move(*s));
+    }
+  }
+  std::vector<ModelStatistics> out;
+  for (const hookhost::HookModel* m : chosen) {
+    std::string v = m->failure ? "" : std::to_string(m->manifest().version);
+    out.push_back(SumModelStatistics(m->name, v, workers));
+  }
+  return out;
+}
+
+bool KServeService::ServerReady() const {
+  if (draining_.load()) {
+    return false;
+  }
+  for (uint32_t w = 0; w < segment_.workers(); ++w) {
+    Result<shm::StatusSnapshotData> s = ProbeStatus(segment_, segment_.WorkerSlot(w));
+    if (s.ok() && s->state == static_cast<uint32_t>(shm::ProcessState::kReady)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace ferry::frontend
