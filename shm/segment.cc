@@ -68,7 +68,9 @@ bool ComputeLayout(const SegmentLayout& in, SegmentOffsets* out) {
   c.control_tails_offset = offset;
   offset = AlignUp(offset + slots * RingStride(in.ring_capacity), 64);
   c.keys_offset = offset;
-  offset += sizeof(KeyTableData);
+  offset = AlignUp(offset + sizeof(KeyTableData), 64);
+  c.leaving_offset = offset;
+  offset += sizeof(std::atomic<uint64_t>);
   c.supervisor_bytes = AlignUp(offset, kPage);
   uint64_t overhead = c.supervisor_bytes + in.hookhosts * c.hookhost.partition_offset +
                       in.workers * c.worker.partition_offset;
@@ -168,6 +170,7 @@ Result<Segment> Segment::Create(const std::string& name, const SegmentLayout& la
   uint8_t* supervisor = segment.bases_[slots];
   new (supervisor + c.supervisor_bell_offset) BellData{};
   new (supervisor + c.keys_offset) KeyTableData{};
+  new (supervisor + c.leaving_offset) std::atomic<uint64_t>(0);
   for (uint32_t r = 0; r < 2 * layout.hookhosts * layout.workers; ++r) {
     new (&segment.ring_reset_tail(r)) std::atomic<uint64_t>(0);
   }
@@ -372,6 +375,10 @@ BellData& Segment::bell(uint32_t slot) const {
 }
 StatusData& Segment::status(uint32_t slot) const {
   return *reinterpret_cast<StatusData*>(Base(slot) + SlotLayout(slot).status_offset);
+}
+
+std::atomic<uint64_t>& Segment::leaving_models() const {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(Base(kSupervisor) + offsets_.leaving_offset);
 }
 
 KeyTableData& Segment::keys() const {

@@ -2,6 +2,7 @@
 // refreshes that follow them.
 #include <algorithm>
 
+#include "common/clock.h"
 #include "shm/key_table.h"
 #include "supervisor/api_keys.h"
 #include "supervisor/supervisor_impl.h"
@@ -203,15 +204,47 @@ Result<json> Supervisor::Impl::UnloadModel(const std::string& name) {
     return NotFound("no model '" + name + "' is loaded");
   }
   auto index = static_cast<uint32_t>(found - model_table.begin());
-  *found = "-";
+  for (const PendingUnload& p : pending_unloads) {
+    if (p.index == index) {
+      return InvalidArgument("model '" + name + "' is being unloaded already");
+    }
+  }
+  double notice = config.supervisor.drain_notice_seconds;
+  if (notice > 0 && index < 64) {
+    segment->leaving_models().fetch_or(uint64_t{1} << index);
+    pending_unloads.push_back({index, name, MonotonicNs() + static_cast<int64_t>(notice * 1e9)});
+    spdlog::info("unload: model '{}' answers not ready for {} s, then is unloaded", name, notice);
+    return json{{"model", name}, {"index", index}, {"notice_seconds", notice}};
+  }
+  size_t workers = CompleteUnload(index, name);
+  return json{{"model", name}, {"index", index}, {"workers", workers}};
+}
+
+void Supervisor::Impl::FinishUnloads(int64_t now) {
+  for (size_t i = 0; i < pending_unloads.size();) {
+    PendingUnload p = pending_unloads[i];
+    if (phase != Phase::kRunning || now < p.at) {
+      ++i;
+      continue;
+    }
+    pending_unloads.erase(pending_unloads.begin() + static_cast<std::ptrdiff_t>(i));
+    CompleteUnload(p.index, p.name);
+  }
+}
+
+size_t Supervisor::Impl::CompleteUnload(uint32_t index, const std::string& name) {
+  model_table[index] = "-";
   size_t workers = SendTableChange({shm::ControlCode::kUnloadModel, index, 0, 0});
   weight_overrides.erase(name);
   batch_overrides.erase(name);
   plugin_faults.erase(name);  // A model loaded again starts with a clean record.
   failed_plugins.erase(name);
   QueueHookhostRefresh();
+  if (index < 64) {
+    segment->leaving_models().fetch_and(~(uint64_t{1} << index));
+  }
   spdlog::info("unload: model '{}' (index {}); its queued requests still run", name, index);
-  return json{{"model", name}, {"index", index}, {"workers", workers}};
+  return workers;
 }
 
 Status Supervisor::Impl::ReloadKeys(const NodeConfig& loaded, json* applied) {

@@ -384,6 +384,7 @@ void Supervisor::Impl::Tick(int64_t now) {
       StartChild(c, now);
     }
   }
+  FinishUnloads(now);
   RefreshHookhosts(now);
   if (phase != Phase::kRunning) {
     AdvanceShutdown(now);
@@ -393,7 +394,7 @@ void Supervisor::Impl::Tick(int64_t now) {
 
 int64_t Supervisor::Impl::TickNs() const {
   bool settled = phase == Phase::kRunning && control->clients() == 0 && refresh_queue.empty() &&
-                 !refresh_current &&
+                 !refresh_current && pending_unloads.empty() &&
                  std::all_of(children.begin(), children.end(),
                              [](const Child& c) { return c.ready() && c.kill_reason.empty(); });
   if (!settled) {

@@ -159,6 +159,13 @@ struct Supervisor::Impl {
   std::map<std::string, std::string> failed_plugins;
   std::deque<size_t> refresh_queue;       // Hook hosts (child indices) due for a restart.
   std::optional<size_t> refresh_current;  // The one restarting now.
+  // Unloads announced (their models answer not ready) and carried out at `at`.
+  struct PendingUnload {
+    uint32_t index;
+    std::string name;
+    int64_t at;
+  };
+  std::vector<PendingUnload> pending_unloads;
 
   ~Impl() {
     StopMetrics();
@@ -204,7 +211,11 @@ struct Supervisor::Impl {
   Result<json> SendToModel(const std::string& model, shm::ControlCode code, double weight,
                            int32_t value);
   Result<json> LoadModel(const std::string& name);
+  // With [supervisor] drain_notice_seconds, the model first answers not ready for that long
+  // (a balancer stops sending it here) while it still serves; then it is unloaded.
   Result<json> UnloadModel(const std::string& name);
+  size_t CompleteUnload(uint32_t index, const std::string& name);  // Workers told.
+  void FinishUnloads(int64_t now);  // The pending unloads whose notice has passed.
   // Sends a model table change to every running worker; one whose control ring is full is
   // killed (its successor starts with the new table) rather than left numbering differently.
   size_t SendTableChange(const shm::ControlMessage& message);

@@ -31,6 +31,10 @@ bool KServeService::ModelReady(const hookhost::HookModel& model) const {
   if (model.failure || draining_.load()) {
     return false;
   }
+  // Announced to be unloaded (ferryctl unload with a drain notice): still served, not ready.
+  if (model.index < 64 && (segment_.leaving_models().load() >> model.index & 1) != 0) {
+    return false;
+  }
   if (model.pipeline()) {  // Ready when every model it calls is.
     return std::all_of(model.calls.begin(), model.calls.end(),
                        [&](uint32_t callee) { return ModelReady(models_[callee]); });

@@ -197,6 +197,45 @@ TEST_CASE("load and unload on a running node: workers keep running, clients see 
   CHECK(ferryd.Wait() == 0);
 }
 
+TEST_CASE("an unload with a drain notice answers not ready first and serves meanwhile") {
+  TempDir dir;
+  FerrydProcess ferryd(dir, kCpuNode, std::string("drain_notice_seconds = 1.5\n") + kSettings);
+  REQUIRE_MESSAGE(ferryd.WaitReady(), ferryd.log());
+  control::ControlRequest request;
+  request.command = control::Command::kUnload;
+  request.model = "mlp";
+  auto ready_status = [&] {
+    Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
+    REQUIRE(client.ok());
+    return client->Request("GET", "/v2/models/mlp/ready").value().status;
+  };
+  CHECK(ready_status() == 200);
+  Result<json> unload = ferryd.Call(request);
+  REQUIRE_MESSAGE(unload.ok(), unload.error().message);
+  CHECK((*unload)["notice_seconds"] == 1.5);
+  CHECK_FALSE(ferryd.Call(request).ok());  // Being unloaded already.
+  // During the notice: not ready, yet served (a balancer's in-flight requests do not fail).
+  CHECK(ready_status() == 400);
+  Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
+  REQUIRE(client.ok());
+  std::mt19937 rng(7);
+  Sample sample = MakeSample(rng);
+  while (sample.model != "mlp") {
+    sample = MakeSample(rng);
+  }
+  Result<client::InferAnswer> served = Send(*client, sample);
+  CHECK_MESSAGE(served.ok(), served.error().message);
+  CHECK((*ferryd.Status())["model_table"] == json::array({"cnn", "mlp"}));
+  // After it: unloaded.
+  std::optional<json> gone = ferryd.StatusWhen([](const json& s) {
+    return s["model_table"] == json::array({"cnn", "-"});
+  });
+  REQUIRE_MESSAGE(gone.has_value(), ferryd.log());
+  CHECK(ready_status() != 200);  // 400 until the hook hosts restart with the new table, then 404.
+  kill(ferryd.pid(), SIGTERM);
+  CHECK(ferryd.Wait() == 0);
+}
+
 struct Load {
   std::atomic<bool> stop{false};
   std::atomic<int> exact{0}, wrong{0}, unavailable{0}, other_error{0}, lost{0}, refused{0};
