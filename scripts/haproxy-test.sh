@@ -13,8 +13,8 @@ ferry_venv "$build"
 dir=$(mktemp -d)
 pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  rm -rf "$dir"
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  rm -rf "$dir" /dev/shm/ferry-hapa$$* /dev/shm/ferry-hapb$$*  # Segments of nodes killed.
 }
 trap cleanup EXIT
 fail() { echo "haproxy-test: $*"; for f in "$dir"/*/ferryd.log; do tail -n 5 "$f"; done; cat "$dir/haproxy.log"; exit 1; }
