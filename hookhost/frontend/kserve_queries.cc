@@ -28,7 +28,7 @@ Result<shm::StatusSnapshotData> ProbeStatus(const shm::Segment& segment, uint32_
 }  // namespace
 
 bool KServeService::ModelReady(const hookhost::HookModel& model) const {
-  if (model.failure || draining_.load()) {
+  if (model.failure || Stopping()) {
     return false;
   }
   // Announced to be unloaded (ferryctl unload with a drain notice): still served, not ready.
@@ -70,7 +70,7 @@ json KServeService::RepositoryIndex(bool ready_only, uint32_t tenant) const {
     }
     if (!ready) {
       entry["reason"] = m.failure          ? m.failure->message
-                        : draining_.load() ? "this hook host is draining"
+                        : Stopping() ? "the node or this hook host is draining"
                                            : "no worker serves it now";
     }
     index.push_back(entry);
@@ -84,7 +84,7 @@ json KServeService::LoadJson() const {
     Result<shm::StatusSnapshotData> s = ProbeStatus(segment_, segment_.WorkerSlot(w));
     workers.push_back(shm::LoadOfWorker(w, s.ok() ? &*s : nullptr));
   }
-  shm::NodeLoad load = shm::ComputeNodeLoad(std::move(workers), draining_.load());
+  shm::NodeLoad load = shm::ComputeNodeLoad(std::move(workers), Stopping());
   json out = {{"state", load.state}, {"weight", load.weight}, {"workers", json::array()}};
   for (const shm::WorkerLoad& w : load.workers) {
     out["workers"].push_back({{"index", w.index},
@@ -133,7 +133,7 @@ Result<std::vector<ModelStatistics>> KServeService::Statistics(std::string_view 
 }
 
 bool KServeService::ServerReady() const {
-  if (draining_.load()) {
+  if (Stopping()) {
     return false;
   }
   for (uint32_t w = 0; w < segment_.workers(); ++w) {

@@ -150,6 +150,30 @@ TEST_CASE("a balancer's view: the agent check and /v2/ferry/load say up, weight 
   CHECK(client->Request("POST", "/v2/ferry/load", "{}")->status == 405);
 }
 
+TEST_CASE("during a drain notice readiness and /v2/ferry/load say drain; requests are served") {
+  TempDir dir;
+  FerrydProcess ferryd(dir, kSimNode, std::string("drain_notice_seconds = 3\n") + kQuick);
+  std::optional<json> ready = ferryd.WaitReady();
+  REQUIRE_MESSAGE(ready, ferryd.log());
+  Result<net::HttpClient> client =
+      net::HttpClient::Connect((*ready)["listen"]["http"].get<std::string>());
+  REQUIRE(client.ok());
+  CHECK(client->Request("GET", "/v2/health/ready")->status == 200);
+  kill(ferryd.pid(), SIGTERM);
+  std::string agent = (*ready)["listen"]["agent"].get<std::string>();
+  for (int i = 0; i < 200 && AgentCheck(agent) != "drain\n"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(AgentCheck(agent) == "drain\n");
+  // The hook hosts see it too (before: they answered "up" and ready until the notice ended).
+  json load = json::parse(client->Request("GET", "/v2/ferry/load")->body);
+  CHECK(load["state"] == "drain");
+  CHECK(client->Request("GET", "/v2/health/ready")->status == 400);
+  CHECK(client->Request("GET", "/v2/models/mlp/ready")->status == 400);
+  CHECK(client->Request("GET", "/v2/health/live")->status == 200);  // Still serving.
+  CHECK(ferryd.Wait() == 0);
+}
+
 TEST_CASE("a killed worker or hook host is reset and restarted; a stopped worker is killed") {
   TempDir dir;
   FerrydProcess ferryd(dir, kSimNode, kQuick);
