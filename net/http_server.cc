@@ -124,7 +124,7 @@ std::string_view StatusText(int status) {
       return "100 Continue";
     case 200:
       return "200 OK";
-        case 400:
+    case 400:
       return "400 Bad Request";
     case 401:
       return "401 Unauthorized";

@@ -13,7 +13,7 @@ ferry_venv "$build"
 dir=$(mktemp -d)
 pids=()
 cleanup() {
-    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   rm -rf "$dir" /dev/shm/ferry-hapa$$* /dev/shm/ferry-hapb$$*  # Segments of nodes killed.
 }
 trap cleanup EXIT

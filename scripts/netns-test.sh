@@ -26,7 +26,7 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   for ns in 1 2 3 h; do ip netns del "fy$tag-$ns" 2>/dev/null || true; done
-    ip link del "fb$tag" 2>/dev/null || true
+  ip link del "fb$tag" 2>/dev/null || true
   rm -rf "$dir" /dev/shm/ferry-netns"$tag"-*  # The segments of nodes killed, not stopped.
 }
 trap cleanup EXIT
@@ -42,7 +42,7 @@ ip addr add "$net.254/24" dev "fb$tag"
 ip link set "fb$tag" up
 # Namespace $1 (1-3: node i at $net.i; h: HAProxy at $net.100) with a veth on the bridge.
 join() {
-    local ns="fy$tag-$1" address=$2
+  local ns="fy$tag-$1" address=$2
   [[ $1 == h ]] || ip netns add "$ns"
   ip link add "fv$tag-$1" type veth peer name eth0 netns "$ns"
   ip link set "fv$tag-$1" master "fb$tag" up
@@ -60,8 +60,8 @@ start_node() {
   node_pid[$i]=$!
   pids+=("$!")
   for _ in $(seq 300); do
-        [[ $("$build/ctl/ferryctl" --socket "$d/control.sock" --json status 2>/dev/null |
-         /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>/dev/null) == ready ]] && return
+    [[ $("$build/ctl/ferryctl" --socket "$d/control.sock" --json status 2>/dev/null |
+       /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>/dev/null) == ready ]] && return
     sleep 0.1
   done
   fail "node $i did not become ready"

@@ -69,7 +69,7 @@ bool ComputeLayout(const SegmentLayout& in, SegmentOffsets* out) {
   offset = AlignUp(offset + slots * RingStride(in.ring_capacity), 64);
   c.keys_offset = offset;
   offset = AlignUp(offset + sizeof(KeyTableData), 64);
-    c.leaving_offset = offset;
+  c.leaving_offset = offset;
   offset += 2 * sizeof(std::atomic<uint64_t>);
   c.supervisor_bytes = AlignUp(offset, kPage);
   uint64_t overhead = c.supervisor_bytes + in.hookhosts * c.hookhost.partition_offset +
@@ -170,7 +170,7 @@ Result<Segment> Segment::Create(const std::string& name, const SegmentLayout& la
   uint8_t* supervisor = segment.bases_[slots];
   new (supervisor + c.supervisor_bell_offset) BellData{};
   new (supervisor + c.keys_offset) KeyTableData{};
-    new (supervisor + c.leaving_offset) std::atomic<uint64_t>(0);
+  new (supervisor + c.leaving_offset) std::atomic<uint64_t>(0);
   new (supervisor + c.leaving_offset + sizeof(std::atomic<uint64_t>)) std::atomic<uint64_t>(0);
   for (uint32_t r = 0; r < 2 * layout.hookhosts * layout.workers; ++r) {
     new (&segment.ring_reset_tail(r)) std::atomic<uint64_t>(0);

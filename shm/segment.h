@@ -65,7 +65,7 @@ struct SegmentOffsets {
   uint64_t reset_tails_offset = 0;
   uint64_t control_tails_offset = 0;
   uint64_t keys_offset = 0;     // KeyTableData (shm/key_table.h).
-    uint64_t leaving_offset = 0;  // std::atomic<uint64_t>: models announced to be unloaded,
+  uint64_t leaving_offset = 0;  // std::atomic<uint64_t>: models announced to be unloaded,
                                 // then std::atomic<uint64_t>: the node is stopping.
   uint64_t supervisor_bytes = 0;
   uint64_t partition_bytes = 0;
@@ -142,7 +142,7 @@ class Segment {
   KeyTableData& keys() const;
   // Models about to be unloaded (bit i: model index i, below 64), in the supervisor's object:
   // during an unload's notice their readiness answers false while they still serve.
-    std::atomic<uint64_t>& leaving_models() const;
+  std::atomic<uint64_t>& leaving_models() const;
   // Nonzero once ferryd begins to stop the node (its drain notice included): readiness and
   // /v2/ferry/load answer as draining while the hook hosts still serve.
   std::atomic<uint64_t>& node_stopping() const;

@@ -305,7 +305,7 @@ void Supervisor::Impl::BeginShutdown(const std::string& why, int64_t now) {
       "stopping the node ({}): {} s of notice to balancers, then hook hosts drain, then "
       "workers; drain timeout {} s",
       why, config.supervisor.drain_notice_seconds, config.supervisor.drain_timeout_seconds);
-    sd_notify(0, "STOPPING=1");
+  sd_notify(0, "STOPPING=1");
   segment->node_stopping().store(1);  // Readiness and /v2/ferry/load say so from now.
   if (config.supervisor.drain_notice_seconds > 0) {
     phase = Phase::kAnnouncingDrain;

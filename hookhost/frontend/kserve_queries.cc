@@ -69,9 +69,9 @@ json KServeService::RepositoryIndex(bool ready_only, uint32_t tenant) const {
       entry["version"] = std::to_string(m.manifest().version);
     }
     if (!ready) {
-      entry["reason"] = m.failure          ? m.failure->message
+      entry["reason"] = m.failure    ? m.failure->message
                         : Stopping() ? "the node or this hook host is draining"
-                                           : "no worker serves it now";
+                                     : "no worker serves it now";
     }
     index.push_back(entry);
   }

@@ -106,7 +106,7 @@ class KServeService {
   // what a node serves).
   net::HttpResponse Repository(const std::vector<std::string_view>& parts,
                                const net::HttpRequest& request, uint32_t tenant) const;
-    // This hook host drains, or ferryd has begun to stop the node (its drain notice).
+  // This hook host drains, or ferryd has begun to stop the node (its drain notice).
   bool Stopping() const { return draining_.load() || segment_.node_stopping().load() != 0; }
   // GET /v2/models[/M[/versions/V]]/stats: Statistics as JSON.
   net::HttpResponse StatisticsResponse(std::string_view name, std::string_view version,
