@@ -21,6 +21,7 @@ packages=(
   libonnx-dev             # ONNX's protobuf classes: ferryctl import reads model.onnx
   libonnx-testdata        # ONNX's backend node tests, run against the importer (tests)
   python3-onnx python3-torch python3-torchvision  # models exported to ONNX (tests, demo)
+  python3-yaml            # the Kubernetes manifests' check (tests)
   ocl-icd-opencl-dev      # dnnl-config.cmake looks for OpenCL (Debian builds oneDNN with it)
   python3                 # example generator
   python3-venv curl       # client tests: tritonclient from PyPI in a venv, and curl
