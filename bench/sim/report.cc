@@ -40,7 +40,10 @@ nlohmann::json RunToJson(const RunReport& run) {
                       {"capacity_rows_per_s", m.capacity_rows_per_s},
                       {"dispatches", m.dispatches},
                       {"requests_completed", m.requests_completed},
-                      {"gpu_seconds", m.gpu_seconds}});
+                      {"gpu_seconds", m.gpu_seconds},
+                      {"weight_loads", m.weight_loads},
+                      {"weight_evictions", m.weight_evictions},
+                      {"weight_load_seconds", m.weight_load_seconds}});
   }
   nlohmann::json windows = nlohmann::json::array();
   for (const ShareWindow& w : run.windows) {
@@ -102,6 +105,23 @@ void PrintRun(const RunReport& run, std::ostream& out) {
                   static_cast<unsigned long long>(m.dispatches), m.longest_gap_s * 1e3,
                   m.lag_bound_s * 1e3);
     out << line;
+  }
+  uint64_t loads = 0, evictions = 0;
+  double load_seconds = 0;
+  std::string per_model;
+  for (const ModelReport& m : run.models) {
+    loads += m.weight_loads;
+    evictions += m.weight_evictions;
+    load_seconds += m.weight_load_seconds;
+    if (m.weight_loads > 0) {
+      per_model += " " + m.name + " " + std::to_string(m.weight_loads);
+    }
+  }
+  if (loads > 0 || evictions > 0) {
+    std::snprintf(line, sizeof(line), "  weights: %llu cold loads (%.2f s), %llu evictions;",
+                  static_cast<unsigned long long>(loads), load_seconds,
+                  static_cast<unsigned long long>(evictions));
+    out << line << " loads by model:" << per_model << "\n";
   }
 }
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <set>
 
+#include "config/node_config.h"
 #include "config/scheduler_config_reader.h"
 #include "config/toml_reader.h"
 
@@ -182,6 +183,62 @@ Result<std::vector<TraceEvent>> ParseTrace(std::string_view text, const std::str
   return events;
 }
 
+// A byte size as an integer or a string with a unit ("64MiB"); false when absent or invalid
+// (the latter recorded).
+static bool ReadBytes(TableReader& r, std::string_view key, uint64_t* out) {
+  const toml::node* node = r.Raw(key);
+  if (node == nullptr) {
+    return false;
+  }
+  if (auto n = node->value<int64_t>(); n && *n > 0) {
+    *out = static_cast<uint64_t>(*n);
+    return true;
+  }
+  if (auto text = node->value<std::string>()) {
+    if (Result<uint64_t> bytes = ParseByteSize(*text); bytes.ok() && *bytes > 0) {
+      *out = *bytes;
+      return true;
+    }
+  }
+  r.ErrorAt(key, "expected a positive number of bytes (an integer, or a string such as \"64MiB\")");
+  return false;
+}
+
+static void ReadWeights(TableReader& m, SimModel* model, ModelSchedulingConfig* policy) {
+  ReadBytes(m, "weight_bytes", &model->weight_bytes);
+  m.Enum<Residency>("residency", &policy->residency,
+                    {{"pinned", Residency::kPinned},
+                     {"warm", Residency::kWarm},
+                     {"on_demand", Residency::kOnDemand}});
+}
+
+// weight_budget, load_gb_per_s and eviction; with a budget every model needs its bytes, none
+// larger than the budget, the pinned ones together within it.
+static void ReadBudget(TableReader& r, Scenario* s) {
+  ReadBytes(r, "weight_budget", &s->weight_budget);
+  r.Double("load_gb_per_s", &s->load_gb_per_s, {0.0, 1e6, true, false});
+  std::string eviction = "lru";
+  if (r.String("eviction", &eviction) && eviction != "lru" && eviction != "all") {
+    r.ErrorAt("eviction", "expected \"lru\" or \"all\"");
+  }
+  s->evict_all = eviction == "all";
+  if (s->weight_budget == 0) {
+    return;
+  }
+  uint64_t pinned = 0;
+  for (const SimModel& m : s->models) {
+    if (m.weight_bytes == 0 || m.weight_bytes > s->weight_budget) {
+      r.ErrorAt("weight_budget", "model '" + m.name + "' needs weight_bytes in (0, weight_budget]");
+    }
+    if (s->scheduler.ForModel(m.name).residency == Residency::kPinned) {
+      pinned += m.weight_bytes;
+    }
+  }
+  if (pinned > s->weight_budget) {
+    r.ErrorAt("weight_budget", "the pinned models' weights do not fit in it");
+  }
+}
+
 Result<Scenario> ParseScenario(std::string_view text, const std::string& source,
                                const std::string& base_dir) {
   Diagnostics diagnostics;
@@ -235,6 +292,7 @@ Result<Scenario> ParseScenario(std::string_view text, const std::string& source,
       model.max_batch_size = cap;
     }
     ReadCost(m, &model.cost);
+    ReadWeights(m, &model, &s.scheduler.models[model.name]);
     for (TableReader& a : m.ArrayOfTables("arrivals")) {
       ArrivalSpec arrival;
       ReadArrival(a, base_dir, &arrival);
@@ -255,6 +313,7 @@ Result<Scenario> ParseScenario(std::string_view text, const std::string& source,
     r.ErrorAt("models", "at least one [[models]] is required");
   }
   r.Double("share_window_seconds", &s.share_window_seconds, {0.001, 1e6, false, false});
+  ReadBudget(r, &s);
   for (TableReader& e : r.ArrayOfTables("events")) {
     ControlEvent event;
     e.Double("at_seconds", &event.at_seconds, DoubleRange::NonNegative());
@@ -283,6 +342,15 @@ Result<Scenario> ParseScenario(std::string_view text, const std::string& source,
       a.ErrorAt("label", "missing label");
     }
     ReadSchedulerKeys(a, &alternative.scheduler);
+    if (uint64_t budget = 0; ReadBytes(a, "weight_budget", &budget)) {
+      alternative.weight_budget = budget;
+    }
+    if (std::string eviction; a.String("eviction", &eviction)) {
+      if (eviction != "lru" && eviction != "all") {
+        a.ErrorAt("eviction", "expected \"lru\" or \"all\"");
+      }
+      alternative.evict_all = eviction == "all";
+    }
     a.Finish();
     s.alternatives.push_back(std::move(alternative));
   }

@@ -66,12 +66,15 @@ struct SimModel {
   std::optional<int64_t> max_batch_size;
   CostSpec cost;
   std::vector<ArrivalSpec> arrivals;
+  uint64_t weight_bytes = 0;  // Under a weight budget: what its weights take.
 };
 
 // Another run of the same workload with some [scheduler] keys changed.
 struct Alternative {
   std::string label;
   SchedulerConfig scheduler;
+  std::optional<uint64_t> weight_budget;  // Another budget (e.g. one that holds every model).
+  std::optional<bool> evict_all;          // Another eviction policy.
 };
 
 // A control command at a virtual time: set_policy (model, weight) or a discipline change.
@@ -96,6 +99,11 @@ struct Scenario {
   std::vector<Alternative> alternatives;
   std::vector<ControlEvent> events;   // Ascending at_seconds.
   double share_window_seconds = 1.0;  // Length of each window of the share time series.
+  // A worker's weight budget (0: every model resident, as without one), the loader's speed,
+  // and the eviction policy ("lru", or "all": every cold load evicts every non-pinned model).
+  uint64_t weight_budget = 0;
+  double load_gb_per_s = 1.0;
+  bool evict_all = false;
 };
 
 // Parses scenario text; `base_dir` resolves trace paths. Every error is reported at once.

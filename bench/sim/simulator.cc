@@ -6,129 +6,12 @@
 #include <limits>
 #include <memory>
 
+#include "bench/sim/sim_residency.h"
+#include "bench/sim/sim_tallies.h"
 #include "worker/scheduler/request_splitting.h"
 
 namespace ferry::sim {
 namespace {
-
-// SplitMix64: small, fast and the same on every platform.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  double Normal() {                                                           // Box-Muller.
-    double u = 1.0 - Uniform();
-    double v = Uniform();
-    return std::sqrt(-2.0 * std::log(u)) * std::cos(2 * M_PI * v);
-  }
-  int64_t Between(int64_t lo, int64_t hi) {
-    return lo + static_cast<int64_t>(Next() % static_cast<uint64_t>(hi - lo + 1));
-  }
-
- private:
-  uint64_t state_;
-};
-
-constexpr double kNever = std::numeric_limits<double>::infinity();
-
-Nanos ToNanos(double seconds) { return static_cast<Nanos>(std::llround(seconds * 1e9)); }
-
-// One arrival stream's generator state.
-struct Stream {
-  int model;
-  const ArrivalSpec* spec;
-  Rng rng;
-  double next = kNever;  // Seconds; kNever when exhausted.
-  size_t emitted = 0;
-  std::vector<double> client_next;  // kClosed: when each client issues next (kNever: waiting).
-
-  void Advance(bool first) {
-    switch (spec->kind) {
-      case ArrivalSpec::Kind::kPoisson: {
-        double base = first ? spec->start_seconds : next;
-        next = base - std::log(1.0 - rng.Uniform()) / spec->rate;
-        break;
-      }
-      case ArrivalSpec::Kind::kBurst:
-        next = emitted < static_cast<size_t>(spec->count) ? spec->at_seconds : kNever;
-        break;
-      case ArrivalSpec::Kind::kTrace:
-        next = emitted < spec->trace.size() ? spec->trace[emitted].time_seconds : kNever;
-        break;
-      case ArrivalSpec::Kind::kClosed:
-        if (first) {
-          client_next.assign(static_cast<size_t>(spec->clients), spec->start_seconds);
-        }
-        next = *std::min_element(client_next.begin(), client_next.end());
-        break;
-      case ArrivalSpec::Kind::kSaturate:
-        next = kNever;  // Topped up by the loop instead.
-        break;
-    }
-    if (next >= spec->stop_seconds) {
-      next = kNever;
-    }
-  }
-  double Think() {
-    return spec->think_seconds > 0 ? -std::log(1.0 - rng.Uniform()) * spec->think_seconds : 0;
-  }
-};
-
-struct StreamTally {
-  uint64_t completed = 0, met = 0, missed = 0, dropped = 0;
-  uint64_t good_rows = 0;
-};
-
-// The most pieces one request may be cut into: a node's ring capacity (shm::SegmentLayout),
-// since a request's pieces are all sent at once.
-constexpr size_t kMaxPiecesPerRequest = 1024;
-
-// A request as issued by a stream: split into pieces when larger than the largest size.
-struct Issued {
-  size_t stream;
-  int client;  // kClosed: the client waiting for it; -1 otherwise.
-  int64_t rows;
-  int pieces_left;
-  bool late = false;
-  bool lost = false;
-};
-
-struct ModelTally {
-  double gpu_seconds = 0;
-  uint64_t rows = 0;
-  uint64_t good_rows = 0;
-  uint64_t misses = 0;
-  uint64_t dropped = 0;
-  uint64_t rejected = 0;
-  uint64_t dispatches = 0;
-  uint64_t completed = 0;
-  WaitHistogram waits;
-  Nanos max_wait = 0;
-  std::map<int64_t, uint64_t> sizes;
-  // Lag: over the whole run.
-  Nanos last_end = 0;
-  Nanos backlog_start = 0;
-  Nanos longest_gap = 0;
-  double longest_dispatch = 0;
-  double min_weight = std::numeric_limits<double>::infinity();
-  double max_weight = 0;
-};
-
-double Percentile(std::vector<double>& samples, double fraction) {
-  if (samples.empty()) {
-    return 0;
-  }
-  size_t k = static_cast<size_t>(fraction * static_cast<double>(samples.size() - 1));
-  std::nth_element(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(k),
-                   samples.end());
-  return samples[k];
-}
 
 // One run of a scenario under one configuration, on virtual time: streams issue requests, the
 // scheduler decides, dispatches take their modelled cost, and tallies are kept for the report.
@@ -389,6 +272,9 @@ struct SimRun {
     if (next_event < scenario.events.size()) {
       next = std::min(next, scenario.events[next_event].at_seconds);
     }
+    if (residency != nullptr && residency->next_event() != SimResidency::kNoEvent) {
+      next = std::min(next, static_cast<double>(residency->next_event()) / 1e9);
+    }
     return next;
   }
 
@@ -396,6 +282,9 @@ struct SimRun {
     while (now < end) {
       FERRY_RETURN_IF_ERROR(ApplyEvents());
       IssueArrivals();
+      if (residency != nullptr) {
+        residency->Advance(now);
+      }
       auto t0 = std::chrono::steady_clock::now();
       Decision decision = scheduler.Next(now);
       auto t1 = std::chrono::steady_clock::now();
@@ -413,10 +302,13 @@ struct SimRun {
       }
       Lose(d, measured);
       if (d.runs()) {
+        if (residency != nullptr) {
+          residency->Touch(d.model);
+        }
         Execute(d, measured);
         continue;
       }
-      if (scheduler.queued_requests() > 0 || !d.shed.empty() || !d.failed.empty()) {
+      if (scheduler.HasRunnable() || !d.shed.empty() || !d.failed.empty()) {
         continue;  // Everything selected was shed: decide again at once.
       }
       double next = NextWake();
@@ -471,6 +363,12 @@ struct SimRun {
       r.queue_wait_p50_s = static_cast<double>(t.waits.Percentile(0.50)) / 1e9;
       r.queue_wait_p99_s = static_cast<double>(t.waits.Percentile(0.99)) / 1e9;
       r.max_queue_wait_s = static_cast<double>(t.max_wait) / 1e9;
+      if (residency != nullptr) {
+        const ResidencyCounts& c = residency->counts()[i];
+        r.weight_loads = c.loads;
+        r.weight_evictions = c.evictions;
+        r.weight_load_seconds = c.load_seconds;
+      }
       r.deadline_misses = t.misses;
       r.dropped = t.dropped;
       r.rejected = t.rejected;
@@ -538,6 +436,7 @@ struct SimRun {
   const SchedulerOptions options;
   Scheduler scheduler;
   std::vector<TraceRow>* trace;
+  std::unique_ptr<SimResidency> residency;  // Under a weight budget only.
   const size_t n;
   std::vector<Stream> streams;
   Rng noise_rng;
@@ -576,6 +475,9 @@ Result<RunReport> RunOnce(const Scenario& scenario, const SchedulerConfig& confi
   FERRY_ASSIGN_OR_RETURN(Scheduler scheduler, Scheduler::Create(config, specs, options));
   auto run = std::make_unique<SimRun>(scenario, config, options, std::move(scheduler), trace);
   run->WarmUp();
+  if (scenario.weight_budget > 0) {
+    FERRY_ASSIGN_OR_RETURN(run->residency, SimResidency::Create(scenario, config, &run->scheduler));
+  }
   FERRY_RETURN_IF_ERROR(run->Loop());
   return run->Report(label);
 }
@@ -587,8 +489,11 @@ Result<ScenarioReport> RunScenario(const Scenario& scenario, std::vector<TraceRo
       RunOnce(scenario, scenario.scheduler, {},
               "ferry " + std::string(DisciplineName(scenario.scheduler.discipline)), trace));
   for (const Alternative& alternative : scenario.alternatives) {
+    Scenario varied = scenario;  // Its weight budget or eviction changed, if it says so.
+    varied.weight_budget = alternative.weight_budget.value_or(scenario.weight_budget);
+    varied.evict_all = alternative.evict_all.value_or(scenario.evict_all);
     FERRY_ASSIGN_OR_RETURN(RunReport run,
-                           RunOnce(scenario, alternative.scheduler, {}, alternative.label));
+                           RunOnce(varied, alternative.scheduler, {}, alternative.label));
     report.alternatives.push_back(std::move(run));
   }
   if (scenario.baselines) {

@@ -73,6 +73,11 @@ struct ModelReport {
   double max_queue_wait_s = 0;
   std::map<int64_t, uint64_t> batch_size_histogram;  // Compiled size -> dispatches.
   std::vector<StreamReport> streams;
+  // Under a weight budget (sim_residency.h), over the whole run: cold loads, evictions and
+  // the loads' virtual seconds.
+  uint64_t weight_loads = 0;
+  uint64_t weight_evictions = 0;
+  double weight_load_seconds = 0;
 };
 
 struct RunReport {
