@@ -89,7 +89,7 @@ pin = false
 threads = 1
 [supervisor]
 control_socket = "$d/control.sock"
-drain_notice_seconds = 2.5
+drain_notice_seconds = 3.5
 TOML
   start_node "$i"
 done
@@ -161,12 +161,12 @@ cnn_errors=$(load "$net.100:9000" cnn 4 2 | field "$errors")
 # With drain_notice_seconds the model answers not ready first and serves on meanwhile, so
 # HAProxy's checks see it leave before it is gone: nothing fails (without the notice about a
 # third of the requests of the 2 s the checks take did, 404).
-load "$net.100:9000" mlp 4 4 > "$dir/unload.json" &
+load "$net.100:9000" mlp 4 5 > "$dir/unload.json" &
 loader=$!
 sleep 1
 ctl 1 unload mlp > /dev/null
 wait "$loader"
-sleep 1  # The notice (2.5 s from the unload) has passed: the model is gone from node 1.
+sleep 1  # The notice (3.5 s from the unload) has passed: the model is gone from node 1.
 during_unload=$(field "$errors" < "$dir/unload.json")
 (( during_unload == 0 )) || fail "$during_unload MLP requests failed while node 1 unloaded it"
 before=$(sessions ferry_http_mlp 0)
