@@ -65,7 +65,13 @@ expect 200 "a reload refused keeps the keys" -H "Authorization: Bearer acme-key-
 grep -q "mode 0644" "$dir/ferryd.log" && echo "ok   the refused reload names the mode" ||
   { echo "FAIL the refused reload does not name the mode"; failures=$((failures + 1)); }
 ferry_stop_node
-# ... and at start.
+# ... by ferryd --check, and at start.
+if "$build/supervisor/ferryd" --check --config "$dir/node.toml" > "$dir/check.log" 2>&1 ||
+   ! grep -q "chmod 600" "$dir/check.log"; then
+  echo "FAIL ferryd --check passed a keys file of mode 0644"; cat "$dir/check.log"; failures=$((failures + 1))
+else
+  echo "ok   ferryd --check refuses a keys file of mode 0644"
+fi
 if "$build/supervisor/ferryd" --config "$dir/node.toml" > "$dir/refused.log" 2>&1; then
   echo "FAIL ferryd started with a keys file of mode 0644"; failures=$((failures + 1))
 elif grep -q "chmod 600" "$dir/refused.log"; then

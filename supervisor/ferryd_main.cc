@@ -12,6 +12,7 @@
 
 #include "common/cli.h"
 #include "config/node_config.h"
+#include "supervisor/api_keys.h"
 #include "supervisor/devices.h"
 #include "supervisor/supervisor.h"
 
@@ -68,6 +69,11 @@ int main(int argc, char** argv) {
       ferry::supervisor::ResolveDevices(config->node, gpu_dir);
   if (!devices.ok()) {
     spdlog::error("refusing to start: {}", devices.error().message);
+    return 2;
+  }
+  // The keys files too, so that --check catches one others may read before a start does.
+  if (auto keys = ferry::supervisor::CollectKeys(*config); !keys.ok()) {
+    spdlog::error("refusing to start: {}", keys.error().message);
     return 2;
   }
   spdlog::info("node file {} is valid (node '{}', {} worker(s), {} hook host(s))", config_path,
