@@ -65,7 +65,8 @@ struct SegmentOffsets {
   uint64_t reset_tails_offset = 0;
   uint64_t control_tails_offset = 0;
   uint64_t keys_offset = 0;     // KeyTableData (shm/key_table.h).
-  uint64_t leaving_offset = 0;  // std::atomic<uint64_t>: models announced to be unloaded,
+  uint64_t leaving_offset = 0;  // std::atomic<uint64_t>: models announced to be unloaded or
+                                // unloaded (indices are never reused),
                                 // then std::atomic<uint64_t>: the node is stopping.
   uint64_t supervisor_bytes = 0;
   uint64_t partition_bytes = 0;

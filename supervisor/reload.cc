@@ -233,6 +233,11 @@ void Supervisor::Impl::FinishUnloads(int64_t now) {
 }
 
 size_t Supervisor::Impl::CompleteUnload(uint32_t index, const std::string& name) {
+  // The bit stays set: a worker may still report the model ready until it has read the
+  // change, and an index is never reused (a model loaded again gets a new one).
+  if (index < 64) {
+    segment->leaving_models().fetch_or(uint64_t{1} << index);
+  }
   model_table[index] = "-";
   size_t workers = SendTableChange({shm::ControlCode::kUnloadModel, index, 0, 0});
   weight_overrides.erase(name);
@@ -240,9 +245,6 @@ size_t Supervisor::Impl::CompleteUnload(uint32_t index, const std::string& name)
   plugin_faults.erase(name);  // A model loaded again starts with a clean record.
   failed_plugins.erase(name);
   QueueHookhostRefresh();
-  if (index < 64) {
-    segment->leaving_models().fetch_and(~(uint64_t{1} << index));
-  }
   spdlog::info("unload: model '{}' (index {}); its queued requests still run", name, index);
   return workers;
 }
