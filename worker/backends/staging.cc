@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "model/dtype_convert.h"
 #include "model/shape_inference.h"
 #include "worker/scheduler/batch_axis.h"
 
@@ -17,14 +18,30 @@ Result<StagingLayout::Tensor> Place(const Manifest& manifest, const TensorSpec& 
   if (!count) {
     return InvalidArgument("tensor '" + spec.name + "': element count overflows");
   }
+  int bits = DTypeBits(spec.dtype);
+  if (bits <= 0 || bits % 8 != 0 || spec.dtype == DType::kBytes) {
+    return InvalidArgument("tensor '" + spec.name + "': " + std::string(KServeName(spec.dtype)) +
+                           " cannot be staged");
+  }
+  auto element = static_cast<uint64_t>(bits / 8);
+  auto align = [](uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; };
+  t.dtype = spec.dtype;
   t.offset = *at;
-  t.bytes = static_cast<uint64_t>(*count) * 4;
+  t.bytes = static_cast<uint64_t>(*count) * element;
   if (spec.batch_axis && !manifest.unbatched()) {
-    FERRY_ASSIGN_OR_RETURN(RowLayout rows, RowLayoutOf(shape, *spec.batch_axis, 4));
+    FERRY_ASSIGN_OR_RETURN(RowLayout rows,
+                           RowLayoutOf(shape, *spec.batch_axis, static_cast<int>(element)));
     t.outer = rows.outer;
     t.row_bytes = rows.row_bytes;
   }
-  *at += (t.bytes + kAlign - 1) / kAlign * kAlign;
+  *at += align(t.bytes);
+  t.device_offset = t.offset;
+  t.device_bytes = t.bytes;
+  if (spec.dtype != DType::kF32) {
+    t.device_offset = *at;
+    t.device_bytes = static_cast<uint64_t>(*count) * 4;
+    *at += align(t.device_bytes);
+  }
   return t;
 }
 
@@ -96,6 +113,30 @@ void ScatterOutput(const StagingLayout& layout, const BatchJob& job, size_t o,
                    std::span<const uint8_t> staging) {
   const StagingLayout::Tensor& t = layout.outputs[o];
   ScatterRows(job, o, t.outer, t.row_bytes, staging.subspan(t.offset, t.bytes));
+}
+
+namespace {
+
+std::span<float> FloatRegion(const StagingLayout::Tensor& t, std::span<uint8_t> staging) {
+  return {reinterpret_cast<float*>(staging.data() + t.device_offset), t.device_bytes / 4};
+}
+
+}  // namespace
+
+Status ConvertStagedInput(const StagingLayout& layout, size_t i, std::span<uint8_t> staging) {
+  const StagingLayout::Tensor& t = layout.inputs[i];
+  if (t.dtype == DType::kF32) {
+    return OkStatus();
+  }
+  return ConvertToFloat32(t.dtype, staging.subspan(t.offset, t.bytes), FloatRegion(t, staging));
+}
+
+Status ConvertStagedOutput(const StagingLayout& layout, size_t o, std::span<uint8_t> staging) {
+  const StagingLayout::Tensor& t = layout.outputs[o];
+  if (t.dtype == DType::kF32) {
+    return OkStatus();
+  }
+  return ConvertFromFloat32(t.dtype, FloatRegion(t, staging), staging.subspan(t.offset, t.bytes));
 }
 
 }  // namespace ferry

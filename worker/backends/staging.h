@@ -22,13 +22,18 @@
 namespace ferry {
 
 // Where each tensor of one (variant, compiled size) sits in the staging buffer: inputs first,
-// then outputs, each 256-byte aligned. Built once per executable, at load.
+// then outputs, each 256-byte aligned. Built once per executable, at load. A tensor is staged
+// in its own type (what requests carry); one that is not FP32 also has an FP32 region, the
+// one the device reads or writes (programs compute in FP32), converted on the host.
 struct StagingLayout {
   struct Tensor {
-    uint64_t offset = 0;    // In the staging buffer.
-    uint64_t bytes = 0;     // The whole batch tensor.
+    uint64_t offset = 0;    // In the staging buffer: the batch tensor in its own type.
+    uint64_t bytes = 0;     // The whole batch tensor, in its own type.
     int64_t outer = 1;      // Blocks before the batch axis (1 for axis 0).
     int64_t row_bytes = 0;  // Bytes of one row within a block; 0: no batch axis.
+    DType dtype = DType::kF32;
+    uint64_t device_offset = 0;  // The FP32 batch tensor (== offset for FP32).
+    uint64_t device_bytes = 0;   // Its bytes (== bytes for FP32).
   };
   std::vector<Tensor> inputs;
   std::vector<Tensor> outputs;
@@ -56,5 +61,9 @@ void GatherInput(const StagingLayout& layout, const BatchJob& job, size_t i,
 // Scatters output `o` from `staging` into every request's output block.
 void ScatterOutput(const StagingLayout& layout, const BatchJob& job, size_t o,
                    std::span<const uint8_t> staging);
+// Input `i` gathered in its own type converted into its FP32 region (nothing for FP32), and
+// output `o`'s FP32 region converted to its own type (ConvertToFloat32 / ConvertFromFloat32).
+Status ConvertStagedInput(const StagingLayout& layout, size_t i, std::span<uint8_t> staging);
+Status ConvertStagedOutput(const StagingLayout& layout, size_t o, std::span<uint8_t> staging);
 
 }  // namespace ferry

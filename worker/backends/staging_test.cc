@@ -14,8 +14,8 @@ TEST_CASE("staging places inputs then outputs, aligned, and round-trips every re
   Manifest m;
   m.name = "m";
   // Batch axis 1 of [2, N, 3]: two blocks of rows per request.
-  m.inputs = {{"x", DType::kF32, {2, kBatchDim, 3}, 1}};
-  m.outputs = {{"y", DType::kF32, {2, kBatchDim, 3}, 1}};
+  m.inputs = {{"x", DType::kF32, {2, kBatchDim, 3}, 1, {}}};
+  m.outputs = {{"y", DType::kF32, {2, kBatchDim, 3}, 1, {}}};
   m.batch_sizes = {4};
   std::map<std::string, Shape> shapes = {{"x", {2, 4, 3}}, {"y", {2, 4, 3}}};
   StagingLayout layout = PlanStaging(m, shapes).value();
@@ -55,6 +55,51 @@ TEST_CASE("staging places inputs then outputs, aligned, and round-trips every re
   ScatterOutput(layout, job, 0, staging);
   CHECK(out_a == a);
   CHECK(out_b == b);
+}
+
+TEST_CASE("a tensor that is not FP32 is staged in its own type and converted for the device") {
+  Manifest m;
+  m.name = "ids";
+  m.inputs = {{"ids", DType::kI64, {kBatchDim, 3}, 0, {}}};
+  m.outputs = {{"hit", DType::kBool, {kBatchDim, 3}, 0, {}}};
+  m.batch_sizes = {4};
+  std::map<std::string, Shape> shapes = {{"ids", {4, 3}}, {"hit", {4, 3}}};
+  StagingLayout layout = PlanStaging(m, shapes).value();
+  const StagingLayout::Tensor& in = layout.inputs[0];
+  CHECK(in.bytes == 4 * 3 * 8);
+  CHECK(in.row_bytes == 24);
+  CHECK(in.device_offset == 256);  // Its FP32 region follows, aligned.
+  CHECK(in.device_bytes == 4 * 3 * 4);
+  const StagingLayout::Tensor& out = layout.outputs[0];
+  CHECK(out.offset == 512);
+  CHECK(out.bytes == 12);
+  CHECK(out.device_offset == 768);
+  CHECK(layout.total_bytes == 1024);
+
+  std::vector<int64_t> a{7, -2, 1 << 20}, b{0, 1, 2, 3, 4, 5};
+  std::vector<uint8_t> hit_a(3), hit_b(6);
+  auto bytes = [](std::vector<int64_t>& v) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size() * 8);
+  };
+  BatchJob job{0, 4, {{1, {bytes(a)}, {hit_a}}, {2, {bytes(b)}, {hit_b}}}};
+  std::vector<uint8_t> staging(layout.total_bytes, 0xff);
+  GatherInput(layout, job, 0, staging);
+  REQUIRE(ConvertStagedInput(layout, 0, staging).ok());
+  const auto* device = reinterpret_cast<const float*>(staging.data() + in.device_offset);
+  CHECK(device[0] == 7.0f);
+  CHECK(device[1] == -2.0f);
+  CHECK(device[2] == static_cast<float>(1 << 20));
+  CHECK(device[8] == 5.0f);
+  CHECK(device[9] == 0.0f);  // The padding row, zeroed before conversion.
+  // The device would write y = (x != 0) in FP32.
+  auto* result = reinterpret_cast<float*>(staging.data() + out.device_offset);
+  for (int i = 0; i < 12; ++i) {
+    result[i] = device[i] != 0 ? 0.5f : 0.0f;
+  }
+  REQUIRE(ConvertStagedOutput(layout, 0, staging).ok());
+  ScatterOutput(layout, job, 0, staging);
+  CHECK(hit_a == std::vector<uint8_t>{1, 1, 1});
+  CHECK(hit_b == std::vector<uint8_t>{0, 1, 1, 1, 1, 1});
 }
 
 }  // namespace
