@@ -17,12 +17,13 @@ case "${1:-}" in
     cmake -S . -B build-gpu -G Ninja -DFERRY_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
       -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_EXE_LINKER_FLAGS="-static-libstdc++ -static-libgcc" >/dev/null
-    cmake --build build-gpu -j "$(nproc)" --target cuda_backend_test ferry-gpu-bench ferry-node-bench ferry-worker \
+    cmake --build build-gpu -j "$(nproc)" --target cuda_backend_test cuda_tensor_ops_test ferry-gpu-bench ferry-node-bench ferry-worker \
       ferry_cuda_module
     # Shared libraries from Debian packages that another Linux may lack travel along;
     # glibc, the CUDA driver and cuBLAS are found on the GPU machine.
     mkdir -p build-gpu/lib
-    for binary in build-gpu/worker/backends/cuda_backend_test build-gpu/bench/ferry-gpu-bench \
+    for binary in build-gpu/worker/backends/cuda_backend_test \
+                  build-gpu/worker/backends/cuda_tensor_ops_test build-gpu/bench/ferry-gpu-bench \
                   build-gpu/worker/ferry-worker build-gpu/bench/ferry-node-bench \
                   build-gpu/worker/libferry_cuda.so; do
       ldd "$binary" | awk '/=> \// {print $3}' | while read -r lib; do
@@ -49,6 +50,9 @@ case "${1:-}" in
     echo "== CUDA backend tests"
     LD_LIBRARY_PATH="$libs" timeout 300 build-gpu/worker/backends/cuda_backend_test 2>&1 |
       tee "$out/test.log" | tail -n 40 || echo "cuda_backend_test failed (exit ${PIPESTATUS[0]})"
+    LD_LIBRARY_PATH="$libs" timeout 120 build-gpu/worker/backends/cuda_tensor_ops_test 2>&1 |
+      tee "$out/tensor_ops.log" | tail -n 40 ||
+      echo "cuda_tensor_ops_test failed (exit ${PIPESTATUS[0]})"
     echo "== benchmark"
     LD_LIBRARY_PATH="$libs" timeout 300 build-gpu/bench/ferry-gpu-bench --json >"$out/gpu.json"
     echo "== a GPU worker process against direct graph replay (issue 11)"

@@ -1,5 +1,7 @@
 #include "worker/backends/cuda/cuda_backend.h"
 
+#include <algorithm>
+
 #include "worker/backends/cuda/cuda_backend_impl.h"
 
 namespace ferry {
@@ -44,63 +46,23 @@ const char* CublasName(cublasStatus_t s) {
   }
 }
 
-// The ops the CUDA steps implement (cuda_executables.cc).
-bool CudaRunsOp(OpKind kind) {
-  switch (kind) {
-    case OpKind::kDense:
-    case OpKind::kRelu:
-    case OpKind::kGelu:
-    case OpKind::kTanh:
-    case OpKind::kSigmoid:
-    case OpKind::kSoftmax:
-    case OpKind::kLayerNorm:
-    case OpKind::kAdd:
-    case OpKind::kConv2d:
-    case OpKind::kMaxPool2d:
-    case OpKind::kGlobalAvgPool:
-    case OpKind::kFlatten:
-    case OpKind::kReshape:
-    case OpKind::kClip:
-    case OpKind::kLeakyRelu:
-    case OpKind::kHardSigmoid:
-    case OpKind::kHardSwish:
-    case OpKind::kSqrt:
-    case OpKind::kExp:
-    case OpKind::kLog:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// What this backend does not run yet: inputs other than FP32 (the CPU backend converts them)
-// and the gather and reduce_mean ops. Refused at load with the reason, so a node file that
-// puts such a model on a GPU says so instead of failing at its first request.
-Status CudaRuns(const Manifest& manifest) {
-  for (const TensorSpec& input : manifest.inputs) {
-    if (input.dtype != DType::kF32) {
-      return InvalidArgument("model '" + manifest.name + "': input '" + input.name + "' is " +
-                             std::string(KServeName(input.dtype)) +
-                             "; the CUDA backend takes FP32 inputs only (CPU workers convert)");
-    }
-  }
-  for (const TensorSpec& output : manifest.outputs) {
-    if (output.dtype != DType::kF32) {
-      return InvalidArgument("model '" + manifest.name + "': output '" + output.name + "' is " +
-                             std::string(KServeName(output.dtype)) +
-                             "; the CUDA backend gives FP32 outputs only (CPU workers convert)");
-    }
-  }
+// Every op runs on the GPU. A gather's ids must be a model input whose declared range lies
+// inside the table: the hook host checks each request against that range, and the kernel
+// cannot refuse one request of a batch (an id outside the table would give NaN rows).
+Status CudaRuns(const Bundle& bundle) {
+  const Manifest& manifest = bundle.manifest;
   for (const Op& op : manifest.program) {
-    bool broadcast = op.kind == OpKind::kAdd && op.inputs.size() != 2;  // A weight operand.
-    if (op.ceil) {
-      return InvalidArgument("model '" + manifest.name +
-                             "': the CUDA backend does not run maxpool2d with ceil yet (CPU "
-                             "workers do)");
+    if (op.kind != OpKind::kGather) {
+      continue;
     }
-    if (!CudaRunsOp(op.kind) || broadcast) {
-      return InvalidArgument("model '" + manifest.name + "': the CUDA backend does not run " +
-                             std::string(OpKindName(op.kind)) + " yet (CPU workers do)");
+    const TensorInfo* table = bundle.weights.index().Find(op.weight);
+    auto input = std::find_if(manifest.inputs.begin(), manifest.inputs.end(),
+                              [&](const TensorSpec& t) { return t.name == op.inputs[0]; });
+    if (table == nullptr || table->shape.empty() || input == manifest.inputs.end() ||
+        !input->range || (*input->range)[0] < 0 || (*input->range)[1] >= table->shape[0]) {
+      return InvalidArgument("model '" + manifest.name + "': gather '" + op.output +
+                             "' on a GPU needs ids from a model input whose range lies inside " +
+                             "its table's rows (CPU workers check each id instead)");
     }
   }
   return OkStatus();
@@ -307,7 +269,7 @@ Result<ModelHandle> CudaBackend::Load(const Bundle& bundle) {
   d.models.emplace_back();
   Model& m = d.models.back();
   m.bundle = &bundle;
-  Status built = CudaRuns(bundle.manifest);
+  Status built = CudaRuns(bundle);
   if (built.ok()) {
     built = d.Select();
   }

@@ -118,11 +118,17 @@ struct CudaBackend::Impl {
   static uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
   // Translates the program into launch steps, fusing dense + bias + a following activation.
-  void BuildSteps(const Model& m, Executable* exe);
+  Status BuildSteps(const Model& m, Executable* exe);
   size_t AddDenseStep(const Model& m, Executable* exe, size_t i,
                       std::map<std::string, int>& readers);
   void AddWindowStep(const Model& m, Executable* exe, const Op& op);
-  void AddPointwiseStep(const Model& m, Executable* exe, const Op& op);
+  bool AddPointwiseStep(const Model& m, Executable* exe, const Op& op);
+  // cuda_tensor_steps.cc: broadcasting arithmetic, matmul, slice, concat, transpose, gather,
+  // the ops along one axis and average pooling.
+  Status AddTensorStep(const Model& m, Executable* exe, const Op& op);
+  Status AddBinaryStep(const Model& m, Executable* exe, const Op& op);
+  void AddMatMulStep(const Model& m, Executable* exe, const Op& op);
+  void AddCopyStep(Executable* exe, const Op& op);
 
   // Moves tensor `index` (an input when to_device, else an output) between every request's
   // block and the device batch `t`, along the tensor's batch axis; pads inputs with zero

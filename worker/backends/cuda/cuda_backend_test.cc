@@ -17,70 +17,11 @@
 
 #include "shm/segment.h"
 #include "worker/backends/cpu/cpu_backend.h"
+#include "worker/backends/cuda/cuda_test_support.h"
 #include "worker/backends/cuda/kernels.h"
 
 namespace ferry {
 namespace {
-
-double RelativeError(std::span<const uint8_t> got_bytes, std::span<const uint8_t> want_bytes) {
-  std::vector<float> got(got_bytes.size() / 4), want(want_bytes.size() / 4);
-  std::memcpy(got.data(), got_bytes.data(), got_bytes.size());
-  std::memcpy(want.data(), want_bytes.data(), want_bytes.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(want[i])));
-  }
-  return diff / std::max(scale, 1e-30);
-}
-
-// Runs `job` through both backends and compares every output.
-void Compare(Backend& gpu, ModelHandle g, Backend& cpu, ModelHandle c, const Manifest& manifest,
-             int variant, int64_t size, std::mt19937& rng, double tolerance) {
-  const ShapeVariant& v = manifest.variants[static_cast<size_t>(variant)];
-  int64_t rows = std::max<int64_t>(1, size - 1);  // Leave a padding row when we can.
-  std::normal_distribution<float> normal;
-  std::vector<std::vector<uint8_t>> inputs, gpu_out, cpu_out;
-  for (const TensorSpec& t : manifest.inputs) {
-    std::vector<float> values(static_cast<size_t>(RowBytes(manifest, t, v, true) / 4 * rows));
-    for (float& x : values) {
-      x = normal(rng);
-    }
-    inputs.emplace_back(values.size() * 4);
-    std::memcpy(inputs.back().data(), values.data(), inputs.back().size());
-  }
-  for (const TensorSpec& t : manifest.outputs) {
-    gpu_out.emplace_back(static_cast<size_t>(RowBytes(manifest, t, v, false) * rows));
-    cpu_out.emplace_back(gpu_out.back().size());
-  }
-  // Two requests (1 row, then the rest) when there are rows enough: coalescing on the GPU.
-  auto job = [&](std::vector<std::vector<uint8_t>>& outs) {
-    BatchJob j{variant, size, {}};
-    for (int64_t begin = 0; begin < rows;) {
-      int64_t n = begin == 0 && rows > 1 ? 1 : rows - begin;
-      RequestIo io{n, {}, {}};
-      for (size_t i = 0; i < inputs.size(); ++i) {
-        size_t row = inputs[i].size() / static_cast<size_t>(rows);
-        io.inputs.push_back(std::span<const uint8_t>(inputs[i]).subspan(begin * row, n * row));
-      }
-      for (auto& out : outs) {
-        size_t row = out.size() / static_cast<size_t>(rows);
-        io.outputs.push_back(std::span<uint8_t>(out).subspan(begin * row, n * row));
-      }
-      j.requests.push_back(io);
-      begin += n;
-    }
-    return j;
-  };
-  Result<ExecutionTiming> on_gpu = gpu.Execute(g, job(gpu_out));
-  REQUIRE_MESSAGE(on_gpu.ok(), (on_gpu.ok() ? "" : on_gpu.error().message));
-  REQUIRE(cpu.Execute(c, job(cpu_out)).ok());
-  for (size_t o = 0; o < gpu_out.size(); ++o) {
-    double error = RelativeError(gpu_out[o], cpu_out[o]);
-    CHECK_MESSAGE(error <= tolerance, manifest.name << " variant " << variant << " size " << size
-                                                    << ": relative error " << error);
-  }
-}
 
 TEST_CASE("every example model matches the CPU backend at every size and variant") {
   Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create({});
@@ -407,18 +348,4 @@ TEST_CASE("softmax and global average pooling compute every line past the grid's
 }  // namespace
 }  // namespace ferry
 
-int main(int argc, char** argv) {
-  // Skipped only when the runtime reports no device; any other error (a driver older than
-  // the toolkit, say) fails the test rather than hiding as a skip.
-  ferry::Result<int> devices = ferry::CudaDeviceCount();
-  if (!devices.ok()) {
-    std::printf("%s\n", devices.error().message.c_str());
-    return 1;
-  }
-  if (*devices == 0) {
-    std::printf("no CUDA device: the CUDA backend tests are skipped\n");
-    return 77;
-  }
-  doctest::Context context(argc, argv);
-  return context.run();
-}
+int main(int argc, char** argv) { return ferry::RunGpuTests(argc, argv); }

@@ -33,6 +33,12 @@ cuda::Activation ElementwiseOf(OpKind kind) {
   }
 }
 
+bool AllFloat32(const Manifest& manifest) {
+  auto f32 = [](const TensorSpec& t) { return t.dtype == DType::kF32; };
+  return std::all_of(manifest.inputs.begin(), manifest.inputs.end(), f32) &&
+         std::all_of(manifest.outputs.begin(), manifest.outputs.end(), f32);
+}
+
 }  // namespace
 
 Status CudaBackend::Impl::BuildExecutable(const Model& m, const ShapeVariant& variant, int64_t size,
@@ -43,13 +49,14 @@ Status CudaBackend::Impl::BuildExecutable(const Model& m, const ShapeVariant& va
     return info ? std::optional<WeightSpec>(WeightSpec{info->dtype, info->shape}) : std::nullopt;
   };
   FERRY_ASSIGN_OR_RETURN(auto shapes, InferShapes(manifest, variant, size, lookup));
-  for (const Op& op : manifest.program) {  // The add kernel takes two equal shapes only.
-    if (op.kind == OpKind::kAdd && shapes.at(op.inputs[0]) != shapes.at(op.inputs[1])) {
-      return InvalidArgument("model '" + manifest.name +
-                             "': the CUDA backend does not broadcast add yet (CPU workers do)");
-    }
-  }
   FERRY_ASSIGN_OR_RETURN(exe->staging, PlanStaging(manifest, shapes));
+  if (exe->staging.total_bytes > options.staging_bytes && !AllFloat32(manifest)) {
+    return ResourceExhausted("model '" + manifest.name + "', batch " + std::to_string(size) +
+                             ": tensors that are not FP32 are converted in the staging buffer, " +
+                             "which holds " + std::to_string(options.staging_bytes) +
+                             " bytes; this batch needs " +
+                             std::to_string(exe->staging.total_bytes));
+  }
   // One buffer: every tensor, then the bf16 scratch (as large as the largest dense input).
   uint64_t total = 0, scratch = 0;
   std::map<std::string, uint64_t> offsets;
@@ -74,7 +81,7 @@ Status CudaBackend::Impl::BuildExecutable(const Model& m, const ShapeVariant& va
     exe->tensors[name] = {reinterpret_cast<float*>(base + offsets[name]), shape};
   }
   exe->bf16_scratch = reinterpret_cast<uint16_t*>(base + total);
-  BuildSteps(m, exe);
+  FERRY_RETURN_IF_ERROR(BuildSteps(m, exe));
   // One plain run first: loads kernels and warms cuBLAS outside capture, and proves the
   // steps work before a graph is made of them.
   FERRY_RETURN_IF_ERROR(RunSteps(*exe));
@@ -91,7 +98,7 @@ Status CudaBackend::Impl::BuildExecutable(const Model& m, const ShapeVariant& va
 }
 
 // Translates the program into launch steps, fusing dense + bias + a following activation.
-void CudaBackend::Impl::BuildSteps(const Model& m, Executable* exe) {
+Status CudaBackend::Impl::BuildSteps(const Model& m, Executable* exe) {
   const auto& program = m.bundle->manifest.program;
   std::map<std::string, int> readers;
   for (const Op& op : program) {
@@ -105,10 +112,11 @@ void CudaBackend::Impl::BuildSteps(const Model& m, Executable* exe) {
       i = AddDenseStep(m, exe, i, readers);
     } else if (op.kind == OpKind::kConv2d || op.kind == OpKind::kMaxPool2d) {
       AddWindowStep(m, exe, op);
-    } else {
-      AddPointwiseStep(m, exe, op);
+    } else if (!AddPointwiseStep(m, exe, op)) {
+      FERRY_RETURN_IF_ERROR(AddTensorStep(m, exe, op));
     }
   }
+  return OkStatus();
 }
 
 // A dense layer as one cuBLAS GEMM (in the manifest's precision), then its bias and the next
@@ -225,8 +233,9 @@ void CudaBackend::Impl::AddWindowStep(const Model& m, Executable* exe, const Op&
   }
 }
 
-// The other ops the CUDA backend runs, one kernel or copy each.
-void CudaBackend::Impl::AddPointwiseStep(const Model& m, Executable* exe, const Op& op) {
+// The activations, clip, softmax, layernorm, global pooling and reshapes, one kernel or copy
+// each; false for any other op (AddTensorStep's).
+bool CudaBackend::Impl::AddPointwiseStep(const Model& m, Executable* exe, const Op& op) {
   DeviceTensor x = exe->tensors.at(op.inputs[0]);
   DeviceTensor y = exe->tensors.at(op.output);
   int64_t count = *NumElements(y.shape);
@@ -252,13 +261,6 @@ void CudaBackend::Impl::AddPointwiseStep(const Model& m, Executable* exe, const 
       auto lo = static_cast<float>(op.min), hi = static_cast<float>(op.max);
       exe->steps.push_back([=, this](cudaStream_t s) {
         return Check(cuda::Clip(x.data, y.data, count, lo, hi, s), "clip");
-      });
-      break;
-    }
-    case OpKind::kAdd: {
-      DeviceTensor b = exe->tensors.at(op.inputs[1]);
-      exe->steps.push_back([=, this](cudaStream_t s) {
-        return Check(cuda::Add(x.data, b.data, y.data, count, s), "add");
       });
       break;
     }
@@ -291,21 +293,6 @@ void CudaBackend::Impl::AddPointwiseStep(const Model& m, Executable* exe, const 
       });
       break;
     }
-    case OpKind::kGather:
-    case OpKind::kReduceMean:
-    case OpKind::kSub:
-    case OpKind::kMul:
-    case OpKind::kDiv:
-    case OpKind::kTranspose:
-    case OpKind::kMatMul:
-    case OpKind::kSlice:
-    case OpKind::kAvgPool2d:
-    case OpKind::kReduceSum:
-    case OpKind::kReduceMax:
-    case OpKind::kLogSoftmax:
-    case OpKind::kConcat:
-    case OpKind::kArgMax:
-      break;  // CudaRuns refuses these at load, before any step is built.
     case OpKind::kFlatten:
     case OpKind::kReshape:
       exe->steps.push_back([=, this](cudaStream_t s) {
@@ -314,11 +301,10 @@ void CudaBackend::Impl::AddPointwiseStep(const Model& m, Executable* exe, const 
                      "reshape copy");
       });
       break;
-    case OpKind::kDense:
-    case OpKind::kConv2d:
-    case OpKind::kMaxPool2d:
-      break;  // AddDenseStep and AddWindowStep.
+    default:
+      return false;
   }
+  return true;
 }
 
 // Moves tensor `index` (an input when to_device, else an output) between every request's
@@ -371,26 +357,30 @@ Status CudaBackend::Impl::Dispatch(const Executable& exe, const Manifest& manife
     std::span<uint8_t> buffer(staging, options.staging_bytes);
     for (size_t i = 0; i < manifest.inputs.size(); ++i) {
       GatherInput(layout, job, i, buffer);
+      FERRY_RETURN_IF_ERROR(ConvertStagedInput(layout, i, buffer));
       const StagingLayout::Tensor& t = layout.inputs[i];
-      FERRY_RETURN_IF_ERROR(
-          Check(cudaMemcpyAsync(exe.tensors.at(manifest.inputs[i].name).data, staging + t.offset,
-                                t.bytes, cudaMemcpyHostToDevice, stream),
-                "input copy"));
+      FERRY_RETURN_IF_ERROR(Check(
+          cudaMemcpyAsync(exe.tensors.at(manifest.inputs[i].name).data, staging + t.device_offset,
+                          t.device_bytes, cudaMemcpyHostToDevice, stream),
+          "input copy"));
     }
     FERRY_RETURN_IF_ERROR(Launch(exe, options.use_graphs));
     for (size_t o = 0; o < manifest.outputs.size(); ++o) {
       const StagingLayout::Tensor& t = layout.outputs[o];
-      FERRY_RETURN_IF_ERROR(
-          Check(cudaMemcpyAsync(staging + t.offset, exe.tensors.at(manifest.outputs[o].name).data,
-                                t.bytes, cudaMemcpyDeviceToHost, stream),
-                "output copy"));
+      FERRY_RETURN_IF_ERROR(Check(
+          cudaMemcpyAsync(staging + t.device_offset, exe.tensors.at(manifest.outputs[o].name).data,
+                          t.device_bytes, cudaMemcpyDeviceToHost, stream),
+          "output copy"));
     }
     FERRY_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream), "dispatch"));
     for (size_t o = 0; o < manifest.outputs.size(); ++o) {
+      FERRY_RETURN_IF_ERROR(ConvertStagedOutput(layout, o, buffer));
       ScatterOutput(layout, job, o, buffer);
     }
     return OkStatus();
   }
+  // Past the staging buffer every tensor is FP32 (BuildExecutable refuses the others).
+
   for (size_t i = 0; i < manifest.inputs.size(); ++i) {
     FERRY_RETURN_IF_ERROR(CopyRows(job, manifest, manifest.inputs[i],
                                    exe.tensors.at(manifest.inputs[i].name), i, true));

@@ -206,7 +206,80 @@ __global__ void FromBf16Kernel(const __nv_bfloat16* x, float* y, int64_t count) 
   }
 }
 
+__global__ void BroadcastKernel(const float* a, const float* b, float* y, StridedView view,
+                                BinaryOp op, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = BroadcastAt(view, op, a, b, i);
+  }
+}
+
+__global__ void PermuteKernel(const float* x, float* y, StridedView view, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t from = 0, unused = 0;
+    SourceOffsets(view, i, &from, &unused);
+    y[i] = x[from];
+  }
+}
+
+__global__ void GatherKernel(const float* ids, const float* table, float* y, int64_t rows,
+                             int64_t width, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = GatherAt(ids, table, rows, width, i);
+  }
+}
+
+// One thread per line, grid-stride (as SoftmaxKernel).
+__global__ void AlongAxisKernel(const float* x, float* y, int64_t lines, int64_t n, int64_t inner,
+                                AxisOp op, bool last) {
+  for (int64_t line = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; line < lines;
+       line += int64_t{gridDim.x} * blockDim.x) {
+    AxisLine(op, x, y, n, inner, line, last);
+  }
+}
+
+__global__ void AvgPoolKernel(const float* x, float* y, PoolShape s, bool count_pad) {
+  int64_t total = s.planes * s.ho * s.wo;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] = AvgPoolAt(x, s, count_pad, i);
+  }
+}
+
 }  // namespace
+
+cudaError_t Broadcast(const float* a, const float* b, float* y, const StridedView& view,
+                      BinaryOp op, int64_t count, cudaStream_t stream) {
+  BroadcastKernel<<<Blocks(count), kThreads, 0, stream>>>(a, b, y, view, op, count);
+  return cudaGetLastError();
+}
+
+cudaError_t Permute(const float* x, float* y, const StridedView& view, int64_t count,
+                    cudaStream_t stream) {
+  PermuteKernel<<<Blocks(count), kThreads, 0, stream>>>(x, y, view, count);
+  return cudaGetLastError();
+}
+
+cudaError_t Gather(const float* ids, const float* table, float* y, int64_t rows, int64_t width,
+                   int64_t count, cudaStream_t stream) {
+  GatherKernel<<<Blocks(count), kThreads, 0, stream>>>(ids, table, y, rows, width, count);
+  return cudaGetLastError();
+}
+
+cudaError_t AlongAxis(const float* x, float* y, int64_t outer, int64_t n, int64_t inner, AxisOp op,
+                      bool last, cudaStream_t stream) {
+  AlongAxisKernel<<<Blocks(outer * inner), kThreads, 0, stream>>>(x, y, outer * inner, n, inner, op,
+                                                                  last);
+  return cudaGetLastError();
+}
+
+cudaError_t AvgPool2d(const float* x, float* y, const PoolShape& s, bool count_pad,
+                      cudaStream_t stream) {
+  AvgPoolKernel<<<Blocks(s.planes * s.ho * s.wo), kThreads, 0, stream>>>(x, y, s, count_pad);
+  return cudaGetLastError();
+}
 
 cudaError_t BiasActivation(float* y, const float* bias, int64_t m, int64_t n, Activation act,
                            cudaStream_t stream) {

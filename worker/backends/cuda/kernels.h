@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "worker/backends/cuda/device_math.h"
+
 namespace ferry::cuda {
 
 // The elementwise functions, as worker/backends/cpu/ops.h and imported_ops.h define them;
@@ -57,6 +59,21 @@ cudaError_t MaxPool2d(const float* x, float* y, const ConvShape& s, cudaStream_t
 // [n, c, h, w] -> [n, c]
 cudaError_t GlobalAvgPool(const float* x, float* y, int64_t planes, int64_t area,
                           cudaStream_t stream);
+// y = a OP b with numpy broadcasting through `view` (device_plans.h: BroadcastView).
+cudaError_t Broadcast(const float* a, const float* b, float* y, const StridedView& view,
+                      BinaryOp op, int64_t count, cudaStream_t stream);
+// y = x read through `view` (TransposeView): a transpose.
+cudaError_t Permute(const float* x, float* y, const StridedView& view, int64_t count,
+                    cudaStream_t stream);
+// y [ids, width] = rows of `table` [rows, width] picked by `ids` (GatherAt's guard).
+cudaError_t Gather(const float* ids, const float* table, float* y, int64_t rows, int64_t width,
+                   int64_t count, cudaStream_t stream);
+// A reduction, log_softmax or arg_max along the middle axis of [outer, n, inner] (AxisLine).
+cudaError_t AlongAxis(const float* x, float* y, int64_t outer, int64_t n, int64_t inner, AxisOp op,
+                      bool last, cudaStream_t stream);
+// Average pooling (AvgPoolAt).
+cudaError_t AvgPool2d(const float* x, float* y, const PoolShape& s, bool count_pad,
+                      cudaStream_t stream);
 // Conversions for bf16 GEMMs (round to nearest even).
 cudaError_t FloatToBf16(const float* x, uint16_t* y, int64_t count, cudaStream_t stream);
 cudaError_t Bf16ToFloat(const uint16_t* x, float* y, int64_t count, cudaStream_t stream);

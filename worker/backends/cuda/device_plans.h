@@ -1,0 +1,31 @@
+// Host-side plans for the CUDA backend's tensor kernels: the strided views of a broadcast
+// binary op and of a transpose (device_math.h), built from the shapes shape inference gave.
+// Pure host code (no CUDA), in ferry_backends, so it is tested without a GPU.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <vector>
+
+#include "common/result.h"
+#include "model/manifest.h"
+#include "worker/backends/cuda/device_math.h"
+
+namespace ferry::cuda {
+
+// The view of y = a OP b with numpy broadcasting (a and b aligned at the right; an absent or
+// size-1 axis repeated). INVALID_ARGUMENT when y has more than kMaxViewRank axes or a shape does
+// not broadcast to y.
+Result<StridedView> BroadcastView(const Shape& a, const Shape& b, const Shape& y);
+
+// The view of y = transpose(x, perm) (y axis i is x axis perm[i]), reading operand A.
+// INVALID_ARGUMENT when perm is not a permutation of x's axes or x has too many.
+Result<StridedView> TransposeView(const Shape& x, const std::vector<int64_t>& perm);
+
+// x viewed as [outer, n, inner] around `axis` (negative counts from the end).
+struct AxisSplit {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+AxisSplit SplitAround(const Shape& x, int64_t axis);
+
+}  // namespace ferry::cuda
