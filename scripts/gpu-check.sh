@@ -39,7 +39,10 @@ case "${1:-}" in
     cublas=$(ldconfig -p 2>/dev/null | awk '/libcublas\.so\.13 / {if (!f) print $NF; f = 1}' || true)
     [[ -n "$cublas" ]] || cublas=$(find / -name 'libcublas.so.13' -print -quit 2>/dev/null || true)
     # Only ferry's binaries see the carried libraries (PyTorch keeps the machine's own).
-    libs="$PWD/build-gpu/lib:$(dirname "${cublas:-/usr/local/cuda/lib64/x}"):${LD_LIBRARY_PATH:-}"
+    # cuDNN (loaded at run time for convolutions) from the machine's nvidia-cudnn wheel, if any.
+    cudnn=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' \
+      2>/dev/null || true)
+    libs="$PWD/build-gpu/lib:$(dirname "${cublas:-/usr/local/cuda/lib64/x}"):${cudnn:+$cudnn:}${LD_LIBRARY_PATH:-}"
     if ! nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; then
       echo "no GPU here: nothing to check" >&2
       exit 1

@@ -222,6 +222,8 @@ CudaBackend::~CudaBackend() {
       if (e.buffer != nullptr) cudaFree(e.buffer);
     }
   }
+  d.models.clear();  // Their steps hold the cuDNN context: it goes before the stream.
+  d.cudnn.reset();
   if (d.cublas != nullptr) cublasDestroy(d.cublas);
   if (d.cublas_workspace != nullptr) cudaFree(d.cublas_workspace);
   if (d.arena_base != nullptr) cudaFree(d.arena_base);
@@ -260,6 +262,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBackendOption
       d.Check(cudaMalloc(&d.cublas_workspace, kCublasWorkspace), "cuBLAS workspace"));
   FERRY_RETURN_IF_ERROR(d.Check(cublasSetWorkspace(d.cublas, d.cublas_workspace, kCublasWorkspace),
                                 "cuBLAS workspace"));
+  d.cudnn = cuda::StartCudnn(d.stream, options.use_cudnn);
   return backend;
 }
 
@@ -375,6 +378,10 @@ Status CudaBackend::UnregisterHostMemory(std::span<uint8_t> memory) {
 bool CudaBackend::healthy() const { return impl_->healthy.load(); }
 
 uint64_t CudaBackend::host_register_failures() const { return impl_->host_register_failures; }
+
+uint64_t CudaBackend::cudnn_convolutions() const { return impl_->cudnn_convs; }
+
+uint64_t CudaBackend::cudnn_fallbacks() const { return impl_->cudnn_fallbacks; }
 
 uint64_t CudaBackend::graph_fallbacks() const { return impl_->graph_fallbacks; }
 

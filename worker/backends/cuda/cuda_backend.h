@@ -51,6 +51,9 @@ struct CudaBackendOptions {
   uint64_t weight_arena_bytes = uint64_t{2} << 30;  // Device memory for weights.
   uint64_t staging_bytes = 64 << 20;                // Pinned upload buffer.
   bool use_graphs = true;  // false: launch the ops one by one (for the comparison).
+  // Convolutions on cuDNN when libcudnn.so.9 loads (cudnn_conv.h); false, or no cuDNN: ferry's
+  // direct kernel.
+  bool use_cudnn = true;
 };
 
 // The number of CUDA devices: 0 when the runtime reports none (cudaErrorNoDevice) or there is
@@ -88,6 +91,10 @@ class CudaBackend : public ThreadedBackend {
   // Executables whose graph capture or instantiation failed (each is logged); they launch
   // their steps one by one, and TimeProgram(graph = true) refuses them.
   uint64_t graph_fallbacks() const;
+  // Convolutions compiled onto cuDNN, and those that fell back to the direct kernel because
+  // cuDNN had no algorithm for them (each logged); both 0 without cuDNN.
+  uint64_t cudnn_convolutions() const;
+  uint64_t cudnn_fallbacks() const;
 
   // The device weight arena, for a WeightCache; Upload copies host bytes into it through
   // the pinned staging buffer. INVALID_ARGUMENT when [offset, offset + size) leaves the arena.

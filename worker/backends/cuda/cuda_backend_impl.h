@@ -22,6 +22,7 @@
 #include "model/dtype_convert.h"
 #include "model/shape_inference.h"
 #include "worker/backends/cuda/cuda_backend.h"
+#include "worker/backends/cuda/cudnn_context.h"
 #include "worker/backends/cuda/kernels.h"
 #include "worker/backends/staging.h"
 #include "worker/scheduler/batch_axis.h"
@@ -92,6 +93,8 @@ struct CudaBackend::Impl {
   uint64_t uploaded_bytes = 0;
   uint64_t host_register_failures = 0;
   uint64_t graph_fallbacks = 0;
+  std::shared_ptr<cuda::CudnnContext> cudnn;  // Null: convolutions on the direct kernel.
+  uint64_t cudnn_convs = 0, cudnn_fallbacks = 0;
 
   // cudaSetDevice is per thread: every entry point selects the backend's device first.
   Status Select() { return Check(cudaSetDevice(options.device), "select device"); }

@@ -177,6 +177,26 @@ TEST_CASE("graph replay and plain launches give the same outputs") {
   CHECK((*graphs)->TimeProgram(a, 0, 4, 10, true).ok());
 }
 
+TEST_CASE("convolutions on cuDNN match ferry's direct kernel") {
+  CudaBackendOptions direct;
+  direct.use_cudnn = false;
+  Result<std::unique_ptr<CudaBackend>> with = CudaBackend::Create({});
+  Result<std::unique_ptr<CudaBackend>> without = CudaBackend::Create(direct);
+  REQUIRE(with.ok());
+  REQUIRE(without.ok());
+  Bundle bundle = LoadBundle("examples/models/cnn").value();
+  ModelHandle a = (*with)->Load(bundle).value();
+  ModelHandle b = (*without)->Load(bundle).value();
+  CHECK((*without)->cudnn_convolutions() == 0);
+  if ((*with)->cudnn_convolutions() == 0) {
+    MESSAGE("libcudnn.so.9 did not load here: both ran the direct kernel");
+  }
+  std::mt19937 rng(9);
+  for (int64_t size : bundle.manifest.batch_sizes) {
+    Compare(**with, a, **without, b, bundle.manifest, 0, size, rng, 1e-5);
+  }
+}
+
 TEST_CASE("the weight cache loads, evicts and compacts real device memory") {
   CudaBackendOptions options;
   options.weight_arena_bytes = 64 << 20;

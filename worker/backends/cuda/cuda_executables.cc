@@ -197,7 +197,7 @@ size_t CudaBackend::Impl::AddDenseStep(const Model& m, Executable* exe, size_t i
   return i;
 }
 
-// Conv2d or maxpool2d: ferry's window kernels over [N, C, H, W].
+// Conv2d (on cuDNN when it runs, else the direct kernel) or maxpool2d over [N, C, H, W].
 void CudaBackend::Impl::AddWindowStep(const Model& m, Executable* exe, const Op& op) {
   DeviceTensor x = exe->tensors.at(op.inputs[0]);
   DeviceTensor y = exe->tensors.at(op.output);
@@ -220,6 +220,18 @@ void CudaBackend::Impl::AddWindowStep(const Model& m, Executable* exe, const Op&
     cs.kw = w.shape[3];
     const float* weight = WeightPtr(m, op.weight);
     const float* bias = WeightPtr(m, op.bias);
+    if (cudnn != nullptr) {
+      bool tf32 = m.bundle->manifest.precision != Precision::kFp32;
+      auto step = cuda::CudnnConvStep(cudnn, cs, tf32, x.data, weight, bias, y.data);
+      if (step.ok()) {
+        ++cudnn_convs;
+        exe->steps.push_back(std::move(*step));
+        return;
+      }
+      ++cudnn_fallbacks;
+      spdlog::info("model '{}': conv2d '{}' runs on the direct kernel: {}", m.bundle->manifest.name,
+                   op.output, step.error().message);
+    }
     exe->steps.push_back([=, this](cudaStream_t s) {
       return Check(cuda::Conv2d(x.data, weight, bias, y.data, cs, s), "conv2d");
     });

@@ -248,7 +248,22 @@ __global__ void AvgPoolKernel(const float* x, float* y, PoolShape s, bool count_
   }
 }
 
+__global__ void ChannelBiasKernel(float* y, const float* bias, int64_t c, int64_t area,
+                                  int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    y[i] += bias[(i / area) % c];
+  }
+}
+
 }  // namespace
+
+cudaError_t ChannelBias(float* y, const float* bias, int64_t n, int64_t c, int64_t area,
+                        cudaStream_t stream) {
+  int64_t count = n * c * area;
+  ChannelBiasKernel<<<Blocks(count), kThreads, 0, stream>>>(y, bias, c, area, count);
+  return cudaGetLastError();
+}
 
 cudaError_t Broadcast(const float* a, const float* b, float* y, const StridedView& view,
                       BinaryOp op, int64_t count, cudaStream_t stream) {

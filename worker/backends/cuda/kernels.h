@@ -54,6 +54,9 @@ struct ConvShape {
 };
 cudaError_t Conv2d(const float* x, const float* weight, const float* bias, float* y,
                    const ConvShape& s, cudaStream_t stream);
+// y[n, c, :] += bias[c] over [n, c, area] (after a cuDNN convolution).
+cudaError_t ChannelBias(float* y, const float* bias, int64_t n, int64_t c, int64_t area,
+                        cudaStream_t stream);
 // Max pooling with kernel (kh, kw) = (s.kh, s.kw); s.o is ignored (channels = s.c).
 cudaError_t MaxPool2d(const float* x, float* y, const ConvShape& s, cudaStream_t stream);
 // [n, c, h, w] -> [n, c]
