@@ -117,19 +117,27 @@ Status CudaBackend::Impl::Check(cublasStatus_t s, const char* what) {
 }
 
 Status CudaBackend::Impl::Upload(uint64_t offset, std::span<const uint8_t> bytes) {
+  return UploadVia(offset, bytes, stream, staging, options.staging_bytes, true);
+}
+
+Status CudaBackend::Impl::UploadVia(uint64_t offset, std::span<const uint8_t> bytes, cudaStream_t s,
+                                    uint8_t* pinned, size_t pinned_bytes, bool count) {
   FERRY_RETURN_IF_ERROR(CheckArenaRange(offset, bytes.size(), "upload"));
   auto start = std::chrono::steady_clock::now();
   for (size_t done = 0; done < bytes.size();) {
-    size_t chunk = std::min<size_t>(options.staging_bytes, bytes.size() - done);
-    std::memcpy(staging, bytes.data() + done, chunk);
-    FERRY_RETURN_IF_ERROR(Check(
-        cudaMemcpyAsync(arena_base + offset + done, staging, chunk, cudaMemcpyHostToDevice, stream),
-        "weight upload"));
-    FERRY_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream), "weight upload"));
+    size_t chunk = std::min<size_t>(pinned_bytes, bytes.size() - done);
+    std::memcpy(pinned, bytes.data() + done, chunk);
+    FERRY_RETURN_IF_ERROR(
+        Check(cudaMemcpyAsync(arena_base + offset + done, pinned, chunk, cudaMemcpyHostToDevice, s),
+              "weight upload"));
+    FERRY_RETURN_IF_ERROR(Check(cudaStreamSynchronize(s), "weight upload"));
     done += chunk;
   }
-  upload_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  uploaded_bytes += bytes.size();
+  if (count) {
+    upload_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    uploaded_bytes += bytes.size();
+  }
   return OkStatus();
 }
 
@@ -140,7 +148,7 @@ const float* CudaBackend::Impl::WeightPtr(const Model& m, const std::string& nam
   return reinterpret_cast<const float*>(arena_base + m.weights.at(name).offset);
 }
 
-Status CudaBackend::Impl::UploadWeights(Model& m) {
+Status CudaBackend::Impl::UploadWeights(Model& m, bool loader) {
   const Bundle& bundle = *m.bundle;
   bool bf16 = bundle.manifest.precision == Precision::kBf16;
   std::map<std::string, bool> gemm_weight;
@@ -173,7 +181,9 @@ Status CudaBackend::Impl::UploadWeights(Model& m) {
     w.offset = *offset;
     m.weights[t.name] = w;  // Recorded first, so Release frees it if the upload fails.
     if (!bytes.empty()) {
-      FERRY_RETURN_IF_ERROR(Upload(*offset, bytes));
+      FERRY_RETURN_IF_ERROR(loader ? UploadVia(*offset, bytes, loader_stream, loader_staging,
+                                               kLoaderStagingBytes, false)
+                                   : Upload(*offset, bytes));
     }
   }
   return OkStatus();
@@ -229,6 +239,8 @@ CudaBackend::~CudaBackend() {
   if (d.arena_base != nullptr) cudaFree(d.arena_base);
   if (d.staging != nullptr) cudaFreeHost(d.staging);
   if (d.stream != nullptr) cudaStreamDestroy(d.stream);
+  if (d.loader_staging != nullptr) cudaFreeHost(d.loader_staging);
+  if (d.loader_stream != nullptr) cudaStreamDestroy(d.loader_stream);
 }
 
 Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBackendOptions& options) {
@@ -279,14 +291,8 @@ Result<ModelHandle> CudaBackend::Load(const Bundle& bundle) {
   if (built.ok()) {
     built = d.UploadWeights(m);
   }
-  for (size_t v = 0; built.ok() && v < bundle.manifest.variants.size(); ++v) {
-    for (int64_t size : bundle.manifest.batch_sizes) {
-      m.executables.emplace_back();
-      built = d.BuildExecutable(m, bundle.manifest.variants[v], size, &m.executables.back());
-      if (!built.ok()) {
-        break;
-      }
-    }
+  if (built.ok()) {
+    built = d.BuildExecutables(m);
   }
   if (!built.ok()) {
     (void)cudaStreamSynchronize(d.stream);  // Nothing in flight may touch what is freed.
@@ -333,6 +339,7 @@ Result<ExecutionTiming> CudaBackend::Execute(ModelHandle handle, const BatchJob&
   size_t size_index = static_cast<size_t>(
       std::find(manifest.batch_sizes.begin(), manifest.batch_sizes.end(), job.batch_size) -
       manifest.batch_sizes.begin());
+  FERRY_RETURN_IF_ERROR(d.Resident(m));
   Executable& exe =
       m.executables[static_cast<size_t>(job.variant) * manifest.batch_sizes.size() + size_index];
   Status ran = d.Dispatch(exe, manifest, job);
@@ -413,6 +420,8 @@ Result<double> CudaBackend::TimeProgram(ModelHandle handle, int variant, int64_t
       static_cast<size_t>(variant) >= manifest.variants.size()) {
     return InvalidArgument("no executable for that variant and size");
   }
+  FERRY_RETURN_IF_ERROR(d.Select());
+  FERRY_RETURN_IF_ERROR(d.Resident(m));
   Executable& exe = m.executables[static_cast<size_t>(variant) * manifest.batch_sizes.size() +
                                   static_cast<size_t>(it - manifest.batch_sizes.begin())];
   if (graph && exe.exec == nullptr) {

@@ -76,6 +76,12 @@ class CudaBackend : public ThreadedBackend {
   Status ModelStatus(ModelHandle model) const override;
   void Unload(ModelHandle model) override;
   bool Healthy() const override { return healthy(); }
+  // Residency (cuda_residency.cc): a released model holds no device memory; a restore uploads
+  // its weights on a stream of its own and its next batch builds its executables.
+  bool SupportsResidency() const override;
+  uint64_t WeightBytes(ModelHandle model) const override;
+  void ReleaseWeights(ModelHandle model) override;
+  Status RestoreWeights(ModelHandle model) override;
 
   // Page-locks host memory (the shared-memory segment) for fast, async copies; undo with
   // UnregisterHostMemory before the memory goes away. Failures never affect health.

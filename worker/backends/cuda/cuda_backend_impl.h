@@ -14,8 +14,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 
 #include "common/extent_allocator.h"
@@ -32,6 +34,7 @@ namespace ferry {
 inline constexpr uint64_t kDeviceAlignment = 256;
 
 inline constexpr size_t kCublasWorkspace = 32 << 20;
+inline constexpr size_t kLoaderStagingBytes = 8 << 20;  // RestoreWeights' pinned buffer.
 
 // A device tensor of an executable: its buffer and shape.
 struct DeviceTensor {
@@ -46,6 +49,7 @@ struct Executable {
   void* buffer = nullptr;            // Every tensor of this executable, one allocation.
   uint16_t* bf16_scratch = nullptr;  // Activations converted for bf16 GEMMs (in `buffer`).
   std::vector<Step> steps;
+  uint64_t buffer_bytes = 0;  // What `buffer` holds.
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   StagingLayout staging;  // Where its inputs and outputs sit in the pinned staging buffer.
@@ -62,6 +66,12 @@ struct Model {
   std::map<std::string, DeviceWeight> weights;
   std::vector<Executable> executables;  // [variant * sizes + size index]
   std::optional<Error> failure;
+  // Residency (cuda_residency.cc): device bytes held when resident (weights and executables);
+  // released: nothing on the device; needs_build: weights restored, executables built at the
+  // next Execute (on the execution thread, which owns the stream and the library handles).
+  uint64_t resident_bytes = 0;
+  bool released = false;
+  bool needs_build = false;
 };
 
 class DeviceWeightArena : public WeightArena {
@@ -69,13 +79,24 @@ class DeviceWeightArena : public WeightArena {
   DeviceWeightArena(uint8_t* base, uint64_t capacity)
       : base_(base), extents_(capacity / kDeviceAlignment * kDeviceAlignment, kDeviceAlignment) {}
   uint64_t capacity() const override { return extents_.capacity(); }
-  std::optional<uint64_t> Allocate(uint64_t bytes) override { return extents_.Allocate(bytes); }
-  void Free(uint64_t offset) override { extents_.Free(offset); }
-  uint64_t in_use() const override { return extents_.in_use(); }
+  // Locked: a restore allocates on the loader thread while the loop's thread frees.
+  std::optional<uint64_t> Allocate(uint64_t bytes) override {
+    std::lock_guard lock(mu_);
+    return extents_.Allocate(bytes);
+  }
+  void Free(uint64_t offset) override {
+    std::lock_guard lock(mu_);
+    extents_.Free(offset);
+  }
+  uint64_t in_use() const override {
+    std::lock_guard lock(mu_);
+    return extents_.in_use();
+  }
   uint8_t* base() const { return base_; }
 
  private:
   uint8_t* base_;
+  mutable std::mutex mu_;
   ExtentAllocator extents_;
 };
 
@@ -87,7 +108,7 @@ struct CudaBackend::Impl {
   uint8_t* arena_base = nullptr;
   std::unique_ptr<DeviceWeightArena> arena;
   uint8_t* staging = nullptr;
-  std::vector<Model> models;
+  std::deque<Model> models;         // Stable references: a restore holds one on the loader thread.
   std::atomic<bool> healthy{true};  // Written on the execution thread, read by the loop.
   double upload_seconds = 0;
   uint64_t uploaded_bytes = 0;
@@ -110,10 +131,24 @@ struct CudaBackend::Impl {
   Status Check(cublasStatus_t s, const char* what);
 
   Status Upload(uint64_t offset, std::span<const uint8_t> bytes);
+  // Through `pinned` (pinned_bytes) on `s`, synchronously; `count`: into upload_seconds.
+  Status UploadVia(uint64_t offset, std::span<const uint8_t> bytes, cudaStream_t s, uint8_t* pinned,
+                   size_t pinned_bytes, bool count);
+  // RestoreWeights' own stream and pinned buffer (made at the first restore), so a restore
+  // on the loader thread never touches what the execution thread uses.
+  cudaStream_t loader_stream = nullptr;
+  uint8_t* loader_staging = nullptr;
+  Status StartLoader();
+  // Every executable of `m` at every variant and compiled size (on the execution thread).
+  Status BuildExecutables(Model& m);
+  // Before a batch of `m`: UNAVAILABLE when its weights are released; builds its executables
+  // when a restore left them to build (releasing it again if that fails).
+  Status Resident(Model& m);
 
   const float* WeightPtr(const Model& m, const std::string& name) const;
 
-  Status UploadWeights(Model& m);
+  // `loader`: through the loader's stream and buffer (RestoreWeights), else the backend's.
+  Status UploadWeights(Model& m, bool loader = false);
 
   Status BuildExecutable(const Model& m, const ShapeVariant& variant, int64_t size,
                          Executable* exe);

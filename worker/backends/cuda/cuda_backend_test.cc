@@ -197,6 +197,43 @@ TEST_CASE("convolutions on cuDNN match ferry's direct kernel") {
   }
 }
 
+TEST_CASE("a model's weights released from the GPU and restored serve the same answers") {
+  Result<std::unique_ptr<CudaBackend>> gpu = CudaBackend::Create({});
+  REQUIRE(gpu.ok());
+  CudaBackend& backend = **gpu;
+  CpuBackend cpu(CpuOptions{CpuMode::kReference, 0});
+  Bundle bundle = LoadBundle("examples/models/cnn").value();
+  ModelHandle g = backend.Load(bundle).value();
+  ModelHandle c = cpu.Load(bundle).value();
+  REQUIRE(backend.SupportsResidency());
+  uint64_t held = backend.weight_arena()->in_use();
+  CHECK(held > 0);
+  CHECK(backend.WeightBytes(g) >= held);  // Weights and the executables' buffers.
+  std::mt19937 rng(5);
+  Compare(backend, g, cpu, c, bundle.manifest, 0, 4, rng, 1e-5);
+
+  backend.ReleaseWeights(g);
+  CHECK(backend.weight_arena()->in_use() == 0);
+  std::vector<uint8_t> in(static_cast<size_t>(
+      RowBytes(bundle.manifest, bundle.manifest.inputs[0], bundle.manifest.variants[0], true)));
+  std::vector<uint8_t> out(static_cast<size_t>(
+      RowBytes(bundle.manifest, bundle.manifest.outputs[0], bundle.manifest.variants[0], false)));
+  BatchJob job{0, 1, {RequestIo{1, {in}, {out}}}};
+  Result<ExecutionTiming> cold = backend.Execute(g, job);
+  REQUIRE_FALSE(cold.ok());
+  CHECK(cold.error().code == ErrorCode::kUnavailable);
+
+  // Restored on a thread of its own, as the worker's loader does.
+  Status restored = OkStatus();
+  std::thread([&] { restored = backend.RestoreWeights(g); }).join();
+  REQUIRE_MESSAGE(restored.ok(), (restored.ok() ? "" : restored.error().message));
+  CHECK(backend.weight_arena()->in_use() == held);
+  for (int64_t size : bundle.manifest.batch_sizes) {
+    Compare(backend, g, cpu, c, bundle.manifest, 0, size, rng, 1e-5);
+  }
+  CHECK(backend.healthy());
+}
+
 TEST_CASE("the weight cache loads, evicts and compacts real device memory") {
   CudaBackendOptions options;
   options.weight_arena_bytes = 64 << 20;

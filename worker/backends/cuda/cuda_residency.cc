@@ -1,0 +1,121 @@
+// Residency on the GPU (worker/weight_residency.h): a model's device memory, weights and
+// executables both, released and restored while its handle stays valid. A restore runs on the
+// worker's loader thread beside batches of other models, so it uploads through a stream and a
+// pinned buffer of its own; the executables (buffers, cuBLAS and cuDNN steps, the CUDA graph)
+// are built at the model's next batch, on the execution thread that owns the backend's stream
+// and library handles. That first batch pays the build (graph capture included).
+#include "worker/backends/cuda/cuda_backend_impl.h"
+
+namespace ferry {
+
+Status CudaBackend::Impl::BuildExecutables(Model& m) {
+  const Manifest& manifest = m.bundle->manifest;
+  m.executables.clear();
+  m.executables.reserve(manifest.variants.size() * manifest.batch_sizes.size());
+  for (const ShapeVariant& variant : manifest.variants) {
+    for (int64_t size : manifest.batch_sizes) {
+      m.executables.emplace_back();
+      FERRY_RETURN_IF_ERROR(BuildExecutable(m, variant, size, &m.executables.back()));
+    }
+  }
+  if (m.resident_bytes == 0) {  // Measured once, at load: the budget's figure for the model.
+    for (const auto& [name, w] : m.weights) {
+      const TensorInfo* t = m.bundle->weights.index().Find(name);
+      uint64_t elements = 1;
+      for (int64_t d : t->shape) {
+        elements *= static_cast<uint64_t>(d);
+      }
+      m.resident_bytes +=
+          AlignUp(std::max<uint64_t>(elements * (w.bf16 ? 2 : 4), 1), kDeviceAlignment);
+    }
+    for (const Executable& e : m.executables) {
+      m.resident_bytes += e.buffer_bytes;
+    }
+  }
+  return OkStatus();
+}
+
+Status CudaBackend::Impl::Resident(Model& m) {
+  if (m.released) {
+    return Unavailable("model '" + m.bundle->manifest.name +
+                       "': its weights are released from the GPU (cold; a load is due)");
+  }
+  if (!m.needs_build) {
+    return OkStatus();
+  }
+  m.needs_build = false;
+  Status built = BuildExecutables(m);
+  if (!built.ok()) {
+    (void)cudaStreamSynchronize(stream);
+    Release(m);
+    m.released = true;
+    return built.error();
+  }
+  return OkStatus();
+}
+
+Status CudaBackend::Impl::StartLoader() {
+  if (loader_stream == nullptr) {
+    FERRY_RETURN_IF_ERROR(
+        Check(cudaStreamCreateWithFlags(&loader_stream, cudaStreamNonBlocking), "loader stream"));
+  }
+  if (loader_staging == nullptr) {
+    FERRY_RETURN_IF_ERROR(Check(cudaHostAlloc(reinterpret_cast<void**>(&loader_staging),
+                                              kLoaderStagingBytes, cudaHostAllocDefault),
+                                "loader staging"));
+  }
+  return OkStatus();
+}
+
+bool CudaBackend::SupportsResidency() const { return true; }
+
+uint64_t CudaBackend::WeightBytes(ModelHandle handle) const {
+  if (handle < 0 || static_cast<size_t>(handle) >= impl_->models.size()) {
+    return 0;
+  }
+  return impl_->models[static_cast<size_t>(handle)].resident_bytes;
+}
+
+void CudaBackend::ReleaseWeights(ModelHandle handle) {
+  if (handle < 0 || static_cast<size_t>(handle) >= impl_->models.size()) {
+    return;
+  }
+  Impl& d = *impl_;
+  Model& m = d.models[static_cast<size_t>(handle)];
+  if (m.failure || m.released || !d.Select().ok()) {
+    return;
+  }
+  // No batch of this model is in flight (the contract), but its last copies may be queued.
+  (void)cudaStreamSynchronize(d.stream);
+  d.Release(m);
+  m.released = true;
+  m.needs_build = false;
+}
+
+Status CudaBackend::RestoreWeights(ModelHandle handle) {
+  if (handle < 0 || static_cast<size_t>(handle) >= impl_->models.size()) {
+    return NotFound("cuda backend: no model " + std::to_string(handle));
+  }
+  Impl& d = *impl_;
+  Model& m = d.models[static_cast<size_t>(handle)];
+  if (m.failure) {
+    return *m.failure;
+  }
+  if (!m.released) {
+    return OkStatus();
+  }
+  FERRY_RETURN_IF_ERROR(d.Select());  // The device is chosen per thread.
+  FERRY_RETURN_IF_ERROR(d.StartLoader());
+  if (Status up = d.UploadWeights(m, true); !up.ok()) {
+    for (const auto& [name, w] : m.weights) {
+      d.arena->Free(w.offset);
+    }
+    m.weights.clear();
+    return up.error();  // Still released: a later load may try again.
+  }
+  m.needs_build = true;
+  m.released = false;
+  return OkStatus();
+}
+
+}  // namespace ferry
