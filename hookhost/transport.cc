@@ -249,6 +249,10 @@ bool HookHost::Impl::SendWaiting(int64_t now) {
     }
     size_t w = *chosen;
     p->worker = w;
+    if (model < shm::kMaxStatusModels) {
+      counters.placements[model][candidates[w].resident ? 1 : 0].fetch_add(
+          1, std::memory_order_relaxed);
+    }
     for (size_t i = 0; i < p->pieces.size(); ++i) {
       Piece& piece = p->pieces[i];
       piece.sequence = next_sequence++;

@@ -174,6 +174,9 @@ struct FrontEndCountersData {
   RequestCountsData models[kMaxStatusModels][kMaxTenants + 1];
   // Answered before a model was found (an unknown model; the hook host full or stopping).
   std::atomic<uint64_t> unrouted[kOutcomes];
+  // Requests the gateway sent to a worker, by model and by whether the model's weights were
+  // resident there as its status last said ([1]) or had to be loaded ([0]).
+  std::atomic<uint64_t> placements[kMaxStatusModels][2];
 };
 
 struct StatusData {

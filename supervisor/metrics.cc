@@ -127,6 +127,24 @@ void RenderFrontEnd(const shm::Segment& segment, const shm::StatusSnapshotData* 
                  }) * 1e-9);
     }
   }
+  out.Family("ferry_gateway_placements_total", "counter",
+             "Requests the hook hosts sent to a worker, by model and by whether the model's "
+             "weights were resident there (false: the worker had to load them first).");
+  for (size_t m = 0; m < models; ++m) {
+    if (!served(m)) {
+      continue;
+    }
+    for (int resident : {1, 0}) {
+      double total = 0;
+      for (uint32_t h = 0; h < segment.hookhosts(); ++h) {
+        total += static_cast<double>(segment.frontend_counters(segment.HookhostSlot(h))
+                                         .placements[m][resident]
+                                         .load(std::memory_order_relaxed));
+      }
+      out.Sample({{"model", Name(names->models[m])}, {"resident", resident ? "true" : "false"}},
+                 total);
+    }
+  }
 }
 
 }  // namespace

@@ -102,6 +102,14 @@ TEST_CASE("a node whose weights pass its budget serves every model correctly") {
   CHECK(Metric(body, "ferry_model_loaded", "model=\"cnn\"") == 1);
   CHECK(Metric(body, "ferry_weight_load_seconds_total", "model=\"mlp_d\"") > 0);
   CHECK(Metric(body, "ferry_weight_bytes", "model=\"mlp\"") > 2'600'000);
+  // Every request placed, counted by what the worker's status said of its weights: the pinned
+  // CNN always resident, mlp_d found out at least once (each of its visits follows evictions).
+  CHECK(Metric(body, "ferry_gateway_placements_total", "model=\"cnn\",resident=\"true\"") == 8);
+  CHECK(Metric(body, "ferry_gateway_placements_total", "model=\"cnn\",resident=\"false\"") == 0);
+  CHECK(Metric(body, "ferry_gateway_placements_total", "model=\"mlp_d\",resident=\"false\"") >= 1);
+  CHECK(Metric(body, "ferry_gateway_placements_total", "model=\"mlp_d\",resident=\"true\"") +
+            Metric(body, "ferry_gateway_placements_total", "model=\"mlp_d\",resident=\"false\"") ==
+        8);
 
   Result<json> control = ferryd.Call(control::Command::kControlStatus);
   REQUIRE(control.ok());
