@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "worker/backends/cuda/cuda_backend_impl.h"
+#include "worker/backends/cuda/device_plans.h"
 
 namespace ferry {
 namespace {
@@ -258,12 +259,19 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBackendOption
   d.options = options;
   std::unique_ptr<CudaBackend> backend(new CudaBackend(std::move(impl)));
   FERRY_RETURN_IF_ERROR(d.Check(cudaSetDevice(options.device), "select device"));
+  if (d.options.weight_arena_bytes == 0) {
+    size_t free = 0, total = 0;
+    FERRY_RETURN_IF_ERROR(d.Check(cudaMemGetInfo(&free, &total), "device memory"));
+    d.options.weight_arena_bytes = cuda::ArenaBytesFor(free, total);
+    spdlog::info("CUDA device {}: {} MiB free of {} MiB; weight arena {} MiB", options.device,
+                 free >> 20, total >> 20, d.options.weight_arena_bytes >> 20);
+  }
   FERRY_RETURN_IF_ERROR(
       d.Check(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking), "create stream"));
   FERRY_RETURN_IF_ERROR(
-      d.Check(cudaMalloc(reinterpret_cast<void**>(&d.arena_base), options.weight_arena_bytes),
+      d.Check(cudaMalloc(reinterpret_cast<void**>(&d.arena_base), d.options.weight_arena_bytes),
               "allocate the weight arena"));
-  d.arena = std::make_unique<DeviceWeightArena>(d.arena_base, options.weight_arena_bytes);
+  d.arena = std::make_unique<DeviceWeightArena>(d.arena_base, d.options.weight_arena_bytes);
   FERRY_RETURN_IF_ERROR(d.Check(cudaHostAlloc(reinterpret_cast<void**>(&d.staging),
                                               options.staging_bytes, cudaHostAllocDefault),
                                 "allocate pinned staging"));

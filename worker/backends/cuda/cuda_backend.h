@@ -48,9 +48,12 @@ namespace ferry {
 
 struct CudaBackendOptions {
   int device = 0;
-  uint64_t weight_arena_bytes = uint64_t{2} << 30;  // Device memory for weights.
-  uint64_t staging_bytes = 64 << 20;                // Pinned upload buffer.
-  bool use_graphs = true;  // false: launch the ops one by one (for the comparison).
+  // Device memory for weights. 0: sized at start from the device's free memory, less a reserve
+  // for activations, workspaces and the CUDA context (device_plans.h: ArenaBytesFor); what
+  // workers use.
+  uint64_t weight_arena_bytes = uint64_t{2} << 30;
+  uint64_t staging_bytes = 64 << 20;  // Pinned upload buffer.
+  bool use_graphs = true;             // false: launch the ops one by one (for the comparison).
   // Convolutions on cuDNN when libcudnn.so.9 loads (cudnn_conv.h); false, or no cuDNN: ferry's
   // direct kernel.
   bool use_cudnn = true;

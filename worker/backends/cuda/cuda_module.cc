@@ -35,6 +35,7 @@ __attribute__((visibility("default"))) ferry::Backend* ferry_create_backend(
     const FerryBackendArgs* args, char* error, size_t error_size) {
   ferry::CudaBackendOptions options;
   options.device = args->device;
+  options.weight_arena_bytes = 0;  // From the device's free memory (ArenaBytesFor).
   ferry::Result<std::unique_ptr<ferry::CudaBackend>> cuda = ferry::CudaBackend::Create(options);
   if (!cuda.ok()) {
     std::snprintf(error, error_size, "%s (%s)", cuda.error().message.c_str(), Versions().c_str());

@@ -1,5 +1,6 @@
 #include "worker/backends/cuda/device_plans.h"
 
+#include <algorithm>
 #include <string>
 
 namespace ferry::cuda {
@@ -91,6 +92,12 @@ AxisSplit SplitAround(const Shape& x, int64_t axis) {
   for (int64_t d = a + 1; d < rank; ++d) s.inner *= x[static_cast<size_t>(d)];
   s.n = x[static_cast<size_t>(a)];
   return s;
+}
+
+uint64_t ArenaBytesFor(uint64_t free, uint64_t total) {
+  uint64_t reserve = std::max<uint64_t>(total / 8, uint64_t{2} << 30);
+  uint64_t arena = free > reserve ? free - reserve : 0;
+  return std::max(arena, free / 2) / 256 * 256;
 }
 
 }  // namespace ferry::cuda
