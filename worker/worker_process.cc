@@ -115,12 +115,20 @@ LoopModel MakeLoopModel(const std::string& name, const Bundle* bundle, std::opti
   return model;
 }
 
-// The weight budget: [worker] weight_budget on a backend that can release weights (the CPU
-// backend); null without one (every model stays resident).
+// The weight budget: [worker] weight_budget, else the backend's default (a GPU's weight arena),
+// on a backend that can release weights; null without one (every model stays resident).
 std::unique_ptr<WeightResidency> MakeResidency(const NodeConfig& config, Backend& backend,
                                                Scheduler& scheduler, const shm::Segment& segment,
                                                uint32_t slot) {
   uint64_t budget = config.worker.weight_budget;
+  uint64_t most = backend.DefaultWeightBudget();
+  if (budget == 0) {
+    budget = most;
+  } else if (most != 0 && budget > most) {
+    spdlog::warn("[worker] weight_budget {} is more than the {} backend holds; {} bytes", budget,
+                 backend.name(), most);
+    budget = most;
+  }
   if (budget == 0) {
     return nullptr;
   }

@@ -102,6 +102,9 @@ class Backend {
   // execute, but never beside Load, Unload or anything else on the same model; the rest on
   // the loop's thread with no batch of that model in flight.
   virtual bool SupportsResidency() const { return false; }
+  // The budget a worker uses when [worker] weight_budget is not set: 0 keeps every model
+  // resident (the CPU backend: host memory has no fixed size); a GPU backend's weight arena.
+  virtual uint64_t DefaultWeightBudget() const { return 0; }
   virtual uint64_t WeightBytes(ModelHandle model) const {
     (void)model;
     return 0;

@@ -80,8 +80,10 @@ class CudaBackend : public ThreadedBackend {
   void Unload(ModelHandle model) override;
   bool Healthy() const override { return healthy(); }
   // Residency (cuda_residency.cc): a released model holds no device memory; a restore uploads
-  // its weights on a stream of its own and its next batch builds its executables.
+  // its weights on a stream of its own and its next batch builds its executables. WeightBytes
+  // counts the weights in the arena (the executables' buffers live outside it, in the reserve).
   bool SupportsResidency() const override;
+  uint64_t DefaultWeightBudget() const override;  // The weight arena's capacity.
   uint64_t WeightBytes(ModelHandle model) const override;
   void ReleaseWeights(ModelHandle model) override;
   Status RestoreWeights(ModelHandle model) override;

@@ -49,7 +49,6 @@ struct Executable {
   void* buffer = nullptr;            // Every tensor of this executable, one allocation.
   uint16_t* bf16_scratch = nullptr;  // Activations converted for bf16 GEMMs (in `buffer`).
   std::vector<Step> steps;
-  uint64_t buffer_bytes = 0;  // What `buffer` holds.
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   StagingLayout staging;  // Where its inputs and outputs sit in the pinned staging buffer.
@@ -66,7 +65,7 @@ struct Model {
   std::map<std::string, DeviceWeight> weights;
   std::vector<Executable> executables;  // [variant * sizes + size index]
   std::optional<Error> failure;
-  // Residency (cuda_residency.cc): device bytes held when resident (weights and executables);
+  // Residency (cuda_residency.cc): weight bytes held in the arena when resident;
   // released: nothing on the device; needs_build: weights restored, executables built at the
   // next Execute (on the execution thread, which owns the stream and the library handles).
   uint64_t resident_bytes = 0;

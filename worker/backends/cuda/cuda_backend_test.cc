@@ -208,7 +208,8 @@ TEST_CASE("a model's weights released from the GPU and restored serve the same a
   REQUIRE(backend.SupportsResidency());
   uint64_t held = backend.weight_arena()->in_use();
   CHECK(held > 0);
-  CHECK(backend.WeightBytes(g) >= held);  // Weights and the executables' buffers.
+  CHECK(backend.WeightBytes(g) == held);  // The weights in the arena, aligned as allocated.
+  CHECK(backend.DefaultWeightBudget() == backend.weight_arena()->capacity());
   std::mt19937 rng(5);
   Compare(backend, g, cpu, c, bundle.manifest, 0, 4, rng, 1e-5);
 

@@ -70,8 +70,9 @@ Status CudaBackend::Impl::BuildExecutable(const Model& m, const ShapeVariant& va
           scratch, static_cast<uint64_t>(*NumElements(shapes.at(op.inputs[0]))) * 2);
     }
   }
-  exe->buffer_bytes = total + AlignUp(scratch, kDeviceAlignment) + kDeviceAlignment;
-  FERRY_RETURN_IF_ERROR(Check(cudaMalloc(&exe->buffer, exe->buffer_bytes), "executable buffers"));
+  FERRY_RETURN_IF_ERROR(
+      Check(cudaMalloc(&exe->buffer, total + AlignUp(scratch, kDeviceAlignment) + kDeviceAlignment),
+            "executable buffers"));
   FERRY_RETURN_IF_ERROR(
       Check(cudaMemsetAsync(exe->buffer, 0, total, stream), "executable buffers"));
   FERRY_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream), "executable buffers"));

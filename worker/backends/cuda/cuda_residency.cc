@@ -28,9 +28,6 @@ Status CudaBackend::Impl::BuildExecutables(Model& m) {
       m.resident_bytes +=
           AlignUp(std::max<uint64_t>(elements * (w.bf16 ? 2 : 4), 1), kDeviceAlignment);
     }
-    for (const Executable& e : m.executables) {
-      m.resident_bytes += e.buffer_bytes;
-    }
   }
   return OkStatus();
 }
@@ -68,6 +65,8 @@ Status CudaBackend::Impl::StartLoader() {
 }
 
 bool CudaBackend::SupportsResidency() const { return true; }
+
+uint64_t CudaBackend::DefaultWeightBudget() const { return impl_->arena->capacity(); }
 
 uint64_t CudaBackend::WeightBytes(ModelHandle handle) const {
   if (handle < 0 || static_cast<size_t>(handle) >= impl_->models.size()) {
