@@ -47,28 +47,6 @@ const char* CublasName(cublasStatus_t s) {
   }
 }
 
-// Every op runs on the GPU. A gather's ids must be a model input whose declared range lies
-// inside the table: the hook host checks each request against that range, and the kernel
-// cannot refuse one request of a batch (an id outside the table would give NaN rows).
-Status CudaRuns(const Bundle& bundle) {
-  const Manifest& manifest = bundle.manifest;
-  for (const Op& op : manifest.program) {
-    if (op.kind != OpKind::kGather) {
-      continue;
-    }
-    const TensorInfo* table = bundle.weights.index().Find(op.weight);
-    auto input = std::find_if(manifest.inputs.begin(), manifest.inputs.end(),
-                              [&](const TensorSpec& t) { return t.name == op.inputs[0]; });
-    if (table == nullptr || table->shape.empty() || input == manifest.inputs.end() ||
-        !input->range || (*input->range)[0] < 0 || (*input->range)[1] >= table->shape[0]) {
-      return InvalidArgument("model '" + manifest.name + "': gather '" + op.output +
-                             "' on a GPU needs ids from a model input whose range lies inside " +
-                             "its table's rows (CPU workers check each id instead)");
-    }
-  }
-  return OkStatus();
-}
-
 }  // namespace
 
 // [offset, offset + bytes) inside the weight arena, overflow-checked.
@@ -84,17 +62,50 @@ Status CudaBackend::Impl::CheckArenaRange(uint64_t offset, uint64_t bytes, const
 
 // Frees what a model holds on the device (its executables and weight extents): after a
 // failed Load, so a retry does not leak.
+namespace {
+
+void FreeExecutable(Executable& e) {
+  if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
+  if (e.graph != nullptr) cudaGraphDestroy(e.graph);
+  if (e.buffer != nullptr) cudaFree(e.buffer);
+}
+
+}  // namespace
+
 void CudaBackend::Impl::Release(Model& m) {
   for (Executable& e : m.executables) {
-    if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
-    if (e.graph != nullptr) cudaGraphDestroy(e.graph);
-    if (e.buffer != nullptr) cudaFree(e.buffer);
+    FreeExecutable(e);
   }
   m.executables.clear();
   for (const auto& [name, w] : m.weights) {
     arena->Free(w.offset);
   }
   m.weights.clear();
+}
+
+void CudaBackend::Impl::Retire(Model& m) {
+  {
+    std::lock_guard lock(retired_mu);
+    for (Executable& e : m.executables) {
+      retired.push_back(std::move(e));
+    }
+  }
+  m.executables.clear();
+  for (const auto& [name, w] : m.weights) {
+    arena->Free(w.offset);
+  }
+  m.weights.clear();
+}
+
+void CudaBackend::Impl::FreeRetired() {
+  std::vector<Executable> done;
+  {
+    std::lock_guard lock(retired_mu);
+    done.swap(retired);
+  }
+  for (Executable& e : done) {
+    FreeExecutable(e);
+  }
 }
 
 Status CudaBackend::Impl::Check(cudaError_t e, const char* what) {
@@ -152,17 +163,24 @@ const float* CudaBackend::Impl::WeightPtr(const Model& m, const std::string& nam
 Status CudaBackend::Impl::UploadWeights(Model& m, bool loader) {
   const Bundle& bundle = *m.bundle;
   bool bf16 = bundle.manifest.precision == Precision::kBf16;
+  // BF16 only for weights read by dense ops alone: any other op reads its weight as FP32.
   std::map<std::string, bool> gemm_weight;
-  for (const Op& op : bundle.manifest.program) {
-    if (op.kind == OpKind::kDense) {
-      gemm_weight[op.weight] = true;
+  auto use = [&](const std::string& name, bool as_gemm_weight) {
+    if (!name.empty()) {
+      auto [it, fresh] = gemm_weight.try_emplace(name, as_gemm_weight);
+      it->second = it->second && as_gemm_weight;
     }
+  };
+  for (const Op& op : bundle.manifest.program) {
+    use(op.weight, op.kind == OpKind::kDense);
+    use(op.bias, false);
   }
   for (const TensorInfo& t : bundle.weights.index().tensors) {
     FERRY_ASSIGN_OR_RETURN(std::vector<float> values, ToFloat32(t.dtype, bundle.weights.Data(t)));
     DeviceWeight w;
     w.shape = t.shape;
-    w.bf16 = bf16 && gemm_weight.count(t.name) > 0;
+    auto gemm = gemm_weight.find(t.name);
+    w.bf16 = bf16 && gemm != gemm_weight.end() && gemm->second;
     std::vector<uint8_t> bytes;
     if (w.bf16) {
       bytes.resize(values.size() * 2);
@@ -233,6 +251,7 @@ CudaBackend::~CudaBackend() {
       if (e.buffer != nullptr) cudaFree(e.buffer);
     }
   }
+  d.FreeRetired();
   d.models.clear();  // Their steps hold the cuDNN context: it goes before the stream.
   d.cudnn.reset();
   if (d.cublas != nullptr) cublasDestroy(d.cublas);
@@ -282,6 +301,7 @@ Result<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaBackendOption
       d.Check(cudaMalloc(&d.cublas_workspace, kCublasWorkspace), "cuBLAS workspace"));
   FERRY_RETURN_IF_ERROR(d.Check(cublasSetWorkspace(d.cublas, d.cublas_workspace, kCublasWorkspace),
                                 "cuBLAS workspace"));
+  FERRY_RETURN_IF_ERROR(d.StartLoader());  // Here, never beside a capture.
   d.cudnn = cuda::StartCudnn(d.stream, options.use_cudnn);
   return backend;
 }
@@ -292,10 +312,8 @@ Result<ModelHandle> CudaBackend::Load(const Bundle& bundle) {
   d.models.emplace_back();
   Model& m = d.models.back();
   m.bundle = &bundle;
-  Status built = CudaRuns(bundle);
-  if (built.ok()) {
-    built = d.Select();
-  }
+  // Every op runs here; a gather's ids are bounded by its input's range (shape inference).
+  Status built = d.Select();
   if (built.ok()) {
     built = d.UploadWeights(m);
   }
@@ -347,6 +365,7 @@ Result<ExecutionTiming> CudaBackend::Execute(ModelHandle handle, const BatchJob&
   size_t size_index = static_cast<size_t>(
       std::find(manifest.batch_sizes.begin(), manifest.batch_sizes.end(), job.batch_size) -
       manifest.batch_sizes.begin());
+  d.FreeRetired();
   FERRY_RETURN_IF_ERROR(d.Resident(m));
   Executable& exe =
       m.executables[static_cast<size_t>(job.variant) * manifest.batch_sizes.size() + size_index];
@@ -429,6 +448,7 @@ Result<double> CudaBackend::TimeProgram(ModelHandle handle, int variant, int64_t
     return InvalidArgument("no executable for that variant and size");
   }
   FERRY_RETURN_IF_ERROR(d.Select());
+  d.FreeRetired();
   FERRY_RETURN_IF_ERROR(d.Resident(m));
   Executable& exe = m.executables[static_cast<size_t>(variant) * manifest.batch_sizes.size() +
                                   static_cast<size_t>(it - manifest.batch_sizes.begin())];

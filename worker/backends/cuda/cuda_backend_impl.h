@@ -112,9 +112,10 @@ struct CudaBackend::Impl {
   double upload_seconds = 0;
   uint64_t uploaded_bytes = 0;
   uint64_t host_register_failures = 0;
-  uint64_t graph_fallbacks = 0;
+  // Counted on the execution thread (a rebuild after a restore) as on the loop's; read by any.
+  std::atomic<uint64_t> graph_fallbacks{0};
   std::shared_ptr<cuda::CudnnContext> cudnn;  // Null: convolutions on the direct kernel.
-  uint64_t cudnn_convs = 0, cudnn_fallbacks = 0;
+  std::atomic<uint64_t> cudnn_convs{0}, cudnn_fallbacks{0};
 
   // cudaSetDevice is per thread: every entry point selects the backend's device first.
   Status Select() { return Check(cudaSetDevice(options.device), "select device"); }
@@ -125,6 +126,14 @@ struct CudaBackend::Impl {
   // Frees what a model holds on the device (its executables and weight extents): after a
   // failed Load, so a retry does not leak.
   void Release(Model& m);
+  // ReleaseWeights' half of Release, for the loop's thread: the weight extents are freed at
+  // once (bookkeeping only), the executables retired to be freed by the execution thread at
+  // its next batch (FreeRetired), so no CUDA call of the loop's thread can land inside a graph
+  // capture on the execution thread or wait on its stream.
+  void Retire(Model& m);
+  void FreeRetired();
+  std::mutex retired_mu;
+  std::vector<Executable> retired;
 
   Status Check(cudaError_t e, const char* what);
   Status Check(cublasStatus_t s, const char* what);

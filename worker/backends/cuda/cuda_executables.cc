@@ -223,14 +223,21 @@ void CudaBackend::Impl::AddWindowStep(const Model& m, Executable* exe, const Op&
     if (cudnn != nullptr) {
       bool tf32 = m.bundle->manifest.precision != Precision::kFp32;
       auto step = cuda::CudnnConvStep(cudnn, cs, tf32, x.data, weight, bias, y.data);
-      if (step.ok()) {
+      // Tried once here: an algorithm cuDNN offers may still fail at its first run (an engine
+      // compiled at run time, say), and that must fall back, not fail the model.
+      Status tried = step.ok() ? (*step)(stream) : Status(step.error());
+      if (tried.ok() && cudaStreamSynchronize(stream) != cudaSuccess) {
+        tried = Internal(std::string("first run: ") + cudaGetErrorString(cudaGetLastError()));
+      }
+      if (tried.ok()) {
         ++cudnn_convs;
         exe->steps.push_back(std::move(*step));
         return;
       }
+      cudaGetLastError();
       ++cudnn_fallbacks;
       spdlog::info("model '{}': conv2d '{}' runs on the direct kernel: {}", m.bundle->manifest.name,
-                   op.output, step.error().message);
+                   op.output, tried.error().message);
     }
     exe->steps.push_back([=, this](cudaStream_t s) {
       return Check(cuda::Conv2d(x.data, weight, bias, y.data, cs, s), "conv2d");

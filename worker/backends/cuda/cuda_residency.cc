@@ -33,7 +33,7 @@ Status CudaBackend::Impl::BuildExecutables(Model& m) {
 }
 
 Status CudaBackend::Impl::Resident(Model& m) {
-  if (m.released) {
+  if (m.released) {  // The loop never plans a batch of a released model: a guard.
     return Unavailable("model '" + m.bundle->manifest.name +
                        "': its weights are released from the GPU (cold; a load is due)");
   }
@@ -43,9 +43,11 @@ Status CudaBackend::Impl::Resident(Model& m) {
   m.needs_build = false;
   Status built = BuildExecutables(m);
   if (!built.ok()) {
+    // Failed for good: the model's status says so and the worker fails it (its residency
+    // still counts it resident, so no load would come to retry).
     (void)cudaStreamSynchronize(stream);
     Release(m);
-    m.released = true;
+    m.failure = built.error();
     return built.error();
   }
   return OkStatus();
@@ -81,12 +83,13 @@ void CudaBackend::ReleaseWeights(ModelHandle handle) {
   }
   Impl& d = *impl_;
   Model& m = d.models[static_cast<size_t>(handle)];
-  if (m.failure || m.released || !d.Select().ok()) {
+  if (m.failure || m.released) {
     return;
   }
-  // No batch of this model is in flight (the contract), but its last copies may be queued.
-  (void)cudaStreamSynchronize(d.stream);
-  d.Release(m);
+  // No batch of this model is in flight (the contract: Execute synchronises before it
+  // returns), so its weights may go now; its executables go at the execution thread's next
+  // batch.
+  d.Retire(m);
   m.released = true;
   m.needs_build = false;
 }
@@ -104,7 +107,6 @@ Status CudaBackend::RestoreWeights(ModelHandle handle) {
     return OkStatus();
   }
   FERRY_RETURN_IF_ERROR(d.Select());  // The device is chosen per thread.
-  FERRY_RETURN_IF_ERROR(d.StartLoader());
   if (Status up = d.UploadWeights(m, true); !up.ok()) {
     for (const auto& [name, w] : m.weights) {
       d.arena->Free(w.offset);

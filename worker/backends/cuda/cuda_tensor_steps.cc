@@ -8,6 +8,7 @@
 namespace ferry {
 namespace {
 
+// REQUIRES: IsBinaryElementwise(kind).
 cuda::BinaryOp BinaryOf(OpKind kind) {
   switch (kind) {
     case OpKind::kSub:
@@ -21,6 +22,7 @@ cuda::BinaryOp BinaryOf(OpKind kind) {
   }
 }
 
+// REQUIRES: kind is a reduction, log_softmax or arg_max.
 cuda::AxisOp AxisOpOf(OpKind kind) {
   switch (kind) {
     case OpKind::kReduceSum:
@@ -178,7 +180,11 @@ Status CudaBackend::Impl::AddTensorStep(const Model& m, Executable* exe, const O
       });
       return OkStatus();
     }
-    default: {  // The reductions, log_softmax, arg_max.
+    case OpKind::kReduceMean:
+    case OpKind::kReduceSum:
+    case OpKind::kReduceMax:
+    case OpKind::kLogSoftmax:
+    case OpKind::kArgMax: {
       cuda::AxisSplit split = cuda::SplitAround(x.shape, op.axis);
       cuda::AxisOp axis_op = AxisOpOf(op.kind);
       bool last = op.last_index;
@@ -189,6 +195,9 @@ Status CudaBackend::Impl::AddTensorStep(const Model& m, Executable* exe, const O
       });
       return OkStatus();
     }
+    default:
+      return Internal("model '" + m.bundle->manifest.name + "': the CUDA backend has no step for " +
+                      std::string(OpKindName(op.kind)));
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <string>
 #include <type_traits>
+#include <vector>
 
 // The legacy convolution API is deprecated in cuDNN 9 (for the graph API) but kept; it is the
 // one that maps onto a fixed NCHW conv2d without building an operation graph per shape.
@@ -39,6 +40,7 @@ CudnnLibrary* Load() {
   FERRY_BIND(cudnnSetConvolutionGroupCount);
   FERRY_BIND(cudnnSetConvolutionMathType);
   FERRY_BIND(cudnnDestroyConvolutionDescriptor);
+  FERRY_BIND(cudnnGetConvolutionForwardAlgorithmMaxCount);
   FERRY_BIND(cudnnGetConvolutionForwardAlgorithm_v7);
   FERRY_BIND(cudnnConvolutionForward);
 #undef FERRY_BIND
@@ -89,21 +91,30 @@ Result<std::unique_ptr<CudnnConv>> CudnnConv::Create(const CudnnLibrary& lib, cu
   if (status != CUDNN_STATUS_SUCCESS) {
     return Unavailable(std::string("cuDNN convolution setup: ") + lib.cudnnGetErrorString(status));
   }
-  constexpr int kCandidates = 8;
-  cudnnConvolutionFwdAlgoPerf_t perf[kCandidates];
+  // Every candidate: an algorithm may come once per math type, and the FMA entries that FP32
+  // needs can sit past the first few.
+  int candidates = 0;
+  status = lib.cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &candidates);
+  if (status != CUDNN_STATUS_SUCCESS || candidates <= 0) {
+    return Unavailable(std::string("cuDNN algorithm count: ") + lib.cudnnGetErrorString(status));
+  }
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<size_t>(candidates));
   int found = 0;
   status = lib.cudnnGetConvolutionForwardAlgorithm_v7(handle, c->x_, c->w_, c->conv_, c->y_,
-                                                      kCandidates, &found, perf);
+                                                      candidates, &found, perf.data());
   if (status != CUDNN_STATUS_SUCCESS) {
     return Unavailable(std::string("cuDNN heuristics: ") + lib.cudnnGetErrorString(status));
   }
-  for (int i = 0; i < found; ++i) {
-    // Without TF32, only algorithms that keep FP32 arithmetic (FMA math) qualify.
-    bool math_ok = allow_tf32 || perf[i].mathType == CUDNN_FMA_MATH;
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= workspace_bytes && math_ok) {
-      c->algo_ = perf[i].algo;
-      c->workspace_bytes_ = perf[i].memory;
-      lib.cudnnSetConvolutionMathType(c->conv_, perf[i].mathType);
+  for (int i = 0; i < found && i < candidates; ++i) {
+    const cudnnConvolutionFwdAlgoPerf_t& p = perf[static_cast<size_t>(i)];
+    // Without TF32 only FP32 arithmetic (FMA math) qualifies; never a down-conversion of the
+    // FP32 data to FP16 (ALLOW_CONVERSION).
+    bool math_ok = p.mathType == CUDNN_FMA_MATH ||
+                   (allow_tf32 && p.mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION);
+    if (p.status == CUDNN_STATUS_SUCCESS && p.memory <= workspace_bytes && math_ok &&
+        lib.cudnnSetConvolutionMathType(c->conv_, p.mathType) == CUDNN_STATUS_SUCCESS) {
+      c->algo_ = p.algo;
+      c->workspace_bytes_ = p.memory;
       return c;
     }
   }

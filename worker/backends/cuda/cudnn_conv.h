@@ -38,6 +38,7 @@ struct CudnnLibrary {
   FERRY_CUDNN_FN(cudnnSetConvolutionGroupCount);
   FERRY_CUDNN_FN(cudnnSetConvolutionMathType);
   FERRY_CUDNN_FN(cudnnDestroyConvolutionDescriptor);
+  FERRY_CUDNN_FN(cudnnGetConvolutionForwardAlgorithmMaxCount);
   FERRY_CUDNN_FN(cudnnGetConvolutionForwardAlgorithm_v7);
   FERRY_CUDNN_FN(cudnnConvolutionForward);
 #undef FERRY_CUDNN_FN

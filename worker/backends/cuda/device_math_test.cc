@@ -170,8 +170,9 @@ TEST_CASE("gather picks table rows and guards ids outside the table") {
 
 TEST_CASE("a GPU worker's weight arena leaves a reserve of the device's memory") {
   constexpr uint64_t kGiB = uint64_t{1} << 30;
-  // An H200 (about 140 GiB, 139 free): an eighth of it stays for activations and the context.
-  CHECK(ArenaBytesFor(139 * kGiB, 140 * kGiB) == 139 * kGiB - 140 * kGiB / 8);
+  // An H200 (about 140 GiB, 139 free): a quarter of it stays for activations (every compiled
+  // batch size has buffers of its own) and the context.
+  CHECK(ArenaBytesFor(139 * kGiB, 140 * kGiB) == 139 * kGiB - 35 * kGiB);
   // A small device: the reserve is at least 2 GiB.
   CHECK(ArenaBytesFor(7 * kGiB, 8 * kGiB) == 5 * kGiB);
   // Little free: half of what is free, never nothing and never more than is free.

@@ -95,7 +95,7 @@ AxisSplit SplitAround(const Shape& x, int64_t axis) {
 }
 
 uint64_t ArenaBytesFor(uint64_t free, uint64_t total) {
-  uint64_t reserve = std::max<uint64_t>(total / 8, uint64_t{2} << 30);
+  uint64_t reserve = std::max<uint64_t>(total / 4, uint64_t{2} << 30);
   uint64_t arena = free > reserve ? free - reserve : 0;
   return std::max(arena, free / 2) / 256 * 256;
 }

@@ -29,7 +29,7 @@ struct AxisSplit {
 AxisSplit SplitAround(const Shape& x, int64_t axis);
 
 // The weight arena a GPU worker takes at start: `free` device bytes less a reserve for
-// activations, workspaces and the CUDA context of an eighth of `total` (at least 2 GiB), or
+// activations, workspaces and the CUDA context of a quarter of `total` (at least 2 GiB), or
 // half of `free` when that would leave less; 256-byte aligned.
 uint64_t ArenaBytesFor(uint64_t free, uint64_t total);
 

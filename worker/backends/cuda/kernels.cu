@@ -9,8 +9,10 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// At least one block (a launch of none is an error; its loop then runs zero times), at most
+// 65535 * 16 (the kernels stride over the rest).
 unsigned Blocks(int64_t count) {
-  int64_t blocks = (count + kThreads - 1) / kThreads;
+  int64_t blocks = count < 1 ? 1 : (count + kThreads - 1) / kThreads;
   return static_cast<unsigned>(blocks < 65535 * 16 ? blocks : 65535 * 16);
 }
 
@@ -166,7 +168,7 @@ __global__ void MaxPoolKernel(const float* x, float* y, ConvShape s) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
     int64_t ox = i % s.wo, oy = (i / s.wo) % s.ho, plane = i / (s.wo * s.ho);
-    float best = -FLT_MAX;
+    float best = -INFINITY;  // As the CPU reference, for a window wholly in the padding.
     for (int64_t ky = 0; ky < s.kh; ++ky) {
       int64_t iy = oy * s.sh - s.ph + ky;
       for (int64_t kx = 0; kx < s.kw; ++kx) {
