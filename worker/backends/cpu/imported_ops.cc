@@ -5,24 +5,9 @@
 #include <cstring>
 #include <limits>
 
+#include "worker/backends/axis_split.h"
+
 namespace ferry::cpu {
-namespace {
-
-// outer x n x inner: the axes before `axis`, the axis, the axes after it.
-struct AxisSplit {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-AxisSplit SplitAt(const Shape& shape, int64_t axis) {
-  int64_t rank = static_cast<int64_t>(shape.size());
-  int64_t a = axis < 0 ? axis + rank : axis;
-  AxisSplit s;
-  for (int64_t d = 0; d < a; ++d) s.outer *= shape[static_cast<size_t>(d)];
-  for (int64_t d = a + 1; d < rank; ++d) s.inner *= shape[static_cast<size_t>(d)];
-  s.n = shape[static_cast<size_t>(a)];
-  return s;
-}
-
-}  // namespace
 
 void Piecewise(const Op& op, std::span<const float> x, std::span<float> y) {
   const double alpha = op.alpha, beta = op.beta;
@@ -44,7 +29,7 @@ void Piecewise(const Op& op, std::span<const float> x, std::span<float> y) {
 }
 
 void LogSoftmax(std::span<const float> x, const Shape& shape, int64_t axis, std::span<float> y) {
-  AxisSplit s = SplitAt(shape, axis);
+  AxisSplit s = SplitAround(shape, axis);
   for (int64_t o = 0; o < s.outer; ++o) {
     for (int64_t in = 0; in < s.inner; ++in) {
       auto at = [&](int64_t i) { return static_cast<size_t>((o * s.n + i) * s.inner + in); };
@@ -96,7 +81,7 @@ void AvgPool2d(std::span<const float> x, const Shape& xs, const Window& win, boo
 
 void Reduce(OpKind kind, std::span<const float> x, const Shape& shape, int64_t axis,
             std::span<float> y) {
-  AxisSplit s = SplitAt(shape, axis);
+  AxisSplit s = SplitAround(shape, axis);
   for (int64_t o = 0; o < s.outer; ++o) {
     for (int64_t k = 0; k < s.inner; ++k) {
       double sum = 0, max = -std::numeric_limits<double>::infinity();
@@ -116,7 +101,7 @@ void Reduce(OpKind kind, std::span<const float> x, const Shape& shape, int64_t a
 
 void ArgMax(std::span<const float> x, const Shape& shape, int64_t axis, bool last,
             std::span<float> y) {
-  AxisSplit s = SplitAt(shape, axis);
+  AxisSplit s = SplitAround(shape, axis);
   for (int64_t o = 0; o < s.outer; ++o) {
     for (int64_t k = 0; k < s.inner; ++k) {
       int64_t best = 0;
@@ -136,11 +121,11 @@ void ArgMax(std::span<const float> x, const Shape& shape, int64_t axis, bool las
 void Concat(const std::vector<std::span<const float>>& parts, const std::vector<Shape>& shapes,
             int64_t axis, std::span<float> y) {
   // Each part contributes outer blocks of (its axis length x inner) elements, in turn.
-  AxisSplit first = SplitAt(shapes[0], axis);
+  AxisSplit first = SplitAround(shapes[0], axis);
   size_t out = 0;
   for (int64_t o = 0; o < first.outer; ++o) {
     for (size_t p = 0; p < parts.size(); ++p) {
-      AxisSplit s = SplitAt(shapes[p], axis);
+      AxisSplit s = SplitAround(shapes[p], axis);
       size_t block = static_cast<size_t>(s.n * s.inner);
       std::memcpy(y.data() + out, parts[p].data() + static_cast<size_t>(o) * block,
                   block * sizeof(float));

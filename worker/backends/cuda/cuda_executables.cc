@@ -1,5 +1,6 @@
 // A model's program compiled into device steps (cuBLAS calls and ferry's kernels), captured
 // as a CUDA graph per compiled batch size, and run on the backend's stream.
+#include "worker/backends/axis_split.h"
 #include "worker/backends/cuda/cuda_backend_impl.h"
 
 namespace ferry {
@@ -284,14 +285,10 @@ bool CudaBackend::Impl::AddPointwiseStep(const Model& m, Executable* exe, const 
       break;
     }
     case OpKind::kSoftmax: {
-      int64_t rank = static_cast<int64_t>(x.shape.size());
-      int64_t axis = op.axis < 0 ? op.axis + rank : op.axis;
-      int64_t outer = 1, inner = 1;
-      for (int64_t d = 0; d < axis; ++d) outer *= x.shape[static_cast<size_t>(d)];
-      for (int64_t d = axis + 1; d < rank; ++d) inner *= x.shape[static_cast<size_t>(d)];
-      int64_t n = x.shape[static_cast<size_t>(axis)];
+      AxisSplit split = SplitAround(x.shape, op.axis);
       exe->steps.push_back([=, this](cudaStream_t s) {
-        return Check(cuda::Softmax(x.data, y.data, outer, n, inner, s), "softmax");
+        return Check(cuda::Softmax(x.data, y.data, split.outer, split.n, split.inner, s),
+                     "softmax");
       });
       break;
     }

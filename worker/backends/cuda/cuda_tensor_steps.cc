@@ -96,7 +96,7 @@ void CudaBackend::Impl::AddMatMulStep(const Model& m, Executable* exe, const Op&
 // Slice and concat as 2-D copies over x viewed as [outer, n, inner] around the axis.
 void CudaBackend::Impl::AddCopyStep(Executable* exe, const Op& op) {
   DeviceTensor y = exe->tensors.at(op.output);
-  cuda::AxisSplit ys = cuda::SplitAround(y.shape, op.axis);
+  AxisSplit ys = SplitAround(y.shape, op.axis);
   struct Piece {
     const float* from;
     float* to;
@@ -106,14 +106,14 @@ void CudaBackend::Impl::AddCopyStep(Executable* exe, const Op& op) {
   size_t dst_pitch = static_cast<size_t>(ys.n * ys.inner) * 4;
   if (op.kind == OpKind::kSlice) {
     DeviceTensor x = exe->tensors.at(op.inputs[0]);
-    cuda::AxisSplit xs = cuda::SplitAround(x.shape, op.axis);
+    AxisSplit xs = SplitAround(x.shape, op.axis);
     pieces.push_back({x.data + op.start * xs.inner, y.data, dst_pitch,
                       static_cast<size_t>(xs.n * xs.inner) * 4});
   } else {  // kConcat: each part fills its run of the axis in every outer block.
     int64_t at = 0;
     for (const std::string& in : op.inputs) {
       DeviceTensor part = exe->tensors.at(in);
-      cuda::AxisSplit ps = cuda::SplitAround(part.shape, op.axis);
+      AxisSplit ps = SplitAround(part.shape, op.axis);
       size_t width = static_cast<size_t>(ps.n * ps.inner) * 4;
       pieces.push_back({part.data, y.data + at * ys.inner, width, width});
       at += ps.n;
@@ -185,7 +185,7 @@ Status CudaBackend::Impl::AddTensorStep(const Model& m, Executable* exe, const O
     case OpKind::kReduceMax:
     case OpKind::kLogSoftmax:
     case OpKind::kArgMax: {
-      cuda::AxisSplit split = cuda::SplitAround(x.shape, op.axis);
+      AxisSplit split = SplitAround(x.shape, op.axis);
       cuda::AxisOp axis_op = AxisOpOf(op.kind);
       bool last = op.last_index;
       exe->steps.push_back([=, this](cudaStream_t s) {

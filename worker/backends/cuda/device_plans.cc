@@ -84,16 +84,6 @@ Result<StridedView> TransposeView(const Shape& x, const std::vector<int64_t>& pe
   return v;
 }
 
-AxisSplit SplitAround(const Shape& x, int64_t axis) {
-  auto rank = static_cast<int64_t>(x.size());
-  int64_t a = axis < 0 ? axis + rank : axis;
-  AxisSplit s;
-  for (int64_t d = 0; d < a; ++d) s.outer *= x[static_cast<size_t>(d)];
-  for (int64_t d = a + 1; d < rank; ++d) s.inner *= x[static_cast<size_t>(d)];
-  s.n = x[static_cast<size_t>(a)];
-  return s;
-}
-
 uint64_t ArenaBytesFor(uint64_t free, uint64_t total) {
   uint64_t reserve = std::max<uint64_t>(total / 4, uint64_t{2} << 30);
   uint64_t arena = free > reserve ? free - reserve : 0;

@@ -9,6 +9,7 @@
 
 #include "common/result.h"
 #include "model/manifest.h"
+#include "worker/backends/axis_split.h"
 #include "worker/backends/cuda/device_math.h"
 
 namespace ferry::cuda {
@@ -21,12 +22,6 @@ Result<StridedView> BroadcastView(const Shape& a, const Shape& b, const Shape& y
 // The view of y = transpose(x, perm) (y axis i is x axis perm[i]), reading operand A.
 // INVALID_ARGUMENT when perm is not a permutation of x's axes or x has too many.
 Result<StridedView> TransposeView(const Shape& x, const std::vector<int64_t>& perm);
-
-// x viewed as [outer, n, inner] around `axis` (negative counts from the end).
-struct AxisSplit {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-AxisSplit SplitAround(const Shape& x, int64_t axis);
 
 // The weight arena a GPU worker takes at start: `free` device bytes less a reserve for
 // activations, workspaces and the CUDA context of a quarter of `total` (at least 2 GiB), or
