@@ -2,6 +2,7 @@
 // as a CUDA graph per compiled batch size, and run on the backend's stream.
 #include "worker/backends/axis_split.h"
 #include "worker/backends/cuda/cuda_backend_impl.h"
+#include "worker/backends/cuda/device_plans.h"
 
 namespace ferry {
 namespace {
@@ -58,13 +59,11 @@ Status CudaBackend::Impl::BuildExecutable(const Model& m, const ShapeVariant& va
                              " bytes; this batch needs " +
                              std::to_string(exe->staging.total_bytes));
   }
-  // One buffer: every tensor, then the bf16 scratch (as large as the largest dense input).
-  uint64_t total = 0, scratch = 0;
-  std::map<std::string, uint64_t> offsets;
-  for (const auto& [name, shape] : shapes) {
-    offsets[name] = total;
-    total += AlignUp(static_cast<uint64_t>(*NumElements(shape)) * 4, kDeviceAlignment);
-  }
+  // One buffer: the tensors (sharing bytes where their lifetimes allow, PlanBuffers), then the
+  // bf16 scratch (as large as the largest dense input).
+  cuda::BufferPlan plan = cuda::PlanBuffers(manifest, shapes, kDeviceAlignment);
+  uint64_t total = AlignUp(plan.total, kDeviceAlignment), scratch = 0;
+  const std::map<std::string, uint64_t>& offsets = plan.offsets;
   for (const Op& op : manifest.program) {
     if (op.kind == OpKind::kDense) {
       scratch = std::max<uint64_t>(
@@ -79,7 +78,7 @@ Status CudaBackend::Impl::BuildExecutable(const Model& m, const ShapeVariant& va
   FERRY_RETURN_IF_ERROR(Check(cudaStreamSynchronize(stream), "executable buffers"));
   auto* base = static_cast<uint8_t*>(exe->buffer);
   for (const auto& [name, shape] : shapes) {
-    exe->tensors[name] = {reinterpret_cast<float*>(base + offsets[name]), shape};
+    exe->tensors[name] = {reinterpret_cast<float*>(base + offsets.at(name)), shape};
   }
   exe->bf16_scratch = reinterpret_cast<uint16_t*>(base + total);
   FERRY_RETURN_IF_ERROR(BuildSteps(m, exe));

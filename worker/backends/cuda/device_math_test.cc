@@ -168,6 +168,48 @@ TEST_CASE("gather picks table rows and guards ids outside the table") {
   }
 }
 
+TEST_CASE("tensors share an executable's buffer only when their lifetimes do not overlap") {
+  // x -> a -> b -> c -> d (relus, 4 KiB each), y = x + d, z = b (an output kept to the end).
+  Manifest m;
+  m.name = "chain";
+  m.inputs = {{"x", DType::kF32, {kBatchDim, 1024}, 0, {}}};
+  m.outputs = {{"y", DType::kF32, {kBatchDim, 1024}, 0, {}},
+               {"z", DType::kF32, {kBatchDim, 1024}, 0, {}}};
+  auto op = [](OpKind kind, std::vector<std::string> in, std::string out) {
+    Op o;
+    o.kind = kind;
+    o.inputs = std::move(in);
+    o.output = std::move(out);
+    return o;
+  };
+  m.program = {op(OpKind::kRelu, {"x"}, "a"),     op(OpKind::kRelu, {"a"}, "b"),
+               op(OpKind::kRelu, {"b"}, "c"),     op(OpKind::kRelu, {"c"}, "d"),
+               op(OpKind::kRelu, {"d"}, "e"),     op(OpKind::kRelu, {"e"}, "f"),
+               op(OpKind::kAdd, {"x", "f"}, "y"), op(OpKind::kReshape, {"b"}, "z")};
+  std::map<std::string, Shape> shapes;
+  for (const char* t : {"x", "a", "b", "c", "d", "e", "f", "y", "z"}) {
+    shapes[t] = {1, 1024};
+  }
+  BufferPlan plan = PlanBuffers(m, shapes, 256);
+  REQUIRE(plan.offsets.size() == shapes.size());
+  // Live ranges as the plan promises: from the writer (inputs: -1) to one op after the last
+  // reader; outputs to the end.
+  std::map<std::string, std::pair<int, int>> live = {{"x", {-1, 7}}, {"a", {0, 2}}, {"b", {1, 8}},
+                                                     {"c", {2, 4}},  {"d", {3, 5}}, {"e", {4, 6}},
+                                                     {"f", {5, 7}},  {"y", {6, 9}}, {"z", {7, 9}}};
+  for (const auto& [p, pl] : live) {
+    for (const auto& [q, ql] : live) {
+      bool overlap_in_time = p < q && pl.first <= ql.second && ql.first <= pl.second;
+      if (overlap_in_time) {
+        uint64_t pa = plan.offsets.at(p), qa = plan.offsets.at(q);
+        CHECK_MESSAGE((pa + 4096 <= qa || qa + 4096 <= pa), p << " and " << q << " overlap");
+      }
+    }
+  }
+  CHECK(plan.total < shapes.size() * 4096);  // Some bytes were shared.
+  CHECK(plan.total % 256 == 0);
+}
+
 TEST_CASE("a GPU worker's weight arena leaves a reserve of the device's memory") {
   constexpr uint64_t kGiB = uint64_t{1} << 30;
   // An H200 (about 140 GiB, 139 free): a quarter of it stays for activations (every compiled

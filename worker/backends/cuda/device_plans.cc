@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "model/shape_inference.h"
+
 namespace ferry::cuda {
 namespace {
 
@@ -82,6 +84,106 @@ Result<StridedView> TransposeView(const Shape& x, const std::vector<int64_t>& pe
     v.dims[0] = 1;
   }
   return v;
+}
+
+namespace {
+
+// First-fit over freed extents, coalesced; grows the end when none fits.
+class Extents {
+ public:
+  explicit Extents(uint64_t alignment) : alignment_(alignment) {}
+  uint64_t Take(uint64_t bytes) {
+    bytes = (std::max<uint64_t>(bytes, 1) + alignment_ - 1) / alignment_ * alignment_;
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second >= bytes) {
+        uint64_t at = it->first, left = it->second - bytes;
+        free_.erase(it);
+        if (left > 0) free_[at + bytes] = left;
+        return at;
+      }
+    }
+    uint64_t at = end_;
+    auto last = free_.empty() ? free_.end() : std::prev(free_.end());
+    if (last != free_.end() && last->first + last->second == end_) {  // Extend the tail.
+      at = last->first;
+      free_.erase(last);
+    }
+    end_ = at + bytes;
+    return at;
+  }
+  void Give(uint64_t at, uint64_t bytes) {
+    bytes = (std::max<uint64_t>(bytes, 1) + alignment_ - 1) / alignment_ * alignment_;
+    auto next = free_.lower_bound(at);
+    if (next != free_.end() && at + bytes == next->first) {
+      bytes += next->second;
+      next = free_.erase(next);
+    }
+    if (next != free_.begin()) {
+      auto before = std::prev(next);
+      if (before->first + before->second == at) {
+        before->second += bytes;
+        return;
+      }
+    }
+    free_[at] = bytes;
+  }
+  uint64_t end() const { return end_; }
+
+ private:
+  uint64_t alignment_;
+  uint64_t end_ = 0;
+  std::map<uint64_t, uint64_t> free_;  // Offset -> bytes.
+};
+
+}  // namespace
+
+BufferPlan PlanBuffers(const Manifest& manifest, const std::map<std::string, Shape>& shapes,
+                       uint64_t alignment) {
+  const auto& program = manifest.program;
+  auto forever = static_cast<int64_t>(program.size()) + 1;
+  std::map<std::string, int64_t> last;  // The op after which a tensor may go.
+  for (const auto& [name, shape] : shapes) {
+    last[name] = -1;
+  }
+  for (size_t i = 0; i < program.size(); ++i) {
+    for (const std::string& in : program[i].inputs) {
+      last[in] = std::max<int64_t>(last[in], static_cast<int64_t>(i) + 1);
+    }
+    last[program[i].output] =
+        std::max<int64_t>(last[program[i].output], static_cast<int64_t>(i) + 1);
+  }
+  for (const TensorSpec& out : manifest.outputs) {
+    last[out.name] = forever;
+  }
+  auto bytes = [&](const std::string& name) {
+    return static_cast<uint64_t>(*NumElements(shapes.at(name))) * 4;
+  };
+  BufferPlan plan;
+  Extents extents(alignment);
+  std::map<int64_t, std::vector<std::string>> ending;  // Op index -> tensors freed after it.
+  auto place = [&](const std::string& name) {
+    if (plan.offsets.count(name) == 0 && shapes.count(name) > 0) {
+      plan.offsets[name] = extents.Take(bytes(name));
+      ending[last[name]].push_back(name);
+    }
+  };
+  std::map<std::string, bool> written;
+  for (const Op& op : program) {
+    written[op.output] = true;
+  }
+  for (const auto& [name, shape] : shapes) {  // Inputs, and anything no op writes: from the start.
+    if (!written.count(name)) {
+      place(name);
+    }
+  }
+  for (size_t i = 0; i < program.size(); ++i) {
+    place(program[i].output);
+    for (const std::string& gone : ending[static_cast<int64_t>(i)]) {
+      extents.Give(plan.offsets.at(gone), bytes(gone));
+    }
+  }
+  plan.total = extents.end();
+  return plan;
 }
 
 uint64_t ArenaBytesFor(uint64_t free, uint64_t total) {

@@ -5,6 +5,8 @@
 // Thread safety: pure functions.
 #pragma once
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "common/result.h"
@@ -22,6 +24,19 @@ Result<StridedView> BroadcastView(const Shape& a, const Shape& b, const Shape& y
 // The view of y = transpose(x, perm) (y axis i is x axis perm[i]), reading operand A.
 // INVALID_ARGUMENT when perm is not a permutation of x's axes or x has too many.
 Result<StridedView> TransposeView(const Shape& x, const std::vector<int64_t>& perm);
+
+// Where each tensor of one executable sits in its device buffer. Tensors whose lifetimes do
+// not overlap share bytes: a tensor lives from the op that writes it (model inputs: from the
+// start) until one op after its last reader (so a step that fuses two consecutive ops, as
+// dense + activation does, never writes over what it reads); model outputs live to the end.
+// Offsets are `alignment`-aligned; `total` is the buffer's size.
+struct BufferPlan {
+  std::map<std::string, uint64_t> offsets;
+  uint64_t total = 0;
+};
+// REQUIRES: `shapes` holds every tensor the program reads or writes (InferShapes).
+BufferPlan PlanBuffers(const Manifest& manifest, const std::map<std::string, Shape>& shapes,
+                       uint64_t alignment);
 
 // The weight arena a GPU worker takes at start: `free` device bytes less a reserve for
 // activations, workspaces and the CUDA context of a quarter of `total` (at least 2 GiB), or
