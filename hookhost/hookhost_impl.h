@@ -379,6 +379,8 @@ struct HookHost::Impl {
   // read.
   bool Unseen(int64_t now) const;
   bool SendWaiting(int64_t now);
+  // A request sent to a worker where the model's weights were (or were not) resident.
+  void CountPlacement(size_t model, bool resident);
   void SendCancels();
   bool PollCompletions();
   void CompletePiece(const PendingPtr& p, Piece& piece);

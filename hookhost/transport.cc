@@ -249,10 +249,7 @@ bool HookHost::Impl::SendWaiting(int64_t now) {
     }
     size_t w = *chosen;
     p->worker = w;
-    if (model < shm::kMaxStatusModels) {
-      counters.placements[model][candidates[w].resident ? 1 : 0].fetch_add(
-          1, std::memory_order_relaxed);
-    }
+    CountPlacement(model, candidates[w].resident);
     for (size_t i = 0; i < p->pieces.size(); ++i) {
       Piece& piece = p->pieces[i];
       piece.sequence = next_sequence++;
@@ -279,6 +276,12 @@ bool HookHost::Impl::SendWaiting(int64_t now) {
     it = waiting.erase(it);
   }
   return sent;
+}
+
+void HookHost::Impl::CountPlacement(size_t model, bool resident) {
+  if (model < shm::kMaxStatusModels) {
+    counters.placements[model][resident ? 1 : 0].fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void HookHost::Impl::Cancel(const PendingPtr& p) {
