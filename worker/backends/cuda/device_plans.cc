@@ -1,31 +1,27 @@
 #include "worker/backends/cuda/device_plans.h"
 
 #include <algorithm>
+#include <set>
 #include <string>
 
+#include "common/extent_allocator.h"
 #include "model/shape_inference.h"
 
 namespace ferry::cuda {
 namespace {
 
-std::string Text(const Shape& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) {
-    out += (i > 0 ? ", " : "") + std::to_string(s[i]);
-  }
-  return out + "]";
-}
-
 // Row-major element strides of `shape` aligned at the right of `y`, 0 where it broadcasts.
 Status AlignStrides(const Shape& shape, const Shape& y, int64_t* strides) {
   if (shape.size() > y.size()) {
-    return InvalidArgument("shape " + Text(shape) + " does not broadcast to " + Text(y));
+    return InvalidArgument("shape " + ShapeToString(shape) + " does not broadcast to " +
+                           ShapeToString(y));
   }
   int64_t stride = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     size_t axis = y.size() - shape.size() + i;
     if (shape[i] != 1 && shape[i] != y[axis]) {
-      return InvalidArgument("shape " + Text(shape) + " does not broadcast to " + Text(y));
+      return InvalidArgument("shape " + ShapeToString(shape) + " does not broadcast to " +
+                             ShapeToString(y));
     }
     strides[axis] = shape[i] == 1 ? 0 : stride;
     stride *= shape[i];
@@ -57,8 +53,8 @@ Result<StridedView> BroadcastView(const Shape& a, const Shape& b, const Shape& y
 Result<StridedView> TransposeView(const Shape& x, const std::vector<int64_t>& perm) {
   size_t rank = x.size();
   if (rank > static_cast<size_t>(kMaxViewRank) || perm.size() != rank) {
-    return InvalidArgument("a transpose of " + Text(x) + " by " + std::to_string(perm.size()) +
-                           " axes");
+    return InvalidArgument("a transpose of " + ShapeToString(x) + " by " +
+                           std::to_string(perm.size()) + " axes");
   }
   int64_t strides[kMaxViewRank] = {};
   int64_t stride = 1;
@@ -86,57 +82,6 @@ Result<StridedView> TransposeView(const Shape& x, const std::vector<int64_t>& pe
   return v;
 }
 
-namespace {
-
-// First-fit over freed extents, coalesced; grows the end when none fits.
-class Extents {
- public:
-  explicit Extents(uint64_t alignment) : alignment_(alignment) {}
-  uint64_t Take(uint64_t bytes) {
-    bytes = (std::max<uint64_t>(bytes, 1) + alignment_ - 1) / alignment_ * alignment_;
-    for (auto it = free_.begin(); it != free_.end(); ++it) {
-      if (it->second >= bytes) {
-        uint64_t at = it->first, left = it->second - bytes;
-        free_.erase(it);
-        if (left > 0) free_[at + bytes] = left;
-        return at;
-      }
-    }
-    uint64_t at = end_;
-    auto last = free_.empty() ? free_.end() : std::prev(free_.end());
-    if (last != free_.end() && last->first + last->second == end_) {  // Extend the tail.
-      at = last->first;
-      free_.erase(last);
-    }
-    end_ = at + bytes;
-    return at;
-  }
-  void Give(uint64_t at, uint64_t bytes) {
-    bytes = (std::max<uint64_t>(bytes, 1) + alignment_ - 1) / alignment_ * alignment_;
-    auto next = free_.lower_bound(at);
-    if (next != free_.end() && at + bytes == next->first) {
-      bytes += next->second;
-      next = free_.erase(next);
-    }
-    if (next != free_.begin()) {
-      auto before = std::prev(next);
-      if (before->first + before->second == at) {
-        before->second += bytes;
-        return;
-      }
-    }
-    free_[at] = bytes;
-  }
-  uint64_t end() const { return end_; }
-
- private:
-  uint64_t alignment_;
-  uint64_t end_ = 0;
-  std::map<uint64_t, uint64_t> free_;  // Offset -> bytes.
-};
-
-}  // namespace
-
 BufferPlan PlanBuffers(const Manifest& manifest, const std::map<std::string, Shape>& shapes,
                        uint64_t alignment) {
   const auto& program = manifest.program;
@@ -155,21 +100,30 @@ BufferPlan PlanBuffers(const Manifest& manifest, const std::map<std::string, Sha
   for (const TensorSpec& out : manifest.outputs) {
     last[out.name] = forever;
   }
-  auto bytes = [&](const std::string& name) {
-    return static_cast<uint64_t>(*NumElements(shapes.at(name))) * 4;
+  auto bytes = [&](const std::string& name) {  // Rounded up as the allocator rounds.
+    uint64_t b = std::max<uint64_t>(static_cast<uint64_t>(*NumElements(shapes.at(name))) * 4, 1);
+    return (b + alignment - 1) / alignment * alignment;
   };
+  // First fit in a range that holds every tensor at once, so an extent is always found; the
+  // plan's total is the furthest end used.
+  uint64_t everything = 0;
+  for (const auto& [name, shape] : shapes) {
+    everything += bytes(name);
+  }
   BufferPlan plan;
-  Extents extents(alignment);
+  ExtentAllocator extents(std::max(everything, alignment), alignment);
   std::map<int64_t, std::vector<std::string>> ending;  // Op index -> tensors freed after it.
   auto place = [&](const std::string& name) {
     if (plan.offsets.count(name) == 0 && shapes.count(name) > 0) {
-      plan.offsets[name] = extents.Take(bytes(name));
+      uint64_t at = *extents.Allocate(bytes(name));
+      plan.offsets[name] = at;
+      plan.total = std::max(plan.total, at + bytes(name));
       ending[last[name]].push_back(name);
     }
   };
-  std::map<std::string, bool> written;
+  std::set<std::string> written;
   for (const Op& op : program) {
-    written[op.output] = true;
+    written.insert(op.output);
   }
   for (const auto& [name, shape] : shapes) {  // Inputs, and anything no op writes: from the start.
     if (!written.count(name)) {
@@ -179,10 +133,9 @@ BufferPlan PlanBuffers(const Manifest& manifest, const std::map<std::string, Sha
   for (size_t i = 0; i < program.size(); ++i) {
     place(program[i].output);
     for (const std::string& gone : ending[static_cast<int64_t>(i)]) {
-      extents.Give(plan.offsets.at(gone), bytes(gone));
+      extents.Free(plan.offsets.at(gone));
     }
   }
-  plan.total = extents.end();
   return plan;
 }
 
