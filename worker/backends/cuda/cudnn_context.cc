@@ -59,15 +59,8 @@ Result<std::function<Status(cudaStream_t)>> CudnnConvStep(std::shared_ptr<CudnnC
       CudnnConv::Create(context->lib, context->handle, shape, allow_tf32, kCudnnWorkspace));
   std::shared_ptr<const CudnnConv> conv = std::move(made);
   std::function<Status(cudaStream_t)> step = [context, conv, x, weight, bias,
-                                              y](cudaStream_t stream) -> Status {
-    cudaError_t e = conv->Run(x, weight, bias, y, context->workspace, stream);
-    if (conv->last_status() != CUDNN_STATUS_SUCCESS) {
-      return Internal(std::string("cuDNN: conv2d: ") + conv->ErrorString(conv->last_status()));
-    }
-    if (e != cudaSuccess) {
-      return Internal(std::string("CUDA: conv2d bias: ") + cudaGetErrorString(e));
-    }
-    return OkStatus();
+                                              y](cudaStream_t stream) {
+    return conv->Run(x, weight, bias, y, context->workspace, stream);
   };
   return step;
 }

@@ -129,18 +129,21 @@ CudnnConv::~CudnnConv() {
   if (x_ != nullptr) lib_.cudnnDestroyTensorDescriptor(x_);
 }
 
-cudaError_t CudnnConv::Run(const float* x, const float* weight, const float* bias, float* y,
-                           void* workspace, cudaStream_t stream) const {
+Status CudnnConv::Run(const float* x, const float* weight, const float* bias, float* y,
+                      void* workspace, cudaStream_t stream) const {
   const float alpha = 1.f, beta = 0.f;
-  last_status_ = lib_.cudnnConvolutionForward(handle_, &alpha, x_, x, w_, weight, conv_, algo_,
-                                              workspace, workspace_bytes_, &beta, y_, y);
-  if (last_status_ != CUDNN_STATUS_SUCCESS) {
-    return cudaErrorUnknown;
+  cudnnStatus_t ran = lib_.cudnnConvolutionForward(handle_, &alpha, x_, x, w_, weight, conv_, algo_,
+                                                   workspace, workspace_bytes_, &beta, y_, y);
+  if (ran != CUDNN_STATUS_SUCCESS) {
+    return Internal(std::string("cuDNN: conv2d: ") + lib_.cudnnGetErrorString(ran));
   }
-  if (bias == nullptr) {
-    return cudaSuccess;
+  if (bias != nullptr) {
+    cudaError_t e = ChannelBias(y, bias, shape_.n, shape_.o, shape_.ho * shape_.wo, stream);
+    if (e != cudaSuccess) {
+      return Internal(std::string("CUDA: conv2d bias: ") + cudaGetErrorString(e));
+    }
   }
-  return ChannelBias(y, bias, shape_.n, shape_.o, shape_.ho * shape_.wo, stream);
+  return OkStatus();
 }
 
 }  // namespace ferry::cuda

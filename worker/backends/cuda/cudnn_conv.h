@@ -58,13 +58,11 @@ class CudnnConv {
   CudnnConv(const CudnnConv&) = delete;
   CudnnConv& operator=(const CudnnConv&) = delete;
 
-  // Enqueues the convolution and the bias (may be null) on the handle's stream.
-  // REQUIRES: `workspace` holds the workspace_bytes given to Create.
-  cudaError_t Run(const float* x, const float* weight, const float* bias, float* y, void* workspace,
-                  cudaStream_t stream) const;
-  // The status of the last Run's cuDNN call (CUDNN_STATUS_SUCCESS when it enqueued).
-  cudnnStatus_t last_status() const { return last_status_; }
-  const char* ErrorString(cudnnStatus_t s) const { return lib_.cudnnGetErrorString(s); }
+  // Enqueues the convolution and the bias (may be null) on the handle's stream; INTERNAL
+  // naming cuDNN's or CUDA's error. REQUIRES: `workspace` holds the workspace_bytes given to
+  // Create.
+  Status Run(const float* x, const float* weight, const float* bias, float* y, void* workspace,
+             cudaStream_t stream) const;
 
  private:
   CudnnConv(const CudnnLibrary& lib, cudnnHandle_t handle, const ConvShape& shape)
@@ -78,7 +76,6 @@ class CudnnConv {
   cudnnConvolutionDescriptor_t conv_ = nullptr;
   cudnnConvolutionFwdAlgo_t algo_{};
   size_t workspace_bytes_ = 0;
-  mutable cudnnStatus_t last_status_ = CUDNN_STATUS_SUCCESS;
 };
 
 }  // namespace ferry::cuda
