@@ -60,8 +60,6 @@ Status CudaBackend::Impl::CheckArenaRange(uint64_t offset, uint64_t bytes, const
   return OkStatus();
 }
 
-// Frees what a model holds on the device (its executables and weight extents): after a
-// failed Load, so a retry does not leak.
 namespace {
 
 void FreeExecutable(Executable& e) {
@@ -72,15 +70,19 @@ void FreeExecutable(Executable& e) {
 
 }  // namespace
 
+void CudaBackend::Impl::FreeWeights(Model& m) {
+  for (const auto& [name, w] : m.weights) {
+    arena->Free(w.offset);
+  }
+  m.weights.clear();
+}
+
 void CudaBackend::Impl::Release(Model& m) {
   for (Executable& e : m.executables) {
     FreeExecutable(e);
   }
   m.executables.clear();
-  for (const auto& [name, w] : m.weights) {
-    arena->Free(w.offset);
-  }
-  m.weights.clear();
+  FreeWeights(m);
 }
 
 void CudaBackend::Impl::Retire(Model& m) {
@@ -91,10 +93,7 @@ void CudaBackend::Impl::Retire(Model& m) {
     }
   }
   m.executables.clear();
-  for (const auto& [name, w] : m.weights) {
-    arena->Free(w.offset);
-  }
-  m.weights.clear();
+  FreeWeights(m);
 }
 
 void CudaBackend::Impl::FreeRetired() {
@@ -175,6 +174,7 @@ Status CudaBackend::Impl::UploadWeights(Model& m, bool loader) {
     use(op.weight, op.kind == OpKind::kDense);
     use(op.bias, false);
   }
+  m.resident_bytes = 0;
   for (const TensorInfo& t : bundle.weights.index().tensors) {
     FERRY_ASSIGN_OR_RETURN(std::vector<float> values, ToFloat32(t.dtype, bundle.weights.Data(t)));
     DeviceWeight w;
@@ -199,6 +199,7 @@ Status CudaBackend::Impl::UploadWeights(Model& m, bool loader) {
     }
     w.offset = *offset;
     m.weights[t.name] = w;  // Recorded first, so Release frees it if the upload fails.
+    m.resident_bytes += AlignUp(std::max<uint64_t>(bytes.size(), 1), kDeviceAlignment);
     if (!bytes.empty()) {
       FERRY_RETURN_IF_ERROR(loader ? UploadVia(*offset, bytes, loader_stream, loader_staging,
                                                kLoaderStagingBytes, false)
@@ -245,11 +246,7 @@ CudaBackend::~CudaBackend() {
   StopExecution();  // Batches queued on the execution thread finish before anything goes.
   Impl& d = *impl_;
   for (Model& m : d.models) {
-    for (Executable& e : m.executables) {
-      if (e.exec != nullptr) cudaGraphExecDestroy(e.exec);
-      if (e.graph != nullptr) cudaGraphDestroy(e.graph);
-      if (e.buffer != nullptr) cudaFree(e.buffer);
-    }
+    d.Release(m);
   }
   d.FreeRetired();
   d.models.clear();  // Their steps hold the cuDNN context: it goes before the stream.

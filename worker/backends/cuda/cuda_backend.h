@@ -103,7 +103,8 @@ class CudaBackend : public ThreadedBackend {
   // their steps one by one, and TimeProgram(graph = true) refuses them.
   uint64_t graph_fallbacks() const;
   // Convolutions compiled onto cuDNN, and those that fell back to the direct kernel because
-  // cuDNN had no algorithm for them (each logged); both 0 without cuDNN.
+  // cuDNN had no algorithm for them or failed its first run (each logged); both 0 without
+  // cuDNN.
   uint64_t cudnn_convolutions() const;
   uint64_t cudnn_fallbacks() const;
 

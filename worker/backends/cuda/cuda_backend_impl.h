@@ -65,7 +65,8 @@ struct Model {
   std::map<std::string, DeviceWeight> weights;
   std::vector<Executable> executables;  // [variant * sizes + size index]
   std::optional<Error> failure;
-  // Residency (cuda_residency.cc): weight bytes held in the arena when resident;
+  // Residency (cuda_residency.cc): weight bytes held in the arena when resident (counted by
+  // UploadWeights);
   // released: nothing on the device; needs_build: weights restored, executables built at the
   // next Execute (on the execution thread, which owns the stream and the library handles).
   uint64_t resident_bytes = 0;
@@ -124,8 +125,9 @@ struct CudaBackend::Impl {
   Status CheckArenaRange(uint64_t offset, uint64_t bytes, const char* what) const;
 
   // Frees what a model holds on the device (its executables and weight extents): after a
-  // failed Load, so a retry does not leak.
+  // failed Load, so a retry does not leak, at Unload and at the end.
   void Release(Model& m);
+  void FreeWeights(Model& m);  // The weight extents only (bookkeeping: no CUDA call).
   // ReleaseWeights' half of Release, for the loop's thread: the weight extents are freed at
   // once (bookkeeping only), the executables retired to be freed by the execution thread at
   // its next batch (FreeRetired), so no CUDA call of the loop's thread can land inside a graph
@@ -142,15 +144,15 @@ struct CudaBackend::Impl {
   // Through `pinned` (pinned_bytes) on `s`, synchronously; `count`: into upload_seconds.
   Status UploadVia(uint64_t offset, std::span<const uint8_t> bytes, cudaStream_t s, uint8_t* pinned,
                    size_t pinned_bytes, bool count);
-  // RestoreWeights' own stream and pinned buffer (made at the first restore), so a restore
-  // on the loader thread never touches what the execution thread uses.
+  // RestoreWeights' own stream and pinned buffer (made at start), so a restore on the loader
+  // thread never touches what the execution thread uses.
   cudaStream_t loader_stream = nullptr;
   uint8_t* loader_staging = nullptr;
   Status StartLoader();
   // Every executable of `m` at every variant and compiled size (on the execution thread).
   Status BuildExecutables(Model& m);
   // Before a batch of `m`: UNAVAILABLE when its weights are released; builds its executables
-  // when a restore left them to build (releasing it again if that fails).
+  // when a restore left them to build (a build that fails fails the model).
   Status Resident(Model& m);
 
   const float* WeightPtr(const Model& m, const std::string& name) const;

@@ -395,7 +395,6 @@ Status CudaBackend::Impl::Dispatch(const Executable& exe, const Manifest& manife
     return OkStatus();
   }
   // Past the staging buffer every tensor is FP32 (BuildExecutable refuses the others).
-
   for (size_t i = 0; i < manifest.inputs.size(); ++i) {
     FERRY_RETURN_IF_ERROR(CopyRows(job, manifest, manifest.inputs[i],
                                    exe.tensors.at(manifest.inputs[i].name), i, true));

@@ -18,17 +18,6 @@ Status CudaBackend::Impl::BuildExecutables(Model& m) {
       FERRY_RETURN_IF_ERROR(BuildExecutable(m, variant, size, &m.executables.back()));
     }
   }
-  if (m.resident_bytes == 0) {  // Measured once, at load: the budget's figure for the model.
-    for (const auto& [name, w] : m.weights) {
-      const TensorInfo* t = m.bundle->weights.index().Find(name);
-      uint64_t elements = 1;
-      for (int64_t d : t->shape) {
-        elements *= static_cast<uint64_t>(d);
-      }
-      m.resident_bytes +=
-          AlignUp(std::max<uint64_t>(elements * (w.bf16 ? 2 : 4), 1), kDeviceAlignment);
-    }
-  }
   return OkStatus();
 }
 
@@ -108,10 +97,7 @@ Status CudaBackend::RestoreWeights(ModelHandle handle) {
   }
   FERRY_RETURN_IF_ERROR(d.Select());  // The device is chosen per thread.
   if (Status up = d.UploadWeights(m, true); !up.ok()) {
-    for (const auto& [name, w] : m.weights) {
-      d.arena->Free(w.offset);
-    }
-    m.weights.clear();
+    d.FreeWeights(m);
     return up.error();  // Still released: a later load may try again.
   }
   m.needs_build = true;
