@@ -71,14 +71,17 @@ void RenderFrontEnd(const shm::Segment& segment, const shm::StatusSnapshotData* 
                     WithTenant with_tenant, size_t tenants, Writer& out) {
   size_t models = names == nullptr ? 0 : std::min<size_t>(names->num_models, shm::kMaxStatusModels);
   tenants = std::min<size_t>(tenants, shm::kMaxTenants);
-  auto sum = [&](size_t m, size_t t, auto field) {
+  // A counter summed over the hook hosts; `field` reads it from one's counters.
+  auto over_hookhosts = [&](auto field) {
     double total = 0;
     for (uint32_t h = 0; h < segment.hookhosts(); ++h) {
-      const shm::RequestCountsData& c =
-          segment.frontend_counters(segment.HookhostSlot(h)).models[m][t];
-      total += static_cast<double>(field(c));
+      total += static_cast<double>(field(segment.frontend_counters(segment.HookhostSlot(h))));
     }
     return total;
+  };
+  auto sum = [&](size_t m, size_t t, auto field) {
+    return over_hookhosts(
+        [&](const shm::FrontEndCountersData& c) { return field(c.models[m][t]); });
   };
   auto served = [&](size_t m) {
     return names->models[m].state != static_cast<uint32_t>(shm::ModelLoadState::kUnloaded);
@@ -106,13 +109,10 @@ void RenderFrontEnd(const shm::Segment& segment, const shm::StatusSnapshotData* 
              "Client requests answered before a model was found (an unknown model, a hook host "
              "full or stopping), by code.");
   for (size_t o = 1; o < shm::kOutcomes; ++o) {
-    double total = 0;
-    for (uint32_t h = 0; h < segment.hookhosts(); ++h) {
-      total += static_cast<double>(segment.frontend_counters(segment.HookhostSlot(h))
-                                       .unrouted[o]
-                                       .load(std::memory_order_relaxed));
-    }
-    out.Sample({{"code", std::string(ErrorCodeName(static_cast<ErrorCode>(o - 1)))}}, total);
+    out.Sample({{"code", std::string(ErrorCodeName(static_cast<ErrorCode>(o - 1)))}},
+               over_hookhosts([&](const shm::FrontEndCountersData& c) {
+                 return c.unrouted[o].load(std::memory_order_relaxed);
+               }));
   }
   out.Family("ferry_frontend_plugin_seconds_total", "counter",
              "Time the model's preprocess, postprocess and run plugins ran for client requests.");
@@ -129,20 +129,17 @@ void RenderFrontEnd(const shm::Segment& segment, const shm::StatusSnapshotData* 
   }
   out.Family("ferry_gateway_placements_total", "counter",
              "Requests the hook hosts sent to a worker, by model and by whether the model's "
-             "weights were resident there (false: the worker had to load them first).");
+             "weights were resident there (false: the worker had to load them first); a "
+             "request sent again after its worker stalled counts again.");
   for (size_t m = 0; m < models; ++m) {
     if (!served(m)) {
       continue;
     }
     for (int resident : {1, 0}) {
-      double total = 0;
-      for (uint32_t h = 0; h < segment.hookhosts(); ++h) {
-        total += static_cast<double>(segment.frontend_counters(segment.HookhostSlot(h))
-                                         .placements[m][resident]
-                                         .load(std::memory_order_relaxed));
-      }
       out.Sample({{"model", Name(names->models[m])}, {"resident", resident ? "true" : "false"}},
-                 total);
+                 over_hookhosts([&](const shm::FrontEndCountersData& c) {
+                   return c.placements[m][resident].load(std::memory_order_relaxed);
+                 }));
     }
   }
 }
