@@ -9,6 +9,13 @@
 
 namespace ferry::worker {
 
+uint64_t ChooseWeightBudget(uint64_t configured, uint64_t most) {
+  if (configured == 0) {
+    return most;
+  }
+  return most != 0 ? std::min(configured, most) : configured;
+}
+
 WeightResidency::WeightResidency(Backend* backend, Scheduler* scheduler, ResidencyOptions options,
                                  std::function<void()> notify)
     : backend_(backend),

@@ -54,6 +54,12 @@ struct ResidencyOptions {
   double max_load_fraction = 1.0;
 };
 
+// The budget a worker runs under: `configured` ([worker] weight_budget; 0: unset), else
+// `most`, what the backend holds (Backend::DefaultWeightBudget: a GPU's weight arena; 0: no
+// limit); a configured budget above a nonzero `most` is clamped to it. 0: no budget, every
+// model stays resident.
+uint64_t ChooseWeightBudget(uint64_t configured, uint64_t most);
+
 class WeightResidency {
  public:
   // REQUIRES: backend->SupportsResidency(); backend and scheduler outlive this object.

@@ -133,6 +133,15 @@ struct Fixture {
   std::unique_ptr<WeightResidency> residency;
 };
 
+TEST_CASE("the budget: as configured, else what the backend holds, never more than that") {
+  constexpr uint64_t kArena = 8 << 20;
+  CHECK(ChooseWeightBudget(0, 0) == 0);                // CPU, unset: every model resident.
+  CHECK(ChooseWeightBudget(6 << 20, 0) == (6 << 20));  // CPU: as configured.
+  CHECK(ChooseWeightBudget(0, kArena) == kArena);      // GPU, unset: the weight arena.
+  CHECK(ChooseWeightBudget(6 << 20, kArena) == (6 << 20));
+  CHECK(ChooseWeightBudget(64 << 20, kArena) == kArena);  // GPU: clamped to the arena.
+}
+
 TEST_CASE("at start: pinned kept, warm kept while it fits, on_demand released") {
   Fixture f({3 * kMiB, 3 * kMiB, 3 * kMiB, 3 * kMiB}, 8 * kMiB);
   REQUIRE(f.Add(0, Residency::kPinned).ok());

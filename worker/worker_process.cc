@@ -120,14 +120,10 @@ LoopModel MakeLoopModel(const std::string& name, const Bundle* bundle, std::opti
 std::unique_ptr<WeightResidency> MakeResidency(const NodeConfig& config, Backend& backend,
                                                Scheduler& scheduler, const shm::Segment& segment,
                                                uint32_t slot) {
-  uint64_t budget = config.worker.weight_budget;
-  uint64_t most = backend.DefaultWeightBudget();
-  if (budget == 0) {
-    budget = most;
-  } else if (most != 0 && budget > most) {
-    spdlog::warn("[worker] weight_budget {} is more than the {} backend holds; {} bytes", budget,
-                 backend.name(), most);
-    budget = most;
+  uint64_t budget = ChooseWeightBudget(config.worker.weight_budget, backend.DefaultWeightBudget());
+  if (config.worker.weight_budget != 0 && budget < config.worker.weight_budget) {
+    spdlog::warn("[worker] weight_budget {} is more than the {} backend holds; {} bytes",
+                 config.worker.weight_budget, backend.name(), budget);
   }
   if (budget == 0) {
     return nullptr;
