@@ -288,4 +288,28 @@ std::span<const uint8_t> SafetensorsFile::Data(const TensorInfo& tensor) const {
   return file_.bytes().subspan(index_.data_start + tensor.begin, tensor.bytes());
 }
 
+std::string EncodeSafetensors(const std::vector<Float32Tensor>& tensors) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  uint64_t offset = 0;
+  for (const Float32Tensor& t : tensors) {
+    uint64_t bytes = t.values.size() * sizeof(float);
+    header[t.name] = {
+        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  uint64_t length = text.size();
+  for (int i = 0; i < 8; ++i) {
+    out[static_cast<size_t>(i)] = static_cast<char>(length >> (8 * i));
+  }
+  out += text;
+  out.reserve(out.size() + offset);
+  for (const Float32Tensor& t : tensors) {
+    out.append(reinterpret_cast<const char*>(t.values.data()), t.values.size() * sizeof(float));
+  }
+  return out;
+}
+
 }  // namespace ferry

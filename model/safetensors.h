@@ -56,6 +56,17 @@ struct SafetensorsIndex {
 // Parses and checks a whole safetensors file held in `file`. `source` names it in errors.
 Result<SafetensorsIndex> ParseSafetensors(std::span<const uint8_t> file, std::string_view source);
 
+// An FP32 tensor to write (a bundle's weight).
+struct Float32Tensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> values;  // Row-major; as many as the shape holds.
+};
+
+// The bytes of a safetensors file holding `tensors` as F32, in order, each right after the
+// previous (what ParseSafetensors accepts). REQUIRES: distinct names.
+std::string EncodeSafetensors(const std::vector<Float32Tensor>& tensors);
+
 // A mapped, validated safetensors file.
 class SafetensorsFile {
  public:

@@ -190,5 +190,29 @@ TEST_CASE("an array of more than 16 elements is refused while parsing, whatever 
             .ok());
 }
 
+TEST_CASE("what EncodeSafetensors writes parses back tensor for tensor") {
+  std::vector<Float32Tensor> tensors = {
+      {"w", {2, 3}, {1, 2, 3, 4, 5, 6}}, {"b", {3}, {-1.5f, 0, 7}}, {"scale", {}, {0.25f}}};
+  std::string file = EncodeSafetensors(tensors);
+  auto bytes = std::span(reinterpret_cast<const uint8_t*>(file.data()), file.size());
+  Result<SafetensorsIndex> index = ParseSafetensors(bytes, "encoded");
+  REQUIRE_MESSAGE(index.ok(), index.error().message);
+  REQUIRE(index->tensors.size() == 3);
+  for (const Float32Tensor& t : tensors) {
+    const TensorInfo* info = index->Find(t.name);
+    REQUIRE(info != nullptr);
+    CHECK(info->dtype == DType::kF32);
+    CHECK(info->shape == t.shape);
+    REQUIRE(info->bytes() == t.values.size() * 4);
+    CHECK(std::memcmp(file.data() + index->data_start + info->begin, t.values.data(),
+                      info->bytes()) == 0);
+  }
+  std::string empty = EncodeSafetensors({});
+  Result<SafetensorsIndex> none = ParseSafetensors(
+      std::span(reinterpret_cast<const uint8_t*>(empty.data()), empty.size()), "empty");
+  REQUIRE(none.ok());
+  CHECK(none->tensors.empty());
+}
+
 }  // namespace
 }  // namespace ferry

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "model/onnx/converter.h"
@@ -130,30 +129,6 @@ Status WriteFile(const fs::path& path, const std::string& bytes) {
   return OkStatus();
 }
 
-std::string SafetensorsOf(const std::vector<Weight>& weights) {
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  uint64_t offset = 0;
-  for (const Weight& w : weights) {
-    uint64_t bytes = w.values.size() * sizeof(float);
-    header[w.name] = {
-        {"dtype", "F32"}, {"shape", w.shape}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-  }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  std::string out(8, '\0');
-  uint64_t length = text.size();
-  for (int i = 0; i < 8; ++i) {
-    out[i] = static_cast<char>(length >> (8 * i));
-  }
-  out += text;
-  out.reserve(out.size() + offset);
-  for (const Weight& w : weights) {
-    out.append(reinterpret_cast<const char*>(w.values.data()), w.values.size() * sizeof(float));
-  }
-  return out;
-}
-
 }  // namespace
 
 Result<std::vector<ConstTensor>> FoldGraph(const OnnxModel& model) {
@@ -193,7 +168,7 @@ Status WriteBundle(const ImportedModel& model, const std::string& dir) {
   }
   Status written = WriteFile(staging / "manifest.toml", ManifestToml(model.manifest));
   if (written.ok()) {
-    written = WriteFile(staging / "weights.safetensors", SafetensorsOf(model.weights));
+    written = WriteFile(staging / "weights.safetensors", EncodeSafetensors(model.weights));
   }
   if (written.ok()) {
     fs::rename(staging, target, ec);

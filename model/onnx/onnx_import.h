@@ -14,6 +14,7 @@
 #include "common/result.h"
 #include "model/manifest.h"
 #include "model/onnx/onnx_file.h"
+#include "model/safetensors.h"
 
 namespace ferry::onnx_import {
 
@@ -23,11 +24,7 @@ struct ImportOptions {
 };
 
 // A weight of the bundle, FP32.
-struct Weight {
-  std::string name;
-  Shape shape;
-  std::vector<float> values;
-};
+using Weight = Float32Tensor;
 
 struct ImportedModel {
   Manifest manifest;            // Interface, sizes, program; no hooks.

@@ -16,44 +16,26 @@
 namespace ferry {
 namespace {
 
-struct Weight {
-  std::string name;
-  Shape shape;
-  std::vector<float> values;  // Random when empty.
-};
-
-// A bundle directory holding `manifest` and `weights` (seeded normal values where not given).
+// A bundle directory holding `manifest` and `weights` (seeded normal values where a weight
+// has none).
 Result<Bundle> MakeBundle(const std::string& name, const std::string& manifest,
-                          std::vector<Weight> weights) {
+                          std::vector<Float32Tensor> weights) {
   std::filesystem::path root = std::filesystem::temp_directory_path() /
                                ("ferry-cuda-" + name + "-" + std::to_string(getpid()));
   std::filesystem::path dir = root / name;  // A bundle's directory is its model's name.
   std::filesystem::create_directories(dir);
   std::mt19937 rng(17);
   std::normal_distribution<float> normal;
-  std::string header = "{", data;
-  for (Weight& w : weights) {
+  for (Float32Tensor& w : weights) {
     if (w.values.empty()) {
       w.values.resize(static_cast<size_t>(*NumElements(w.shape)));
       for (float& v : w.values) {
         v = normal(rng);
       }
     }
-    std::string shape;
-    for (int64_t d : w.shape) {
-      shape += (shape.empty() ? "" : ",") + std::to_string(d);
-    }
-    header += (header.size() > 1 ? "," : "") +
-              ("\"" + w.name + "\":{\"dtype\":\"F32\",\"shape\":[" + shape +
-               "],\"data_offsets\":[" + std::to_string(data.size()) + ",");
-    data.append(reinterpret_cast<const char*>(w.values.data()), w.values.size() * 4);
-    header += std::to_string(data.size()) + "]}";
   }
-  header += "}";
-  header.append((8 - header.size() % 8) % 8, ' ');
   testing::WriteFile((dir / "manifest.toml").string(), manifest);
-  testing::WriteFile((dir / "weights.safetensors").string(),
-                     testing::SafetensorsBytes(header, data));
+  testing::WriteFile((dir / "weights.safetensors").string(), EncodeSafetensors(weights));
   Result<Bundle> bundle = LoadBundle(dir.string());
   std::filesystem::remove_all(root);
   return bundle;
