@@ -379,6 +379,11 @@ static void DeclareTenants(TableReader& r, NodeConfig* config) {
     r.ErrorAt("tenants", "at most " + std::to_string(kMaxTenants) +
                              " tenants, [frontend] tenants and [tenants] tables together");
   }
+  // The scheduler knows tenants by number: n is names[n - 1].
+  for (const TenantSettings& t : config->tenants) {
+    auto at = std::find(names.begin(), names.end(), t.name);
+    config->scheduler.tenant_weights[static_cast<uint32_t>(at - names.begin()) + 1] = t.weight;
+  }
   bool keys = std::any_of(config->tenants.begin(), config->tenants.end(),
                           [](const TenantSettings& t) { return !t.keys_file.empty(); });
   if (config->auth.required && !keys) {

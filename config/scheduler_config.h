@@ -91,6 +91,10 @@ struct SchedulerConfig {
   // cheap, at the price of padded rows.
   BatchSizing batch_sizing = BatchSizing::kLargest;
 
+  // fair's tenant level: weight by tenant number (the node's tenants, 1-based, as the front
+  // end numbers them; 0 = requests naming none). Absent: 1. Filled from [tenants.NAME] weight.
+  std::map<uint32_t, double> tenant_weights;
+
   // Per-model overrides, by model name.
   std::map<std::string, ModelSchedulingConfig> models;
 

@@ -46,6 +46,7 @@ void ReadTenants(TableReader& r, const std::string& base_dir,
             (std::filesystem::path(base_dir) / tenant.keys_file).lexically_normal().string();
       }
     }
+    t.Double("weight", &tenant.weight, DoubleRange{0, 1e12, true, false});
     t.Finish();
     tenants->push_back(std::move(tenant));
   }

@@ -7,6 +7,7 @@
 //   [tenants.acme]
 //   models = ["mlp", "cnn"]          # or ["*"]: every model
 //   keys_file = "keys/acme.keys"     # relative to the node file; lines "sha256:HEX"
+//   weight = 2.0                     # share of GPU time between tenants (fair). Default 1.
 //
 // A [tenants.NAME] table also declares NAME as a tenant, as [frontend] tenants does.
 //
@@ -27,6 +28,7 @@ struct TenantSettings {
   std::string name;
   std::vector<std::string> models;  // Model names, or the single entry "*": every model.
   std::string keys_file;            // Absolute; empty: this tenant has no keys.
+  double weight = 1.0;              // fair's tenant level (docs/scheduler.md, "Tenants").
   bool MayCall(std::string_view model) const;
 };
 

@@ -86,7 +86,7 @@ TEST_CASE("[tenants.NAME] and [auth] are read, numbered after [frontend] tenants
       "[frontend]\ntenants = [\"ops\"]\n"
       "[auth]\nrequired = true\nopen_endpoints = [\"health\", \"statistics\"]\n"
       "[tenants.acme]\nmodels = [\"mlp\", \"cnn\"]\nkeys_file = \"keys/acme\"\n"
-      "[tenants.globex]\nmodels = [\"*\"]\nkeys_file = \"/srv/globex.keys\"\n");
+      "[tenants.globex]\nmodels = [\"*\"]\nkeys_file = \"/srv/globex.keys\"\nweight = 2.5\n");
   REQUIRE(c.ok());
   CHECK(c->frontend.tenants == std::vector<std::string>{"ops", "acme", "globex"});
   REQUIRE(c->tenants.size() == 2);
@@ -94,6 +94,9 @@ TEST_CASE("[tenants.NAME] and [auth] are read, numbered after [frontend] tenants
   CHECK(c->tenants[0].MayCall("cnn"));
   CHECK_FALSE(c->tenants[0].MayCall("bert"));
   CHECK(c->tenants[1].MayCall("bert"));
+  // Weights reach the scheduler by tenant number: ops is 1, acme 2, globex 3.
+  CHECK(c->tenants[0].weight == 1.0);
+  CHECK(c->scheduler.tenant_weights == std::map<uint32_t, double>{{2, 1.0}, {3, 2.5}});
   CHECK(c->auth.required);
   CHECK(c->auth.open_endpoints == (kOpenHealth | kOpenStatistics));
   CHECK_FALSE(Parse("").value().auth.required);
@@ -108,7 +111,10 @@ TEST_CASE("tenant and auth mistakes are errors") {
   CHECK(Contains(error("[tenants.acme]\nkeys_file = \"k\"\n"), "models"));
   CHECK(Contains(error("[tenants.acme]\nmodels = [\"*\", \"mlp\"]\n"), "stands alone"));
   CHECK(Contains(error("[tenants.acme]\nmodels = [\"a b\"]\n"), "not a model name"));
-  CHECK(Contains(error("[tenants.acme]\nmodels = [\"*\"]\nweight = 2\n"), "weight"));
+  CHECK(Contains(error("[tenants.acme]\nmodels = [\"*\"]\nweight = 0\n"), "weight"));
+  CHECK(Contains(error("[tenants.acme]\nmodels = [\"*\"]\nweight = -2\n"), "weight"));
+  CHECK(Contains(error("[tenants.acme]\nmodels = [\"*\"]\nweight = \"2\"\n"), "weight"));
+  CHECK(Contains(error("[tenants.acme]\nmodels = [\"*\"]\nweight = nan\n"), "weight"));
   CHECK(Contains(error("[tenants.\"a b\"]\nmodels = [\"*\"]\n"), "not a tenant name"));
   CHECK(Contains(error("[auth]\nrequired = true\n"), "no [tenants.NAME] has a keys_file"));
   CHECK(Contains(error("[auth]\nopen_endpoints = [\"infer\"]\n"), "unknown endpoint class"));

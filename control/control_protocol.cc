@@ -23,6 +23,7 @@ const std::vector<std::pair<std::string_view, Command>>& Commands() {
       {"drain", Command::kDrain},
       {"load", Command::kLoad},
       {"unload", Command::kUnload},
+      {"set_tenant", Command::kSetTenant},
   };
   return commands;
 }
@@ -32,6 +33,8 @@ std::set<std::string> ArgumentsOf(Command c) {
   switch (c) {
     case Command::kSetPolicy:
       return {"model", "weight"};
+    case Command::kSetTenant:
+      return {"tenant", "weight"};
     case Command::kSetResidency:
       return {"model", "level"};
     case Command::kSetDiscipline:
@@ -117,7 +120,13 @@ Result<ControlRequest> ParseControlRequest(std::string_view line) {
       return InvalidArgument("\"model\" is not a model name");
     }
   }
-  if (request.command == Command::kSetPolicy) {
+  if (request.command == Command::kSetTenant) {
+    FERRY_ASSIGN_OR_RETURN(request.tenant, StringArg(object, "tenant"));
+    if (!IsValidModelName(request.tenant)) {
+      return InvalidArgument("\"tenant\" is not a tenant name");
+    }
+  }
+  if (request.command == Command::kSetPolicy || request.command == Command::kSetTenant) {
     auto weight = object.find("weight");
     if (weight == object.end() || !weight->is_number()) {
       return InvalidArgument("\"weight\" must be a number");
@@ -161,6 +170,10 @@ std::string EncodeControlRequest(const ControlRequest& request) {
   switch (request.command) {
     case Command::kSetPolicy:
       object["model"] = request.model;
+      object["weight"] = request.weight;
+      break;
+    case Command::kSetTenant:
+      object["tenant"] = request.tenant;
       object["weight"] = request.weight;
       break;
     case Command::kSetResidency:

@@ -5,6 +5,7 @@
 //   {"v": 1, "cmd": "scheduler_metrics"}
 //   {"v": 1, "cmd": "control_status"}
 //   {"v": 1, "cmd": "set_policy", "model": "mlp", "weight": 2.0}
+//   {"v": 1, "cmd": "set_tenant", "tenant": "acme", "weight": 2.0}
 //   {"v": 1, "cmd": "set_residency", "model": "mlp", "level": "pinned|warm|on_demand"}
 //   {"v": 1, "cmd": "set_discipline", "discipline": "fair|fifo|edf"}
 //   {"v": 1, "cmd": "compact"}
@@ -42,14 +43,16 @@ enum class Command {
   kCompact,
   kReload,
   kDrain,
-  kLoad,    // model: a bundle of the repository, added at the next index.
-  kUnload,  // model: a loaded model; its index stays taken.
+  kLoad,       // model: a bundle of the repository, added at the next index.
+  kUnload,     // model: a loaded model; its index stays taken.
+  kSetTenant,  // tenant, weight: a tenant's fair-share weight, live.
 };
 
 struct ControlRequest {
   Command command = Command::kStatus;
   std::string model;                          // set_policy, set_residency, load, unload.
-  double weight = 0;                          // set_policy: finite, > 0.
+  std::string tenant;                         // set_tenant.
+  double weight = 0;                          // set_policy, set_tenant: finite, > 0.
   Residency residency = Residency::kWarm;     // set_residency.
   Discipline discipline = Discipline::kFair;  // set_discipline.
 };

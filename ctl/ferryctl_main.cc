@@ -171,6 +171,14 @@ void AddSettings(Cli& cli) {
     request->command = Command::kSetPolicy;
     return Call(cli.socket, *request, cli.json, nullptr);
   });
+  CLI::App* set_tenant =
+      cli.app.add_subcommand("set-tenant", "Set a tenant's fair-share weight (between tenants)");
+  set_tenant->add_option("TENANT", request->tenant)->required();
+  set_tenant->add_option("--weight", request->weight, "> 0")->required();
+  cli.Add(set_tenant, [&cli, request] {
+    request->command = Command::kSetTenant;
+    return Call(cli.socket, *request, cli.json, nullptr);
+  });
   auto level = std::make_shared<std::string>();
   CLI::App* set_residency = cli.app.add_subcommand(
       "set-residency", "Move a model's weights (scheduler.residency_mode = external)");

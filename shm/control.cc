@@ -47,7 +47,7 @@ Result<ControlMessage> DecodeControl(const DescriptorData& d, uint32_t num_model
   m.value = d.rows;
   std::memcpy(&m.weight, &d.trace_id_low, sizeof(double));
   if (d.variant < static_cast<int32_t>(ControlCode::kStop) ||
-      d.variant > static_cast<int32_t>(ControlCode::kSetResidencyFloor)) {
+      d.variant > static_cast<int32_t>(ControlCode::kSetTenantWeight)) {
     return InvalidArgument(where + "unknown command " + std::to_string(d.variant));
   }
   m.code = static_cast<ControlCode>(d.variant);
@@ -72,7 +72,12 @@ Result<ControlMessage> DecodeControl(const DescriptorData& d, uint32_t num_model
     return InvalidArgument(where + "model " + std::to_string(m.model) + " out of range (" +
                            std::to_string(num_models) + " models)");
   }
-  if (m.code == ControlCode::kSetPolicy && !(std::isfinite(m.weight) && m.weight > 0)) {
+  if (m.code == ControlCode::kSetTenantWeight &&
+      (m.value < 1 || m.value > static_cast<int32_t>(kMaxTenants))) {
+    return InvalidArgument(where + "tenant " + std::to_string(m.value) + " out of range");
+  }
+  if ((m.code == ControlCode::kSetPolicy || m.code == ControlCode::kSetTenantWeight) &&
+      !(std::isfinite(m.weight) && m.weight > 0)) {
     return InvalidArgument(where + "weight must be finite and > 0");
   }
   // Residency: pinned, warm, on_demand; discipline: fair, fifo, edf.

@@ -31,6 +31,7 @@ enum class ControlCode : int32_t {
   kUnloadModel = 10,        // model: refuse its new requests, serve its queued ones, free it.
   kSetResidencyFloor = 11,  // model, value = ferry::Residency: the node file's level changed by
                             // a reload (managed residency mode).
+  kSetTenantWeight = 12,    // value = tenant number (1..kMaxTenants), weight > 0.
 };
 
 struct ControlMessage {

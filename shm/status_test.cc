@@ -170,8 +170,19 @@ TEST_CASE("control messages round-trip and hostile ones are refused") {
   CHECK_FALSE(DecodeControl(EncodeControl({ControlCode::kSetMaxBatchSize, 0, 0, -1}, 1), 1).ok());
   CHECK(DecodeControl(EncodeControl({ControlCode::kSetMaxQueueDepth, 0, 0, 1}, 1), 1).ok());
   CHECK_FALSE(DecodeControl(EncodeControl({ControlCode::kSetMaxQueueDepth, 0, 0, 0}, 1), 1).ok());
+  // A tenant's weight: tenant 1..kMaxTenants in value, a finite weight > 0.
+  CHECK(DecodeControl(EncodeControl({ControlCode::kSetTenantWeight, 0, 2.0, 1}, 1), 1).ok());
+  CHECK(DecodeControl(EncodeControl({ControlCode::kSetTenantWeight, 0, 2.0, kMaxTenants}, 1), 1)
+            .ok());
+  CHECK_FALSE(DecodeControl(EncodeControl({ControlCode::kSetTenantWeight, 0, 2.0, 0}, 1), 1).ok());
+  CHECK_FALSE(
+      DecodeControl(EncodeControl({ControlCode::kSetTenantWeight, 0, 2.0, kMaxTenants + 1}, 1), 1)
+          .ok());
+  CHECK_FALSE(DecodeControl(EncodeControl({ControlCode::kSetTenantWeight, 0, 0, 1}, 1), 1).ok());
+  CHECK_FALSE(
+      DecodeControl(EncodeControl({ControlCode::kSetTenantWeight, 0, -INFINITY, 1}, 1), 1).ok());
   bad = EncodeControl({ControlCode::kStop, 0, 0, 0}, 1);
-  bad.variant = 12;
+  bad.variant = 13;
   CHECK_FALSE(DecodeControl(bad, 1).ok());
   // Stop names no model: any model field is ignored.
   CHECK(DecodeControl(EncodeControl({ControlCode::kStop, 77, 0, 0}, 1), 1).ok());

@@ -186,6 +186,9 @@ void Supervisor::Impl::ReapplyOverrides(const Child& c) {
     SendControl(c, {shm::ControlCode::kSetMaxQueueDepth, 0, 0,
                     static_cast<int32_t>(*queue_depth_override)});
   }
+  for (const auto& [tenant, weight] : tenant_weight_overrides) {
+    SendControl(c, {shm::ControlCode::kSetTenantWeight, 0, weight, static_cast<int32_t>(tenant)});
+  }
   for (uint32_t m = 0; m < c.status->num_models && m < shm::kMaxStatusModels; ++m) {
     std::string name(c.status->models[m].name,
                      strnlen(c.status->models[m].name, sizeof(c.status->models[m].name)));

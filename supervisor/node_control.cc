@@ -1,6 +1,8 @@
 // The control socket's commands, and the status reply.
 #include <sys/socket.h>
 
+#include <algorithm>
+
 #include "supervisor/supervisor_impl.h"
 
 namespace ferry::supervisor {
@@ -180,6 +182,8 @@ Result<json> Supervisor::Impl::Handle(const control::ControlRequest& request) {
       }
       return json{{"workers", sent}};
     }
+    case control::Command::kSetTenant:
+      return SetTenantWeight(request.tenant, request.weight);
     case control::Command::kReload:
       return Reload();
     case control::Command::kDrain:
@@ -191,6 +195,24 @@ Result<json> Supervisor::Impl::Handle(const control::ControlRequest& request) {
       return UnloadModel(request.model);
   }
   return Internal("unhandled command");
+}
+
+Result<json> Supervisor::Impl::SetTenantWeight(const std::string& tenant, double weight) {
+  const std::vector<std::string>& names = config.frontend.tenants;
+  auto at = std::find(names.begin(), names.end(), tenant);
+  if (at == names.end()) {
+    return NotFound("set_tenant: no tenant '" + tenant + "' (the node file declares them)");
+  }
+  auto number = static_cast<int32_t>(at - names.begin()) + 1;
+  size_t sent = 0;
+  for (const Child& c : children) {
+    if (c.worker && c.running()) {
+      sent += SendControl(c, {shm::ControlCode::kSetTenantWeight, 0, weight, number}) ? 1 : 0;
+    }
+  }
+  tenant_weight_overrides[static_cast<uint32_t>(number)] = weight;
+  spdlog::info("set_tenant: tenant '{}' weight {}", tenant, weight);
+  return json{{"workers", sent}};
 }
 
 }  // namespace ferry::supervisor

@@ -295,6 +295,15 @@ Result<json> Supervisor::Impl::Reload() {
     applied.push_back("scheduler.discipline = " +
                       std::string(DisciplineName(loaded->scheduler.discipline)));
   }
+  for (const TenantSettings& t : loaded->tenants) {
+    auto before = std::find_if(config.tenants.begin(), config.tenants.end(),
+                               [&](const TenantSettings& x) { return x.name == t.name; });
+    if (before != config.tenants.end() && before->weight != t.weight) {
+      (void)SetTenantWeight(t.name, t.weight);
+      before->weight = t.weight;
+      applied.push_back("tenants." + t.name + ".weight = " + std::to_string(t.weight));
+    }
+  }
   std::map<std::string, bool> names;
   for (const auto& [name, m] : config.scheduler.models) {
     names[name] = true;

@@ -148,6 +148,7 @@ struct Supervisor::Impl {
   std::map<std::string, double> weight_overrides;
   std::map<std::string, std::optional<int64_t>> batch_overrides;  // nullopt: uncapped.
   std::optional<int64_t> queue_depth_override;
+  std::map<uint32_t, double> tenant_weight_overrides;  // By tenant number.
   // The node's model table, by index: a model name, or "-" for an unloaded one. Children get
   // it at every start (--models); workers follow loads and unloads live, hook hosts (which
   // cannot open bundles inside their sandbox) are restarted one at a time.
@@ -195,6 +196,9 @@ struct Supervisor::Impl {
   void Watch(Child& c, int64_t now);
   void Kill(Child& c, const std::string& why);
   bool SendControl(const Child& c, const shm::ControlMessage& message);
+  // A tenant's fair-share weight to every running worker, kept for workers that restart.
+  // NOT_FOUND for a tenant the node does not declare. Returns {"workers": sent}.
+  Result<json> SetTenantWeight(const std::string& tenant, double weight);
   void ReapplyOverrides(const Child& c);
   void BeginShutdown(const std::string& why, int64_t now);
   // The drain proper: the listening sockets closed, the hook hosts told to drain.

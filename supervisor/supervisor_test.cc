@@ -66,6 +66,16 @@ TEST_CASE("control requests: every command round-trips through its encoding") {
     CHECK(back->command == c);
     CHECK(back->model == "resnet-50");
   }
+  control::ControlRequest tenant;
+  tenant.command = control::Command::kSetTenant;
+  tenant.tenant = "acme";
+  tenant.weight = 2.5;
+  line = control::EncodeControlRequest(tenant);
+  back = control::ParseControlRequest(line.substr(0, line.size() - 1));
+  REQUIRE(back.ok());
+  CHECK(back->command == control::Command::kSetTenant);
+  CHECK(back->tenant == "acme");
+  CHECK(back->weight == 2.5);
   CHECK(control::ParseControlRequest(R"({"v": 1, "cmd": "load", "model": "../etc"})")
             .error()
             .message == "\"model\" is not a model name");
@@ -101,6 +111,11 @@ TEST_CASE("control requests: hostile lines are refused, never crash") {
       {R"({"v":1,"cmd":"set_policy","weight":1})", "\"model\" must be a string"},
       {R"({"v":1,"cmd":"set_residency","model":"mlp","level":"hot"})", "pinned, warm or on_demand"},
       {R"({"v":1,"cmd":"set_discipline","discipline":"lifo"})", "fair, fifo or edf"},
+      {R"({"v":1,"cmd":"set_tenant","weight":1})", "\"tenant\" must be a string"},
+      {R"({"v":1,"cmd":"set_tenant","tenant":"a b","weight":1})", "not a tenant name"},
+      {R"({"v":1,"cmd":"set_tenant","tenant":"acme"})", "\"weight\" must be a number"},
+      {R"({"v":1,"cmd":"set_tenant","tenant":"acme","weight":0})", "finite and > 0"},
+      {R"({"v":1,"cmd":"set_tenant","tenant":"acme","model":"m","weight":1})", "no argument"},
       {R"({"v":1,"cmd":"status","v":1,"x":[[[[[[[[[[1]]]]]]]]]]})", "nested too deeply"},
       {std::string(60000, '['), "nested too deeply"},
       {"{\"v\":1,\"cmd\":\"st\xff\xfe\"}", "not JSON"},

@@ -135,6 +135,10 @@ bool DispatchLoop::DrainControl() {
       case shm::ControlCode::kSetMaxQueueDepth:
         applied = scheduler_->SetMaxQueueDepth(message->value);
         break;
+      case shm::ControlCode::kSetTenantWeight:
+        applied =
+            scheduler_->SetTenantWeight(static_cast<uint32_t>(message->value), message->weight);
+        break;
       case shm::ControlCode::kLoadModel:
         if (!options_.loader) {
           applied = Unavailable("this worker cannot load models");

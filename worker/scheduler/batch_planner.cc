@@ -44,11 +44,16 @@ BatchPlan Alone(const QueuedRequest& front, const ModelSpec& spec) {
 }
 
 // The longest same-variant prefix whose rows stay within `bound`: (count, rows).
-std::pair<size_t, int64_t> Prefix(const ModelQueue& queue, int64_t bound) {
+bool Allowed(uint64_t tenants, const QueuedRequest& r) {
+  return r.tenant < 64 && ((tenants >> r.tenant) & 1) != 0;
+}
+
+std::pair<size_t, int64_t> Prefix(const ModelQueue& queue, int64_t bound, uint64_t tenants) {
   int variant = queue.front().variant;
   size_t count = 0;
   int64_t rows = 0;
   while (count < queue.size() && queue.at(count).variant == variant &&
+         (count == 0 || Allowed(tenants, queue.at(count))) &&
          rows + queue.at(count).rows <= bound) {
     rows += queue.at(count).rows;
     ++count;
@@ -71,7 +76,7 @@ BatchPlan Taken(const ModelSpec& spec, size_t count, int64_t rows) {
 }  // namespace
 
 BatchPlan PlanBatch(const ModelQueue& queue, const ModelSpec& spec, const CostModel& cost,
-                    BatchSizing sizing, bool coalesce) {
+                    BatchSizing sizing, bool coalesce, uint64_t tenants) {
   const QueuedRequest& front = queue.front();
   if (front.variant == kNoCompiledProgram) {
     BatchPlan plan;
@@ -91,7 +96,7 @@ BatchPlan PlanBatch(const ModelQueue& queue, const ModelSpec& spec, const CostMo
     BatchPlan best;
     double best_rate = -1;
     for (int64_t size : sizes) {
-      auto [count, rows] = Prefix(queue, std::min(size, limit));
+      auto [count, rows] = Prefix(queue, std::min(size, limit), tenants);
       if (count == 0) {
         continue;
       }
@@ -114,7 +119,7 @@ BatchPlan PlanBatch(const ModelQueue& queue, const ModelSpec& spec, const CostMo
   int64_t left = queue.variant_rows(variant);
   for (size_t i = 0; i < queue.size() && left > 0; ++i) {
     const QueuedRequest& r = queue.at(i);
-    if (r.variant != variant) {
+    if (r.variant != variant || (i > 0 && !Allowed(tenants, r))) {
       continue;
     }
     if (plan.rows + r.rows > limit) {

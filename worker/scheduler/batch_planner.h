@@ -16,6 +16,8 @@
 //   compiled sizes, the one that serves the most real rows per learned second (on the
 //   contiguous same-variant prefix).
 // - max_batch_size caps the rows taken, never the compiled shapes.
+// - Only requests of the tenants allowed join the front (the scheduler's fair share between
+//   tenants); kCost's contiguous prefix stops at the first other one.
 //
 // Thread safety: pure function; safe for concurrent use.
 #pragma once
@@ -41,9 +43,11 @@ struct BatchPlan {
   std::optional<Error> failure;  // The front request cannot run (count == 1).
 };
 
+// `tenants`: bit t set when tenant t's requests may join the front's (fair's fillers,
+// scheduler.h); the others stay queued in place, as requests of another variant do.
 // REQUIRES: !queue.empty().
 BatchPlan PlanBatch(const ModelQueue& queue, const ModelSpec& spec, const CostModel& cost,
-                    BatchSizing sizing, bool coalesce);
+                    BatchSizing sizing, bool coalesce, uint64_t tenants = ~uint64_t{0});
 
 // The rows cap for one dispatch: min(max_batch_size, largest compiled size); 0 if unbatched.
 int64_t EffectiveMaxBatch(const ModelSpec& spec);

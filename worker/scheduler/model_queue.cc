@@ -64,6 +64,24 @@ std::optional<size_t> ModelQueue::Find(uint64_t payload) const {
   return std::nullopt;
 }
 
+std::optional<size_t> ModelQueue::FindTenant(uint32_t tenant) const {
+  for (size_t i = 0; i < requests_.size(); ++i) {
+    if (requests_[i].tenant == tenant) {
+      return i;
+    }
+  }
+  return std::nullopt;
+}
+
+void ModelQueue::MoveToFront(size_t index) {
+  if (index == 0) {
+    return;
+  }
+  QueuedRequest request = requests_[index];
+  requests_.erase(requests_.begin() + static_cast<std::ptrdiff_t>(index));
+  requests_.push_front(request);
+}
+
 void ModelQueue::Forget(const QueuedRequest& request) {
   if (track_deadlines_ && request.deadline && *request.deadline > passed_) {
     if (heap_.front() == *request.deadline) {

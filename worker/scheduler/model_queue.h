@@ -32,6 +32,13 @@ class ModelQueue {
   QueuedRequest RemoveAt(size_t index);
   // The index of the request whose payload is `payload`, or nullopt (a linear scan).
   std::optional<size_t> Find(uint64_t payload) const;
+  // The index of tenant `tenant`'s first request (its most urgent level's oldest), or
+  // nullopt (a linear scan).
+  std::optional<size_t> FindTenant(uint32_t tenant) const;
+  // Moves the request at `index` to the front, where a dispatch for its tenant starts. The
+  // front may then be of a less urgent level than requests behind it.
+  // REQUIRES: index < size(); the caller takes the front out before the next Push.
+  void MoveToFront(size_t index);
   // Moves every request whose deadline is at or before `now` to `out` (in queue order), in
   // one pass that leaves the others in order. Returns the earliest deadline left (or max).
   Nanos RemoveExpired(Nanos now, std::vector<QueuedRequest>* out);

@@ -71,6 +71,12 @@ Result<Scheduler> Scheduler::Create(SchedulerConfig config, std::vector<ModelSpe
       !(config.coalescing_discount < 1) || config.max_queue_depth < 1) {
     return InvalidArgument("scheduler: settings out of range (see docs/configuration.md)");
   }
+  for (const auto& [tenant, weight] : config.tenant_weights) {
+    if (tenant >= kMaxSchedulerTenants || !in(weight, 0, 1e12)) {
+      return InvalidArgument("scheduler: tenant " + std::to_string(tenant) +
+                             ": number < 64 and a finite weight > 0 needed");
+    }
+  }
   for (const auto& [name, model] : config.models) {
     if (!in(model.weight, 0, 1e12) || (model.max_batch_size && *model.max_batch_size < 1)) {
       return InvalidArgument("scheduler.models." + name +
@@ -101,6 +107,9 @@ Scheduler::Scheduler(SchedulerConfig config, std::vector<ModelSpec> models,
                          config_.discipline == Discipline::kEdf);
   }
   active_slot_.assign(models_.size(), -1);
+  for (const auto& [tenant, weight] : config_.tenant_weights) {
+    shares_.SetTenantWeight(tenant, weight);
+  }
 }
 
 int Scheduler::FindModel(std::string_view name) const {
@@ -125,6 +134,10 @@ Status Scheduler::CheckRequest(int model, const QueuedRequest& request) const {
                            std::to_string(request.priority) + " is not a level (" +
                            std::to_string(kHighestPriority) + ".." +
                            std::to_string(kLowestPriority) + ")");
+  }
+  if (request.tenant >= kMaxSchedulerTenants) {
+    return InvalidArgument("model '" + m.spec.name + "': tenant number " +
+                           std::to_string(request.tenant) + " is out of range");
   }
   if (request.variant != kNoCompiledProgram &&
       (request.variant < 0 || request.variant >= m.spec.num_variants)) {
@@ -159,6 +172,7 @@ Status Scheduler::EnqueueAll(int model, std::span<const QueuedRequest> pieces) {
       m.earliest_deadline = std::min(m.earliest_deadline, *piece.deadline);
     }
     m.queue.Push(piece);
+    shares_.Count(piece.tenant, model, 1);
   }
   m.effective_cost_stale = true;
   queued_ += pieces.size();
@@ -185,7 +199,7 @@ bool Scheduler::Cancel(int model, uint64_t payload) {
   }
   ModelState& m = models_[static_cast<size_t>(model)];
   if (std::optional<size_t> at = m.queue.Find(payload)) {
-    m.queue.RemoveAt(*at);
+    Left(model, m.queue.RemoveAt(*at));
     m.effective_cost_stale = true;
     --queued_;
     DeactivateIfEmpty(model);

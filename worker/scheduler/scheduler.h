@@ -48,6 +48,7 @@
 #include "config/scheduler_config.h"
 #include "worker/scheduler/batch_planner.h"
 #include "worker/scheduler/cost_model.h"
+#include "worker/scheduler/fair_shares.h"
 #include "worker/scheduler/model_queue.h"
 #include "worker/scheduler/scheduler_types.h"
 #include "worker/scheduler/wait_histogram.h"
@@ -72,13 +73,15 @@ struct SchedulerChange {
     kCompact,
     kSetDiscipline,
     kSetMaxBatchSize,
-    kSetMaxQueueDepth
+    kSetMaxQueueDepth,
+    kSetTenantWeight
   };
   Kind kind = Kind::kSetPolicy;
   int model = -1;                             // kSetPolicy, kSetResidency, kSetMaxBatchSize.
   std::optional<int64_t> max_batch_size;      // kSetMaxBatchSize: nullopt = uncapped.
   int64_t max_queue_depth = 0;                // kSetMaxQueueDepth.
-  double weight = 0;                          // kSetPolicy.
+  double weight = 0;                          // kSetPolicy, kSetTenantWeight.
+  uint32_t tenant = 0;                        // kSetTenantWeight.
   Residency residency = Residency::kWarm;     // kSetResidency.
   std::vector<int> models;                    // kCompact: models to reload afterwards.
   Discipline discipline = Discipline::kFair;  // kSetDiscipline.
@@ -217,6 +220,9 @@ class Scheduler {
   // A model's cap on rows per dispatch (nullopt: the largest compiled size); never changes
   // compiled shapes or splits a queued request. NOT_FOUND; INVALID_ARGUMENT for a cap < 1.
   Status SetMaxBatchSize(std::string_view model, std::optional<int64_t> cap);
+  // A tenant's weight at the tenant level of fair (docs/scheduler.md, "Tenants").
+  // INVALID_ARGUMENT for a tenant number >= kMaxSchedulerTenants or weight <= 0.
+  Status SetTenantWeight(uint32_t tenant, double weight);
   // Every model's queue limit; requests already queued beyond a lowered limit stay queued
   // (only new ones are refused). INVALID_ARGUMENT for a depth < 1.
   Status SetMaxQueueDepth(int64_t depth);
@@ -251,14 +257,9 @@ class Scheduler {
     ModelQueue queue;
     CostModel cost;
     double recent = 0;  // Decayed compute seconds, scaled to recent_epoch_ (see .cc).
-    // fair (SFQ): virtual finish tag of the latest dispatch, and the virtual time when the
-    // model last became backlogged; its start tag is the larger of the two.
-    double finish_tag = 0;
-    double floor_tag = 0;
     // No queued request has a deadline before this (a lower bound, exact after a scan), so a
     // full queue looks for expired requests only when one may exist.
     Nanos earliest_deadline = std::numeric_limits<Nanos>::max();
-    double start_tag() const { return std::max(finish_tag, floor_tag); }
     // EffectiveCost() memo: recomputed only after the queue or the cost model changed, so a
     // decision costs O(1) per idle-since-last-time model rather than a size search each.
     mutable double effective_cost = 0;
@@ -287,13 +288,35 @@ class Scheduler {
   // SetResidency and SetResidencyFloor once their mode is checked: `model` found, the level
   // queued for the next decision.
   Status QueueResidency(std::string_view what, std::string_view model, Residency residency);
-  int SelectFair() const;
+  // fair: the tenant with the smallest start tag among those with a resident backlogged
+  // model, then that tenant's resident model with the smallest flow tag (-1: none). With
+  // `any_residency`, models out of memory count too (the next cold load).
+  int SelectFair(uint32_t* tenant, bool any_residency = false) const;
   int SelectFifo() const;
   int SelectEdf(Nanos now) const;
   int SelectRoundRobin();
-  int Select(Nanos now);
-  // Coalesces model `index`, shedding infeasible requests first. Fills `out`.
-  void Coalesce(int index, Nanos now, Dispatch* out);
+  // The model to serve and (fair) the tenant it is served for; other disciplines serve the
+  // model's front request's tenant.
+  int Select(Nanos now, uint32_t* tenant);
+  // fair: the tenants whose requests may join a dispatch of `model` chosen for `tenant`:
+  // `tenant`, and each other tenant whose start tag is at most its and whose flow at `model`
+  // is its own next choice, so a filler is charged only where selection would have served it
+  // (docs/scheduler.md derives the bound from this). Other disciplines: every tenant.
+  uint64_t FillerTenants(uint32_t tenant, int model) const;
+  // Coalesces model `index` for `tenant` (its oldest most urgent request first), shedding
+  // infeasible requests first. Fills `out`.
+  void Coalesce(int index, uint32_t tenant, Nanos now, Dispatch* out);
+  // fair: tenant `tenant`'s backlogged model with the smallest flow tag (ties: the cheaper
+  // next dispatch, the older front request, the name; with `any_residency` models out of
+  // memory count too and ties go by age); -1 when none is resident.
+  int BestModelOf(uint32_t tenant, bool any_residency) const;
+  // Moves the planned requests of model `index` into `out`.
+  void TakePlanned(int index, const BatchPlan& plan, Dispatch* out);
+  static bool Older(const ModelState& a, const ModelState& b);
+  // Bookkeeping for a request that left model `index`'s queue.
+  void Left(int index, const QueuedRequest& request) { shares_.Count(request.tenant, index, -1); }
+  // Charges a dispatch that ran to the tenants whose requests it carried, by rows.
+  void ChargeShares(const ModelState& m, Dispatch& d);
   void DispatchCommitted(Nanos now, Dispatch* out);
   void Activate(int index);
   void DeactivateIfEmpty(int index);
@@ -310,7 +333,7 @@ class Scheduler {
   std::set<uint64_t> committed_metas_;
   std::vector<SchedulerChange> pending_controls_;
   double total_recent_ = 0;  // Sum of every model's `recent`, on the same scale.
-  double virtual_time_ = 0;  // fair: the start tag of the latest dispatch.
+  FairShares shares_;        // fair's tags, by tenant and by (tenant, model).
   // Requests whose deadline passed while queued, taken out when a full queue needed room;
   // returned as shed by the next decision.
   std::vector<std::pair<int, QueuedRequest>> expired_;

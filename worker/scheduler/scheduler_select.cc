@@ -9,19 +9,12 @@
 
 namespace ferry {
 
-namespace {
-
-// Deterministic tie-break: the older front request, then the name.
-// Whether model queue `a` goes before `b` by age: the older oldest request, then the name.
-bool Before(const ModelQueue& a, const std::string& a_name, const ModelQueue& b,
-            const std::string& b_name) {
-  if (a.oldest_arrival() != b.oldest_arrival()) {
-    return a.oldest_arrival() < b.oldest_arrival();
+bool Scheduler::Older(const ModelState& a, const ModelState& b) {
+  if (a.queue.oldest_arrival() != b.queue.oldest_arrival()) {
+    return a.queue.oldest_arrival() < b.queue.oldest_arrival();
   }
-  return a_name < b_name;
+  return a.spec.name < b.spec.name;
 }
-
-}  // namespace
 
 void Scheduler::DropExpired(int index, Nanos now) {
   ModelState& m = models_[static_cast<size_t>(index)];
@@ -31,6 +24,7 @@ void Scheduler::DropExpired(int index, Nanos now) {
   std::vector<QueuedRequest> expired;
   m.earliest_deadline = m.queue.RemoveExpired(now, &expired);
   for (QueuedRequest& r : expired) {
+    Left(index, r);
     expired_.emplace_back(index, r);
   }
   queued_ -= expired.size();
@@ -41,9 +35,6 @@ void Scheduler::DropExpired(int index, Nanos now) {
 
 void Scheduler::Activate(int index) {
   if (active_slot_[static_cast<size_t>(index)] < 0) {
-    // fair (SFQ): a model that becomes backlogged starts no earlier than the virtual time,
-    // so idle time earns no credit and past uncontended use no debt.
-    models_[static_cast<size_t>(index)].floor_tag = virtual_time_;
     active_slot_[static_cast<size_t>(index)] = static_cast<int>(active_.size());
     active_.push_back(index);
   }
@@ -98,30 +89,6 @@ double Scheduler::EffectiveCost(const ModelState& m) const {
   return cost;
 }
 
-int Scheduler::SelectFair() const {
-  int best = -1;
-  double best_tag = 0;
-  for (int index : active_) {
-    const ModelState& m = models_[static_cast<size_t>(index)];
-    if (!m.resident) {
-      continue;
-    }
-    double tag = m.start_tag();
-    bool better = best < 0 || tag < best_tag;
-    if (!better && tag == best_tag) {
-      const ModelState& b = models_[static_cast<size_t>(best)];
-      double cost = EffectiveCost(m), best_cost = EffectiveCost(b);
-      better =
-          cost != best_cost ? cost < best_cost : Before(m.queue, m.spec.name, b.queue, b.spec.name);
-    }
-    if (better) {
-      best = index;
-      best_tag = tag;
-    }
-  }
-  return best;
-}
-
 int Scheduler::SelectFifo() const {
   int best = -1;
   for (int index : active_) {
@@ -129,8 +96,7 @@ int Scheduler::SelectFifo() const {
     if (!m.resident) {
       continue;
     }
-    if (best < 0 || Before(m.queue, m.spec.name, models_[static_cast<size_t>(best)].queue,
-                           models_[static_cast<size_t>(best)].spec.name)) {
+    if (best < 0 || Older(m, models_[static_cast<size_t>(best)])) {
       best = index;
     }
   }
@@ -151,8 +117,7 @@ int Scheduler::SelectEdf(Nanos now) const {
     if (deadline && *deadline != *other_deadline) {
       return *deadline < *other_deadline;
     }
-    const ModelState& b = models_[static_cast<size_t>(other)];
-    return Before(m.queue, m.spec.name, b.queue, b.spec.name);
+    return Older(m, models_[static_cast<size_t>(other)]);
   };
   for (int index : active_) {
     const ModelState& m = models_[static_cast<size_t>(index)];
@@ -231,39 +196,57 @@ int Scheduler::SelectRoundRobin() {
   return -1;
 }
 
-int Scheduler::Select(Nanos now) {
+int Scheduler::Select(Nanos now, uint32_t* tenant) {
   if (active_.empty()) {
     return -1;
   }
+  int index = -1;
   if (options_.round_robin) {
-    return SelectRoundRobin();
+    index = SelectRoundRobin();
+  } else if (config_.discipline == Discipline::kFair) {
+    return SelectFair(tenant);
+  } else if (config_.discipline == Discipline::kFifo) {
+    index = SelectFifo();
+  } else {
+    index = SelectEdf(now);
   }
-  switch (config_.discipline) {
-    case Discipline::kFair:
-      return SelectFair();
-    case Discipline::kFifo:
-      return SelectFifo();
-    case Discipline::kEdf:
-      return SelectEdf(now);
+  if (index >= 0) {
+    *tenant = models_[static_cast<size_t>(index)].queue.front().tenant;
   }
-  return -1;
+  return index;
 }
 
-void Scheduler::Coalesce(int index, Nanos now, Dispatch* out) {
+void Scheduler::Coalesce(int index, uint32_t tenant, Nanos now, Dispatch* out) {
   ModelState& m = models_[static_cast<size_t>(index)];
   m.effective_cost_stale = true;
   out->model = index;
   bool laxity = config_.discipline == Discipline::kEdf;
+  auto shed = [&](QueuedRequest r) {
+    Left(index, r);
+    out->shed.push_back(r);
+    --queued_;
+    ++m.counters.shed;
+  };
   // Requests at the front whose deadline has passed go first, one cheap pop each (under
   // overload most shed requests are these; planning around them would re-plan per batch).
   while (!m.queue.empty() && m.queue.front().deadline && *m.queue.front().deadline <= now) {
-    out->shed.push_back(m.queue.PopFront());
-    --queued_;
-    ++m.counters.shed;
+    shed(m.queue.PopFront());
   }
+  uint64_t fillers = FillerTenants(tenant, index);
   while (!m.queue.empty()) {
-    BatchPlan plan = PlanBatch(m.queue, m.spec, m.cost, config_.batch_sizing, options_.coalesce);
+    // The dispatch is the chosen tenant's: its first request leads (nothing runs when
+    // shedding took all of them; the caller asks again).
+    if (m.queue.front().tenant != tenant) {
+      std::optional<size_t> first = m.queue.FindTenant(tenant);
+      if (!first) {
+        break;
+      }
+      m.queue.MoveToFront(*first);
+    }
+    BatchPlan plan =
+        PlanBatch(m.queue, m.spec, m.cost, config_.batch_sizing, options_.coalesce, fillers);
     if (plan.failure) {
+      Left(index, m.queue.front());
       out->failed.push_back(m.queue.PopFront());
       out->failure = plan.failure;
       --queued_;
@@ -278,35 +261,41 @@ void Scheduler::Coalesce(int index, Nanos now, Dispatch* out) {
       size_t i = plan.picks[k];
       const QueuedRequest& r = m.queue.at(i);
       if (r.deadline && (*r.deadline <= now || (laxity && *r.deadline < finish))) {
-        out->shed.push_back(m.queue.RemoveAt(i));
-        --queued_;
-        ++m.counters.shed;
+        shed(m.queue.RemoveAt(i));
       }
     }
     if (out->shed.size() != shed_before) {
       std::reverse(out->shed.begin() + static_cast<std::ptrdiff_t>(shed_before), out->shed.end());
       continue;
     }
-    out->variant = m.queue.front().variant;
-    out->batch_size = plan.batch_size;
-    out->rows = plan.rows;
-    out->requests.reserve(plan.count);
-    if (plan.picks.back() + 1 == plan.picks.size()) {  // A prefix: the common case.
-      for (size_t i = 0; i < plan.count; ++i) {
-        out->requests.push_back(m.queue.PopFront());
-      }
-    } else {
-      for (size_t k = plan.picks.size(); k-- > 0;) {
-        out->requests.push_back(m.queue.RemoveAt(plan.picks[k]));
-      }
-      std::reverse(out->requests.begin(), out->requests.end());
-    }
-    queued_ -= plan.count;
-    // One request filling the size, or an unbatched module's single request.
-    out->pass_through = plan.count == 1 && (plan.rows == plan.batch_size || plan.batch_size == 0);
+    TakePlanned(index, plan, out);
     break;
   }
   DeactivateIfEmpty(index);
+}
+
+void Scheduler::TakePlanned(int index, const BatchPlan& plan, Dispatch* out) {
+  ModelState& m = models_[static_cast<size_t>(index)];
+  out->variant = m.queue.front().variant;
+  out->batch_size = plan.batch_size;
+  out->rows = plan.rows;
+  out->requests.reserve(plan.count);
+  if (plan.picks.back() + 1 == plan.picks.size()) {  // A prefix: the common case.
+    for (size_t i = 0; i < plan.count; ++i) {
+      out->requests.push_back(m.queue.PopFront());
+    }
+  } else {
+    for (size_t k = plan.picks.size(); k-- > 0;) {
+      out->requests.push_back(m.queue.RemoveAt(plan.picks[k]));
+    }
+    std::reverse(out->requests.begin(), out->requests.end());
+  }
+  for (const QueuedRequest& r : out->requests) {
+    Left(index, r);
+  }
+  queued_ -= plan.count;
+  // One request filling the size, or an unbatched module's single request.
+  out->pass_through = plan.count == 1 && (plan.rows == plan.batch_size || plan.batch_size == 0);
 }
 
 void Scheduler::DispatchCommitted(Nanos now, Dispatch* out) {
@@ -351,16 +340,15 @@ Decision Scheduler::Next(Nanos now) {
       ModelState& m = models_[static_cast<size_t>(command.model)];
       m.spec.config.max_batch_size = command.max_batch_size;
       m.effective_cost_stale = true;  // Its next dispatch's size may differ now.
+    } else if (command.kind == SchedulerChange::Kind::kSetTenantWeight) {
+      shares_.SetTenantWeight(command.tenant, command.weight);
     } else if (command.kind == SchedulerChange::Kind::kSetMaxQueueDepth) {
       config_.max_queue_depth = command.max_queue_depth;
     } else if (command.kind == SchedulerChange::Kind::kSetDiscipline) {
       // Tags kept advancing under fifo or edf without steering anything: start fair afresh
       // (everyone level at the virtual time) rather than let that history lock a model out.
       if (command.discipline == Discipline::kFair && config_.discipline != Discipline::kFair) {
-        for (ModelState& m : models_) {
-          m.finish_tag = virtual_time_;
-          m.floor_tag = virtual_time_;
-        }
+        shares_.Level();
       }
       config_.discipline = command.discipline;
       for (ModelState& m : models_) {
@@ -389,46 +377,16 @@ Decision Scheduler::Next(Nanos now) {
   } else {
     // 3 and 4: select, then coalesce (which sheds). If shedding empties the winner's queue,
     // nothing runs this time: the caller fails the shed requests and asks again.
-    int index = Select(now);
+    uint32_t tenant = 0;
+    int index = Select(now, &tenant);
     if (index >= 0) {
-      Coalesce(index, now, &out);
+      Coalesce(index, tenant, now, &out);
     }
   }
   if (out.runs()) {
     RecordDispatched(models_[static_cast<size_t>(out.model)], out, now);
   }
   return decision;
-}
-
-void Scheduler::SetResident(int model, bool resident) {
-  ModelState& m = models_[static_cast<size_t>(model)];
-  // Back in memory: it starts no earlier than the virtual time, as a model returning from a
-  // pause does, so time spent out earns no burst over the models that stayed.
-  if (resident && !m.resident) {
-    m.floor_tag = std::max(m.floor_tag, virtual_time_);
-  }
-  m.resident = resident;
-}
-
-int Scheduler::NextColdLoad() const {
-  // The backlogged model the discipline would serve first, resident or not: a load starts
-  // only at its model's turn, so loads keep the order (and, charged, the shares) dispatches do.
-  int best = -1;
-  for (int index : active_) {
-    const ModelState& m = models_[static_cast<size_t>(index)];
-    if (best < 0) {
-      best = index;
-      continue;
-    }
-    const ModelState& b = models_[static_cast<size_t>(best)];
-    bool fair = config_.discipline == Discipline::kFair && !options_.round_robin;
-    if (fair && m.start_tag() != b.start_tag()
-            ? m.start_tag() < b.start_tag()
-            : Before(m.queue, m.spec.name, b.queue, b.spec.name)) {
-      best = index;
-    }
-  }
-  return best >= 0 && !models_[static_cast<size_t>(best)].resident ? best : -1;
 }
 
 bool Scheduler::HasRunnable() const {
@@ -444,24 +402,8 @@ bool Scheduler::HasRunnable() const {
                      [this](int i) { return models_[static_cast<size_t>(i)].resident; });
 }
 
-void Scheduler::ChargeLoad(int model, double seconds) {
-  ModelState& m = models_[static_cast<size_t>(model)];
-  m.finish_tag = m.start_tag() + std::max(seconds, 0.0) / m.weight;
-}
-
 void Scheduler::RecordDispatched(ModelState& m, Dispatch& d, Nanos now) {
-  // fair (SFQ): the virtual time moves to this dispatch's start tag, and the model's finish
-  // tag advances by the dispatch's learned cost over its weight.
-  std::optional<int> planned = SmallestFitting(m.spec.batch_sizes, d.batch_size);
-  d.charged_seconds =
-      d.variant == kNoCompiledProgram ? 0 : m.cost.Estimate(d.variant, planned.value_or(0));
-  d.charged_weight = m.weight;
-  // A committed sub-call runs ahead of selection: it is charged to its model but does not
-  // move the virtual time (docs/scheduler.md: its time adds to the others' gaps).
-  if (!d.committed_meta) {
-    virtual_time_ = std::max(virtual_time_, m.start_tag());
-  }
-  m.finish_tag = m.start_tag() + d.charged_seconds / m.weight;
+  ChargeShares(m, d);
   ++m.counters.dispatch_count;
   m.counters.requests_served += d.requests.size();
   m.counters.rows_served += static_cast<uint64_t>(d.rows);
@@ -483,8 +425,11 @@ void Scheduler::Complete(const Dispatch& dispatch, double compute_seconds, Nanos
     m.cost.Record(dispatch.variant, size_index.value_or(0), compute_seconds);
   }
   m.effective_cost_stale = true;
-  // Correct the charge made at dispatch to the measured time.
-  m.finish_tag += (compute_seconds - dispatch.charged_seconds) / dispatch.charged_weight;
+  // Correct the charges made at dispatch to the measured time.
+  for (const Dispatch::ShareCharge& c : dispatch.charges) {
+    shares_.Correct(c.tenant, dispatch.model, compute_seconds * c.fraction - c.seconds,
+                    c.tenant_weight, c.model_weight);
+  }
   m.counters.total_compute_seconds += compute_seconds;
   AddRecentCompute(m, compute_seconds, now);
 }
