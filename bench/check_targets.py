@@ -169,5 +169,51 @@ for m in r["models"][1:]:
 check(r["missed_gpu_fraction"] <= 0.02,
       f"edf_light_urgent: GPU time on requests that then miss {r['missed_gpu_fraction']:.4f} <= 0.02")
 
+
+
+# Tenants (issue 30): fair shares between tenants before models, the tenant lag bound.
+def tenant_lag_within_bound(report, label):
+    for t in report["tenants"]:
+        check(t["longest_gap_s"] <= t["lag_bound_s"] + 1e-9,
+              f"{label}: tenant {t['name']} longest wait for service "
+              f"{t['longest_gap_s']*1e3:.2f} ms <= bound {t['lag_bound_s']*1e3:.2f} ms")
+
+
+def tenant(report, name):
+    return next(t for t in report["tenants"] if t["name"] == name)
+
+
+r = run("tenants_eight_vs_one")
+for name in ("a", "b"):
+    share = tenant(r, name)["share"]
+    check(abs(share - 0.5) <= 0.02, f"tenants_eight_vs_one: tenant {name} share {share:.4f} "
+                                    "within 0.02 of 0.50 (eight models against one)")
+tenant_lag_within_bound(r, "tenants_eight_vs_one")
+
+r = run("tenants_noisy")
+quiet, fifo_quiet = tenant(r, "quiet"), tenant(r["alternatives"][0], "quiet")
+check(quiet["queue_wait_p99_s"] <= quiet["lag_bound_s"],
+      f"tenants_noisy: quiet p99 wait {quiet['queue_wait_p99_s']*1e3:.2f} ms <= its lag bound "
+      f"{quiet['lag_bound_s']*1e3:.2f} ms beside a 1,000-deep flood")
+check(fifo_quiet["queue_wait_p99_s"] >= 10 * quiet["queue_wait_p99_s"],
+      f"tenants_noisy: fifo (one queue, no tenants) p99 {fifo_quiet['queue_wait_p99_s']*1e3:.2f} "
+      f"ms >= 10x fair's")
+tenant_lag_within_bound(r, "tenants_noisy")
+
+r = run("tenants_priority")
+for name in ("app", "batch"):
+    share = tenant(r, name)["share"]
+    check(abs(share - 0.5) <= 0.02,
+          f"tenants_priority: tenant {name} share {share:.4f} within 0.02 of 0.50 "
+          "(levels never move time across tenants)")
+levels = {p["level"]: p for p in r["priorities"]}
+check(levels[1]["queue_wait_p99_s"] <= 3 * 0.0008 + 32 * 0.000006 * 3,
+      f"tenants_priority: interactive p99 wait {levels[1]['queue_wait_p99_s']*1e3:.2f} ms "
+      "within three dispatches under a background flood")
+tenant_lag_within_bound(r, "tenants_priority")
+
+r = run("tenants_transitions")
+tenant_lag_within_bound(r, "tenants_transitions (pause, return, join)")
+
 print(f"{len(failures)} failed")
 sys.exit(1 if failures else 0)

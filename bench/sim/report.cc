@@ -52,8 +52,30 @@ nlohmann::json RunToJson(const RunReport& run) {
                        {"backlogged", w.backlogged},
                        {"targets", w.targets}});
   }
+  nlohmann::json tenants = nlohmann::json::array();
+  for (const TenantReport& t : run.tenants) {
+    tenants.push_back({{"name", t.name},
+                       {"weight", t.weight},
+                       {"share", t.share},
+                       {"target_share", t.target_share},
+                       {"queue_wait_p50_s", t.queue_wait_p50_s},
+                       {"queue_wait_p99_s", t.queue_wait_p99_s},
+                       {"requests_completed", t.requests_completed},
+                       {"longest_gap_s", t.longest_gap_s},
+                       {"lag_bound_s", t.lag_bound_s}});
+  }
+  nlohmann::json priorities = nlohmann::json::array();
+  for (const PriorityReport& p : run.priorities) {
+    priorities.push_back({{"level", p.level},
+                          {"share", p.share},
+                          {"queue_wait_p50_s", p.queue_wait_p50_s},
+                          {"queue_wait_p99_s", p.queue_wait_p99_s},
+                          {"requests_completed", p.requests_completed}});
+  }
   return {{"label", run.label},
           {"models", models},
+          {"tenants", tenants},
+          {"priorities", priorities},
           {"windows", windows},
           {"jain", run.jain},
           {"utilization", run.utilization},
@@ -105,6 +127,21 @@ void PrintRun(const RunReport& run, std::ostream& out) {
                   static_cast<unsigned long long>(m.dispatches), m.longest_gap_s * 1e3,
                   m.lag_bound_s * 1e3);
     out << line;
+  }
+  for (const TenantReport& t : run.tenants) {
+    std::snprintf(line, sizeof(line),
+                  "  tenant %-12s weight %5.2f share %.4f (target %.4f), wait p99 %.2fms, "
+                  "max gap %.2fms (bound %.2fms)\n",
+                  t.name.c_str(), t.weight, t.share, t.target_share, t.queue_wait_p99_s * 1e3,
+                  t.longest_gap_s * 1e3, t.lag_bound_s * 1e3);
+    out << line;
+  }
+  if (!run.tenants.empty() || run.priorities.size() > 1) {
+    for (const PriorityReport& p : run.priorities) {
+      std::snprintf(line, sizeof(line), "  priority %d share %.4f, wait p50 %.2fms p99 %.2fms\n",
+                    p.level, p.share, p.queue_wait_p50_s * 1e3, p.queue_wait_p99_s * 1e3);
+      out << line;
+    }
   }
   uint64_t loads = 0, evictions = 0;
   double load_seconds = 0;

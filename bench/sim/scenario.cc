@@ -1,5 +1,6 @@
 #include "bench/sim/scenario.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -8,6 +9,7 @@
 #include "config/node_config.h"
 #include "config/scheduler_config_reader.h"
 #include "config/toml_reader.h"
+#include "worker/scheduler/fair_shares.h"
 
 namespace ferry::sim {
 namespace {
@@ -38,6 +40,41 @@ void ReadCost(TableReader& r, CostSpec* cost) {
   }
   if (cost->table.empty() && cost->fixed_seconds + cost->per_row_seconds <= 0) {
     r.ErrorAt("cost", "a dispatch must cost more than 0 seconds");
+  }
+}
+
+// A stream's tenant (by name, among the scenario's [[tenants]]) and priority level.
+void ReadTenantAndLevel(TableReader& r, const std::vector<SimTenant>& tenants, ArrivalSpec* a) {
+  std::string tenant;
+  if (r.String("tenant", &tenant)) {
+    auto it = std::find_if(tenants.begin(), tenants.end(),
+                           [&](const SimTenant& t) { return t.name == tenant; });
+    if (it == tenants.end()) {
+      r.ErrorAt("tenant", "no [[tenants]] entry is named '" + tenant.substr(0, 64) + "'");
+    } else {
+      a->tenant = static_cast<uint32_t>(it - tenants.begin()) + 1;
+    }
+  }
+  int64_t level = kDefaultPriority;
+  if (r.Int("priority", &level, kHighestPriority, kLowestPriority)) {
+    a->priority = static_cast<Priority>(level);
+  }
+}
+
+// [[tenants]]: name and weight, numbered from 1 in file order (at most 63).
+void ReadTenants(TableReader& r, Scenario* s) {
+  for (TableReader& t : r.ArrayOfTables("tenants")) {
+    SimTenant tenant;
+    if (!t.String("name", &tenant.name) || tenant.name.empty()) {
+      t.ErrorAt("name", "missing tenant name");
+    }
+    t.Double("weight", &tenant.weight, {0, 1e12, true, false});
+    t.Finish();
+    s->tenants.push_back(tenant);
+    s->scheduler.tenant_weights[static_cast<uint32_t>(s->tenants.size())] = tenant.weight;
+  }
+  if (s->tenants.size() >= kMaxSchedulerTenants) {
+    r.ErrorAt("tenants", "at most " + std::to_string(kMaxSchedulerTenants - 1) + " tenants");
   }
 }
 
@@ -263,6 +300,7 @@ Result<Scenario> ParseScenario(std::string_view text, const std::string& source,
   if (auto scheduler = r.Table("scheduler")) {
     ReadSchedulerTable(*scheduler, &s.scheduler);
   }
+  ReadTenants(r, &s);
   std::set<std::string> names;
   for (TableReader& m : r.ArrayOfTables("models")) {
     SimModel model;
@@ -295,6 +333,7 @@ Result<Scenario> ParseScenario(std::string_view text, const std::string& source,
     ReadWeights(m, &model, &s.scheduler.models[model.name]);
     for (TableReader& a : m.ArrayOfTables("arrivals")) {
       ArrivalSpec arrival;
+      ReadTenantAndLevel(a, s.tenants, &arrival);
       ReadArrival(a, base_dir, &arrival);
       if (arrival.variant >= model.variants) {
         a.ErrorAt("variant", "the model has " + std::to_string(model.variants) + " variants");

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/priority.h"
 #include "common/result.h"
 #include "config/scheduler_config.h"
 
@@ -56,6 +57,14 @@ struct ArrivalSpec {
   int64_t rows_min = 1;  // Rows per request: uniform in [rows_min, rows_max].
   int64_t rows_max = 1;
   std::optional<double> deadline_seconds;  // Relative to arrival.
+  uint32_t tenant = 0;                     // 1-based index into Scenario::tenants; 0: none.
+  Priority priority = kDefaultPriority;    // Its requests' priority level.
+};
+
+// A tenant of the scenario (fair's tenant level): its requests are numbered by its position.
+struct SimTenant {
+  std::string name;
+  double weight = 1.0;
 };
 
 struct SimModel {
@@ -95,6 +104,7 @@ struct Scenario {
   uint64_t seed = 1;
   bool baselines = true;  // Also run "no coalescing" and "round robin" on the same workload.
   SchedulerConfig scheduler;
+  std::vector<SimTenant> tenants;  // Tenant n is tenants[n - 1].
   std::vector<SimModel> models;
   std::vector<Alternative> alternatives;
   std::vector<ControlEvent> events;   // Ascending at_seconds.

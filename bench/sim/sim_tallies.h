@@ -54,6 +54,7 @@ struct Stream {
   double next = kNever;  // Seconds; kNever when exhausted.
   size_t emitted = 0;
   std::vector<double> client_next;  // kClosed: when each client issues next (kNever: waiting).
+  int64_t queued = 0;               // Its pieces queued now (kSaturate tops these up).
 
   void Advance(bool first) {
     switch (spec->kind) {

@@ -27,7 +27,8 @@ struct SimRun {
         noise_rng(scenario.seed ^ 0x5eedf00dULL),
         warmup(ToNanos(scenario.warmup_seconds)),
         end(ToNanos(scenario.duration_seconds)),
-        window_ns(std::max<Nanos>(1, ToNanos(scenario.share_window_seconds))) {
+        window_ns(std::max<Nanos>(1, ToNanos(scenario.share_window_seconds))),
+        tenants(scenario) {
     for (size_t m = 0; m < n; ++m) {
       for (size_t a = 0; a < scenario.models[m].arrivals.size(); ++a) {
         Stream stream{static_cast<int>(m),
@@ -114,6 +115,8 @@ struct SimRun {
     r.payload = issued.size();
     r.arrival = at;
     r.variant = spec.variant;
+    r.tenant = spec.tenant;
+    r.priority = spec.priority;
     r.rows = rows_override > 0 ? rows_override : s.rng.Between(spec.rows_min, spec.rows_max);
     std::optional<double> deadline = deadline_override ? deadline_override : spec.deadline_seconds;
     if (deadline) {
@@ -137,6 +140,9 @@ struct SimRun {
       }
       issued.back().lost = true;
       FinishRequest(issued.back(), at);
+    } else {
+      tenants.Queued(spec.tenant, parts.size(), at);
+      s.queued += static_cast<int64_t>(parts.size());
     }
   }
 
@@ -181,9 +187,12 @@ struct SimRun {
       }
       if (s.spec->kind == ArrivalSpec::Kind::kSaturate && now >= ToNanos(s.spec->start_seconds) &&
           static_cast<double>(now) < s.spec->stop_seconds * 1e9) {
-        for (size_t d = scheduler.queue_depth(s.model); d < static_cast<size_t>(s.spec->backlog);
-             ++d) {
+        while (s.queued < s.spec->backlog) {
+          int64_t before = s.queued;
           Issue(si, now, std::nullopt, 0, -1);
+          if (s.queued == before) {
+            break;  // Refused (a full queue): topped up again after the next decision.
+          }
         }
       }
     }
@@ -196,7 +205,9 @@ struct SimRun {
         if (measured && r.arrival >= warmup) {
           ++tally[static_cast<size_t>(d.model)].dropped;
         }
+        tenants.Left(r, now);
         Issued& whole = issued[r.payload];
+        --streams[whole.stream].queued;
         whole.lost = true;
         if (--whole.pieces_left == 0) {
           FinishRequest(whole, now);
@@ -218,6 +229,7 @@ struct SimRun {
                         d.variant, d.batch_size, d.rows, d.requests.size()});
     }
     Account(window_gpu, static_cast<size_t>(d.model), now, finish);
+    tenants.Ran(d, now, finish, seconds, measured);
     for (size_t i = 0; i < n; ++i) {
       if (static_cast<int>(i) == d.model || scheduler.queue_depth(static_cast<int>(i)) > 0) {
         Account(window_backlog, i, now, finish);
@@ -247,6 +259,7 @@ struct SimRun {
         }
       }
       Issued& whole = issued[r.payload];
+      --streams[whole.stream].queued;
       whole.late = whole.late || late;
       if (--whole.pieces_left == 0) {
         FinishRequest(whole, finish);
@@ -318,6 +331,7 @@ struct SimRun {
       now = std::max(now + 1, ToNanos(next));
     }
     // A backlog still waiting at the end closes its gap there.
+    tenants.Close(now);
     for (size_t i = 0; i < n; ++i) {
       if (scheduler.queue_depth(static_cast<int>(i)) > 0) {
         ModelTally& t = tally[i];
@@ -418,6 +432,8 @@ struct SimRun {
       }
       report.windows.push_back(std::move(sw));
     }
+    report.tenants = tenants.Tenants();
+    report.priorities = tenants.Priorities();
     report.jain = x_sq > 0 ? x_sum * x_sum / (with_traffic * x_sq) : 0;
     report.utilization = busy / window;
     report.padding_waste =
@@ -455,6 +471,7 @@ struct SimRun {
   size_t next_event = 0;
   // The share time series: GPU seconds and backlogged time per model per window.
   std::vector<std::vector<double>> window_gpu, window_backlog;
+  TenantTallies tenants;
 };
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench/sim/scenario.h"
+#include "bench/sim/sim_tenants.h"
 #include "worker/scheduler/scheduler.h"
 
 namespace ferry::sim {
@@ -92,6 +93,9 @@ struct RunReport {
   double decision_ns_p99 = 0;
   uint64_t decisions = 0;
   std::vector<ShareWindow> windows;  // Over the whole run, share_window_seconds each.
+  // With [[tenants]] or priority levels in the scenario: shares and waits by each.
+  std::vector<TenantReport> tenants;
+  std::vector<PriorityReport> priorities;
 };
 
 struct ScenarioReport {

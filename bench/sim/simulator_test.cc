@@ -79,6 +79,43 @@ kind = "lottery"
   CHECK(m.find("unknown arrival kind 'lottery'") != std::string::npos);
 }
 
+TEST_CASE("tenants: weights reach the scheduler, streams name them, mistakes are errors") {
+  Scenario s = Parse(R"(
+[[tenants]]
+name = "gold"
+weight = 3
+[[tenants]]
+name = "bronze"
+[[models]]
+name = "m"
+[[models.arrivals]]
+kind = "saturate"
+tenant = "bronze"
+priority = 1
+)");
+  REQUIRE(s.tenants.size() == 2);
+  CHECK(s.scheduler.tenant_weights == std::map<uint32_t, double>{{1, 3.0}, {2, 1.0}});
+  CHECK(s.models[0].arrivals[0].tenant == 2);
+  CHECK(s.models[0].arrivals[0].priority == 1);
+  Result<Scenario> bad = ParseScenario(R"(
+[[tenants]]
+name = "gold"
+weight = 0
+[[models]]
+name = "m"
+[[models.arrivals]]
+kind = "saturate"
+tenant = "silver"
+priority = 4
+)",
+                                       "bad.toml", ".");
+  REQUIRE_FALSE(bad.ok());
+  const std::string& m = bad.error().message;
+  CHECK(m.find("weight") != std::string::npos);
+  CHECK(m.find("no [[tenants]] entry is named 'silver'") != std::string::npos);
+  CHECK(m.find("priority") != std::string::npos);
+}
+
 TEST_CASE("traces are parsed strictly, naming the bad line") {
   Result<std::vector<TraceEvent>> good = ParseTrace("time,rows\n0.5,2\n1.0,1,0.05\n", "t.csv");
   REQUIRE(good.ok());
