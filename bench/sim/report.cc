@@ -5,6 +5,38 @@
 
 namespace ferry::sim {
 
+namespace {
+
+nlohmann::json TenantsToJson(const RunReport& run) {
+  nlohmann::json tenants = nlohmann::json::array();
+  for (const TenantReport& t : run.tenants) {
+    tenants.push_back({{"name", t.name},
+                       {"weight", t.weight},
+                       {"share", t.share},
+                       {"target_share", t.target_share},
+                       {"queue_wait_p50_s", t.queue_wait_p50_s},
+                       {"queue_wait_p99_s", t.queue_wait_p99_s},
+                       {"requests_completed", t.requests_completed},
+                       {"longest_gap_s", t.longest_gap_s},
+                       {"lag_bound_s", t.lag_bound_s}});
+  }
+  return tenants;
+}
+
+nlohmann::json PrioritiesToJson(const RunReport& run) {
+  nlohmann::json priorities = nlohmann::json::array();
+  for (const PriorityReport& p : run.priorities) {
+    priorities.push_back({{"level", p.level},
+                          {"share", p.share},
+                          {"queue_wait_p50_s", p.queue_wait_p50_s},
+                          {"queue_wait_p99_s", p.queue_wait_p99_s},
+                          {"requests_completed", p.requests_completed}});
+  }
+  return priorities;
+}
+
+}  // namespace
+
 nlohmann::json RunToJson(const RunReport& run) {
   nlohmann::json models = nlohmann::json::array();
   for (const ModelReport& m : run.models) {
@@ -52,30 +84,10 @@ nlohmann::json RunToJson(const RunReport& run) {
                        {"backlogged", w.backlogged},
                        {"targets", w.targets}});
   }
-  nlohmann::json tenants = nlohmann::json::array();
-  for (const TenantReport& t : run.tenants) {
-    tenants.push_back({{"name", t.name},
-                       {"weight", t.weight},
-                       {"share", t.share},
-                       {"target_share", t.target_share},
-                       {"queue_wait_p50_s", t.queue_wait_p50_s},
-                       {"queue_wait_p99_s", t.queue_wait_p99_s},
-                       {"requests_completed", t.requests_completed},
-                       {"longest_gap_s", t.longest_gap_s},
-                       {"lag_bound_s", t.lag_bound_s}});
-  }
-  nlohmann::json priorities = nlohmann::json::array();
-  for (const PriorityReport& p : run.priorities) {
-    priorities.push_back({{"level", p.level},
-                          {"share", p.share},
-                          {"queue_wait_p50_s", p.queue_wait_p50_s},
-                          {"queue_wait_p99_s", p.queue_wait_p99_s},
-                          {"requests_completed", p.requests_completed}});
-  }
   return {{"label", run.label},
           {"models", models},
-          {"tenants", tenants},
-          {"priorities", priorities},
+          {"tenants", TenantsToJson(run)},
+          {"priorities", PrioritiesToJson(run)},
           {"windows", windows},
           {"jain", run.jain},
           {"utilization", run.utilization},
