@@ -40,6 +40,13 @@ struct Error {
   std::string ToString() const;
 };
 
+// A refusal that knows when a retry could succeed says so at the end of its message, as
+// "retry after N ms"; the front ends turn it into Retry-After (HTTP, whole seconds rounded
+// up). RetryAfterMs finds the last such hint, or nullopt (also for a hostile or absurd
+// number: at most a day is read).
+std::string RetryHint(int64_t milliseconds);
+std::optional<int64_t> RetryAfterMs(std::string_view message);
+
 inline Error InvalidArgument(std::string message) {
   return {ErrorCode::kInvalidArgument, std::move(message)};
 }

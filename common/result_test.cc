@@ -28,6 +28,19 @@ Status CheckEven(int x) {
   return OkStatus();
 }
 
+TEST_CASE("retry hints: written at the end of a message, read back, hostile ones ignored") {
+  CHECK(RetryHint(250) == "retry after 250 ms");
+  CHECK(RetryHint(0) == "retry after 1 ms");
+  CHECK(RetryAfterMs("model 'm': would wait 90 ms; " + RetryHint(40)) == 40);
+  CHECK(RetryAfterMs("retry after 5 ms, then retry after 7 ms") == 7);
+  CHECK_FALSE(RetryAfterMs("queue is full").has_value());
+  CHECK_FALSE(RetryAfterMs("retry after ms").has_value());
+  CHECK_FALSE(RetryAfterMs("retry after 12 s").has_value());
+  CHECK_FALSE(RetryAfterMs("retry after 99999999999999999999 ms").has_value());
+  CHECK_FALSE(RetryAfterMs("retry after 86400001 ms").has_value());
+  CHECK_FALSE(RetryAfterMs("retry after 12").has_value());
+}
+
 TEST_CASE("a Result carries either a value or an error with its canonical code") {
   CHECK(Quarter(8).value() == 2);
   Result<int> bad = Quarter(6);

@@ -492,6 +492,10 @@ Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& sou
     if (auto supervisor = reader.Table("supervisor")) {
       ReadSupervisor(*supervisor, &config.supervisor);
     }
+    if (auto priorities = reader.Table("priorities")) {
+      ReadPriorities(*priorities, &config.scheduler);
+      priorities->Finish();
+    }
     if (auto tenants = reader.Table("tenants")) {
       ReadTenants(*tenants, base_dir, &config.tenants);
       tenants->Finish();

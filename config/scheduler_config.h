@@ -5,6 +5,7 @@
 // Thread safety: plain data; requires external synchronization.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -94,6 +95,11 @@ struct SchedulerConfig {
   // fair's tenant level: weight by tenant number (the node's tenants, 1-based, as the front
   // end numbers them; 0 = requests naming none). Absent: 1. Filled from [tenants.NAME] weight.
   std::map<uint32_t, double> tenant_weights;
+  // [priorities.NAME]: a name and a max wait per priority level (index 1..3; 0 unused). A
+  // request whose predicted queue wait under fair exceeds its level's max wait is refused at
+  // once with a retry hint (docs/scheduler.md, "Admission by predicted wait"). 0: no limit.
+  std::array<double, 4> max_wait_seconds{};
+  std::array<std::string, 4> priority_names;
 
   // Per-model overrides, by model name.
   std::map<std::string, ModelSchedulingConfig> models;

@@ -52,6 +52,28 @@ void ReadTenants(TableReader& r, const std::string& base_dir,
   }
 }
 
+void ReadPriorities(TableReader& r, SchedulerConfig* scheduler) {
+  for (auto& [name, p] : r.NamedTables()) {
+    if (!IsValidModelName(name)) {
+      r.ErrorAt(name, "'" + name.substr(0, 64) + "' is not a class name");
+    }
+    int64_t level = 0;
+    if (!p.Int("level", &level, 1, 3)) {
+      p.ErrorAt("level", "missing: the priority level this class names, 1 (most urgent) to 3");
+    } else if (!scheduler->priority_names[static_cast<size_t>(level)].empty()) {
+      p.ErrorAt("level", "level " + std::to_string(level) + " is already class '" +
+                             scheduler->priority_names[static_cast<size_t>(level)] + "'");
+    } else {
+      scheduler->priority_names[static_cast<size_t>(level)] = name;
+    }
+    double ms = 0;
+    if (p.Double("max_wait_ms", &ms, {0, 3.6e6, true, false}) && level >= 1 && level <= 3) {
+      scheduler->max_wait_seconds[static_cast<size_t>(level)] = ms / 1000;
+    }
+    p.Finish();
+  }
+}
+
 void ReadAuth(TableReader& r, AuthSettings* auth) {
   r.Bool("required", &auth->required);
   std::vector<std::string> open;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "config/scheduler_config.h"
 #include "config/toml_reader.h"
 
 namespace ferry {
@@ -48,6 +49,9 @@ struct AuthSettings {
 // paths are resolved against `base_dir`.
 void ReadTenants(TableReader& r, const std::string& base_dir, std::vector<TenantSettings>* tenants);
 void ReadAuth(TableReader& r, AuthSettings* auth);
+// [priorities.NAME] tables: `level` (1..3, each named once) and `max_wait_ms` (> 0, optional)
+// into `scheduler`'s priority_names and max_wait_seconds.
+void ReadPriorities(TableReader& r, SchedulerConfig* scheduler);
 
 // The SHA-256 digest of an API key.
 using KeyDigest = std::array<uint8_t, 32>;

@@ -103,6 +103,28 @@ TEST_CASE("[tenants.NAME] and [auth] are read, numbered after [frontend] tenants
   CHECK(Parse("").value().auth.open_endpoints == kOpenHealth);
 }
 
+TEST_CASE("[priorities.NAME] names levels and their max waits") {
+  Result<NodeConfig> c = Parse(
+      "[priorities.interactive]\nlevel = 1\nmax_wait_ms = 50\n"
+      "[priorities.background]\nlevel = 3\n");
+  REQUIRE(c.ok());
+  CHECK(c->scheduler.priority_names[1] == "interactive");
+  CHECK(c->scheduler.priority_names[3] == "background");
+  CHECK(c->scheduler.max_wait_seconds[1] == 0.05);
+  CHECK(c->scheduler.max_wait_seconds[2] == 0);
+  CHECK(c->scheduler.max_wait_seconds[3] == 0);
+  auto error = [](const std::string& text) {
+    Result<NodeConfig> r = Parse(text);
+    return r.ok() ? std::string() : r.error().message;
+  };
+  CHECK(Contains(error("[priorities.a]\nlevel = 1\n[priorities.b]\nlevel = 1\n"),
+                 "already class 'a'"));
+  CHECK(Contains(error("[priorities.a]\nlevel = 4\n"), "level"));
+  CHECK(Contains(error("[priorities.a]\nmax_wait_ms = 5\n"), "missing"));
+  CHECK(Contains(error("[priorities.a]\nlevel = 2\nmax_wait_ms = 0\n"), "max_wait_ms"));
+  CHECK(Contains(error("[priorities.a]\nlevel = 2\ndeadline = 3\n"), "deadline"));
+}
+
 TEST_CASE("tenant and auth mistakes are errors") {
   auto error = [](const std::string& text) {
     Result<NodeConfig> c = Parse(text);

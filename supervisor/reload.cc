@@ -56,6 +56,8 @@ std::vector<std::string> RestartNeeded(const NodeConfig& a, const NodeConfig& b)
         "tenants");
   const SchedulerConfig& s = a.scheduler;
   const SchedulerConfig& t = b.scheduler;
+  check(s.max_wait_seconds == t.max_wait_seconds && s.priority_names == t.priority_names,
+        "priorities");
   check(s.ema_halflife_seconds == t.ema_halflife_seconds &&
             s.recency_penalty_cap == t.recency_penalty_cap &&
             s.coalescing_discount == t.coalescing_discount &&

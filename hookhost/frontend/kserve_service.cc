@@ -97,7 +97,9 @@ net::HttpResponse ErrorResponse(const Error& error) {
   }
   net::HttpResponse r = Json(status, {{"error", error.message}});
   if (status == 429 || status == 503) {
-    r.headers.emplace_back("Retry-After", "1");
+    // The refusal's own hint (a predicted wait, say) in whole seconds rounded up; else 1.
+    int64_t ms = RetryAfterMs(error.message).value_or(1000);
+    r.headers.emplace_back("Retry-After", std::to_string(std::max<int64_t>(1, (ms + 999) / 1000)));
   }
   return r;
 }

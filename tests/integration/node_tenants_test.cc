@@ -133,5 +133,38 @@ TEST_CASE("two tenants of weights 2:1 saturating one model get its time 2:1, liv
   CHECK_MESSAGE(load.failures() == 0, ferryd.log());
 }
 
+TEST_CASE("a level's max wait refuses at once with 429 and the queue's Retry-After") {
+  TempDir dir;
+  // Level 3 may wait at most 10 us, less than any dispatch of the CNN: once warm-up measured
+  // it, every level-3 request is refused at once; level 2 has no max wait and is served.
+  FerrydProcess ferryd(dir, kNode,
+                       std::string(kSettings) +
+                           "[priorities.background]\nlevel = 3\n"
+                           "max_wait_ms = 0.01\n");
+  REQUIRE_MESSAGE(ferryd.WaitReady(), ferryd.log());
+  Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
+  REQUIRE(client.ok());
+  std::vector<uint8_t> image(kRows * 3 * 64 * 64 * 4, 0);
+  std::vector<Tensor> inputs = {Tensor{"image", DType::kF32, Shape{kRows, 3, 64, 64}, image}};
+  for (int level : {3, 2, 3}) {
+    client::InferBody body = client::BuildInferBody(inputs, nlohmann::json{{"priority", level}});
+    Result<net::HttpAnswer> a =
+        client->Request("POST", "/v2/models/cnn/infer", body.body, body.headers);
+    REQUIRE(a.ok());
+    CAPTURE(a->body);
+    if (level == 2) {
+      CHECK(a->status == 200);
+      continue;
+    }
+    CHECK(a->status == 429);
+    CHECK(a->body.find("('background') request would wait about ") != std::string::npos);
+    std::optional<int64_t> hint = RetryAfterMs(a->body);
+    REQUIRE(hint.has_value());
+    const std::string* after = a->Header("Retry-After");
+    REQUIRE(after != nullptr);
+    CHECK(std::stoll(*after) == std::max<int64_t>(1, (*hint + 999) / 1000));
+  }
+}
+
 }  // namespace
 }  // namespace ferry::testing

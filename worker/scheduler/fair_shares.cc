@@ -53,7 +53,9 @@ double FairShares::tenant_weight(uint32_t t) const {
   return t < tenants_.size() ? tenants_[t].weight : 1.0;
 }
 
-void FairShares::Count(uint32_t t, int model, int64_t delta) {
+void FairShares::Count(int model, const QueuedRequest& r, int sign) {
+  uint32_t t = r.tenant;
+  int64_t delta = sign;
   Tenant& owner = tenant(t);
   Flow& f = flow(t, model);
   if (f.queued == 0 && delta > 0) {
@@ -67,6 +69,7 @@ void FairShares::Count(uint32_t t, int model, int64_t delta) {
     active_.push_back(t);
   }
   f.queued += delta;
+  f.rows[r.priority] += sign * r.rows;
   owner.queued += delta;
   if (f.queued == 0 && f.slot >= 0) {
     SwapRemove(owner.active, f.slot,
@@ -80,6 +83,15 @@ void FairShares::Count(uint32_t t, int model, int64_t delta) {
 int64_t FairShares::queued(uint32_t t, int model) const {
   const Flow* f = find_flow(t, model);
   return f == nullptr ? 0 : f->queued;
+}
+
+int64_t FairShares::RowsAtOrAbove(uint32_t t, int model, Priority level) const {
+  const Flow* f = find_flow(t, model);
+  int64_t rows = 0;
+  for (int l = kHighestPriority; f != nullptr && l <= level; ++l) {
+    rows += f->rows[l];
+  }
+  return rows;
 }
 
 const std::vector<int>& FairShares::active_models(uint32_t t) const {

@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "worker/scheduler/scheduler_types.h"
+
 namespace ferry {
 
 // Tenant numbers the scheduler accepts: 0 (none) to kMaxSchedulerTenants - 1, so a set of
@@ -36,11 +38,13 @@ class FairShares {
   void SetTenantWeight(uint32_t tenant, double weight);
   double tenant_weight(uint32_t tenant) const;
 
-  // `delta` requests of `tenant` were queued (> 0) at `model` or left its queue (< 0). A tenant
+  // Request `r` of `tenant` was queued (sign +1) at `model` or left its queue (-1). A tenant
   // or flow whose count rises from zero is floored at its level's virtual time.
-  // REQUIRES: the count never goes below zero.
-  void Count(uint32_t tenant, int model, int64_t delta);
+  // REQUIRES: the count never goes below zero; r.priority is a level.
+  void Count(int model, const QueuedRequest& r, int sign);
   int64_t queued(uint32_t tenant, int model) const;
+  // Rows `tenant` has queued at `model` at priority `level` or a more urgent one.
+  int64_t RowsAtOrAbove(uint32_t tenant, int model, Priority level) const;
 
   // Tenants with queued requests, and a tenant's models with queued requests (unordered).
   const std::vector<uint32_t>& active_tenants() const { return active_; }
@@ -66,7 +70,8 @@ class FairShares {
     double finish = 0;
     double floor = 0;
     int64_t queued = 0;
-    int slot = -1;  // Position in the tenant's active list, or -1.
+    int64_t rows[kLowestPriority + 1] = {};  // Queued rows by priority level.
+    int slot = -1;                           // Position in the tenant's active list, or -1.
     double start() const { return std::max(finish, floor); }
   };
   struct Tenant {

@@ -167,12 +167,16 @@ Status Scheduler::EnqueueAll(int model, std::span<const QueuedRequest> pieces) {
     return ResourceExhausted("model '" + m.spec.name + "': queue is full (max_queue_depth " +
                              std::to_string(config_.max_queue_depth) + ")");
   }
+  if (std::optional<Error> refusal = RefuseByWait(model, pieces)) {
+    ++m.counters.over_wait;
+    return *refusal;
+  }
   for (const QueuedRequest& piece : pieces) {
     if (piece.deadline) {
       m.earliest_deadline = std::min(m.earliest_deadline, *piece.deadline);
     }
     m.queue.Push(piece);
-    shares_.Count(piece.tenant, model, 1);
+    shares_.Count(model, piece, 1);
   }
   m.effective_cost_stale = true;
   queued_ += pieces.size();

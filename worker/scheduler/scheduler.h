@@ -112,6 +112,7 @@ struct ModelMetrics {
   int64_t effective_max_batch = 0;
   Residency residency = Residency::kWarm;
   uint64_t rejected = 0;   // Queue full.
+  uint64_t over_wait = 0;  // Refused at once: predicted wait past the level's max wait.
   uint64_t shed = 0;       // Dropped for their deadline.
   uint64_t failed = 0;     // Could not run (no compiled program, too many rows).
   uint64_t cancelled = 0;  // Taken out of the queue because their client left.
@@ -169,7 +170,9 @@ class Scheduler {
   // range or rows < 1.
   Status Enqueue(int model, QueuedRequest request);
   // Queues every piece of a split request, or none: RESOURCE_EXHAUSTED when they do not
-  // all fit under max_queue_depth (so no piece burns GPU time for a request that fails).
+  // all fit under max_queue_depth (so no piece burns GPU time for a request that fails), or
+  // when their predicted wait passes their level's max wait (RefuseByWait; the message ends
+  // with a retry hint, common/result.h).
   // INVALID_ARGUMENT for an empty span. Before refusing for depth, requests of the model
   // whose deadline passed before the new request's arrival (the caller's now) are taken out
   // and shed by the next decision, so they never hold queue places.
@@ -313,8 +316,16 @@ class Scheduler {
   // Moves the planned requests of model `index` into `out`.
   void TakePlanned(int index, const BatchPlan& plan, Dispatch* out);
   static bool Older(const ModelState& a, const ModelState& b);
+  // fair: tenant `tenant`'s guaranteed fraction of GPU time at `model` with the backlogs of
+  // now (its flow counted as backlogged): (w_t / W_T) (w_m / W_t).
+  double FlowShare(uint32_t tenant, int model) const;
+  // Admission by predicted wait (fair, a level with max_wait_seconds, a measured cost): the
+  // refusal for `pieces` when the work queued ahead of them in their flow, at their level or a
+  // more urgent one, served at the flow's share, plus one dispatch in service, passes the
+  // level's max wait. nullopt: admitted.
+  std::optional<Error> RefuseByWait(int model, std::span<const QueuedRequest> pieces) const;
   // Bookkeeping for a request that left model `index`'s queue.
-  void Left(int index, const QueuedRequest& request) { shares_.Count(request.tenant, index, -1); }
+  void Left(int index, const QueuedRequest& request) { shares_.Count(index, request, -1); }
   // Charges a dispatch that ran to the tenants whose requests it carried, by rows.
   void ChargeShares(const ModelState& m, Dispatch& d);
   void DispatchCommitted(Nanos now, Dispatch* out);

@@ -163,6 +163,55 @@ void Scheduler::SetResident(int model, bool resident) {
   m.resident = resident;
 }
 
+double Scheduler::FlowShare(uint32_t tenant, int model) const {
+  double w_t = shares_.tenant_weight(tenant);
+  double tenants = 0;
+  bool tenant_active = false;
+  for (uint32_t u : shares_.active_tenants()) {
+    tenants += shares_.tenant_weight(u);
+    tenant_active = tenant_active || u == tenant;
+  }
+  tenants += tenant_active ? 0 : w_t;
+  double w_m = models_[static_cast<size_t>(model)].weight;
+  double models = 0;
+  bool model_active = false;
+  for (int n : shares_.active_models(tenant)) {
+    models += models_[static_cast<size_t>(n)].weight;
+    model_active = model_active || n == model;
+  }
+  models += model_active ? 0 : w_m;
+  return (w_t / tenants) * (w_m / models);
+}
+
+std::optional<Error> Scheduler::RefuseByWait(int model,
+                                             std::span<const QueuedRequest> pieces) const {
+  const QueuedRequest& first = pieces.front();
+  double max_wait = config_.max_wait_seconds[static_cast<size_t>(first.priority)];
+  if (max_wait <= 0 || config_.discipline != Discipline::kFair || options_.round_robin ||
+      first.variant == kNoCompiledProgram) {
+    return std::nullopt;
+  }
+  const ModelState& m = models_[static_cast<size_t>(model)];
+  int largest = static_cast<int>(m.spec.batch_sizes.size()) - 1;
+  if (!m.cost.Seeded(first.variant, largest)) {
+    return std::nullopt;  // No guess refuses a request.
+  }
+  double batch = m.cost.Estimate(first.variant, largest);
+  double per_row = batch / static_cast<double>(std::max<int64_t>(m.spec.batch_sizes.back(), 1));
+  auto ahead = static_cast<double>(shares_.RowsAtOrAbove(first.tenant, model, first.priority));
+  double wait = ahead * per_row / FlowShare(first.tenant, model) + batch;
+  if (wait <= max_wait) {
+    return std::nullopt;
+  }
+  const std::string& name = config_.priority_names[static_cast<size_t>(first.priority)];
+  auto ms = [](double seconds) { return static_cast<int64_t>(std::ceil(seconds * 1000)); };
+  return ResourceExhausted(
+      "model '" + m.spec.name + "': a priority " + std::to_string(first.priority) +
+      (name.empty() ? "" : " ('" + name + "')") + " request would wait about " +
+      std::to_string(ms(wait)) + " ms here, past its max_wait_ms " + std::to_string(ms(max_wait)) +
+      "; " + RetryHint(ms(wait - max_wait)));
+}
+
 Status Scheduler::SetTenantWeight(uint32_t tenant, double weight) {
   if (tenant >= kMaxSchedulerTenants) {
     return InvalidArgument("set_tenant: no tenant number " + std::to_string(tenant));
