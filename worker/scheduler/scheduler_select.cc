@@ -233,10 +233,12 @@ void Scheduler::Coalesce(int index, uint32_t tenant, Nanos now, Dispatch* out) {
     shed(m.queue.PopFront());
   }
   uint64_t fillers = FillerTenants(tenant, index);
+  // fifo, edf and round robin serve the queue's front, whoever's it is.
+  bool by_tenant = config_.discipline == Discipline::kFair && !options_.round_robin;
   while (!m.queue.empty()) {
-    // The dispatch is the chosen tenant's: its first request leads (nothing runs when
-    // shedding took all of them; the caller asks again).
-    if (m.queue.front().tenant != tenant) {
+    // fair: the dispatch is the chosen tenant's, and its first request leads (nothing runs
+    // when shedding took all of them; the caller asks again).
+    if (by_tenant && m.queue.front().tenant != tenant) {
       std::optional<size_t> first = m.queue.FindTenant(tenant);
       if (!first) {
         break;

@@ -332,5 +332,24 @@ TEST_CASE("a dispatch for one tenant takes its most urgent request first, whatev
   CHECK(d.dispatch.requests.size() == 1);
 }
 
+TEST_CASE("fifo ignores tenants: after an expired front the next request runs, in order") {
+  SchedulerConfig config;
+  config.discipline = Discipline::kFifo;
+  Scheduler s = testing::Make({testing::Spec("m", {1})}, config);
+  QueuedRequest expired = testing::Req(0, 1, 5 * kMs, 1);
+  expired.tenant = 1;
+  QueuedRequest second = testing::Req(1, 1, {}, 2);
+  second.tenant = 2;
+  QueuedRequest third = testing::Req(2, 1, {}, 3);
+  third.tenant = 1;
+  for (const QueuedRequest& r : {expired, second, third}) {
+    REQUIRE(s.Enqueue(0, r).ok());
+  }
+  Decision d = s.Next(10 * kMs);
+  REQUIRE(d.dispatch.runs());
+  CHECK(d.dispatch.shed.size() == 1);
+  CHECK(d.dispatch.requests.front().payload == 2);
+}
+
 }  // namespace
 }  // namespace ferry
