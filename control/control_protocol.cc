@@ -24,6 +24,7 @@ const std::vector<std::pair<std::string_view, Command>>& Commands() {
       {"load", Command::kLoad},
       {"unload", Command::kUnload},
       {"set_tenant", Command::kSetTenant},
+      {"tenants", Command::kTenants},
   };
   return commands;
 }

@@ -46,6 +46,7 @@ enum class Command {
   kLoad,       // model: a bundle of the repository, added at the next index.
   kUnload,     // model: a loaded model; its index stays taken.
   kSetTenant,  // tenant, weight: a tenant's fair-share weight, live.
+  kTenants,    // Per tenant: weight, models, answers by outcome, execution time and share.
 };
 
 struct ControlRequest {

@@ -300,6 +300,8 @@ int main(int argc, char** argv) {
                Command::kSchedulerMetrics, ferry::ctl::FormatMetrics);
   cli.AddPlain("control-status", "Discipline, weights, residency, per worker",
                Command::kControlStatus, ferry::ctl::FormatControlStatus);
+  cli.AddPlain("tenants", "Per tenant: weight, served and refused, compute time and share",
+               Command::kTenants, ferry::ctl::FormatTenants);
   AddSettings(cli);
   cli.AddPlain("compact", "Compact every worker's weight arena", Command::kCompact, nullptr);
   cli.AddPlain("reload", "Re-read the node file; apply what can change live", Command::kReload,

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "supervisor/supervisor_impl.h"
+#include "supervisor/tenants_report.h"
 
 namespace ferry::supervisor {
 
@@ -181,6 +182,15 @@ Result<json> Supervisor::Impl::Handle(const control::ControlRequest& request) {
         }
       }
       return json{{"workers", sent}};
+    }
+    case control::Command::kTenants: {
+      std::vector<const shm::StatusSnapshotData*> workers;
+      for (const Child& c : children) {
+        if (c.worker && c.running() && c.status) {
+          workers.push_back(&*c.status);
+        }
+      }
+      return TenantsReport(config, tenant_weight_overrides, *segment, workers);
     }
     case control::Command::kSetTenant:
       return SetTenantWeight(request.tenant, request.weight);

@@ -131,6 +131,34 @@ TEST_CASE("two tenants of weights 2:1 saturating one model get its time 2:1, liv
   after = TenantSeconds(ferryd);
   CHECK(std::abs(GoldShare(before, after) - 0.5) <= 0.05);
   CHECK_MESSAGE(load.failures() == 0, ferryd.log());
+
+  // ferryctl tenants: the weights in force, what was served, the compute split.
+  Result<json> tenants = ferryd.Call(control::Command::kTenants);
+  REQUIRE(tenants.ok());
+  std::map<std::string, json> by_name;
+  double shares = 0;
+  for (const json& t : (*tenants)["tenants"]) {
+    by_name[t["tenant"].get<std::string>()] = t;
+    shares += t["compute_share"].get<double>();
+  }
+  REQUIRE(by_name.count("gold") == 1);
+  REQUIRE(by_name.count("bronze") == 1);
+  CHECK(by_name["gold"]["weight"] == 2.0);
+  CHECK(by_name["bronze"]["weight"] == 2.0);  // set_tenant's, over the node file's 1.0.
+  CHECK(by_name["gold"]["served"].get<uint64_t>() > 100);
+  CHECK(by_name["gold"]["executed"].get<uint64_t>() > 100);
+  CHECK(by_name["gold"]["compute_share"].get<double>() > 0.5);
+  CHECK(by_name["gold"]["models"] == json::array({"*"}));
+  CHECK(std::abs(shares - 1.0) < 1e-6);
+  std::string out = dir / "tenants.txt";
+  std::string command = std::string(FERRY_FERRYCTL_BINARY) + " --socket " + ferryd.socket() +
+                        " tenants > " + out + " 2>&1";
+  REQUIRE(WEXITSTATUS(std::system(command.c_str())) == 0);
+  std::string table = ReadFileText(out);
+  INFO(table);
+  CHECK(table.find("TENANT") != std::string::npos);
+  CHECK(table.find("gold") != std::string::npos);
+  CHECK(table.find("bronze") != std::string::npos);
 }
 
 TEST_CASE("a level's max wait refuses at once with 429 and the queue's Retry-After") {
@@ -164,6 +192,13 @@ TEST_CASE("a level's max wait refuses at once with 429 and the queue's Retry-Aft
     REQUIRE(after != nullptr);
     CHECK(std::stoll(*after) == std::max<int64_t>(1, (*hint + 999) / 1000));
   }
+  // ferryctl tenants counts the refusals by reason (these requests named no tenant).
+  Result<json> tenants = ferryd.Call(control::Command::kTenants);
+  REQUIRE(tenants.ok());
+  const json& none = (*tenants)["tenants"][0];
+  CHECK(none["tenant"] == "(none)");
+  CHECK(none["refused"]["RESOURCE_EXHAUSTED"] == 2);
+  CHECK(none["served"] == 1);
 }
 
 }  // namespace
