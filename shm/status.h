@@ -26,6 +26,7 @@
 #include <string_view>
 
 #include "common/histogram_bounds.h"
+#include "common/priority.h"
 #include "common/result.h"
 #include "shm/segment.h"
 
@@ -154,6 +155,9 @@ struct StatusSnapshotData {
   // their share of execution time (a batch's time split over its requests by rows).
   uint64_t tenant_requests[kMaxTenants + 1];
   double tenant_compute_seconds[kMaxTenants + 1];
+  // The same by priority level (index 1..3; 0 unused).
+  uint64_t priority_requests[kLowestPriority + 1];
+  double priority_compute_seconds[kLowestPriority + 1];
   // Why a worker that could not start gave up (its backend would not load), NUL-terminated;
   // written just before it exits with status 1. Untrusted text to its readers.
   char start_error[512];

@@ -173,6 +173,7 @@ class Scrape {
     RenderResidency();
     RenderWorkers();
     RenderTenants();
+    RenderPriorities();
     // Model names from the worker listing the most (one starting lists none yet).
     const ScrapedWorker* names = nullptr;
     for (const ScrapedWorker& w : workers_) {
@@ -260,6 +261,7 @@ class Scrape {
   void RenderResidency();
   void RenderWorkers();
   void RenderTenants();
+  void RenderPriorities();
   void RenderProcesses();
 
   const shm::Segment& segment_;
@@ -427,6 +429,26 @@ void Scrape::RenderTenants() {
     for (size_t t = 0; t <= std::min<size_t>(counters_.tenants.size(), shm::kMaxTenants); ++t) {
       out_.Sample(WithTenant({{"gpu", std::to_string(w.index)}}, t),
                   w.status.tenant_compute_seconds[t]);
+    }
+  }
+}
+
+// Per worker and priority level: requests executed and their compute.
+void Scrape::RenderPriorities() {
+  out_.Family("ferry_priority_requests_total", "counter",
+              "Requests the worker executed, by priority level (1 most urgent; 2 the default).");
+  for (const ScrapedWorker& w : workers_) {
+    for (int level = kHighestPriority; level <= kLowestPriority; ++level) {
+      out_.Sample({{"gpu", std::to_string(w.index)}, {"priority", std::to_string(level)}},
+                  static_cast<double>(w.status.priority_requests[level]));
+    }
+  }
+  out_.Family("ferry_priority_compute_seconds_total", "counter",
+              "Execution time spent on each priority level's requests (split by rows).");
+  for (const ScrapedWorker& w : workers_) {
+    for (int level = kHighestPriority; level <= kLowestPriority; ++level) {
+      out_.Sample({{"gpu", std::to_string(w.index)}, {"priority", std::to_string(level)}},
+                  w.status.priority_compute_seconds[level]);
     }
   }
 }

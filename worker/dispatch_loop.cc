@@ -260,6 +260,9 @@ void DispatchLoop::PublishStatus(shm::ProcessState state) {
   std::copy(std::begin(tenant_requests_), std::end(tenant_requests_), s.tenant_requests);
   std::copy(std::begin(tenant_compute_seconds_), std::end(tenant_compute_seconds_),
             s.tenant_compute_seconds);
+  std::copy(std::begin(priority_requests_), std::end(priority_requests_), s.priority_requests);
+  std::copy(std::begin(priority_compute_seconds_), std::end(priority_compute_seconds_),
+            s.priority_compute_seconds);
   for (uint32_t i = 0; i < s.num_models; ++i) {
     shm::ModelStatusData& m = s.models[i];
     const ModelMetrics& mm = metrics[i];

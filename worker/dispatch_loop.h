@@ -224,6 +224,8 @@ class DispatchLoop {
   // split over its members by rows).
   uint64_t tenant_requests_[shm::kMaxTenants + 1] = {};
   double tenant_compute_seconds_[shm::kMaxTenants + 1] = {};
+  uint64_t priority_requests_[kLowestPriority + 1] = {};  // By level, as the tenants'.
+  double priority_compute_seconds_[kLowestPriority + 1] = {};
   std::deque<std::string> loads_;            // Loads decoded, not yet applied (in index order).
   std::vector<uint32_t> unloads_;            // Unloaded models whose executables are not freed yet.
   std::vector<uint32_t> unload_after_load_;  // Unloads of indices still in loads_.

@@ -223,10 +223,14 @@ void DispatchLoop::AnswerBatch(std::unique_ptr<Batch> batch,
     for (uint32_t id : batch->members) {
       Request& r = requests_[id];
       uint32_t tenant = r.descriptor.tenant;  // Validated: <= kMaxTenants.
+      // Validated: <= kLowestPriority; 0 is the default level.
+      uint32_t level = r.descriptor.priority == 0 ? kDefaultPriority : r.descriptor.priority;
+      double share = timing->compute_seconds * static_cast<double>(r.descriptor.rows) /
+                     static_cast<double>(std::max<int64_t>(batch_rows, 1));
       ++tenant_requests_[tenant];
-      tenant_compute_seconds_[tenant] += timing->compute_seconds *
-                                         static_cast<double>(r.descriptor.rows) /
-                                         static_cast<double>(std::max<int64_t>(batch_rows, 1));
+      tenant_compute_seconds_[tenant] += share;
+      ++priority_requests_[level];
+      priority_compute_seconds_[level] += share;
       answers.RecordOk(r.descriptor.rows, now - r.arrival_ns, compute_ns, unix_ms);
       if (HookhostAlive(r.hookhost, r.descriptor.generation)) {
         CompleteOk(r, *batch, *timing);
