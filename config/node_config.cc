@@ -30,7 +30,7 @@ const std::vector<std::string>& SchedulerKeys() {
   static const std::vector<std::string> keys = {
       "discipline",     "ema_halflife_seconds", "recency_penalty_cap",      "coalescing_discount",
       "cost_ema_alpha", "max_queue_depth",      "dispatch_timeout_seconds", "compaction_interval",
-      "residency_mode", "batch_sizing"};
+      "residency_mode", "batch_sizing",         "lower_level_share"};
   return keys;
 }
 

@@ -101,6 +101,12 @@ struct SchedulerConfig {
   std::array<double, 4> max_wait_seconds{};
   std::array<std::string, 4> priority_names;
 
+  // fair: within one tenant's flow at one model, while requests of a less urgent level wait,
+  // at least this fraction of the flow's dispatches is led by the oldest of them (the others
+  // by the most urgent request), so lower levels are never starved (docs/scheduler.md,
+  // "Levels"). 0: strict priority. [0, 0.5]. Default 0.05.
+  double lower_level_share = 0.05;
+
   // Per-model overrides, by model name.
   std::map<std::string, ModelSchedulingConfig> models;
 

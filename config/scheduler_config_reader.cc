@@ -21,6 +21,7 @@ void ReadSchedulerKeys(TableReader& r, SchedulerConfig* c) {
         "docs/scheduler.md replaces the cap); remove the key");
   }
   r.Double("coalescing_discount", &c->coalescing_discount, {0.0, 1.0, false, true});
+  r.Double("lower_level_share", &c->lower_level_share, {0.0, 0.5, false, false});
   r.Double("cost_ema_alpha", &c->cost_ema_alpha, {0.0, 1.0, true, false});
   r.Int("max_queue_depth", &c->max_queue_depth, 1, kMaxInt);
   r.Double("dispatch_timeout_seconds", &c->dispatch_timeout_seconds, DoubleRange::Positive());

@@ -94,6 +94,16 @@ int64_t FairShares::RowsAtOrAbove(uint32_t t, int model, Priority level) const {
   return rows;
 }
 
+bool FairShares::LowerWaiting(uint32_t t, int model, Priority level) const {
+  const Flow* f = find_flow(t, model);
+  for (int l = level + 1; f != nullptr && l <= kLowestPriority; ++l) {
+    if (f->rows[l] > 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
 const std::vector<int>& FairShares::active_models(uint32_t t) const {
   static const std::vector<int> kNone;
   return t < tenants_.size() ? tenants_[t].active : kNone;

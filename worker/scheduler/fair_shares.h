@@ -45,6 +45,11 @@ class FairShares {
   int64_t queued(uint32_t tenant, int model) const;
   // Rows `tenant` has queued at `model` at priority `level` or a more urgent one.
   int64_t RowsAtOrAbove(uint32_t tenant, int model, Priority level) const;
+  // Whether `tenant` has requests queued at `model` at a level less urgent than `level`.
+  bool LowerWaiting(uint32_t tenant, int model, Priority level) const;
+  // The flow's dispatches in a row led by a more urgent request while a less urgent one
+  // waited (the lower-level share's counter, scheduler.h).
+  uint32_t& urgent_run(uint32_t tenant, int model) { return flow(tenant, model).urgent_run; }
 
   // Tenants with queued requests, and a tenant's models with queued requests (unordered).
   const std::vector<uint32_t>& active_tenants() const { return active_; }
@@ -71,7 +76,8 @@ class FairShares {
     double floor = 0;
     int64_t queued = 0;
     int64_t rows[kLowestPriority + 1] = {};  // Queued rows by priority level.
-    int slot = -1;                           // Position in the tenant's active list, or -1.
+    uint32_t urgent_run = 0;
+    int slot = -1;  // Position in the tenant's active list, or -1.
     double start() const { return std::max(finish, floor); }
   };
   struct Tenant {

@@ -73,6 +73,18 @@ std::optional<size_t> ModelQueue::FindTenant(uint32_t tenant) const {
   return std::nullopt;
 }
 
+std::optional<size_t> ModelQueue::FindOldestBelow(uint32_t tenant, Priority level) const {
+  std::optional<size_t> oldest;
+  for (size_t i = 0; i < requests_.size(); ++i) {
+    const QueuedRequest& r = requests_[i];
+    if (r.tenant == tenant && r.priority > level &&
+        (!oldest || r.arrival < requests_[*oldest].arrival)) {
+      oldest = i;
+    }
+  }
+  return oldest;
+}
+
 void ModelQueue::MoveToFront(size_t index) {
   if (index == 0) {
     return;

@@ -35,6 +35,9 @@ class ModelQueue {
   // The index of tenant `tenant`'s first request (its most urgent level's oldest), or
   // nullopt (a linear scan).
   std::optional<size_t> FindTenant(uint32_t tenant) const;
+  // The index of tenant `tenant`'s oldest request of a level less urgent than `level`, or
+  // nullopt (a linear scan).
+  std::optional<size_t> FindOldestBelow(uint32_t tenant, Priority level) const;
   // Moves the request at `index` to the front, where a dispatch for its tenant starts. The
   // front may then be of a less urgent level than requests behind it.
   // REQUIRES: index < size(); the caller takes the front out before the next Push.

@@ -68,7 +68,8 @@ Result<Scheduler> Scheduler::Create(SchedulerConfig config, std::vector<ModelSpe
   auto in = [](double x, double lo, double hi) { return std::isfinite(x) && x > lo && x <= hi; };
   if (!in(config.ema_halflife_seconds, 0, 1e9) || !in(config.recency_penalty_cap, 0, 1) ||
       !in(config.cost_ema_alpha, 0, 1) || !(config.coalescing_discount >= 0) ||
-      !(config.coalescing_discount < 1) || config.max_queue_depth < 1) {
+      !(config.coalescing_discount < 1) || config.max_queue_depth < 1 ||
+      !(config.lower_level_share >= 0 && config.lower_level_share <= 0.5)) {
     return InvalidArgument("scheduler: settings out of range (see docs/configuration.md)");
   }
   for (const auto& [tenant, weight] : config.tenant_weights) {

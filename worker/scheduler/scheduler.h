@@ -313,6 +313,10 @@ class Scheduler {
   // next dispatch, the older front request, the name; with `any_residency` models out of
   // memory count too and ties go by age); -1 when none is resident.
   int BestModelOf(uint32_t tenant, bool any_residency) const;
+  // fair: the request that leads tenant `tenant`'s dispatch of model `index`: its most urgent,
+  // oldest request, or, when lower_level_share says it is the lower levels' turn, its oldest
+  // request of a less urgent level (counted in the flow's urgent_run). nullopt: none queued.
+  std::optional<size_t> LeadOf(int index, uint32_t tenant);
   // Moves the planned requests of model `index` into `out`.
   void TakePlanned(int index, const BatchPlan& plan, Dispatch* out);
   static bool Older(const ModelState& a, const ModelState& b);

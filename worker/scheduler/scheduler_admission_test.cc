@@ -122,5 +122,55 @@ TEST_CASE("under fifo and edf no request is refused for its predicted wait") {
   }
 }
 
+// Dispatches (one request each) until `count` level-3 requests ran under a level-1 flood that
+// is topped up after every dispatch; the dispatch number of each level-3 one (1-based).
+std::vector<int> LowerLevelTurns(double share, int count, int limit) {
+  SchedulerConfig config;
+  config.lower_level_share = share;
+  Scheduler s = testing::Make({testing::Spec("m", {1})}, config);
+  for (int n = 0; n < 5; ++n) {
+    REQUIRE(s.Enqueue(0, testing::Req(n, 1, {}, 100 + n)).ok());  // Level 2 (default).
+  }
+  for (int n = 0; n < 64; ++n) {
+    REQUIRE(s.Enqueue(0, Req(1)).ok());
+  }
+  for (int n = 0; n < count; ++n) {
+    QueuedRequest r = Req(3);
+    r.payload = 1000 + n;
+    r.arrival = n;
+    REQUIRE(s.Enqueue(0, r).ok());
+  }
+  std::vector<int> turns;
+  for (int d = 1; d <= limit && static_cast<int>(turns.size()) < count; ++d) {
+    Decision decision = s.Next(0);
+    REQUIRE(decision.dispatch.runs());
+    const QueuedRequest& ran = decision.dispatch.requests.front();
+    if (ran.priority == 3) {
+      CHECK(ran.payload == 1000 + turns.size());  // The oldest first.
+      turns.push_back(d);
+    }
+    if (ran.priority == 1) {
+      REQUIRE(s.Enqueue(0, Req(1)).ok());  // The flood never ends.
+    }
+    s.Complete(decision.dispatch, 0.001, 0);
+  }
+  return turns;
+}
+
+TEST_CASE("lower levels get their share of a flow's dispatches under a flood of urgent ones") {
+  // lower_level_share 0.05: every 20th dispatch is led by the oldest less urgent request (the
+  // level-2 ones first: they are older), so the k-th level-3 request runs by dispatch 20 (5 + k).
+  std::vector<int> turns = LowerLevelTurns(0.05, 4, 1000);
+  REQUIRE(turns.size() == 4);
+  for (size_t k = 0; k < turns.size(); ++k) {
+    CHECK(turns[k] <= static_cast<int>(20 * (5 + k + 1)));
+  }
+  // Strict priority (0): level 3 never runs while level 1 floods.
+  CHECK(LowerLevelTurns(0.0, 4, 1000).empty());
+  SchedulerConfig bad;
+  bad.lower_level_share = 0.6;
+  CHECK_FALSE(Scheduler::Create(bad, {testing::Spec("m")}).ok());
+}
+
 }  // namespace
 }  // namespace ferry

@@ -163,6 +163,28 @@ void Scheduler::SetResident(int model, bool resident) {
   m.resident = resident;
 }
 
+std::optional<size_t> Scheduler::LeadOf(int index, uint32_t tenant) {
+  const ModelQueue& queue = models_[static_cast<size_t>(index)].queue;
+  std::optional<size_t> first =
+      queue.front().tenant == tenant ? std::optional<size_t>(0) : queue.FindTenant(tenant);
+  if (!first) {
+    return std::nullopt;
+  }
+  Priority level = queue.at(*first).priority;
+  uint32_t& run = shares_.urgent_run(tenant, index);
+  if (config_.lower_level_share <= 0 || !shares_.LowerWaiting(tenant, index, level)) {
+    run = 0;
+    return first;
+  }
+  // Every ceil(1 / share)-th dispatch of the flow while lower levels wait is theirs.
+  auto period = static_cast<uint32_t>(std::ceil(1.0 / config_.lower_level_share));
+  if (++run < period) {
+    return first;
+  }
+  run = 0;
+  return queue.FindOldestBelow(tenant, level);
+}
+
 double Scheduler::FlowShare(uint32_t tenant, int model) const {
   double w_t = shares_.tenant_weight(tenant);
   double tenants = 0;

@@ -238,12 +238,12 @@ void Scheduler::Coalesce(int index, uint32_t tenant, Nanos now, Dispatch* out) {
   while (!m.queue.empty()) {
     // fair: the dispatch is the chosen tenant's, and its first request leads (nothing runs
     // when shedding took all of them; the caller asks again).
-    if (by_tenant && m.queue.front().tenant != tenant) {
-      std::optional<size_t> first = m.queue.FindTenant(tenant);
-      if (!first) {
+    if (by_tenant) {
+      std::optional<size_t> lead = LeadOf(index, tenant);
+      if (!lead) {
         break;
       }
-      m.queue.MoveToFront(*first);
+      m.queue.MoveToFront(*lead);
     }
     BatchPlan plan =
         PlanBatch(m.queue, m.spec, m.cost, config_.batch_sizing, options_.coalesce, fillers);
