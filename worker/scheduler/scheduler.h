@@ -27,6 +27,11 @@
 // meta sub-calls, which run ahead of selection. Switching back to fair places every model
 // level at the virtual time. Ties: the cheaper next dispatch (coalescing_discount
 // applied), then the older front request, then the name.
+// With tenants, fair has two levels (fair_shares.h; docs/scheduler.md, "Tenants"): the same
+// rule picks the tenant first (tenant weights), then the tenant's model (model weights); the
+// dispatch starts with that tenant's request and takes other tenants' only while their tags
+// are no later (so batches still mix tenants); charges split by rows. Requests naming no
+// tenant are tenant 0, so without tenants the model level alone decides, as described above.
 // recent_compute (metrics only) is model i's fraction of recent GPU busy time, decayed with
 // half-life ema_halflife_seconds.
 //
