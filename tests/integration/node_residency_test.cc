@@ -45,17 +45,6 @@ double Metric(const std::string& body, const std::string& family, const std::str
   return sum;
 }
 
-std::string Scrape(const FerrydProcess& ferryd) {
-  Result<json> status = ferryd.Status();
-  REQUIRE(status.ok());
-  Result<HttpClient> client =
-      HttpClient::Connect((*status)["listen"]["metrics"].get<std::string>());
-  REQUIRE(client.ok());
-  Result<net::HttpAnswer> metrics = client->Request("GET", "/metrics");
-  REQUIRE(metrics.ok());
-  return metrics->body;
-}
-
 TEST_CASE("a node whose weights pass its budget serves every model correctly") {
   TempDir dir;
   for (const char* name : {"mlp_b", "mlp_c", "mlp_d"}) {
@@ -87,7 +76,7 @@ TEST_CASE("a node whose weights pass its budget serves every model correctly") {
   CHECK(answered == 48);
   std::string body;
   for (int i = 0; i < 100; ++i) {  // The worker publishes its counters every 5 ms.
-    body = Scrape(ferryd);
+    body = ScrapeMetrics(ferryd);
     if (Metric(body, "ferry_weight_loads_total", "model=\"mlp_d\"") >= 8) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

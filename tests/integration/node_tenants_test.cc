@@ -20,15 +20,8 @@ constexpr const char* kSettings =
 
 // The worker's execution seconds of each tenant: ferry_tenant_compute_seconds_total.
 std::map<std::string, double> TenantSeconds(const FerrydProcess& ferryd) {
-  Result<json> status = ferryd.Status();
-  REQUIRE(status.ok());
-  Result<HttpClient> client =
-      HttpClient::Connect((*status)["listen"]["metrics"].get<std::string>());
-  REQUIRE(client.ok());
-  Result<net::HttpAnswer> metrics = client->Request("GET", "/metrics");
-  REQUIRE(metrics.ok());
   std::map<std::string, double> seconds;
-  std::istringstream lines(metrics->body);
+  std::istringstream lines(ScrapeMetrics(ferryd));
   for (std::string line; std::getline(lines, line);) {
     if (line.rfind("ferry_tenant_compute_seconds_total{", 0) != 0) {
       continue;
@@ -215,16 +208,9 @@ TEST_CASE("a level's max wait refuses at once with 429 and the queue's Retry-Aft
   CHECK(none["served"] == 1);
   // The level-2 request is counted by level in /metrics, once the worker has published its
   // status (it does so every few milliseconds, not with each answer).
-  Result<json> status = ferryd.Status();
-  REQUIRE(status.ok());
-  Result<HttpClient> scrape =
-      HttpClient::Connect((*status)["listen"]["metrics"].get<std::string>());
-  REQUIRE(scrape.ok());
   std::string body;
   for (int i = 0; i < 500; ++i) {
-    Result<net::HttpAnswer> metrics = scrape->Request("GET", "/metrics");
-    REQUIRE(metrics.ok());
-    body = metrics->body;
+    body = ScrapeMetrics(ferryd);
     if (body.find("ferry_priority_requests_total{gpu=\"0\",priority=\"2\"} 1\n") !=
         std::string::npos) {
       break;

@@ -112,6 +112,18 @@ inline Result<client::InferAnswer> Send(HttpClient& client, const Sample& s) {
   return client::ReadInferAnswer(*answer);
 }
 
+// The node's /metrics text.
+inline std::string ScrapeMetrics(const FerrydProcess& ferryd) {
+  Result<json> status = ferryd.Status();
+  REQUIRE(status.ok());
+  Result<HttpClient> client =
+      HttpClient::Connect((*status)["listen"]["metrics"].get<std::string>());
+  REQUIRE(client.ok());
+  Result<net::HttpAnswer> metrics = client->Request("GET", "/metrics");
+  REQUIRE(metrics.ok());
+  return metrics->body;
+}
+
 inline std::string HttpAddress(const FerrydProcess& ferryd) {
   Result<json> s = ferryd.Status();
   REQUIRE(s.ok());
