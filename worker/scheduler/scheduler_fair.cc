@@ -89,7 +89,6 @@ void Scheduler::ChargeShares(const ModelState& m, Dispatch& d) {
   std::optional<int> planned = SmallestFitting(m.spec.batch_sizes, d.batch_size);
   d.charged_seconds =
       d.variant == kNoCompiledProgram ? 0 : m.cost.Estimate(d.variant, planned.value_or(0));
-  d.charged_weight = m.weight;
   // Rows by tenant, the front's (the tenant the dispatch was chosen for) first.
   d.charges.clear();
   int64_t total = 0;

@@ -265,12 +265,13 @@ TEST_CASE("a weight change between dispatch and completion corrects with the cha
   Decision d = run.s.Next(run.now);
   REQUIRE(d.dispatch.runs());
   double weight_then = d.dispatch.model == 0 ? 2.0 : 1.0;
-  CHECK(d.dispatch.charged_weight == weight_then);
+  REQUIRE(d.dispatch.charges.size() == 1);
+  CHECK(d.dispatch.charges[0].model_weight == weight_then);
   CHECK(d.dispatch.charged_seconds == doctest::Approx(0.010));
   REQUIRE(run.s.SetPolicy(d.dispatch.model == 0 ? "a" : "b", 100).ok());
   (void)run.s.Next(run.now);  // Applies the change (and dispatches the other model).
   run.s.Complete(d.dispatch, 0.001, run.now);  // Corrected at the weight it was charged at.
-  CHECK(d.dispatch.charged_weight == weight_then);
+  CHECK(d.dispatch.charges[0].model_weight == weight_then);
 }
 
 TEST_CASE("EnqueueAll with no pieces is refused and leaves nothing active") {

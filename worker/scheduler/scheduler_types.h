@@ -68,7 +68,6 @@ struct Dispatch {
   // fair: the GPU seconds charged to the model's virtual clock when it was dispatched (its
   // learned cost); Complete() corrects the charge to the measured time.
   double charged_seconds = 0;
-  double charged_weight = 1;  // The weight the charge was divided by.
   // fair: the charge split over the tenants whose requests ran, by rows (tenant, share of the
   // rows, seconds charged, and the tenant and model weights it was divided by).
   struct ShareCharge {
