@@ -220,6 +220,35 @@ void ReadDevices(TableReader& r, DeviceSelection* d) {
   r.ErrorAt("devices", kExpected + ", got " + std::string(TomlTypeName(*node)));
 }
 
+// A path of the node file, relative to its directory.
+std::string Resolve(const std::string& base_dir, const std::string& path) {
+  if (std::filesystem::path(path).is_relative() && !base_dir.empty()) {
+    return (std::filesystem::path(base_dir) / path).lexically_normal().string();
+  }
+  return path;
+}
+
+// [node.listen] tls_cert, tls_key, tls_client_ca: the certificate and key together or
+// neither; a client CA only with them.
+void ReadTls(TableReader& listen, const std::string& base_dir, TlsSettings* tls) {
+  for (auto [key, path] : {std::pair<const char*, std::string*>{"tls_cert", &tls->cert},
+                           {"tls_key", &tls->key},
+                           {"tls_client_ca", &tls->client_ca}}) {
+    if (listen.String(key, path)) {
+      if (path->empty()) {
+        listen.ErrorAt(key, "must not be empty");
+      }
+      *path = Resolve(base_dir, *path);
+    }
+  }
+  if (tls->cert.empty() != tls->key.empty()) {
+    listen.ErrorAt(tls->cert.empty() ? "tls_key" : "tls_cert",
+                   "tls_cert and tls_key go together: the certificate and its private key");
+  } else if (!tls->client_ca.empty() && tls->cert.empty()) {
+    listen.ErrorAt("tls_client_ca", "needs tls_cert and tls_key (mutual TLS is TLS first)");
+  }
+}
+
 void ReadNode(TableReader& r, const std::string& base_dir, NodeSettings* n) {
   if (r.String("name", &n->name)) {
     bool valid = !n->name.empty() && n->name.size() <= 64 &&
@@ -256,6 +285,7 @@ void ReadNode(TableReader& r, const std::string& base_dir, NodeSettings* n) {
         listen->ErrorAt("agent", "'" + agent + "': " + parsed.error().message);
       }
     }
+    ReadTls(*listen, base_dir, &n->tls);
     listen->Finish();
   }
   std::vector<const ListenAddress*> all = {&n->http, &n->grpc, &n->metrics};
@@ -384,12 +414,15 @@ static void DeclareTenants(TableReader& r, NodeConfig* config) {
     auto at = std::find(names.begin(), names.end(), t.name);
     config->scheduler.tenant_weights[static_cast<uint32_t>(at - names.begin()) + 1] = t.weight;
   }
-  bool keys = std::any_of(config->tenants.begin(), config->tenants.end(),
-                          [](const TenantSettings& t) { return !t.keys_file.empty(); });
-  if (config->auth.required && !keys) {
+  bool mutual = !config->node.tls.client_ca.empty();
+  bool credentials = std::any_of(
+      config->tenants.begin(), config->tenants.end(), [mutual](const TenantSettings& t) {
+        return !t.keys_file.empty() || (mutual && !t.tls_subjects.empty());
+      });
+  if (config->auth.required && !credentials) {
     r.ErrorAt("auth",
-              "required = true, but no [tenants.NAME] has a keys_file: no request "
-              "could be served");
+              "required = true, but no [tenants.NAME] has a keys_file (or tls_subjects with "
+              "[node.listen] tls_client_ca): no request could be served");
   }
 }
 

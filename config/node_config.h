@@ -41,6 +41,16 @@ struct ListenAddress {
   std::string ToString() const { return host + ":" + std::to_string(port); }
 };
 
+// [node.listen] tls_cert, tls_key, tls_client_ca: PEM files (relative to the node file), read
+// by ferryd at start and on reload. With them, the HTTP and gRPC ports speak TLS only.
+struct TlsSettings {
+  std::string cert;       // The server certificate, then its intermediates.
+  std::string key;        // Its private key: unencrypted PEM, mode 0600 or stricter.
+  std::string client_ca;  // Empty: no client certificate asked; else mutual TLS.
+  bool enabled() const { return !cert.empty(); }
+  bool operator==(const TlsSettings&) const = default;
+};
+
 struct NodeSettings {
   // Names the node in logs and metrics and derives the shared-memory segment name.
   // Letters, digits, '-', '_' only. Default "ferry".
@@ -56,6 +66,8 @@ struct NodeSettings {
   ListenAddress http{"0.0.0.0", 8000};
   ListenAddress grpc{"0.0.0.0", 8001};
   ListenAddress metrics{"0.0.0.0", 8002};
+  // TLS on the HTTP and gRPC listeners (docs/security.md, "TLS"); empty `cert`: none.
+  TlsSettings tls;
   // HAProxy's agent check: the node's state and weight for a balancer (shm/node_load.h), one
   // line per connection. Absent (default): no agent listener.
   std::optional<ListenAddress> agent;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "config/config_file.h"
 #include "config/scheduler_config.h"
 
 namespace ferry {
@@ -47,8 +48,27 @@ void ReadTenants(TableReader& r, const std::string& base_dir,
       }
     }
     t.Double("weight", &tenant.weight, DoubleRange{0, 1e12, true, false});
+    if (t.StringArray("tls_subjects", &tenant.tls_subjects)) {
+      for (const std::string& subject : tenant.tls_subjects) {
+        if (subject.empty() || subject.size() > 1024) {
+          t.ErrorAt("tls_subjects", "a subject is 1 to 1024 bytes, as \"CN=alice,O=Acme\"");
+        }
+      }
+    }
     t.Finish();
     tenants->push_back(std::move(tenant));
+  }
+  // A certificate maps to exactly one tenant.
+  for (size_t i = 0; i < tenants->size(); ++i) {
+    for (size_t j = i + 1; j < tenants->size(); ++j) {
+      for (const std::string& subject : (*tenants)[i].tls_subjects) {
+        const std::vector<std::string>& other = (*tenants)[j].tls_subjects;
+        if (std::find(other.begin(), other.end(), subject) != other.end()) {
+          r.ErrorAt((*tenants)[j].name, "tls_subjects: '" + subject.substr(0, 128) +
+                                            "' is also tenant '" + (*tenants)[i].name + "'");
+        }
+      }
+    }
   }
 }
 
@@ -120,57 +140,11 @@ bool ParseDigest(std::string_view line, KeyDigest* out) {
   return true;
 }
 
-Result<std::string> ReadPrivateFile(const std::string& path) {
-  // O_NONBLOCK: a FIFO must not block the open; O_NOFOLLOW: the checked file is the one read.
-  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    return InvalidArgument("keys file " + path + ": " + std::strerror(errno));
-  }
-  struct Close {
-    int fd;
-    ~Close() { close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    return InvalidArgument("keys file " + path + ": not a regular file");
-  }
-  if ((st.st_mode & 077) != 0) {
-    char mode[8];
-    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    return InvalidArgument("keys file " + path + " has mode " + mode +
-                           ": group or others may read or write it; chmod 600 it");
-  }
-  if (static_cast<uint64_t>(st.st_size) > kMaxKeysFileBytes) {
-    return InvalidArgument("keys file " + path + " is larger than " +
-                           std::to_string(kMaxKeysFileBytes) + " bytes");
-  }
-  std::string text(static_cast<size_t>(st.st_size) + 1, '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    ssize_t n = read(fd, text.data() + got, text.size() - got);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n < 0) {
-      return InvalidArgument("keys file " + path + ": " + std::strerror(errno));
-    }
-    if (n == 0) {
-      break;
-    }
-    got += static_cast<size_t>(n);
-  }
-  if (got > kMaxKeysFileBytes) {  // It grew after fstat.
-    return InvalidArgument("keys file " + path + " is larger than " +
-                           std::to_string(kMaxKeysFileBytes) + " bytes");
-  }
-  text.resize(got);
-  return text;
-}
-
 }  // namespace
 
 Result<std::vector<KeyDigest>> ReadKeysFile(const std::string& path) {
-  FERRY_ASSIGN_OR_RETURN(std::string text, ReadPrivateFile(path));
+  FERRY_ASSIGN_OR_RETURN(std::string text,
+                         ReadConfigFile(path, "keys file", kMaxKeysFileBytes, true));
   std::vector<KeyDigest> keys;
   std::string_view rest(text);
   for (size_t line = 1; !rest.empty(); ++line) {

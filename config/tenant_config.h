@@ -8,6 +8,7 @@
 //   models = ["mlp", "cnn"]          # or ["*"]: every model
 //   keys_file = "keys/acme.keys"     # relative to the node file; lines "sha256:HEX"
 //   weight = 2.0                     # share of GPU time between tenants (fair). Default 1.
+//   tls_subjects = ["CN=acme-batch,O=Acme"]  # client certificates that are this tenant
 //
 // A [tenants.NAME] table also declares NAME as a tenant, as [frontend] tenants does.
 //
@@ -30,6 +31,9 @@ struct TenantSettings {
   std::vector<std::string> models;  // Model names, or the single entry "*": every model.
   std::string keys_file;            // Absolute; empty: this tenant has no keys.
   double weight = 1.0;              // fair's tenant level (docs/scheduler.md, "Tenants").
+  // Client certificate subjects (RFC 2253, "CN=alice,O=Acme") that are this tenant over mutual
+  // TLS ([node.listen] tls_client_ca); each names one tenant.
+  std::vector<std::string> tls_subjects;
   bool MayCall(std::string_view model) const;
 };
 

@@ -98,6 +98,7 @@ TEST_CASE("[tenants.NAME] and [auth] are read, numbered after [frontend] tenants
   CHECK(c->tenants[0].weight == 1.0);
   CHECK(c->scheduler.tenant_weights == std::map<uint32_t, double>{{2, 1.0}, {3, 2.5}});
   CHECK(c->auth.required);
+  CHECK(c->node.tls == TlsSettings{});
   CHECK(c->auth.open_endpoints == (kOpenHealth | kOpenStatistics));
   CHECK_FALSE(Parse("").value().auth.required);
   CHECK(Parse("").value().auth.open_endpoints == kOpenHealth);
@@ -140,11 +141,43 @@ TEST_CASE("tenant and auth mistakes are errors") {
   CHECK(Contains(error("[tenants.\"a b\"]\nmodels = [\"*\"]\n"), "not a tenant name"));
   CHECK(Contains(error("[auth]\nrequired = true\n"), "no [tenants.NAME] has a keys_file"));
   CHECK(Contains(error("[auth]\nopen_endpoints = [\"infer\"]\n"), "unknown endpoint class"));
+  CHECK(Contains(error("[tenants.a]\nmodels = [\"*\"]\ntls_subjects = [\"CN=x\"]\n"
+                       "[tenants.b]\nmodels = [\"*\"]\ntls_subjects = [\"CN=y\", \"CN=x\"]\n"),
+                 "'CN=x' is also tenant 'a'"));
+  CHECK(Contains(error("[tenants.a]\nmodels = [\"*\"]\ntls_subjects = [\"\"]\n"), "1 to 1024"));
+  // Subjects authenticate only over mutual TLS: without a client CA they serve no one.
+  CHECK(Contains(error("[auth]\nrequired = true\n[tenants.a]\nmodels = [\"*\"]\n"
+                       "tls_subjects = [\"CN=x\"]\n"),
+                 "tls_client_ca"));
+  CHECK(Contains(error("[node.listen]\ntls_cert = \"c.pem\"\n"), "go together"));
+  CHECK(Contains(error("[node.listen]\ntls_key = \"k.pem\"\n"), "go together"));
+  CHECK(Contains(error("[node.listen]\ntls_client_ca = \"ca.pem\"\n"), "mutual TLS is TLS"));
   std::string many = "[frontend]\ntenants = [";
   for (int i = 0; i < 16; ++i) {
     many += (i ? ", " : "") + std::string("\"t") + std::to_string(i) + "\"";
   }
   CHECK(Contains(error(many + "]\n[tenants.extra]\nmodels = [\"*\"]\n"), "at most 16"));
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+TEST_CASE("[node.listen] TLS files and tls_subjects are read; mutual TLS can be the credential") {
+  Result<NodeConfig> c = ParseNodeConfig(
+      "[node.listen]\ntls_cert = \"tls/cert.pem\"\ntls_key = \"/k/key.pem\"\n"
+      "tls_client_ca = \"tls/ca.pem\"\n"
+      "[auth]\nrequired = true\n"
+      "[tenants.acme]\nmodels = [\"*\"]\ntls_subjects = [\"CN=alice,O=ferry tests\"]\n",
+      "node.toml", "/etc/ferry", {});
+  REQUIRE(c.ok());
+  CHECK(c->node.tls.cert == "/etc/ferry/tls/cert.pem");
+  CHECK(c->node.tls.key == "/k/key.pem");
+  CHECK(c->node.tls.client_ca == "/etc/ferry/tls/ca.pem");
+  CHECK(c->node.tls.enabled());
+  CHECK(c->tenants[0].tls_subjects == std::vector<std::string>{"CN=alice,O=ferry tests"});
 }
 
 }  // namespace
