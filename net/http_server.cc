@@ -45,6 +45,7 @@ struct Answer {
 struct Mailbox {
   Mutex mu;
   std::vector<Answer> answers GUARDED_BY(mu);
+  std::vector<std::pair<int, std::string>> adopted GUARDED_BY(mu);  // Descriptor, subject.
   int event_fd = -1;
   ~Mailbox() {
     if (event_fd >= 0) {
@@ -56,6 +57,16 @@ struct Mailbox {
       MutexLock lock(&mu);
       answers.push_back(std::move(answer));
     }
+    Wake();
+  }
+  void Adopt(int fd, std::string subject) {
+    {
+      MutexLock lock(&mu);
+      adopted.emplace_back(fd, std::move(subject));
+    }
+    Wake();
+  }
+  void Wake() {
     uint64_t one = 1;
     (void)!write(event_fd, &one, sizeof(one));
   }
@@ -63,6 +74,7 @@ struct Mailbox {
 
 struct Connection {
   int fd = -1;
+  std::string tls_subject;  // The client certificate's, for connections through TLS.
   std::string in;
   std::optional<Parser> parser;
   bool sent_continue = false;
@@ -171,11 +183,13 @@ struct HttpServer::Impl {
   std::atomic<bool> draining{false};
   std::atomic<bool> drain_seen{false};
   std::atomic<bool> drained{false};
-  bool listening = true;
+  bool listening = false;  // Accepting on listen_fd (never when it is -1).
   int64_t drain_started = 0;
   HttpServerStats stats;
 
   void Accept(int64_t now);
+  // Serves `fd` (accepted here or adopted), or answers 503 and closes it at the cap.
+  void Admit(int fd, std::string tls_subject, int64_t now);
   // Closes the connection idle longest (at least min_idle_to_evict_ns, nothing of a request
   // read); false when none is.
   bool EvictIdlest(int64_t now);
@@ -237,30 +251,35 @@ void HttpServer::Impl::Accept(int64_t now) {
     if (fd < 0) {
       return;  // EAGAIN (another hook host took it), or a connection reset before accept.
     }
-    if (connections.size() >= options.max_connections && !EvictIdlest(now)) {
-      // Answered and closed, so the kernel's backlog never fills with connections nobody
-      // serves; the client retries (on another hook host, with luck).
-      std::string busy =
-          Serialize(Plain(503, "too many connections to this hook host (" +
-                                   std::to_string(options.max_connections) + "); retry"),
-                    true);
-      ++stats.refused_connections;  // Counted before the client can see the answer.
-      (void)!send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      close(fd);
-      continue;
-    }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    uint64_t id = next_id++;
-    Connection& c = connections[id];
-    c.fd = fd;
-    c.last_active = now;
-    epoll_event e{};
-    e.events = EPOLLIN | EPOLLRDHUP;
-    e.data.u64 = id;
-    epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &e);
-    ++stats.connections;
+    Admit(fd, {}, now);
   }
+}
+
+void HttpServer::Impl::Admit(int fd, std::string tls_subject, int64_t now) {
+  if (connections.size() >= options.max_connections && !EvictIdlest(now)) {
+    // Answered and closed, so the kernel's backlog never fills with connections nobody
+    // serves; the client retries (on another hook host, with luck).
+    std::string busy =
+        Serialize(Plain(503, "too many connections to this hook host (" +
+                                 std::to_string(options.max_connections) + "); retry"),
+                  true);
+    ++stats.refused_connections;  // Counted before the client can see the answer.
+    (void)!send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    close(fd);
+    return;
+  }
+  uint64_t id = next_id++;
+  Connection& c = connections[id];
+  c.fd = fd;
+  c.tls_subject = std::move(tls_subject);
+  c.last_active = now;
+  epoll_event e{};
+  e.events = EPOLLIN | EPOLLRDHUP;
+  e.data.u64 = id;
+  epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &e);
+  ++stats.connections;
 }
 
 void HttpServer::Impl::Fail(Connection& c, int status, std::string why) {
@@ -283,6 +302,7 @@ void HttpServer::Impl::Dispatch(uint64_t id, Connection& c, Parser& parser) {
     request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
   }
   request.body = std::move(message.body());
+  request.tls_subject = c.tls_subject;
   bool keep_alive = message.keep_alive() && !draining.load();
   uint64_t sequence = c.next_sequence++;
   ++c.in_flight;
@@ -456,9 +476,18 @@ void HttpServer::Impl::TakeAnswers() {
   uint64_t count;
   (void)!read(mailbox->event_fd, &count, sizeof(count));
   std::vector<Answer> answers;
+  std::vector<std::pair<int, std::string>> adopted;
   {
     MutexLock lock(&mailbox->mu);
     answers.swap(mailbox->answers);
+    adopted.swap(mailbox->adopted);
+  }
+  for (auto& [fd, subject] : adopted) {
+    if (draining.load()) {
+      close(fd);  // As a connection arriving after Drain: never served.
+    } else {
+      Admit(fd, std::move(subject), MonotonicNs());
+    }
   }
   for (Answer& a : answers) {
     auto it = connections.find(a.connection);
@@ -495,7 +524,7 @@ void HttpServer::Impl::Sweep(int64_t now) {
     bool idle_too_long =
         idle && c.request_started == 0 && now - c.last_active > options.idle_timeout_ns;
     if ((c.close_when_written && c.out.empty()) || (idle && c.peer_closed) || idle_too_long ||
-        (idle && !listening && c.request_started == 0 && now - drain_started > kDrainGraceNs)) {
+        (idle && drain_seen.load() && c.request_started == 0 && now - drain_started > kDrainGraceNs)) {
       closing.push_back(id);
       continue;
     }
@@ -511,15 +540,18 @@ HttpServer::HttpServer(int listen_fd, HttpServerOptions options, HttpHandler han
   impl_->listen_fd = listen_fd;
   impl_->options = options;
   impl_->handler = std::move(handler);
-  int flags = fcntl(listen_fd, F_GETFL);
-  fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK);
   impl_->mailbox->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   impl_->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
   epoll_event e{};
-  // Every hook host waits on the same listening socket: wake one, not all.
-  e.events = EPOLLIN | EPOLLEXCLUSIVE;
-  e.data.u64 = kListenTag;
-  epoll_ctl(impl_->epoll_fd, EPOLL_CTL_ADD, listen_fd, &e);
+  if (listen_fd >= 0) {
+    int flags = fcntl(listen_fd, F_GETFL);
+    fcntl(listen_fd, F_SETFL, flags | O_NONBLOCK);
+    // Every hook host waits on the same listening socket: wake one, not all.
+    e.events = EPOLLIN | EPOLLEXCLUSIVE;
+    e.data.u64 = kListenTag;
+    epoll_ctl(impl_->epoll_fd, EPOLL_CTL_ADD, listen_fd, &e);
+    impl_->listening = true;
+  }
   e.events = EPOLLIN;
   e.data.u64 = kWakeTag;
   epoll_ctl(impl_->epoll_fd, EPOLL_CTL_ADD, impl_->mailbox->event_fd, &e);
@@ -536,10 +568,12 @@ void HttpServer::Run() {
   Impl& s = *impl_;
   epoll_event events[64];
   while (!s.stopping.load()) {
-    if (s.draining.load() && s.listening) {
+    if (s.draining.load() && !s.drain_seen.load()) {
       // No new connection. Requests on open ones are still read and answered (the handler
       // refuses them while draining), each answer closing its connection.
-      epoll_ctl(s.epoll_fd, EPOLL_CTL_DEL, s.listen_fd, nullptr);
+      if (s.listening) {
+        epoll_ctl(s.epoll_fd, EPOLL_CTL_DEL, s.listen_fd, nullptr);
+      }
       s.listening = false;
       s.drain_started = MonotonicNs();
       s.drain_seen.store(true);
@@ -565,6 +599,10 @@ void HttpServer::Run() {
       s.drained.store(true);
     }
   }
+}
+
+void HttpServer::Adopt(int fd, std::string tls_subject) {
+  impl_->mailbox->Adopt(fd, std::move(tls_subject));
 }
 
 void HttpServer::Drain() { impl_->draining.store(true); }

@@ -38,6 +38,9 @@ struct HttpRequest {
   std::string target;                                        // "/v2/models/mlp/infer"
   std::vector<std::pair<std::string, std::string>> headers;  // As received.
   std::string body;
+  // The verified client certificate's subject (RFC 2253) when the connection came through
+  // TLS with one (net/tls_relay.h); empty otherwise.
+  std::string tls_subject;
   // Fired when the client closes its connection (or it fails) before this request's answer
   // was handed back: a client that left. A half-close (shutdown(SHUT_WR)) counts as leaving,
   // as nginx takes it (HTTP/1.1 clients close when they give up).
@@ -81,8 +84,9 @@ struct HttpServerStats {
 
 class HttpServer {
  public:
-  // REQUIRES: `listen_fd` is a listening stream socket; the server makes it non-blocking
-  // and does not close it (the caller owns it).
+  // REQUIRES: `listen_fd` is a listening stream socket, or -1 for a server of adopted
+  // connections only (behind a TLS relay); the server makes it non-blocking and does not
+  // close it (the caller owns it).
   HttpServer(int listen_fd, HttpServerOptions options, HttpHandler handler);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
@@ -90,6 +94,9 @@ class HttpServer {
 
   // Serves until Stop. Returns at once when Stop was called before.
   void Run();
+  // Serves the connected socket `fd` (non-blocking; the server owns it from now, and closes
+  // it when draining) as if accepted, its requests carrying `tls_subject`. Any thread.
+  void Adopt(int fd, std::string tls_subject);
   // Stops accepting. Requests on open connections are still read, handed to the handler and
   // answered, each answer closing its connection; an idle connection is closed after a short
   // grace (a request its client was sending is read, not met by a close).

@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -425,6 +426,54 @@ TEST_CASE("a client that closes its connection cancels its unanswered requests, 
   close(last);
   CHECK(fired(3));
   held[3].second(HttpResponse{499, {}, "{}", false});
+}
+
+}  // namespace
+}  // namespace ferry::net
+
+namespace ferry::net {
+namespace {
+
+TEST_CASE("a server of adopted connections serves them with their TLS subject") {
+  std::mutex mu;
+  std::vector<std::string> subjects;
+  HttpServer server(-1, HttpServerOptions{}, [&](HttpRequest&& r, Responder respond) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      subjects.push_back(r.tls_subject);
+    }
+    HttpResponse answer;
+    answer.body = "hello " + r.tls_subject;
+    respond(std::move(answer));
+  });
+  std::thread thread([&] { server.Run(); });
+  int pair[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pair) == 0);
+  server.Adopt(pair[0], "CN=alice,O=ferry tests");
+  int client = pair[1];
+  fcntl(client, F_SETFL, fcntl(client, F_GETFL) & ~O_NONBLOCK);
+  timeval t{10, 0};
+  setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof(t));
+  Send(client, "GET /x HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
+  std::string answer = ReadAll(client);
+  CHECK(answer.find("200 OK") != std::string::npos);
+  CHECK(answer.find("hello CN=alice,O=ferry tests") != std::string::npos);
+  close(client);
+  // Adopted while draining: closed, never served.
+  server.Drain();
+  while (!server.DrainSeen()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
+  server.Adopt(pair[0], "");
+  setsockopt(pair[1], SOL_SOCKET, SO_RCVTIMEO, &t, sizeof(t));
+  Send(pair[1], "GET /x HTTP/1.1\r\nHost: h\r\n\r\n");
+  CHECK(ReadAll(pair[1]).empty());
+  close(pair[1]);
+  server.Stop();
+  thread.join();
+  std::lock_guard<std::mutex> lock(mu);
+  CHECK(subjects == std::vector<std::string>{"CN=alice,O=ferry tests"});
 }
 
 }  // namespace
