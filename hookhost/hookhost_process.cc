@@ -15,9 +15,11 @@
 #include "hookhost/frontend/front_end.h"
 #include "hookhost/hookhost.h"
 #include "hookhost/startup.h"
+#include "net/tls_context.h"
 #include "shm/control.h"
 #include "shm/ring.h"
 #include "shm/status.h"
+#include "shm/tls_store.h"
 
 namespace ferry::hookhost {
 namespace {
@@ -97,6 +99,7 @@ struct Running {
   std::optional<LoadedModels> loaded;
   std::unique_ptr<HookHost> host;
   std::optional<frontend::Authenticator> auth;  // Before `front`, which uses it.
+  std::optional<shm::TlsStore> tls;             // Likewise; with [node.listen] tls_*.
   frontend::FrontEnd front;
 
   const std::vector<HookModel>& models() const { return loaded->models; }
@@ -104,6 +107,22 @@ struct Running {
     hookhost::Publish(*status, state, generation, models(), fault_model);
   }
 };
+
+// The certificate ferryd published, mapped and built once before the sandbox: OpenSSL reads
+// its configuration file at its first use, which the sandbox would refuse. Exits 1 when there
+// is none or it does not build.
+void OpenTls(const HookHostProcessArgs& args, Running& r) {
+  Result<shm::TlsStore> store = shm::TlsStore::Open(args.segment);
+  Result<shm::TlsPems> pems = store.ok() ? store->Read() : Result<shm::TlsPems>(store.error());
+  Result<net::TlsContext> context =
+      pems.ok() ? net::MakeServerContext({pems->cert_chain, pems->key, pems->client_ca})
+                : Result<net::TlsContext>(pems.error());
+  if (!context.ok()) {
+    spdlog::error("hook host slot {}: TLS: {}", args.slot, context.error().ToString());
+    Exit(1);
+  }
+  r.tls.emplace(std::move(*store));
+}
 
 // Node file, segment, models and plugins (loaded confined), then the sandbox. Exits 1 on
 // failure.
@@ -136,6 +155,9 @@ void LoadAndSeal(const HookHostProcessArgs& args, Running& r, int64_t* spin_us) 
   r.status.emplace(*r.segment, args.slot);
   hookhost::Publish(*r.status, shm::ProcessState::kStarting, r.generation, {});
 
+  if (r.config.node.tls.enabled()) {
+    OpenTls(args, r);
+  }
   bool strict = r.config.hooks.sandbox == SandboxMode::kStrict;
   std::optional<std::vector<std::string>> names;
   if (args.models) {
@@ -186,8 +208,9 @@ void StartServing(const HookHostProcessArgs& args, Running& r, int64_t spin_us) 
   r.host->Start();
   if (args.http_fd >= 0) {
     r.auth.emplace(&r.segment->keys(), r.config);
-    if (Status started = r.front.Start(*r.segment, r.models(), r.host.get(), args.http_fd,
-                                       args.grpc_fd, r.config.frontend, &*r.auth);
+    if (Status started =
+            r.front.Start(*r.segment, r.models(), r.host.get(), args.http_fd, args.grpc_fd,
+                          r.config.frontend, &*r.auth, r.tls ? &*r.tls : nullptr);
         !started.ok()) {
       spdlog::error("hook host slot {}: {}", args.slot, started.error().ToString());
       Exit(1);

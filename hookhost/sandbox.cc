@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -193,6 +194,13 @@ Status EnterSeccomp() {
     failed |= seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1, SCMP_A0(SCMP_CMP_EQ, self));
     failed |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1, SCMP_A0(SCMP_CMP_NE, self));
   }
+  // A connected pair of Unix sockets: the TLS relay hands each decrypted connection to its
+  // server as one (net/tls_relay.h). It reaches nothing outside the process (no address, no
+  // file); any other domain is refused.
+  failed |=
+      seccomp_rule_add(ctx, SCMP_ACT_ALLOW, __NR_socketpair, 1, SCMP_A0(SCMP_CMP_EQ, AF_UNIX));
+  failed |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), __NR_socketpair, 1,
+                             SCMP_A0(SCMP_CMP_NE, AF_UNIX));
   // What a plugin trying to escape calls: refused, so it sees EPERM and the host survives.
   refuse({__NR_open,
           __NR_openat,
@@ -209,7 +217,6 @@ Status EnterSeccomp() {
           __NR_readlinkat,
           __NR_statx,
           __NR_socket,
-          __NR_socketpair,
           __NR_connect,
           __NR_bind,
           __NR_listen,
@@ -269,18 +276,21 @@ Status EnterLoadSeccomp() {
     }
   };
   // No sockets, processes, other processes' memory, kernel attack surface or namespaces.
-  refuse({__NR_socket, __NR_socketpair, __NR_connect, __NR_bind, __NR_listen, __NR_execve,
-          __NR_execveat, __NR_fork, __NR_vfork, __NR_ptrace, __NR_process_vm_readv,
-          __NR_process_vm_writev, __NR_io_uring_setup, __NR_io_uring_enter, __NR_io_uring_register,
-          __NR_bpf, __NR_memfd_create, __NR_userfaultfd, __NR_perf_event_open, __NR_mount,
-          __NR_umount2, __NR_unshare, __NR_setns, __NR_pivot_root, __NR_chroot, __NR_keyctl,
-          __NR_add_key, __NR_request_key, __NR_tkill, __NR_pidfd_open, __NR_pidfd_send_signal,
-          __NR_pidfd_getfd, __NR_openat2, __NR_creat,
+  refuse({__NR_socket, __NR_connect, __NR_bind, __NR_listen, __NR_execve, __NR_execveat, __NR_fork,
+          __NR_vfork, __NR_ptrace, __NR_process_vm_readv, __NR_process_vm_writev,
+          __NR_io_uring_setup, __NR_io_uring_enter, __NR_io_uring_register, __NR_bpf,
+          __NR_memfd_create, __NR_userfaultfd, __NR_perf_event_open, __NR_mount, __NR_umount2,
+          __NR_unshare, __NR_setns, __NR_pivot_root, __NR_chroot, __NR_keyctl, __NR_add_key,
+          __NR_request_key, __NR_tkill, __NR_pidfd_open, __NR_pidfd_send_signal, __NR_pidfd_getfd,
+          __NR_openat2, __NR_creat,
           // Changing the filesystem (Landlock refuses these too, where the kernel has it).
           __NR_unlink, __NR_unlinkat, __NR_rename, __NR_renameat, __NR_renameat2, __NR_mkdir,
           __NR_mkdirat, __NR_rmdir, __NR_link, __NR_linkat, __NR_symlink, __NR_symlinkat,
           __NR_chmod, __NR_fchmod, __NR_fchmodat, __NR_chown, __NR_fchown, __NR_lchown,
           __NR_fchownat, __NR_truncate, __NR_mknod, __NR_mknodat});
+  // Unix socket pairs only (as the serving filter: the TLS relay's).
+  failed |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), __NR_socketpair, 1,
+                             SCMP_A0(SCMP_CMP_NE, AF_UNIX));
   // Threads, never processes (as the serving filter). A thread create() leaves running would
   // escape the serving filter, which applies to the threads that exist when it is loaded:
   // ThreadCensus finds it first.

@@ -15,7 +15,8 @@ packages=(
   libseccomp-dev          # hook host sandbox
   zlib1g-dev              # gzip/deflate request and response bodies
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # the gRPC front end
-  libssl-dev              # OpenSSL: SHA-256 of API keys
+  libssl-dev              # OpenSSL: SHA-256 of API keys, TLS on the front end
+  openssl                 # the TLS test's certificates (scripts/tls-test.sh)
   libsystemd-dev          # sd_notify
   libdnnl-dev             # oneDNN: the CPU backend's dense and conv2d kernels
   libonnx-dev             # ONNX's protobuf classes: ferryctl import reads model.onnx

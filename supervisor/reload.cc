@@ -30,6 +30,9 @@ std::vector<std::string> RestartNeeded(const NodeConfig& a, const NodeConfig& b)
   check(x.http.ToString() == y.http.ToString() && x.grpc.ToString() == y.grpc.ToString() &&
             x.metrics.ToString() == y.metrics.ToString(),
         "node.listen");
+  // A relay in each hook host or none, and whether it asks for client certificates.
+  check(x.tls.enabled() == y.tls.enabled() && x.tls.client_ca.empty() == y.tls.client_ca.empty(),
+        "node.listen tls");
   check(x.model_repository == y.model_repository, "node.model_repository");
   check(x.shm_size == y.shm_size, "node.shm_size");
   check(a.supervisor.control_socket == b.supervisor.control_socket &&
@@ -269,6 +272,24 @@ Status Supervisor::Impl::ReloadKeys(const NodeConfig& loaded, json* applied) {
   return OkStatus();
 }
 
+Status Supervisor::Impl::ReloadTls(const NodeConfig& loaded, json* applied) {
+  if (!tls || !loaded.node.tls.enabled()) {
+    return OkStatus();  // Turning TLS on or off waits for a restart (RestartNeeded).
+  }
+  FERRY_ASSIGN_OR_RETURN(shm::TlsPems pems, ReadTlsFiles(loaded.node.tls));
+  Result<shm::TlsPems> current = tls->Read();
+  bool same = current.ok() && current->cert_chain == pems.cert_chain && current->key == pems.key &&
+              current->client_ca == pems.client_ca;
+  if (!same) {
+    FERRY_RETURN_IF_ERROR(tls->Publish(pems));
+    applied->push_back("TLS certificate: " + loaded.node.tls.cert);
+  }
+  config.node.tls.cert = loaded.node.tls.cert;
+  config.node.tls.key = loaded.node.tls.key;
+  config.node.tls.client_ca = loaded.node.tls.client_ca;
+  return OkStatus();
+}
+
 Result<json> Supervisor::Impl::Reload() {
   sd_notify(0, "RELOADING=1");
   Result<NodeConfig> loaded = LoadNodeConfig(options.config_path, SchedulerEnvironment());
@@ -280,7 +301,11 @@ Result<json> Supervisor::Impl::Reload() {
   }
   std::vector<std::string> restart = RestartNeeded(config, *loaded);
   json applied = json::array();
-  if (Status keys = ReloadKeys(*loaded, &applied); !keys.ok()) {
+  Status keys = ReloadKeys(*loaded, &applied);
+  if (keys.ok()) {
+    keys = ReloadTls(*loaded, &applied);
+  }
+  if (!keys.ok()) {
     spdlog::error("reload refused; the node keeps its configuration: {}", keys.error().message);
     sd_notify(0, "READY=1");
     return InvalidArgument("reload refused, the node keeps its configuration: " +

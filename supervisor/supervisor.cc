@@ -90,12 +90,14 @@ int Supervisor::Run() {
     }
     if (impl_->segment) {
       shm::Segment::Remove(impl_->segment->name());
+      shm::TlsStore::Remove(impl_->segment->name());
     }
     return 1;
   }
   impl_->Loop();
   impl_->StopMetrics();
   shm::Segment::Remove(impl_->segment->name());
+  shm::TlsStore::Remove(impl_->segment->name());
   spdlog::info("node '{}' stopped; segment {} removed", impl_->config.node.name,
                impl_->segment->name());
   return 0;
@@ -132,6 +134,14 @@ Status Supervisor::Impl::Start() {
   FERRY_ASSIGN_OR_RETURN(shm::Segment created, shm::Segment::Create(name, layout));
   segment.emplace(std::move(created));
   FERRY_RETURN_IF_ERROR(shm::PublishKeys(segment->keys(), keys));
+  if (config.node.tls.enabled()) {
+    FERRY_ASSIGN_OR_RETURN(shm::TlsPems pems, ReadTlsFiles(config.node.tls));
+    FERRY_ASSIGN_OR_RETURN(shm::TlsStore store, shm::TlsStore::Create(name));
+    tls.emplace(std::move(store));
+    FERRY_RETURN_IF_ERROR(tls->Publish(pems));
+    spdlog::info("TLS on HTTP and gRPC ({}{})", config.node.tls.cert,
+                 config.node.tls.client_ca.empty() ? "" : "; client certificates required");
+  }
   if (!config.tenants.empty()) {
     spdlog::info("{} API key(s) for {} tenant(s); auth {}", keys.size(), config.tenants.size(),
                  config.auth.required ? "required" : "optional");

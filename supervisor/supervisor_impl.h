@@ -41,6 +41,7 @@
 #include "supervisor/node_report.h"
 #include "supervisor/restart_policy.h"
 #include "supervisor/supervisor.h"
+#include "supervisor/tls_files.h"
 
 namespace ferry::supervisor {
 
@@ -119,6 +120,7 @@ struct Supervisor::Impl {
   NodeConfig config;
   std::vector<WorkerDevice> devices;
   std::optional<shm::Segment> segment;
+  std::optional<shm::TlsStore> tls;  // [node.listen] tls_*: the hook hosts' certificate.
   std::optional<ControlServer> control;
   std::optional<Listener> http;  // Handed to every hook host; closed when the node stops.
   std::string bound_http;
@@ -212,6 +214,9 @@ struct Supervisor::Impl {
   // Reload's keys: the keys files read again and published when they changed (unless the
   // tenants changed, which waits for a restart). On error nothing is published.
   Status ReloadKeys(const NodeConfig& loaded, json* applied);
+  // Reads the TLS files again and publishes them when they changed: new connections get the
+  // new certificate. An error refuses the reload (the node keeps serving the old one).
+  Status ReloadTls(const NodeConfig& loaded, json* applied);
   Result<json> SendToModel(const std::string& model, shm::ControlCode code, double weight,
                            int32_t value);
   Result<json> LoadModel(const std::string& name);

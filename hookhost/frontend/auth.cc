@@ -55,6 +55,9 @@ Authenticator::Authenticator(const shm::KeyTableData* table, const NodeConfig& c
     auto it = std::find(names_.begin(), names_.end(), t.name);
     if (it != names_.end()) {
       by_number_[static_cast<size_t>(it - names_.begin())] = &t;
+      for (const std::string& subject : t.tls_subjects) {
+        by_subject_[subject] = static_cast<uint32_t>(it - names_.begin()) + 1;
+      }
     }
   }
 }
@@ -102,8 +105,18 @@ bool Authenticator::Open(Endpoint endpoint) const {
   return false;
 }
 
-Result<uint32_t> Authenticator::Check(const std::string* authorization, Endpoint endpoint,
+Result<uint32_t> Authenticator::Check(const std::string* authorization,
+                                      std::string_view tls_subject, Endpoint endpoint,
                                       std::string_view model) const {
+  auto by_certificate = tls_subject.empty() ? by_subject_.end() : by_subject_.find(tls_subject);
+  if (authorization == nullptr && by_certificate != by_subject_.end()) {
+    uint32_t tenant = by_certificate->second;
+    if (!model.empty() && !MaySee(tenant, model)) {
+      return PermissionDenied("tenant '" + names_[tenant - 1] + "' may not call model '" +
+                              std::string(model.substr(0, 128)) + "'");
+    }
+    return tenant;
+  }
   if (authorization == nullptr) {
     if (!auth_.required || Open(endpoint)) {
       return uint32_t{0};

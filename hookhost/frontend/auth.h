@@ -3,6 +3,8 @@
 // written by ferryd from the [tenants.NAME] keys files), and what the key's tenant may call
 // (config/tenant_config.h). docs/security.md has the rules and the threat model.
 //
+//   a client certificate (mutual TLS) whose subject a tenant's tls_subjects lists, and no
+//              key: that tenant, its models checked as for a key
 //   no key     auth not required: anonymous (tenant 0), as without tenants
 //              required: served only on the endpoint classes [auth] open_endpoints names,
 //              else UNAUTHENTICATED
@@ -21,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,8 +52,10 @@ class Authenticator {
   // model the call is about (empty for node-wide endpoints). Returns the caller's tenant
   // number (0: anonymous), or UNAUTHENTICATED / PERMISSION_DENIED with a message that never
   // repeats the key.
-  Result<uint32_t> Check(const std::string* authorization, Endpoint endpoint,
-                         std::string_view model) const;
+  // `tls_subject`: the connection's verified client certificate subject (empty: none); with
+  // no key, a subject some [tenants.NAME] tls_subjects lists is that tenant.
+  Result<uint32_t> Check(const std::string* authorization, std::string_view tls_subject,
+                         Endpoint endpoint, std::string_view model) const;
   // Whether `tenant` (0: anonymous) sees `model` in node-wide listings (index, statistics).
   bool MaySee(uint32_t tenant, std::string_view model) const;
   // The tenant's name; empty for 0 or an unknown number.
@@ -67,6 +72,7 @@ class Authenticator {
   std::vector<std::string> names_;                // Tenant number - 1 -> name.
   std::vector<const TenantSettings*> by_number_;  // Tenant number - 1 -> settings (or null).
   std::vector<TenantSettings> tenants_;
+  std::map<std::string, uint32_t, std::less<>> by_subject_;  // tls_subjects -> tenant number.
   mutable std::mutex mu_;
   mutable std::shared_ptr<const shm::KeySnapshot> keys_;
 };

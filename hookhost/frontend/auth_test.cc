@@ -40,21 +40,22 @@ TEST_CASE("SHA-256 is the standard digest") {
 TEST_CASE("with auth required: no key 401, a wrong key 401, another's model 403, right 200") {
   Node node(true);
   Authenticator auth(node.table.get(), node.config);
-  Result<uint32_t> none = auth.Check(nullptr, Endpoint::kInfer, "mlp");
+  Result<uint32_t> none = auth.Check(nullptr, "", Endpoint::kInfer, "mlp");
   REQUIRE_FALSE(none.ok());
   CHECK(none.error().code == ErrorCode::kUnauthenticated);
   std::string wrong = Bearer("acme-kex");
-  CHECK(auth.Check(&wrong, Endpoint::kInfer, "mlp").error().code == ErrorCode::kUnauthenticated);
-  CHECK(auth.Check(&wrong, Endpoint::kInfer, "mlp").error().message.find("acme-kex") ==
+  CHECK(auth.Check(&wrong, "", Endpoint::kInfer, "mlp").error().code ==
+        ErrorCode::kUnauthenticated);
+  CHECK(auth.Check(&wrong, "", Endpoint::kInfer, "mlp").error().message.find("acme-kex") ==
         std::string::npos);  // The key is never repeated.
   std::string acme = Bearer("acme-key");
-  Result<uint32_t> other = auth.Check(&acme, Endpoint::kInfer, "cnn");
+  Result<uint32_t> other = auth.Check(&acme, "", Endpoint::kInfer, "cnn");
   REQUIRE_FALSE(other.ok());
   CHECK(other.error().code == ErrorCode::kPermissionDenied);
   CHECK(other.error().message == "tenant 'acme' may not call model 'cnn'");
-  CHECK(auth.Check(&acme, Endpoint::kInfer, "mlp").value() == 2);
+  CHECK(auth.Check(&acme, "", Endpoint::kInfer, "mlp").value() == 2);
   std::string globex = Bearer("globex-key");
-  CHECK(auth.Check(&globex, Endpoint::kInfer, "cnn").value() == 3);
+  CHECK(auth.Check(&globex, "", Endpoint::kInfer, "cnn").value() == 3);
   CHECK(auth.TenantName(3) == "globex");
   CHECK(auth.TenantName(0).empty());
   CHECK(auth.TenantName(99).empty());
@@ -63,24 +64,26 @@ TEST_CASE("with auth required: no key 401, a wrong key 401, another's model 403,
 TEST_CASE("open endpoints are served without a key; the others are not") {
   Node health_only(true);
   Authenticator a(health_only.table.get(), health_only.config);
-  CHECK(a.Check(nullptr, Endpoint::kHealth, "mlp").value() == 0);
-  CHECK_FALSE(a.Check(nullptr, Endpoint::kMetadata, "").ok());
-  CHECK_FALSE(a.Check(nullptr, Endpoint::kStatistics, "").ok());
+  CHECK(a.Check(nullptr, "", Endpoint::kHealth, "mlp").value() == 0);
+  CHECK_FALSE(a.Check(nullptr, "", Endpoint::kMetadata, "").ok());
+  CHECK_FALSE(a.Check(nullptr, "", Endpoint::kStatistics, "").ok());
   Node open(true, kOpenHealth | kOpenMetadata | kOpenStatistics);
   Authenticator b(open.table.get(), open.config);
-  CHECK(b.Check(nullptr, Endpoint::kMetadata, "cnn").ok());
-  CHECK(b.Check(nullptr, Endpoint::kStatistics, "").ok());
-  CHECK_FALSE(b.Check(nullptr, Endpoint::kInfer, "cnn").ok());  // Inference never is.
+  CHECK(b.Check(nullptr, "", Endpoint::kMetadata, "cnn").ok());
+  CHECK(b.Check(nullptr, "", Endpoint::kStatistics, "").ok());
+  CHECK_FALSE(b.Check(nullptr, "", Endpoint::kInfer, "cnn").ok());  // Inference never is.
 }
 
 TEST_CASE("with auth off a request without a key is anonymous; a key is still checked") {
   Node node(false);
   Authenticator auth(node.table.get(), node.config);
-  CHECK(auth.Check(nullptr, Endpoint::kInfer, "cnn").value() == 0);
+  CHECK(auth.Check(nullptr, "", Endpoint::kInfer, "cnn").value() == 0);
   std::string wrong = Bearer("nope");
-  CHECK(auth.Check(&wrong, Endpoint::kInfer, "cnn").error().code == ErrorCode::kUnauthenticated);
+  CHECK(auth.Check(&wrong, "", Endpoint::kInfer, "cnn").error().code ==
+        ErrorCode::kUnauthenticated);
   std::string acme = Bearer("acme-key");
-  CHECK(auth.Check(&acme, Endpoint::kInfer, "cnn").error().code == ErrorCode::kPermissionDenied);
+  CHECK(auth.Check(&acme, "", Endpoint::kInfer, "cnn").error().code ==
+        ErrorCode::kPermissionDenied);
   CHECK(auth.MaySee(0, "cnn"));
   CHECK_FALSE(auth.MaySee(2, "cnn"));
   CHECK(auth.MaySee(2, "mlp"));
@@ -96,33 +99,55 @@ TEST_CASE("malformed Authorization values are refused, never matched") {
         std::string("Bearer acme-key\n"), std::string("Bearer ") + std::string(5000, 'k'),
         std::string("Bearer acme-key", 14), std::string("\0Bearer acme-key", 16)}) {
     CAPTURE(value.size());
-    Result<uint32_t> r = auth.Check(&value, Endpoint::kInfer, "mlp");
+    Result<uint32_t> r = auth.Check(&value, "", Endpoint::kInfer, "mlp");
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().code == ErrorCode::kUnauthenticated);
   }
   std::string lower = "bearer   acme-key  ";  // Scheme in any case; spaces around the key.
-  CHECK(auth.Check(&lower, Endpoint::kInfer, "mlp").value() == 2);
+  CHECK(auth.Check(&lower, "", Endpoint::kInfer, "mlp").value() == 2);
 }
 
 TEST_CASE("keys published later are used at once; a table with a lying count is bounded") {
   Node node(true);
   Authenticator auth(node.table.get(), node.config);
   std::string fresh = Bearer("fresh-key");
-  CHECK_FALSE(auth.Check(&fresh, Endpoint::kInfer, "mlp").ok());
+  CHECK_FALSE(auth.Check(&fresh, "", Endpoint::kInfer, "mlp").ok());
   REQUIRE(shm::PublishKeys(*node.table, {{Sha256("fresh-key"), 2}}).ok());
-  CHECK(auth.Check(&fresh, Endpoint::kInfer, "mlp").value() == 2);
+  CHECK(auth.Check(&fresh, "", Endpoint::kInfer, "mlp").value() == 2);
   std::string old = Bearer("acme-key");  // Revoked by the new table.
-  CHECK_FALSE(auth.Check(&old, Endpoint::kInfer, "mlp").ok());
+  CHECK_FALSE(auth.Check(&old, "", Endpoint::kInfer, "mlp").ok());
   // A tenant number past the node's tenants matches nothing.
   REQUIRE(shm::PublishKeys(*node.table, {{Sha256("stray"), 40}}).ok());
   std::string stray = Bearer("stray");
-  CHECK_FALSE(auth.Check(&stray, Endpoint::kInfer, "mlp").ok());
+  CHECK_FALSE(auth.Check(&stray, "", Endpoint::kInfer, "mlp").ok());
   REQUIRE(shm::PublishKeys(*node.table, {{Sha256("fresh-key"), 2}}).ok());
   node.table->count = 1u << 30;  // Read as kMaxKeys entries, not past the table.
   node.table->sequence.fetch_add(2);
-  CHECK(auth.Check(&fresh, Endpoint::kInfer, "mlp").value() == 2);
+  CHECK(auth.Check(&fresh, "", Endpoint::kInfer, "mlp").value() == 2);
   std::vector<shm::KeyEntry> too_many(shm::kMaxKeys + 1);
   CHECK_FALSE(shm::PublishKeys(*node.table, too_many).ok());
+}
+
+TEST_CASE("a client certificate's subject is its tenant when no key is sent") {
+  Node node(true);
+  node.config.tenants[0].tls_subjects = {"CN=alice,O=ferry tests"};
+  Authenticator auth(node.table.get(), node.config);
+  CHECK(auth.Check(nullptr, "CN=alice,O=ferry tests", Endpoint::kInfer, "mlp").value() == 2);
+  // Its tenant's models only.
+  CHECK(auth.Check(nullptr, "CN=alice,O=ferry tests", Endpoint::kInfer, "cnn").error().code ==
+        ErrorCode::kPermissionDenied);
+  // A subject no tenant lists is no one: 401 with auth required.
+  CHECK(auth.Check(nullptr, "CN=mallory,O=ferry tests", Endpoint::kInfer, "mlp").error().code ==
+        ErrorCode::kUnauthenticated);
+  // Nor a prefix or a near match of a listed one.
+  CHECK_FALSE(auth.Check(nullptr, "CN=alice", Endpoint::kInfer, "mlp").ok());
+  CHECK_FALSE(auth.Check(nullptr, "CN=alice,O=ferry tests,", Endpoint::kInfer, "mlp").ok());
+  // A key, when sent, decides.
+  std::string globex = Bearer("globex-key");
+  CHECK(auth.Check(&globex, "CN=alice,O=ferry tests", Endpoint::kInfer, "cnn").value() == 3);
+  std::string wrong = Bearer("nope");
+  CHECK(auth.Check(&wrong, "CN=alice,O=ferry tests", Endpoint::kInfer, "mlp").error().code ==
+        ErrorCode::kUnauthenticated);
 }
 
 }  // namespace

@@ -1,10 +1,49 @@
 #include "hookhost/frontend/front_end.h"
 
+#include <spdlog/spdlog.h>
+
+#include <mutex>
+
 namespace ferry::frontend {
+namespace {
+
+// The relay's certificate source: the store's text, rebuilt into a context when ferryd
+// publishes new text; a text that does not build keeps the last good context (ferryd checks
+// before it publishes, so that is a scribbled store).
+net::ContextSource StoreContexts(const shm::TlsStore* store) {
+  struct Cache {
+    std::mutex mu;
+    uint64_t sequence = 0;
+    net::TlsContext context;
+  };
+  auto cache = std::make_shared<Cache>();
+  return [store, cache]() -> net::TlsContext {
+    std::lock_guard<std::mutex> lock(cache->mu);
+    uint64_t sequence = store->sequence();
+    if (sequence != cache->sequence) {
+      Result<shm::TlsPems> pems = store->Read();
+      Result<net::TlsContext> built =
+          pems.ok() ? net::MakeServerContext({pems->cert_chain, pems->key, pems->client_ca})
+                    : Result<net::TlsContext>(pems.error());
+      if (built.ok()) {
+        cache->context = *built;
+        cache->sequence = pems->sequence;
+      } else {
+        spdlog::error("TLS: the published certificate is unusable ({}); keeping the last",
+                      built.error().ToString());
+        cache->sequence = sequence;
+      }
+    }
+    return cache->context;
+  };
+}
+
+}  // namespace
 
 Status FrontEnd::Start(const shm::Segment& segment, const std::vector<hookhost::HookModel>& models,
                        hookhost::HookHost* host, int http_fd, int grpc_fd,
-                       const FrontendSettings& settings, const Authenticator* auth) {
+                       const FrontendSettings& settings, const Authenticator* auth,
+                       const shm::TlsStore* tls) {
   service_ = std::make_unique<KServeService>(segment, models, host, settings, auth);
   net::HttpServerOptions options;
   options.max_body_bytes = settings.max_request_bytes;
@@ -12,7 +51,7 @@ Status FrontEnd::Start(const shm::Segment& segment, const std::vector<hookhost::
   options.request_timeout_ns = static_cast<int64_t>(settings.request_timeout_seconds * 1e9);
   options.idle_timeout_ns = static_cast<int64_t>(settings.idle_timeout_seconds * 1e9);
   KServeService* s = service_.get();
-  server_ = std::make_unique<net::HttpServer>(http_fd, options,
+  server_ = std::make_unique<net::HttpServer>(tls != nullptr ? -1 : http_fd, options,
                                               [s](net::HttpRequest&& r, net::Responder respond) {
                                                 s->Handle(std::move(r), std::move(respond));
                                               });
@@ -23,10 +62,25 @@ Status FrontEnd::Start(const shm::Segment& segment, const std::vector<hookhost::
     grpc_options.max_connections = static_cast<size_t>(settings.max_connections);
     grpc_options.max_streams = static_cast<int>(settings.max_streams_per_connection);
     grpc_options.idle_timeout_ms = static_cast<int64_t>(settings.idle_timeout_seconds * 1e3);
-    grpc_ = std::make_unique<GrpcFrontEnd>(service_.get(), grpc_fd, grpc_options);
-    return grpc_->Start();
+    grpc_ =
+        std::make_unique<GrpcFrontEnd>(service_.get(), tls != nullptr ? -1 : grpc_fd, grpc_options);
+    FERRY_RETURN_IF_ERROR(grpc_->Start());
   }
-  return OkStatus();
+  if (tls == nullptr) {
+    return OkStatus();
+  }
+  net::TlsRelayOptions relay_options;
+  relay_options.max_connections = 2 * static_cast<size_t>(settings.max_connections);
+  relay_ = std::make_unique<net::TlsRelay>(StoreContexts(tls), relay_options);
+  net::HttpServer* http = server_.get();
+  relay_->AddListener(http_fd, "http/1.1",
+                      [http](int fd, const std::string& subject) { http->Adopt(fd, subject); });
+  if (grpc_ != nullptr) {
+    GrpcFrontEnd* grpc = grpc_.get();
+    relay_->AddListener(grpc_fd, "h2",
+                        [grpc](int fd, const std::string& subject) { grpc->Adopt(fd, subject); });
+  }
+  return relay_->Start();
 }
 
 void FrontEnd::Drain() {
@@ -37,6 +91,9 @@ void FrontEnd::Drain() {
   server_->Drain();
   if (grpc_ != nullptr) {
     grpc_->Drain();
+  }
+  if (relay_ != nullptr) {
+    relay_->Drain();
   }
   while (!server_->DrainSeen()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -59,6 +116,10 @@ void FrontEnd::Stop(std::chrono::milliseconds wait) {
   if (grpc_ != nullptr) {
     grpc_->Stop(static_cast<int>(wait.count()));
     grpc_.reset();
+  }
+  if (relay_ != nullptr) {
+    relay_->Stop();  // Last: the servers' final answers went out through it.
+    relay_.reset();
   }
 }
 

@@ -15,6 +15,8 @@
 #include "hookhost/frontend/grpc_front_end.h"
 #include "hookhost/frontend/kserve_service.h"
 #include "net/http_server.h"
+#include "net/tls_relay.h"
+#include "shm/tls_store.h"
 
 namespace ferry::frontend {
 
@@ -26,10 +28,12 @@ class FrontEnd {
   FrontEnd& operator=(const FrontEnd&) = delete;
 
   // Serves HTTP on `http_fd` and, when `grpc_fd` >= 0, gRPC on it; `auth` (nullptr: none)
-  // decides who may call what and outlives the front end. REQUIRES: called once.
+  // decides who may call what and outlives the front end. `tls` (nullptr: plaintext): both
+  // ports speak TLS only, through a relay (net/tls_relay.h) whose certificate is the store's
+  // latest; the store outlives the front end. REQUIRES: called once.
   Status Start(const shm::Segment& segment, const std::vector<hookhost::HookModel>& models,
                hookhost::HookHost* host, int http_fd, int grpc_fd, const FrontendSettings& settings,
-               const Authenticator* auth = nullptr);
+               const Authenticator* auth = nullptr, const shm::TlsStore* tls = nullptr);
   // No request reaches the flow after this returns; those read are still answered. A no-op
   // before Start.
   void Drain();
@@ -43,6 +47,7 @@ class FrontEnd {
   std::unique_ptr<KServeService> service_;
   std::unique_ptr<net::HttpServer> server_;
   std::unique_ptr<GrpcFrontEnd> grpc_;
+  std::unique_ptr<net::TlsRelay> relay_;  // With TLS: stopped after the servers it feeds.
   std::thread thread_;
 };
 

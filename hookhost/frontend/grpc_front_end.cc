@@ -40,7 +40,32 @@ struct GrpcFrontEnd::Impl {
   std::thread acceptor;
   std::atomic<bool> accepting{true};
   std::atomic<bool> stopping{false};
+
+  // Hands `fd` to gRPC, or closes it at the cap when no connection is idle enough to make
+  // room. `subject`: its client certificate's, for the service (through TLS only).
+  void Admit(int fd, const std::string* subject);
 };
+
+void GrpcFrontEnd::Impl::Admit(int fd, const std::string* subject) {
+  if (open.AtLeast(options.max_connections)) {
+    // The connection idle longest makes room (gRPC sees its end and closes it); only when
+    // none has been idle kEvictIdleMs is the newcomer refused.
+    int idlest = open.Idlest(kEvictIdleMs);
+    if (idlest < 0) {
+      refused.fetch_add(1, std::memory_order_relaxed);  // Counted before the client sees.
+      close(fd);
+      return;
+    }
+    shutdown(idlest, SHUT_RDWR);
+    evicted.fetch_add(1, std::memory_order_relaxed);
+  }
+  open.Add(fd);
+  if (subject != nullptr) {
+    // gRPC names a connection made from a descriptor "fd:N" (ServerContext::peer).
+    kserve->SetPeerSubject("fd:" + std::to_string(fd), *subject);
+  }
+  grpc::AddInsecureChannelFromFd(server.get(), fd);  // gRPC owns it now.
+}
 
 GrpcFrontEnd::GrpcFrontEnd(KServeService* service, int listen_fd, const GrpcOptions& options)
     : impl_(std::make_unique<Impl>()) {
@@ -76,6 +101,9 @@ Status GrpcFrontEnd::Start() {
   if (s.server == nullptr) {
     return Internal("the gRPC server did not start");
   }
+  if (s.listen_fd < 0) {
+    return OkStatus();  // Connections come through Adopt.
+  }
   s.acceptor = std::thread([&s] {
     int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
     epoll_event e{};
@@ -93,24 +121,19 @@ Status GrpcFrontEnd::Start() {
         }
         continue;
       }
-      if (s.open.AtLeast(s.options.max_connections)) {
-        // The connection idle longest makes room (gRPC sees its end and closes it); only when
-        // none has been idle kEvictIdleMs is the newcomer refused.
-        int idlest = s.open.Idlest(kEvictIdleMs);
-        if (idlest < 0) {
-          s.refused.fetch_add(1, std::memory_order_relaxed);  // Counted before the client sees.
-          close(fd);
-          continue;
-        }
-        shutdown(idlest, SHUT_RDWR);
-        s.evicted.fetch_add(1, std::memory_order_relaxed);
-      }
-      s.open.Add(fd);
-      grpc::AddInsecureChannelFromFd(s.server.get(), fd);  // gRPC owns it now.
+      s.Admit(fd, nullptr);
     }
     close(epoll_fd);
   });
   return OkStatus();
+}
+
+void GrpcFrontEnd::Adopt(int fd, const std::string& subject) {
+  if (impl_->accepting.load()) {
+    impl_->Admit(fd, &subject);
+  } else {
+    close(fd);
+  }
 }
 
 void GrpcFrontEnd::Drain() { impl_->accepting.store(false); }

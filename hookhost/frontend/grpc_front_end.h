@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "common/result.h"
 #include "hookhost/frontend/kserve_service.h"
@@ -32,6 +33,7 @@ struct GrpcOptions {
 
 class GrpcFrontEnd {
  public:
+  // `listen_fd` -1: no accept thread; connections come through Adopt (behind a TLS relay).
   GrpcFrontEnd(KServeService* service, int listen_fd, const GrpcOptions& options);
   ~GrpcFrontEnd();
   GrpcFrontEnd(const GrpcFrontEnd&) = delete;
@@ -39,6 +41,10 @@ class GrpcFrontEnd {
 
   // Builds the server and starts accepting. INTERNAL when gRPC cannot start.
   Status Start();
+  // Serves the connected socket `fd` (gRPC owns it from now; closed when draining) whose
+  // client certificate subject is `subject` (empty: none), under the same cap as accepted
+  // ones. REQUIRES: constructed with listen_fd -1; called from one thread (the relay's).
+  void Adopt(int fd, const std::string& subject);
   // Stops accepting connections (calls in progress finish).
   void Drain();
   // Ends every call (waits up to `deadline_ms` for those in progress) and the accept thread.

@@ -358,12 +358,13 @@ class Service final : public RawService {
       return uint32_t{0};
     }
     const auto& metadata = call.client_metadata();
+    std::string subject = kserve_->PeerSubject(call.peer());
     auto it = metadata.find("authorization");
     if (it == metadata.end()) {
-      return kserve_->Authorize(nullptr, endpoint, model);
+      return kserve_->Authorize(nullptr, subject, endpoint, model);
     }
     std::string value(it->second.data(), it->second.size());
-    return kserve_->Authorize(&value, endpoint, model);
+    return kserve_->Authorize(&value, subject, endpoint, model);
   }
 
   // A request checked and parsed, ready to submit.

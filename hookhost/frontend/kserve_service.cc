@@ -116,10 +116,26 @@ KServeService::KServeService(const shm::Segment& segment,
       tenants_(settings.tenants),
       auth_(auth) {}
 
-Result<uint32_t> KServeService::Authorize(const std::string* authorization, Endpoint endpoint,
+Result<uint32_t> KServeService::Authorize(const std::string* authorization,
+                                          std::string_view tls_subject, Endpoint endpoint,
                                           std::string_view model) const {
   return auth_ == nullptr ? Result<uint32_t>(uint32_t{0})
-                          : auth_->Check(authorization, endpoint, model);
+                          : auth_->Check(authorization, tls_subject, endpoint, model);
+}
+
+void KServeService::SetPeerSubject(const std::string& peer, const std::string& subject) {
+  std::lock_guard<std::mutex> lock(peers_mu_);
+  if (subject.empty()) {
+    peer_subjects_.erase(peer);
+  } else {
+    peer_subjects_[peer] = subject;
+  }
+}
+
+std::string KServeService::PeerSubject(const std::string& peer) const {
+  std::lock_guard<std::mutex> lock(peers_mu_);
+  auto it = peer_subjects_.find(peer);
+  return it == peer_subjects_.end() ? std::string() : it->second;
 }
 
 Status KServeService::ApplyKeyTenant(ParsedInfer& request, uint32_t tenant) const {
@@ -231,7 +247,8 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
     return;
   }
   auto [endpoint, model_name] = ClassifyPath(parts);
-  Result<uint32_t> tenant = Authorize(request.Header("Authorization"), endpoint, model_name);
+  Result<uint32_t> tenant =
+      Authorize(request.Header("Authorization"), request.tls_subject, endpoint, model_name);
   if (!tenant.ok()) {
     if (endpoint == Endpoint::kInfer) {
       CountRefused(Find(model_name), tenant.error());

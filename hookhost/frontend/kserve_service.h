@@ -77,8 +77,14 @@ class KServeService {
                                                   uint32_t tenant = 0) const;
   // The caller's tenant number from its Authorization value (auth.h; 0: anonymous), or
   // UNAUTHENTICATED / PERMISSION_DENIED. Always 0 without an Authenticator.
-  Result<uint32_t> Authorize(const std::string* authorization, Endpoint endpoint,
-                             std::string_view model) const;
+  // `tls_subject`: the connection's verified client certificate (empty: none).
+  Result<uint32_t> Authorize(const std::string* authorization, std::string_view tls_subject,
+                             Endpoint endpoint, std::string_view model) const;
+  // gRPC connections through TLS: the client certificate's subject by gRPC's name for the
+  // connection ("fd:N"), recorded as each is handed to gRPC (a reused number is recorded
+  // again before its first call). Any thread.
+  void SetPeerSubject(const std::string& peer, const std::string& subject);
+  std::string PeerSubject(const std::string& peer) const;
   // The key's tenant becomes the request's; a request naming another tenant is
   // PERMISSION_DENIED. Nothing for tenant 0.
   Status ApplyKeyTenant(ParsedInfer& request, uint32_t tenant) const;
@@ -132,6 +138,8 @@ class KServeService {
   uint64_t max_inflate_ratio_;
   std::vector<std::string> tenants_;
   const Authenticator* auth_;
+  mutable std::mutex peers_mu_;
+  std::unordered_map<std::string, std::string> peer_subjects_;  // Guarded by peers_mu_.
   std::atomic<bool> draining_{false};
   std::atomic<int> submitting_{0};  // Calls between the draining check and the host's return.
 };

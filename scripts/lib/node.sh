@@ -3,11 +3,12 @@
 #   ferry_venv BUILD           -> $venv: a venv with tritonclient and numpy (exit 77 without PyPI)
 #   ferry_scratch              -> $dir: a scratch directory, removed at exit, and the node
 #                                 started in it ($pid) killed if it still runs
-#   ferry_start_node BUILD DIR NAME TOML_EXTRA
+#   ferry_start_node BUILD DIR NAME TOML_EXTRA [LISTEN_EXTRA]
 #                              -> $pid (ferryd), $ctl (ferryctl command array), $address (HTTP)
 #     writes DIR/node.toml ([node] NAME, two CPU workers and two hook hosts, DIR/models,
 #     ports 0 (HTTP, gRPC, metrics, agent), the control socket DIR/control.sock, then
-#     TOML_EXTRA, whose first keys are [supervisor]'s) and waits until ready.
+#     TOML_EXTRA, whose first keys are [supervisor]'s; LISTEN_EXTRA: more [node.listen] keys)
+#     and waits until ready.
 #   ferry_listen KEY           -> the node's bound address for KEY (http, grpc, agent)
 #   ferry_stop_node            -> $stop_code: ferryd's exit status after SIGTERM ("timeout"
 #                                 when it still runs 60 s later)
@@ -43,6 +44,7 @@ http = "127.0.0.1:0"
 grpc = "127.0.0.1:0"
 metrics = "127.0.0.1:0"
 agent = "127.0.0.1:0"
+${5:-}
 [cpu]
 pin = false
 threads = 1
