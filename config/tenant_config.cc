@@ -48,6 +48,13 @@ void ReadTenants(TableReader& r, const std::string& base_dir,
       }
     }
     t.Double("weight", &tenant.weight, DoubleRange{0, 1e12, true, false});
+    t.Int("max_queued", &tenant.max_queued, 1, int64_t{1} << 30);
+    if (t.Double("rate", &tenant.rate, DoubleRange{0, 1e9, true, false})) {
+      tenant.burst = std::max(1.0, tenant.rate);
+    }
+    if (t.Double("burst", &tenant.burst, DoubleRange{1, 1e9, false, false}) && tenant.rate == 0) {
+      t.ErrorAt("burst", "needs rate (requests per second)");
+    }
     if (t.StringArray("tls_subjects", &tenant.tls_subjects)) {
       for (const std::string& subject : tenant.tls_subjects) {
         if (subject.empty() || subject.size() > 1024) {

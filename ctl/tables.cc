@@ -160,8 +160,8 @@ std::string FormatTop(const json& before, const json& after, double seconds) {
 
 std::string FormatTenants(const json& reply) {
   std::string out =
-      fmt::format("{:<16} {:>7} {:>10} {:>10} {:>11} {:>7}  {:<24} {}\n", "TENANT", "WEIGHT",
-                  "SERVED", "EXECUTED", "COMPUTE(s)", "SHARE", "REFUSED", "MODELS");
+      fmt::format("{:<16} {:>7} {:>9} {:>10} {:>10} {:>11} {:>7}  {:<24} {}\n", "TENANT", "WEIGHT",
+                  "IN FLIGHT", "SERVED", "EXECUTED", "COMPUTE(s)", "SHARE", "REFUSED", "MODELS");
   for (const json& t : Array(reply, "tenants")) {
     std::string refused;
     if (t.contains("refused") && t["refused"].is_object()) {
@@ -173,10 +173,11 @@ std::string FormatTenants(const json& reply) {
     for (const json& m : Array(t, "models")) {
       models += (models.empty() ? "" : ",") + (m.is_string() ? m.get<std::string>() : "?");
     }
-    out += fmt::format("{:<16} {:>7} {:>10} {:>10} {:>11.3f} {:>6.1f}%  {:<24} {}\n",
-                       Text(t, "tenant"), Text(t, "weight"), Text(t, "served"), Text(t, "executed"),
-                       Number(t, "compute_seconds"), 100 * Number(t, "compute_share"),
-                       refused.empty() ? "-" : refused, models.empty() ? "-" : models);
+    out += fmt::format("{:<16} {:>7} {:>9} {:>10} {:>10} {:>11.3f} {:>6.1f}%  {:<24} {}\n",
+                       Text(t, "tenant"), Text(t, "weight"), Text(t, "in_flight"),
+                       Text(t, "served"), Text(t, "executed"), Number(t, "compute_seconds"),
+                       100 * Number(t, "compute_share"), refused.empty() ? "-" : refused,
+                       models.empty() ? "-" : models);
   }
   return out;
 }

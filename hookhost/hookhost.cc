@@ -24,6 +24,9 @@ void HookHost::Impl::Answer(const PendingPtr& p, Result<InferResponse> result, i
     return;
   }
   pending_count.fetch_sub(1, std::memory_order_relaxed);
+  if (p->in_flight) {
+    limiter.Release(p->tenant);
+  }
   if (!p->subcall) {
     if (plugin_ns < 0) {
       plugin_ns = result.ok() ? result->timings.plugin_ns : p->timings.plugin_ns;
@@ -248,6 +251,8 @@ Status HookHost::Impl::Admit(const PendingPtr& p, const HookModel* model) {
     p->tenant = 0;  // Counted under no tenant.
     return InvalidArgument("model '" + model->name + "': out of range: " + what);
   }
+  FERRY_RETURN_IF_ERROR(limiter.Admit(p->tenant, MonotonicNs()));
+  p->in_flight = true;
   return OkStatus();
 }
 

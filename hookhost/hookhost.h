@@ -59,6 +59,7 @@
 #include "common/result.h"
 #include "config/node_config.h"
 #include "hookhost/hook_models.h"
+#include "hookhost/tenant_limits.h"
 #include "shm/segment.h"
 
 namespace ferry::hookhost {
@@ -133,6 +134,8 @@ struct HookHostOptions {
   // least every 100 ms at rest and on every dispatch turn. ferry-hookhost sets it from
   // [gateway] stall_ms; this default suits tests on a loaded machine.
   int64_t stall_ns = 1'000'000'000;
+  // [tenants.NAME] max_queued and rate by tenant number (tenant_limits.h); none when empty.
+  std::vector<TenantLimit> tenant_limits;
 };
 
 class HookHost {

@@ -25,6 +25,7 @@
 #include "hookhost/gateway.h"
 #include "hookhost/hookhost.h"
 #include "hookhost/request_checks.h"
+#include "hookhost/tenant_limits.h"
 #include "shm/arena.h"
 #include "shm/descriptor.h"
 #include "shm/ring.h"
@@ -65,6 +66,7 @@ struct Pending {
   uint64_t trace_high = 0, trace_low = 0;
   Priority priority = kDefaultPriority;  // DescriptorData::priority.
   uint32_t tenant = 0;                   // DescriptorData::tenant.
+  bool in_flight = false;                // Admitted by the limiter: released when answered.
   std::vector<Piece> pieces;
   uint64_t output_bytes = 0;  // Of the largest piece, in the worker's arena.
   size_t worker = 0;
@@ -126,6 +128,7 @@ struct HookHost::Impl {
         options(std::move(options)),
         arena(segment, slot),
         counters(segment.frontend_counters(slot)),
+        limiter(segment, hookhost, this->options.tenant_limits),
         gateway(this->options.gateway, models.size()),
         self_waker(segment, slot, slot) {
     for (uint32_t w = 0; w < segment.workers(); ++w) {
@@ -157,6 +160,7 @@ struct HookHost::Impl {
   Mutex arena_mutex;
   shm::Arena arena GUARDED_BY(arena_mutex);
   shm::FrontEndCountersData& counters;  // In this hook host's own object (status.h).
+  TenantLimiter limiter;                // Counts every client request in flight by tenant.
 
   // Hook threads -> transport.
   Mutex handoff_mutex;

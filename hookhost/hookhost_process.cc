@@ -192,6 +192,20 @@ void LoadAndSeal(const HookHostProcessArgs& args, Running& r, int64_t* spin_us) 
   spdlog::info("hook host slot {}: sandboxed ({})", args.slot, report->Describe());
 }
 
+// [tenants.NAME] max_queued and rate by tenant number ([frontend] tenants' order, 1-based).
+std::vector<TenantLimit> TenantLimits(const NodeConfig& config) {
+  std::vector<TenantLimit> limits(config.frontend.tenants.size() + 1);
+  for (const TenantSettings& t : config.tenants) {
+    const std::vector<std::string>& names = config.frontend.tenants;
+    auto at = std::find(names.begin(), names.end(), t.name);
+    if (at != names.end()) {
+      limits[static_cast<size_t>(at - names.begin()) + 1] = {
+          t.name, static_cast<uint64_t>(t.max_queued), t.rate, t.burst};
+    }
+  }
+  return limits;
+}
+
 // The request flow's threads, then the front end. Exits 1 when the front end cannot start.
 void StartServing(const HookHostProcessArgs& args, Running& r, int64_t spin_us) {
   HookHostOptions options;
@@ -204,6 +218,7 @@ void StartServing(const HookHostProcessArgs& args, Running& r, int64_t spin_us) 
   // The workers' queue limit, which the gateway checks before sending.
   options.max_queue_depth.assign(r.models().size(),
                                  static_cast<uint64_t>(r.config.scheduler.max_queue_depth));
+  options.tenant_limits = TenantLimits(r.config);
   r.host = std::make_unique<HookHost>(*r.segment, args.slot, r.models(), options);
   r.host->Start();
   if (args.http_fd >= 0) {

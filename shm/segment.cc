@@ -69,6 +69,9 @@ bool ComputeLayout(const SegmentLayout& in, SegmentOffsets* out) {
   offset = AlignUp(offset + slots * RingStride(in.ring_capacity), 64);
   c.keys_offset = offset;
   offset = AlignUp(offset + sizeof(KeyTableData), 64);
+  c.tenant_seen_offset = offset;
+  offset =
+      AlignUp(offset + 2ull * in.hookhosts * (kMaxTenants + 1) * sizeof(std::atomic<uint64_t>), 64);
   c.leaving_offset = offset;
   offset += 2 * sizeof(std::atomic<uint64_t>);
   c.supervisor_bytes = AlignUp(offset, kPage);
@@ -171,6 +174,10 @@ Result<Segment> Segment::Create(const std::string& name, const SegmentLayout& la
   new (supervisor + c.supervisor_bell_offset) BellData{};
   new (supervisor + c.keys_offset) KeyTableData{};
   new (supervisor + c.leaving_offset) std::atomic<uint64_t>(0);
+  for (uint64_t i = 0; i < 2ull * layout.hookhosts * (kMaxTenants + 1); ++i) {
+    new (supervisor + c.tenant_seen_offset + i * sizeof(std::atomic<uint64_t>))
+        std::atomic<uint64_t>(0);
+  }
   new (supervisor + c.leaving_offset + sizeof(std::atomic<uint64_t>)) std::atomic<uint64_t>(0);
   for (uint32_t r = 0; r < 2 * layout.hookhosts * layout.workers; ++r) {
     new (&segment.ring_reset_tail(r)) std::atomic<uint64_t>(0);
@@ -385,6 +392,18 @@ std::atomic<uint64_t>& Segment::leaving_models() const {
 std::atomic<uint64_t>& Segment::node_stopping() const {
   return *reinterpret_cast<std::atomic<uint64_t>*>(Base(kSupervisor) + offsets_.leaving_offset +
                                                    sizeof(std::atomic<uint64_t>));
+}
+
+std::atomic<uint64_t>& Segment::tenant_in_flight_seen(uint32_t hookhost, uint32_t tenant) const {
+  uint64_t index = uint64_t{hookhost} * (kMaxTenants + 1) + tenant;
+  return reinterpret_cast<std::atomic<uint64_t>*>(Base(kSupervisor) +
+                                                  offsets_.tenant_seen_offset)[index];
+}
+
+std::atomic<uint64_t>& Segment::tenant_admitted_seen(uint32_t hookhost, uint32_t tenant) const {
+  uint64_t index = uint64_t{layout_.hookhosts + hookhost} * (kMaxTenants + 1) + tenant;
+  return reinterpret_cast<std::atomic<uint64_t>*>(Base(kSupervisor) +
+                                                  offsets_.tenant_seen_offset)[index];
 }
 
 KeyTableData& Segment::keys() const {

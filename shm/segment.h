@@ -64,10 +64,11 @@ struct SegmentOffsets {
   uint64_t supervisor_bell_offset = 0;
   uint64_t reset_tails_offset = 0;
   uint64_t control_tails_offset = 0;
-  uint64_t keys_offset = 0;     // KeyTableData (shm/key_table.h).
-  uint64_t leaving_offset = 0;  // std::atomic<uint64_t>: models announced to be unloaded or
-                                // unloaded (indices are never reused),
-                                // then std::atomic<uint64_t>: the node is stopping.
+  uint64_t keys_offset = 0;         // KeyTableData (shm/key_table.h).
+  uint64_t tenant_seen_offset = 0;  // Per hook host and tenant: in flight, then admitted.
+  uint64_t leaving_offset = 0;      // std::atomic<uint64_t>: models announced to be unloaded or
+                                    // unloaded (indices are never reused),
+                                    // then std::atomic<uint64_t>: the node is stopping.
   uint64_t supervisor_bytes = 0;
   uint64_t partition_bytes = 0;
 };
@@ -141,6 +142,12 @@ class Segment {
   FrontEndCountersData& frontend_counters(uint32_t slot) const;
   // The API key digests, in the supervisor's object (writable by the supervisor only).
   KeyTableData& keys() const;
+  // ferryd's copy, made each tick, of hook host `hookhost`'s tenant_in_flight and
+  // tenant_admitted for `tenant` (FrontEndCountersData), in the supervisor's object: how a
+  // hook host sees the others' requests (hookhost/tenant_limits.h). REQUIRES: hookhost <
+  // hookhosts(), tenant <= kMaxTenants; writing REQUIRES the supervisor's view.
+  std::atomic<uint64_t>& tenant_in_flight_seen(uint32_t hookhost, uint32_t tenant) const;
+  std::atomic<uint64_t>& tenant_admitted_seen(uint32_t hookhost, uint32_t tenant) const;
   // Models about to be unloaded (bit i: model index i, below 64), in the supervisor's object:
   // during an unload's notice their readiness answers false while they still serve.
   std::atomic<uint64_t>& leaving_models() const;

@@ -181,6 +181,11 @@ struct FrontEndCountersData {
   // Requests the gateway sent to a worker, by model and by whether the model's weights were
   // resident there as its status last said ([1]) or had to be loaded ([0]).
   std::atomic<uint64_t> placements[kMaxStatusModels][2];
+  // Per tenant: requests admitted and not yet answered (zeroed when the hook host starts: a
+  // dead host's requests are gone), and admitted in all (cumulative). ferryd copies both into
+  // its object each tick (Segment::tenant_seen_*) for the other hook hosts' tenant limits.
+  std::atomic<uint64_t> tenant_in_flight[kMaxTenants + 1];
+  std::atomic<uint64_t> tenant_admitted[kMaxTenants + 1];
 };
 
 struct StatusData {

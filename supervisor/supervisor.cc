@@ -4,6 +4,7 @@
 #include <fcntl.h>
 
 #include "shm/key_table.h"
+#include "shm/tenant_counts.h"
 #include "supervisor/api_keys.h"
 #include "supervisor/supervisor_impl.h"
 
@@ -388,6 +389,8 @@ void Supervisor::Impl::AdvanceShutdown(int64_t now) {
 }
 
 void Supervisor::Impl::Tick(int64_t now) {
+  // The hook hosts see one another's requests per tenant through this copy (tenant limits).
+  shm::CopyTenantCounts(*segment);
   for (Child& c : children) {
     if (c.running()) {
       Watch(c, now);
@@ -408,7 +411,10 @@ int64_t Supervisor::Impl::TickNs() const {
                  !refresh_current && pending_unloads.empty() &&
                  std::all_of(children.begin(), children.end(),
                              [](const Child& c) { return c.ready() && c.kill_reason.empty(); });
-  if (!settled) {
+  // Tenant limits see the other hook hosts' requests one tick late: keep the tick short.
+  bool limits = std::any_of(config.tenants.begin(), config.tenants.end(),
+                            [](const TenantSettings& t) { return t.max_queued > 0 || t.rate > 0; });
+  if (!settled || limits) {
     return kTickNs;
   }
   // Every child ready and nothing in progress: only heartbeats to watch. The tick stays well

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "shm/tenant_counts.h"
+
 namespace ferry::supervisor {
 
 using nlohmann::json;
@@ -68,6 +70,20 @@ json TenantsReport(const NodeConfig& config, const std::map<uint32_t, double>& w
       }
     }
     entry["refused"] = refused;
+    uint64_t in_flight = 0;
+    for (uint32_t h = 0; h < segment.hookhosts(); ++h) {
+      const shm::FrontEndCountersData& c = segment.frontend_counters(segment.HookhostSlot(h));
+      in_flight +=
+          std::min(c.tenant_in_flight[t].load(std::memory_order_relaxed), shm::kMaxSeenInFlight);
+    }
+    entry["in_flight"] = in_flight;
+    for (const TenantSettings& s : config.tenants) {
+      if (t > 0 && s.name == names[t - 1]) {
+        entry["max_queued"] = s.max_queued;
+        entry["rate"] = s.rate;
+        entry["burst"] = s.burst;
+      }
+    }
     entry["executed"] = executed[t];
     entry["compute_seconds"] = seconds[t];
     entry["compute_share"] = total_seconds > 0 ? seconds[t] / total_seconds : 0.0;

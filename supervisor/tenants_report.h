@@ -1,6 +1,8 @@
 // What `ferryctl tenants` shows: per declared tenant, its weight in force, the models it may
-// call, the requests the hook hosts answered for it by outcome (served, and refused by
-// reason), and the execution time the workers spent on it and its share of the node's.
+// call, its limits (max_queued, rate, burst; 0: none), its requests in flight now (admitted by
+// a hook host, not yet answered), the requests the hook hosts answered for it by outcome
+// (served, and refused by reason), and the execution time the workers spent on it and its
+// share of the node's.
 //
 // Thread safety: reads the segment's counters (atomics) and snapshots; any thread.
 #pragma once

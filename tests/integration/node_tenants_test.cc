@@ -1,6 +1,7 @@
 // Tenants on a real node (ferryd, a CPU worker, a hook host, HTTP): two tenants of weights
 // 2:1 saturating the same model get the worker's execution time 2:1, read from /metrics;
-// `set_tenant` changes that live.
+// `set_tenant` changes that live; a level's max wait, and tenants' max_queued and rate,
+// refuse with 429 and Retry-After.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -221,6 +222,113 @@ TEST_CASE("a level's max wait refuses at once with 429 and the queue's Retry-Aft
         std::string::npos);
   CHECK(body.find("ferry_priority_requests_total{gpu=\"0\",priority=\"3\"} 0\n") !=
         std::string::npos);
+}
+
+TEST_CASE("tenant limits: max_queued and rate refuse with 429 across two hook hosts") {
+  TempDir dir;
+  FerrydProcess ferryd(dir, "devices = \"cpu:1\"\nhookhosts = 2\n",
+                       "restart_backoff_ms = 20\n[cpu]\nthreads = 1\npin = false\n"
+                       "[tenants.capped]\nmodels = [\"*\"]\nmax_queued = 3\n"
+                       "[tenants.metered]\nmodels = [\"*\"]\nrate = 20\nburst = 5\n");
+  REQUIRE_MESSAGE(ferryd.WaitReady(), ferryd.log());
+  std::string address = HttpAddress(ferryd);
+  // max_queued: eight closed-loop clients of "capped" on the CNN, one worker thread; at most
+  // three (plus what the other hook host admitted within a tick) are in flight, the rest 429.
+  std::atomic<int> served{0};
+  std::atomic<int> capped{0};
+  std::atomic<int> other{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 8; ++c) {
+    clients.emplace_back([&] {
+      std::vector<uint8_t> image(kRows * 3 * 64 * 64 * 4, 0);
+      client::InferBody body =
+          client::BuildInferBody({Tensor{"image", DType::kF32, Shape{kRows, 3, 64, 64}, image}});
+      body.headers.emplace_back("Ferry-Tenant", "capped");
+      Result<HttpClient> client = HttpClient::Connect(address);
+      while (client.ok() && !stop && client->connected()) {
+        Result<net::HttpAnswer> a =
+            client->Request("POST", "/v2/models/cnn/infer", body.body, body.headers);
+        if (a.ok() && a->status == 200) {
+          ++served;
+        } else if (a.ok() && a->status == 429 &&
+                   a->body.find("its max_queued; retry after 100 ms") != std::string::npos &&
+                   a->Header("Retry-After") != nullptr) {
+          ++capped;
+        } else {
+          ++other;
+        }
+      }
+    });
+  }
+  uint64_t most_in_flight = 0;
+  for (int i = 0; i < 20; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Result<json> tenants = ferryd.Call(control::Command::kTenants);
+    REQUIRE(tenants.ok());
+    most_in_flight =
+        std::max(most_in_flight, (*tenants)["tenants"][1]["in_flight"].get<uint64_t>());
+  }
+  stop = true;
+  for (std::thread& t : clients) {
+    t.join();
+  }
+  MESSAGE("served " << served.load() << ", refused by max_queued " << capped.load() << ", most in flight seen "
+                    << most_in_flight);
+  CHECK(served > 0);
+  CHECK(capped > 0);
+  CHECK(other == 0);
+  CHECK(most_in_flight >= 1);
+  CHECK(most_in_flight <= 8);
+  // Every admitted request is released when answered: nothing stays in flight.
+  Result<json> after = ferryd.Call(control::Command::kTenants);
+  REQUIRE(after.ok());
+  const json& row = (*after)["tenants"][1];
+  CHECK(row["tenant"] == "capped");
+  CHECK(row["in_flight"] == 0);
+  CHECK(row["max_queued"] == 3);
+  CHECK(row["refused"]["RESOURCE_EXHAUSTED"].get<int>() == capped.load());
+
+  // rate: one client as fast as it can on the MLP for about a second: the burst of 5, then
+  // 20/s; the refusals say so and carry Retry-After.
+  Result<HttpClient> client = HttpClient::Connect(address);
+  REQUIRE(client.ok());
+  std::vector<uint8_t> row_data(784 * 4, 0);
+  client::InferBody body =
+      client::BuildInferBody({Tensor{"input", DType::kF32, Shape{1, 784}, row_data}});
+  body.headers.emplace_back("Ferry-Tenant", "metered");
+  int ok = 0;
+  int limited = 0;
+  auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(1)) {
+    if (!client->connected()) {  // A refusal may close the connection: reconnect.
+      client = HttpClient::Connect(address);
+      REQUIRE(client.ok());
+    }
+    Result<net::HttpAnswer> a =
+        client->Request("POST", "/v2/models/mlp/infer", body.body, body.headers);
+    REQUIRE_MESSAGE(a.ok(), a.error().ToString());
+    if (a->status == 200) {
+      ++ok;
+    } else {
+      CAPTURE(a->body);
+      REQUIRE(a->status == 429);
+      CHECK(a->body.find("tenant 'metered' is over its rate") != std::string::npos);
+      std::optional<int64_t> hint = RetryAfterMs(a->body);
+      REQUIRE(hint.has_value());
+      CHECK(*hint >= 1);
+      // One token at 20/s, plus the debt the other hook host's admissions may leave (one
+      // burst) when a reconnection lands there.
+      CHECK(*hint <= (1 + 5) * 1000 / 20);
+      REQUIRE(a->Header("Retry-After") != nullptr);
+      ++limited;
+    }
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  MESSAGE("rate: " << ok << " served, " << limited << " refused in " << seconds << " s");
+  CHECK(ok >= 5);
+  CHECK(ok <= 5 + static_cast<int>(20 * seconds) + 1);
+  CHECK(limited > 0);
 }
 
 }  // namespace
