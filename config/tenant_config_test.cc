@@ -180,5 +180,30 @@ TEST_CASE("[node.listen] TLS files and tls_subjects are read; mutual TLS can be 
   CHECK(c->tenants[0].tls_subjects == std::vector<std::string>{"CN=alice,O=ferry tests"});
 }
 
+TEST_CASE("[tenants.NAME] max_queued, rate and burst") {
+  auto parse = [](const std::string& extra) {
+    return ParseNodeConfig("[tenants.acme]\nmodels = [\"*\"]\n" + extra, "node.toml", "/etc/ferry",
+                           {});
+  };
+  Result<NodeConfig> c = parse("max_queued = 64\nrate = 250\n");
+  REQUIRE(c.ok());
+  CHECK(c->tenants[0].max_queued == 64);
+  CHECK(c->tenants[0].rate == 250);
+  CHECK(c->tenants[0].burst == 250);  // One second's worth by default.
+  CHECK(parse("rate = 0.5\n")->tenants[0].burst == 1);
+  CHECK(parse("rate = 10\nburst = 3\n")->tenants[0].burst == 3);
+  CHECK(parse("")->tenants[0].max_queued == 0);
+  CHECK(parse("")->tenants[0].rate == 0);
+  auto error = [&](const std::string& extra) {
+    Result<NodeConfig> r = parse(extra);
+    return r.ok() ? std::string() : r.error().message;
+  };
+  CHECK(Contains(error("max_queued = 0\n"), "max_queued"));
+  CHECK(Contains(error("rate = 0\n"), "rate"));
+  CHECK(Contains(error("rate = -1\n"), "rate"));
+  CHECK(Contains(error("burst = 5\n"), "needs rate"));
+  CHECK(Contains(error("rate = 5\nburst = 0.5\n"), "burst"));
+}
+
 }  // namespace
 }  // namespace ferry
