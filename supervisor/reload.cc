@@ -54,7 +54,10 @@ std::vector<std::string> RestartNeeded(const NodeConfig& a, const NodeConfig& b)
         "auth");
   check(std::equal(a.tenants.begin(), a.tenants.end(), b.tenants.begin(), b.tenants.end(),
                    [](const TenantSettings& x, const TenantSettings& y) {
-                     return x.name == y.name && x.models == y.models;
+                     // The hook hosts read these at start (auth.h, tenant_limits.h).
+                     return x.name == y.name && x.models == y.models &&
+                            x.tls_subjects == y.tls_subjects && x.max_queued == y.max_queued &&
+                            x.rate == y.rate && x.burst == y.burst;
                    }),
         "tenants");
   const SchedulerConfig& s = a.scheduler;
