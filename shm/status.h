@@ -123,6 +123,14 @@ struct ModelStatusData {
   AnswerStatsData answers;
 };
 
+// Queue waits, cumulative: requests with a wait <= each of kQueueWaitBoundsNs, their count and
+// summed wait.
+struct WaitHistogramData {
+  uint64_t le[kQueueWaitBuckets];
+  uint64_t count;
+  int64_t sum_ns;
+};
+
 struct StatusSnapshotData {
   uint32_t state;       // ProcessState.
   uint32_t generation;  // The writer's slot generation.
@@ -158,6 +166,12 @@ struct StatusSnapshotData {
   // The same by priority level (index 1..3; 0 unused).
   uint64_t priority_requests[kLowestPriority + 1];
   double priority_compute_seconds[kLowestPriority + 1];
+  // Per tenant and per level: requests the worker holds now (queued or executing), and the
+  // queue waits of those it executed (worker/flow_stats.h).
+  uint64_t tenant_held[kMaxTenants + 1];
+  WaitHistogramData tenant_waits[kMaxTenants + 1];
+  uint64_t priority_held[kLowestPriority + 1];
+  WaitHistogramData priority_waits[kLowestPriority + 1];
   // Why a worker that could not start gave up (its backend would not load), NUL-terminated;
   // written just before it exits with status 1. Untrusted text to its readers.
   char start_error[512];

@@ -174,6 +174,7 @@ class Scrape {
     RenderWorkers();
     RenderTenants();
     RenderPriorities();
+    RenderFlowQueues();
     // Model names from the worker listing the most (one starting lists none yet).
     const ScrapedWorker* names = nullptr;
     for (const ScrapedWorker& w : workers_) {
@@ -262,6 +263,21 @@ class Scrape {
   void RenderWorkers();
   void RenderTenants();
   void RenderPriorities();
+  void RenderFlowQueues();
+  // One histogram's samples (after its Family line) for queue waits `h` under `labels`.
+  void WaitSamples(const std::map<std::string, std::string>& labels,
+                   const shm::WaitHistogramData& h) {
+    for (size_t b = 0; b < kQueueWaitBuckets; ++b) {
+      auto with_le = labels;
+      with_le["le"] = fmt::format("{}", static_cast<double>(kQueueWaitBoundsNs[b]) * 1e-9);
+      out_.SampleAs("_bucket", with_le, static_cast<double>(h.le[b]));
+    }
+    auto inf = labels;
+    inf["le"] = "+Inf";
+    out_.SampleAs("_bucket", inf, static_cast<double>(h.count));
+    out_.SampleAs("_sum", labels, static_cast<double>(h.sum_ns) * 1e-9);
+    out_.SampleAs("_count", labels, static_cast<double>(h.count));
+  }
   void RenderProcesses();
 
   const shm::Segment& segment_;
@@ -449,6 +465,42 @@ void Scrape::RenderPriorities() {
     for (int level = kHighestPriority; level <= kLowestPriority; ++level) {
       out_.Sample({{"gpu", std::to_string(w.index)}, {"priority", std::to_string(level)}},
                   w.status.priority_compute_seconds[level]);
+    }
+  }
+}
+
+// Per worker, tenant and level: the requests held (queued or executing) and their queue waits.
+void Scrape::RenderFlowQueues() {
+  size_t tenants = std::min<size_t>(counters_.tenants.size(), shm::kMaxTenants);
+  out_.Family("ferry_tenant_outstanding_requests", "gauge",
+              "Requests the worker holds (queued or executing), by tenant.");
+  for (const ScrapedWorker& w : workers_) {
+    for (size_t t = 0; t <= tenants; ++t) {
+      out_.Sample(WithTenant({{"gpu", std::to_string(w.index)}}, t),
+                  static_cast<double>(w.status.tenant_held[t]));
+    }
+  }
+  out_.Family("ferry_tenant_queue_wait_seconds", "histogram",
+              "Time requests waited in the worker's queue before their batch began, by tenant.");
+  for (const ScrapedWorker& w : workers_) {
+    for (size_t t = 0; t <= tenants; ++t) {
+      WaitSamples(WithTenant({{"gpu", std::to_string(w.index)}}, t), w.status.tenant_waits[t]);
+    }
+  }
+  out_.Family("ferry_priority_outstanding_requests", "gauge",
+              "Requests the worker holds (queued or executing), by priority level.");
+  for (const ScrapedWorker& w : workers_) {
+    for (int level = kHighestPriority; level <= kLowestPriority; ++level) {
+      out_.Sample({{"gpu", std::to_string(w.index)}, {"priority", std::to_string(level)}},
+                  static_cast<double>(w.status.priority_held[level]));
+    }
+  }
+  out_.Family("ferry_priority_queue_wait_seconds", "histogram",
+              "Time requests waited in the worker's queue before their batch began, by level.");
+  for (const ScrapedWorker& w : workers_) {
+    for (int level = kHighestPriority; level <= kLowestPriority; ++level) {
+      WaitSamples({{"gpu", std::to_string(w.index)}, {"priority", std::to_string(level)}},
+                  w.status.priority_waits[level]);
     }
   }
 }

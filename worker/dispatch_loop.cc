@@ -257,12 +257,7 @@ void DispatchLoop::PublishStatus(shm::ProcessState state) {
   s.host_gap_p50_ns = host_gaps_.Percentile(0.5);
   s.host_gap_p99_ns = host_gaps_.Percentile(0.99);
   s.host_gap_samples = host_gaps_.count();
-  std::copy(std::begin(tenant_requests_), std::end(tenant_requests_), s.tenant_requests);
-  std::copy(std::begin(tenant_compute_seconds_), std::end(tenant_compute_seconds_),
-            s.tenant_compute_seconds);
-  std::copy(std::begin(priority_requests_), std::end(priority_requests_), s.priority_requests);
-  std::copy(std::begin(priority_compute_seconds_), std::end(priority_compute_seconds_),
-            s.priority_compute_seconds);
+  flows_.Fill(s);
   for (uint32_t i = 0; i < s.num_models; ++i) {
     shm::ModelStatusData& m = s.models[i];
     const ModelMetrics& mm = metrics[i];

@@ -47,6 +47,7 @@
 #include "shm/status.h"
 #include "worker/answer_stats.h"
 #include "worker/backends/backend.h"
+#include "worker/flow_stats.h"
 #include "worker/scheduler/scheduler.h"
 #include "worker/scheduler/wait_histogram.h"
 
@@ -220,15 +221,10 @@ class DispatchLoop {
   std::vector<uint64_t> errors_;                            // Per model: backend errors.
   std::vector<uint64_t> late_shed_;   // Per model: deadline passed between planning and launch.
   std::vector<AnswerStats> answers_;  // Per model: what was answered (Triton's statistics).
-  // Per tenant (0: none): requests served and their share of execution time (a batch's time
-  // split over its members by rows).
-  uint64_t tenant_requests_[shm::kMaxTenants + 1] = {};
-  double tenant_compute_seconds_[shm::kMaxTenants + 1] = {};
-  uint64_t priority_requests_[kLowestPriority + 1] = {};  // By level, as the tenants'.
-  double priority_compute_seconds_[kLowestPriority + 1] = {};
-  std::deque<std::string> loads_;            // Loads decoded, not yet applied (in index order).
-  std::vector<uint32_t> unloads_;            // Unloaded models whose executables are not freed yet.
-  std::vector<uint32_t> unload_after_load_;  // Unloads of indices still in loads_.
+  FlowStats flows_;                   // Per tenant and level: held, executed, compute, queue waits.
+  std::deque<std::string> loads_;     // Loads decoded, not yet applied (in index order).
+  std::vector<uint32_t> unloads_;     // Unloaded models whose executables are not freed yet.
+  std::vector<uint32_t> unload_after_load_;              // Unloads of indices still in loads_.
   std::vector<std::unique_ptr<Bundle>> loaded_bundles_;  // Of the models loaded while running.
 
   // Batches begun on the backend and not yet finished, oldest first (at most MaxInFlight),

@@ -222,15 +222,10 @@ void DispatchLoop::AnswerBatch(std::unique_ptr<Batch> batch,
     answers.RecordExecution(batch->dispatch.batch_size, compute_ns);
     for (uint32_t id : batch->members) {
       Request& r = requests_[id];
-      uint32_t tenant = r.descriptor.tenant;  // Validated: <= kMaxTenants.
-      // Validated: <= kLowestPriority; 0 is the default level.
-      uint32_t level = r.descriptor.priority == 0 ? kDefaultPriority : r.descriptor.priority;
       double share = timing->compute_seconds * static_cast<double>(r.descriptor.rows) /
                      static_cast<double>(std::max<int64_t>(batch_rows, 1));
-      ++tenant_requests_[tenant];
-      tenant_compute_seconds_[tenant] += share;
-      ++priority_requests_[level];
-      priority_compute_seconds_[level] += share;
+      int64_t started = timing->started_ns != 0 ? timing->started_ns : batch->launched_ns;
+      flows_.Executed(r.descriptor.tenant, r.descriptor.priority, share, started - r.arrival_ns);
       answers.RecordOk(r.descriptor.rows, now - r.arrival_ns, compute_ns, unix_ms);
       if (HookhostAlive(r.hookhost, r.descriptor.generation)) {
         CompleteOk(r, *batch, *timing);

@@ -198,6 +198,7 @@ uint32_t DispatchLoop::NewRequest(uint32_t h, int model, const shm::DescriptorDa
   r.descriptor = d;
   r.has_block = false;
   live_.emplace(RequestKey{d.slot, d.generation, d.sequence}, id);
+  flows_.Arrived(d.tenant, d.priority);
   return id;
 }
 
@@ -214,6 +215,7 @@ void DispatchLoop::FailRequest(uint32_t id, const Error& error) {
 void DispatchLoop::FreeRequest(uint32_t id) {
   Request& r = requests_[id];
   live_.erase({r.descriptor.slot, r.descriptor.generation, r.descriptor.sequence});
+  flows_.Left(r.descriptor.tenant, r.descriptor.priority);
   if (r.has_block) {
     (void)arena_.Free(r.block);
     r.has_block = false;

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <thread>
 
 #include "tests/testing/node_samples.h"
@@ -139,6 +140,22 @@ TEST_CASE("two tenants of weights 2:1 saturating one model get its time 2:1, liv
   after = TenantSeconds(ferryd);
   CheckGoldShare(before, after, 4.0, 0.5);
   CHECK_MESSAGE(load.failures() == 0, ferryd.log());
+  // Queue waits and requests held, by tenant and by level, in /metrics.
+  std::string metrics = ScrapeMetrics(ferryd);
+  for (const char* family :
+       {"ferry_tenant_queue_wait_seconds_count{gpu=\"0\",tenant=\"gold\"} ",
+        "ferry_tenant_queue_wait_seconds_bucket{gpu=\"0\",le=\"0.001\",tenant=\"bronze\"} ",
+        "ferry_priority_queue_wait_seconds_count{gpu=\"0\",priority=\"2\"} ",
+        "ferry_tenant_outstanding_requests{gpu=\"0\",tenant=\"gold\"} ",
+        "ferry_priority_outstanding_requests{gpu=\"0\",priority=\"2\"} "}) {
+    size_t at = metrics.find(family);
+    REQUIRE_MESSAGE(at != std::string::npos, family);
+    double value = std::stod(metrics.substr(at + std::strlen(family)));
+    CAPTURE(family);
+    if (std::string(family).find("_count") != std::string::npos) {
+      CHECK(value > 100);  // Every executed request's wait.
+    }
+  }
 
   // ferryctl tenants: the weights in force, what was served, the compute split.
   Result<json> tenants = ferryd.Call(control::Command::kTenants);
@@ -273,8 +290,8 @@ TEST_CASE("tenant limits: max_queued and rate refuse with 429 across two hook ho
   for (std::thread& t : clients) {
     t.join();
   }
-  MESSAGE("served " << served.load() << ", refused by max_queued " << capped.load() << ", most in flight seen "
-                    << most_in_flight);
+  MESSAGE("served " << served.load() << ", refused by max_queued " << capped.load()
+                    << ", most in flight seen " << most_in_flight);
   CHECK(served > 0);
   CHECK(capped > 0);
   CHECK(other == 0);
