@@ -241,12 +241,11 @@ TEST_CASE("a level's max wait refuses at once with 429 and the queue's Retry-Aft
         std::string::npos);
 }
 
-TEST_CASE("tenant limits: max_queued and rate refuse with 429 across two hook hosts") {
+TEST_CASE("tenant limits: max_queued refuses with 429 across two hook hosts") {
   TempDir dir;
   FerrydProcess ferryd(dir, "devices = \"cpu:1\"\nhookhosts = 2\n",
                        "restart_backoff_ms = 20\n[cpu]\nthreads = 1\npin = false\n"
-                       "[tenants.capped]\nmodels = [\"*\"]\nmax_queued = 3\n"
-                       "[tenants.metered]\nmodels = [\"*\"]\nrate = 20\nburst = 5\n");
+                       "[tenants.capped]\nmodels = [\"*\"]\nmax_queued = 3\n");
   REQUIRE_MESSAGE(ferryd.WaitReady(), ferryd.log());
   std::string address = HttpAddress(ferryd);
   // max_queued: eight closed-loop clients of "capped" on the CNN, one worker thread; at most
@@ -305,9 +304,17 @@ TEST_CASE("tenant limits: max_queued and rate refuse with 429 across two hook ho
   CHECK(row["in_flight"] == 0);
   CHECK(row["max_queued"] == 3);
   CHECK(row["refused"]["RESOURCE_EXHAUSTED"].get<int>() == capped.load());
+}
 
-  // rate: one client as fast as it can on the MLP for about a second: the burst of 5, then
-  // 20/s; the refusals say so and carry Retry-After.
+TEST_CASE("tenant limits: a rate serves the burst, then the rate, and hints the wait") {
+  TempDir dir;
+  FerrydProcess ferryd(dir, "devices = \"cpu:1\"\nhookhosts = 2\n",
+                       "restart_backoff_ms = 20\n[cpu]\nthreads = 1\npin = false\n"
+                       "[tenants.metered]\nmodels = [\"*\"]\nrate = 20\nburst = 5\n");
+  REQUIRE_MESSAGE(ferryd.WaitReady(), ferryd.log());
+  std::string address = HttpAddress(ferryd);
+  // One client as fast as it can on the MLP for about a second: the burst of 5, then 20/s;
+  // the refusals say so and carry Retry-After.
   Result<HttpClient> client = HttpClient::Connect(address);
   REQUIRE(client.ok());
   std::vector<uint8_t> row_data(784 * 4, 0);
