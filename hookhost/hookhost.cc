@@ -31,8 +31,13 @@ void HookHost::Impl::Answer(const PendingPtr& p, Result<InferResponse> result, i
     if (plugin_ns < 0) {
       plugin_ns = result.ok() ? result->timings.plugin_ns : p->timings.plugin_ns;
     }
-    Count(p->model, p->tenant, result.ok() ? std::nullopt : std::optional(result.error().code),
-          plugin_ns);
+    std::optional<ErrorCode> code = result.ok() ? std::nullopt : std::optional(result.error().code);
+    Count(p->model, p->tenant, code, plugin_ns);
+    uint32_t level = p->priority == 0 ? kDefaultPriority : p->priority;
+    counters
+        .priority_answered[std::min<uint32_t>(level, kLowestPriority)]
+                          [code ? static_cast<size_t>(*code) + 1 : 0]
+        .fetch_add(1, std::memory_order_relaxed);
   }
   p->done(std::move(result));
 }

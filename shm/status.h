@@ -199,6 +199,8 @@ struct FrontEndCountersData {
   // dead host's requests are gone), and admitted in all (cumulative). ferryd copies both into
   // its object each tick (Segment::tenant_seen_*) for the other hook hosts' tenant limits.
   std::atomic<uint64_t> tenant_in_flight[kMaxTenants + 1];
+  // Client requests answered by the request's priority level (1..3; 0 unused) and outcome.
+  std::atomic<uint64_t> priority_answered[kLowestPriority + 1][kOutcomes];
   std::atomic<uint64_t> tenant_admitted[kMaxTenants + 1];
 };
 

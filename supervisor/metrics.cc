@@ -105,6 +105,18 @@ void RenderFrontEnd(const shm::Segment& segment, const shm::StatusSnapshotData* 
       }
     }
   }
+  out.Family("ferry_frontend_priority_requests_total", "counter",
+             "Client requests the hook hosts answered, by priority level (1 most urgent; 2 the "
+             "default) and code.");
+  for (int level = kHighestPriority; level <= kLowestPriority; ++level) {
+    for (size_t o = 0; o < shm::kOutcomes; ++o) {
+      std::string code = o == 0 ? "OK" : std::string(ErrorCodeName(static_cast<ErrorCode>(o - 1)));
+      out.Sample({{"priority", std::to_string(level)}, {"code", code}},
+                 over_hookhosts([&](const shm::FrontEndCountersData& c) {
+                   return c.priority_answered[level][o].load(std::memory_order_relaxed);
+                 }));
+    }
+  }
   out.Family("ferry_frontend_unrouted_requests_total", "counter",
              "Client requests answered before a model was found (an unknown model, a hook host "
              "full or stopping), by code.");

@@ -239,6 +239,11 @@ TEST_CASE("a level's max wait refuses at once with 429 and the queue's Retry-Aft
         std::string::npos);
   CHECK(body.find("ferry_priority_requests_total{gpu=\"0\",priority=\"3\"} 0\n") !=
         std::string::npos);
+  // The hook host's answers by level: the two refusals at level 3, the one served at 2.
+  CHECK(body.find("ferry_frontend_priority_requests_total{code=\"RESOURCE_EXHAUSTED\","
+                  "priority=\"3\"} 2\n") != std::string::npos);
+  CHECK(body.find("ferry_frontend_priority_requests_total{code=\"OK\",priority=\"2\"} 1\n") !=
+        std::string::npos);
 }
 
 TEST_CASE("tenant limits: max_queued refuses with 429 across two hook hosts") {
