@@ -335,6 +335,72 @@ TEST_CASE("ALPN selects the listener's protocol only") {
   close(f.accepted.Next().first);
 }
 
+TEST_CASE("garbage after the handshake ends the connection, and the server sees it end") {
+  Fixture f(false);
+  std::unique_ptr<Client> client = Connect(f.port, f.pki, nullptr);
+  REQUIRE(client->connected);
+  auto [plain, subject] = f.accepted.Next();
+  REQUIRE(plain >= 0);
+  // A record header announcing application data, then bytes that decrypt to nothing.
+  std::string junk = std::string("\x17\x03\x03\x00\x40", 5) + std::string(64, '\x5a');
+  REQUIRE(write(client->fd, junk.data(), junk.size()) == static_cast<ssize_t>(junk.size()));
+  timeval tv{5, 0};
+  setsockopt(plain, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char byte;
+  CHECK(read(plain, &byte, 1) == 0);  // The relay closed the server's end: no data, EOF.
+  close(plain);
+}
+
+TEST_CASE("a client that never reads holds a bounded amount of the server's answer") {
+  Fixture f(false);
+  std::unique_ptr<Client> client = Connect(f.port, f.pki, nullptr);
+  REQUIRE(client->connected);
+  auto [plain, subject] = f.accepted.Next();
+  REQUIRE(plain >= 0);
+  fcntl(plain, F_SETFL, fcntl(plain, F_GETFL) | O_NONBLOCK);
+  // The server writes 64 MiB as fast as it is let; the client reads nothing. Reading pauses
+  // while a chunk waits, so what is taken stops at the sockets' buffers and one chunk.
+  std::string chunk(1 << 20, 'a');
+  size_t taken = 0;
+  auto start = std::chrono::steady_clock::now();
+  while (taken < (size_t{64} << 20) &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(2)) {
+    ssize_t n = write(plain, chunk.data(), chunk.size());
+    if (n > 0) {
+      taken += static_cast<size_t>(n);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  MESSAGE("taken before the client read anything: " << taken << " bytes");
+  CHECK(taken < (size_t{32} << 20));
+  // The bytes are not lost: the client reads the start intact.
+  CHECK(client->Read(4096) == std::string(4096, 'a'));
+  close(plain);
+}
+
+TEST_CASE("handshakes left hanging hold slots only until the timeout") {
+  TlsRelayOptions options;
+  options.max_connections = 3;
+  options.handshake_timeout_ns = 300'000'000;
+  Fixture f(false, options);
+  std::vector<int> idle;
+  for (int i = 0; i < 3; ++i) {
+    idle.push_back(Dial(f.port));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::unique_ptr<Client> turned_away = Connect(f.port, f.pki, nullptr);
+  CHECK_FALSE(turned_away->connected);  // Every slot held by a silent client.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  std::unique_ptr<Client> later = Connect(f.port, f.pki, nullptr);
+  CHECK(later->connected);  // The silent ones were closed at the timeout.
+  close(f.accepted.Next().first);
+  for (int fd : idle) {
+    close(fd);
+  }
+  CHECK(f.relay->stats().failed_handshakes.load() == 3);
+}
+
 TEST_CASE("a context refuses material that does not hold together") {
   TestPki pki;
   CHECK(MakeServerContext({"", pki.server.key_pem, ""}).error().message.find("tls_cert") !=
