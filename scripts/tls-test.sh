@@ -4,8 +4,9 @@
 # CPU workers.
 #   1. TLS: curl with the CA answers over HTTPS, plain HTTP to the TLS port gets no answer,
 #      a client that does not trust the CA fails; tritonclient over HTTPS and gRPC with TLS;
-#      a renewed certificate serves new connections after SIGHUP; a key file others may
-#      read is refused at start.
+#      a renewed certificate serves new connections after SIGHUP, a mismatched key is refused
+#      by the reload (the old certificate stays); a key file others may read, or a key that
+#      is not the certificate's, is refused at start and by ferryd --check.
 #   2. Mutual TLS with [auth] required: alice's certificate is tenant acme (the MLP only):
 #      200 on the MLP, 403 on the CNN (curl and tritonclient gRPC); bob's certificate (the
 #      right CA, no tenant) 401; no certificate: the handshake fails.
@@ -94,8 +95,21 @@ for _ in $(seq 100); do [[ "$(serial "$address")" == 11 ]] && break; sleep 0.1; 
 [[ "$(serial "$address")" == 11 ]] && pass "after SIGHUP new connections get the renewed certificate" ||
   fail "after SIGHUP the certificate is still serial $(serial "$address")"
 expect 200 "after SIGHUP: served" "${https[@]}" "https://$address/v2/health/ready"
+cp "$tls/alice.key" "$tls/key.pem"  # Not the certificate's key: the reload is refused.
+kill -HUP "$pid"
+for _ in $(seq 50); do grep -q "does not match" "$dir/ferryd.log" && break; sleep 0.1; done
+grep -q "reload refused" "$dir/ferryd.log" && [[ "$(serial "$address")" == 11 ]] &&
+  pass "a reload with a mismatched key is refused; the node keeps its certificate" ||
+  fail "a reload with a mismatched key: $(grep -c 'reload refused' "$dir/ferryd.log") refusals, serial $(serial "$address")"
+cp "$tls/renewed.key" "$tls/key.pem"
 ferry_stop_node
 chmod 644 "$tls/key.pem"
+if "$build/supervisor/ferryd" --check --config "$dir/node.toml" > "$dir/check.log" 2>&1 ||
+   ! grep -q "chmod 600" "$dir/check.log"; then
+  fail "ferryd --check passed a TLS key of mode 0644"
+else
+  pass "ferryd --check refuses a TLS key of mode 0644"
+fi
 if "$build/supervisor/ferryd" --config "$dir/node.toml" > "$dir/refused.log" 2>&1; then
   fail "ferryd started with a TLS key of mode 0644"
 elif grep -q "chmod 600" "$dir/refused.log"; then
@@ -104,6 +118,14 @@ else
   fail "ferryd's refusal does not say why: $(cat "$dir/refused.log")"
 fi
 chmod 600 "$tls/key.pem"
+cp "$tls/alice.key" "$tls/key.pem"  # A key that is not the certificate's.
+if "$build/supervisor/ferryd" --check --config "$dir/node.toml" > "$dir/check.log" 2>&1 ||
+   ! grep -q "does not match" "$dir/check.log"; then
+  fail "ferryd --check passed a key that does not match the certificate"
+else
+  pass "ferryd --check refuses a key that does not match the certificate"
+fi
+cp "$tls/renewed.key" "$tls/key.pem"
 
 # 2. Mutual TLS: the certificate is the tenant.
 ferry_start_node "$build" "$dir" "mtls$$" "[auth]

@@ -15,6 +15,7 @@
 #include "supervisor/api_keys.h"
 #include "supervisor/devices.h"
 #include "supervisor/supervisor.h"
+#include "supervisor/tls_files.h"
 
 namespace {
 
@@ -75,6 +76,13 @@ int main(int argc, char** argv) {
   if (auto keys = ferry::supervisor::CollectKeys(*config); !keys.ok()) {
     spdlog::error("refusing to start: {}", keys.error().message);
     return 2;
+  }
+  // And the TLS files: a key others may read, or one that does not match its certificate.
+  if (config->node.tls.enabled()) {
+    if (auto tls = ferry::supervisor::ReadTlsFiles(config->node.tls); !tls.ok()) {
+      spdlog::error("refusing to start: {}", tls.error().message);
+      return 2;
+    }
   }
   spdlog::info("node file {} is valid (node '{}', {} worker(s), {} hook host(s))", config_path,
                config->node.name, devices->size(), config->node.hookhosts);
