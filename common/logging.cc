@@ -22,7 +22,11 @@ class JsonMessageFlag : public spdlog::custom_flag_formatter {
   }
 };
 
+LogFormat installed_format = LogFormat::kText;
+
 }  // namespace
+
+LogFormat CurrentLogFormat() { return installed_format; }
 
 Result<LogFormat> ParseLogFormat(std::string_view text) {
   if (text == "text") {
@@ -81,8 +85,9 @@ Status InitLogging(std::string_view process, LogFormat format, std::string_view 
     formatter->add_flag<JsonMessageFlag>('*').set_pattern(
         R"({"ts":"%Y-%m-%dT%H:%M:%S.%f%z","level":"%l","logger":"%n","pid":%P,"msg":"%*"})");
   } else {
-    formatter->set_pattern("%Y-%m-%d %H:%M:%S.%e %^%-5l%$ %n[%P] %v");
+    formatter->set_pattern(kTextLogPattern);
   }
+  installed_format = format;
   logger->set_formatter(std::move(formatter));
   logger->set_level(parsed);
   spdlog::set_default_logger(std::move(logger));

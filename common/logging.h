@@ -23,6 +23,11 @@ Result<LogFormat> ParseLogFormat(std::string_view text);
 // `level` is an spdlog level name: trace, debug, info, warn, error, critical, off.
 Status InitLogging(std::string_view process, LogFormat format, std::string_view level);
 
+// The format InitLogging installed (kText before it ran).
+LogFormat CurrentLogFormat();
+// The text format's pattern.
+inline constexpr const char* kTextLogPattern = "%Y-%m-%d %H:%M:%S.%e %^%-5l%$ %n[%P] %v";
+
 // Escapes `text` for inclusion inside a JSON string literal.
 std::string JsonEscape(std::string_view text);
 

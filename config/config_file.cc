@@ -11,8 +11,8 @@
 
 namespace ferry {
 
-Result<std::string> ReadConfigFile(const std::string& path, std::string_view what,
-                                   size_t max_bytes, bool secret) {
+Result<std::string> ReadConfigFile(const std::string& path, std::string_view what, size_t max_bytes,
+                                   bool secret) {
   std::string name = std::string(what) + " " + path;
   // O_NONBLOCK: a FIFO must not block the open; O_NOFOLLOW: the checked file is the one read.
   int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);

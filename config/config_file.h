@@ -17,7 +17,7 @@ namespace ferry {
 // The whole file. `what` names it in errors ("keys file", "tls_key"). `secret`: group or
 // others may not read or write it (mode 0600 or stricter). INVALID_ARGUMENT naming the file
 // and the reason.
-Result<std::string> ReadConfigFile(const std::string& path, std::string_view what,
-                                   size_t max_bytes, bool secret);
+Result<std::string> ReadConfigFile(const std::string& path, std::string_view what, size_t max_bytes,
+                                   bool secret);
 
 }  // namespace ferry

@@ -48,6 +48,7 @@ void ReadTenants(TableReader& r, const std::string& base_dir,
       }
     }
     t.Double("weight", &tenant.weight, DoubleRange{0, 1e12, true, false});
+    t.Bool("admin", &tenant.admin);
     t.Int("max_queued", &tenant.max_queued, 1, int64_t{1} << 30);
     if (t.Double("rate", &tenant.rate, DoubleRange{0, 1e9, true, false})) {
       tenant.burst = std::max(1.0, tenant.rate);

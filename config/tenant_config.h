@@ -9,6 +9,7 @@
 //   keys_file = "keys/acme.keys"     # relative to the node file; lines "sha256:HEX"
 //   weight = 2.0                     # share of GPU time between tenants (fair). Default 1.
 //   tls_subjects = ["CN=acme-batch,O=Acme"]  # client certificates that are this tenant
+//   admin = true                     # may change node settings (the logging extension)
 //   max_queued = 64                  # requests in flight across the node (429 beyond)
 //   rate = 100                       # requests/s across the node, bursts of `burst` (429)
 //
@@ -38,6 +39,7 @@ struct TenantSettings {
   std::vector<std::string> tls_subjects;
   // Node-wide limits (hookhost/tenant_limits.h): requests admitted and not yet answered
   // (0: none), and a token bucket of `rate` requests/s holding up to `burst` (rate 0: none).
+  bool admin = false;  // May change the node's settings (logging) when auth is required.
   int64_t max_queued = 0;
   double rate = 0;
   double burst = 0;  // Default: max(1, rate), one second's worth.

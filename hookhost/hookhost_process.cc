@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/log_settings.h"
 #include "config/node_config.h"
 #include "hookhost/frontend/front_end.h"
 #include "hookhost/hookhost.h"
@@ -151,6 +152,10 @@ void LoadAndSeal(const HookHostProcessArgs& args, Running& r, int64_t* spin_us) 
     Exit(1);
   }
   r.segment.emplace(std::move(*segment));
+  if (LogSettings node;
+      LogSettings::Decode(static_cast<int32_t>(r.segment->log_settings().load()), &node)) {
+    ApplyLogSettings(node);  // As a client set them for the node, across this host's restart.
+  }
   r.generation = r.segment->generation(args.slot).load(std::memory_order_acquire);
   r.status.emplace(*r.segment, args.slot);
   hookhost::Publish(*r.status, shm::ProcessState::kStarting, r.generation, {});
@@ -258,6 +263,11 @@ int Serve(Running& r) {
       }
       if (message->code == shm::ControlCode::kStop) {
         stop = true;
+      } else if (message->code == shm::ControlCode::kSetLogSettings) {
+        LogSettings settings;
+        LogSettings::Decode(message->value, &settings);  // DecodeControl checked the word.
+        ApplyLogSettings(settings);
+        spdlog::info("hook host slot {}: log settings now {:#x}", r.slot, message->value);
       } else if (message->code == shm::ControlCode::kDrain && !draining) {
         drain();
       }

@@ -1,9 +1,9 @@
 #include "hookhost/tenant_limits.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "shm/tenant_counts.h"
 

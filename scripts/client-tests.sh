@@ -85,6 +85,13 @@ start_node node.toml "$name" 'devices = "cpu:2"' ""
 "$venv/bin/python" tests/clients/text_served_test.py "$address" "$grpc_address" \
   "$dir/onnx/encoder" encoder_text 16 1000
 
+# The logging extension's change (tritonclient_test.py) reached every process.
+for who in "ferry-worker" "hook host slot 0" "hook host slot 1"; do
+  grep -q "$who.*log settings now\|log settings now.*$who" "$dir/$name.log" ||
+    grep "log settings now" "$dir/$name.log" | grep -q "${who%% *}" ||
+    { echo "logging: no 'log settings now' from $who"; grep "log settings" "$dir/$name.log"; exit 1; }
+done
+
 # curl: JSON in, JSON out; health; an error body.
 out=$(curl -sS -X POST "http://$address/v2/models/mlp/infer" -H 'Content-Type: application/json' \
   -d "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,784],\"data\":[$(printf '0,%.0s' $(seq 783))0]}]}")

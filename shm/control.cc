@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "common/log_settings.h"
 #include "config/scheduler_config.h"
 #include "shm/descriptor.h"
 
@@ -47,7 +48,7 @@ Result<ControlMessage> DecodeControl(const DescriptorData& d, uint32_t num_model
   m.value = d.rows;
   std::memcpy(&m.weight, &d.trace_id_low, sizeof(double));
   if (d.variant < static_cast<int32_t>(ControlCode::kStop) ||
-      d.variant > static_cast<int32_t>(ControlCode::kSetTenantWeight)) {
+      d.variant > static_cast<int32_t>(ControlCode::kSetLogSettings)) {
     return InvalidArgument(where + "unknown command " + std::to_string(d.variant));
   }
   m.code = static_cast<ControlCode>(d.variant);
@@ -88,6 +89,10 @@ Result<ControlMessage> DecodeControl(const DescriptorData& d, uint32_t num_model
   }
   if (m.code == ControlCode::kSetMaxBatchSize && m.value < 0) {
     return InvalidArgument(where + "max batch size " + std::to_string(m.value) + " is negative");
+  }
+  if (LogSettings unused;
+      m.code == ControlCode::kSetLogSettings && !LogSettings::Decode(m.value, &unused)) {
+    return InvalidArgument(where + "log settings " + std::to_string(m.value) + " malformed");
   }
   if (m.code == ControlCode::kSetMaxQueueDepth && m.value < 1) {
     return InvalidArgument(where + "queue depth " + std::to_string(m.value) + " is below 1");

@@ -32,6 +32,7 @@ enum class ControlCode : int32_t {
   kSetResidencyFloor = 11,  // model, value = ferry::Residency: the node file's level changed by
                             // a reload (managed residency mode).
   kSetTenantWeight = 12,    // value = tenant number (1..kMaxTenants), weight > 0.
+  kSetLogSettings = 13,     // value = LogSettings::Encode (common/log_settings.h).
 };
 
 struct ControlMessage {

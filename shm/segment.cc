@@ -73,7 +73,7 @@ bool ComputeLayout(const SegmentLayout& in, SegmentOffsets* out) {
   offset =
       AlignUp(offset + 2ull * in.hookhosts * (kMaxTenants + 1) * sizeof(std::atomic<uint64_t>), 64);
   c.leaving_offset = offset;
-  offset += 2 * sizeof(std::atomic<uint64_t>);
+  offset += 3 * sizeof(std::atomic<uint64_t>);
   c.supervisor_bytes = AlignUp(offset, kPage);
   uint64_t overhead = c.supervisor_bytes + in.hookhosts * c.hookhost.partition_offset +
                       in.workers * c.worker.partition_offset;
@@ -179,6 +179,7 @@ Result<Segment> Segment::Create(const std::string& name, const SegmentLayout& la
         std::atomic<uint64_t>(0);
   }
   new (supervisor + c.leaving_offset + sizeof(std::atomic<uint64_t>)) std::atomic<uint64_t>(0);
+  new (supervisor + c.leaving_offset + 2 * sizeof(std::atomic<uint64_t>)) std::atomic<uint64_t>(0);
   for (uint32_t r = 0; r < 2 * layout.hookhosts * layout.workers; ++r) {
     new (&segment.ring_reset_tail(r)) std::atomic<uint64_t>(0);
   }
@@ -404,6 +405,11 @@ std::atomic<uint64_t>& Segment::tenant_admitted_seen(uint32_t hookhost, uint32_t
   uint64_t index = uint64_t{layout_.hookhosts + hookhost} * (kMaxTenants + 1) + tenant;
   return reinterpret_cast<std::atomic<uint64_t>*>(Base(kSupervisor) +
                                                   offsets_.tenant_seen_offset)[index];
+}
+
+std::atomic<uint64_t>& Segment::log_settings() const {
+  return *reinterpret_cast<std::atomic<uint64_t>*>(Base(kSupervisor) + offsets_.leaving_offset +
+                                                   2 * sizeof(std::atomic<uint64_t>));
 }
 
 KeyTableData& Segment::keys() const {

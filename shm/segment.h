@@ -68,7 +68,8 @@ struct SegmentOffsets {
   uint64_t tenant_seen_offset = 0;  // Per hook host and tenant: in flight, then admitted.
   uint64_t leaving_offset = 0;      // std::atomic<uint64_t>: models announced to be unloaded or
                                     // unloaded (indices are never reused),
-                                    // then std::atomic<uint64_t>: the node is stopping.
+                                    // then std::atomic<uint64_t>: the node is stopping,
+                                    // then std::atomic<uint64_t>: the node's log settings.
   uint64_t supervisor_bytes = 0;
   uint64_t partition_bytes = 0;
 };
@@ -151,6 +152,9 @@ class Segment {
   // Models about to be unloaded (bit i: model index i, below 64), in the supervisor's object:
   // during an unload's notice their readiness answers false while they still serve.
   std::atomic<uint64_t>& leaving_models() const;
+  // The node's log settings (common/log_settings.h LogSettings::Encode; 0: none set since
+  // start), written by ferryd as a client changes them: a process reads it when it starts.
+  std::atomic<uint64_t>& log_settings() const;
   // Nonzero once ferryd begins to stop the node (its drain notice included): readiness and
   // /v2/ferry/load answer as draining while the hook hosts still serve.
   std::atomic<uint64_t>& node_stopping() const;

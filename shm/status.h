@@ -199,6 +199,10 @@ struct FrontEndCountersData {
   // dead host's requests are gone), and admitted in all (cumulative). ferryd copies both into
   // its object each tick (Segment::tenant_seen_*) for the other hook hosts' tenant limits.
   std::atomic<uint64_t> tenant_in_flight[kMaxTenants + 1];
+  // Log settings a client asked this hook host for (logging extension): the sequence of the
+  // request in the high 32 bits, LogSettings::Encode in the low; 0: none. ferryd reads it
+  // each tick and applies a new one to the whole node (Segment::log_settings).
+  std::atomic<uint64_t> log_request;
   // Client requests answered by the request's priority level (1..3; 0 unused) and outcome.
   std::atomic<uint64_t> priority_answered[kLowestPriority + 1][kOutcomes];
   std::atomic<uint64_t> tenant_admitted[kMaxTenants + 1];

@@ -57,7 +57,7 @@ std::vector<std::string> RestartNeeded(const NodeConfig& a, const NodeConfig& b)
                      // The hook hosts read these at start (auth.h, tenant_limits.h).
                      return x.name == y.name && x.models == y.models &&
                             x.tls_subjects == y.tls_subjects && x.max_queued == y.max_queued &&
-                            x.rate == y.rate && x.burst == y.burst;
+                            x.rate == y.rate && x.burst == y.burst && x.admin == y.admin;
                    }),
         "tenants");
   const SchedulerConfig& s = a.scheduler;

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 
+#include "common/log_settings.h"
 #include "shm/key_table.h"
 #include "shm/tenant_counts.h"
 #include "supervisor/api_keys.h"
@@ -391,6 +392,7 @@ void Supervisor::Impl::AdvanceShutdown(int64_t now) {
 void Supervisor::Impl::Tick(int64_t now) {
   // The hook hosts see one another's requests per tenant through this copy (tenant limits).
   shm::CopyTenantCounts(*segment);
+  PropagateLogSettings();
   for (Child& c : children) {
     if (c.running()) {
       Watch(c, now);
@@ -404,6 +406,35 @@ void Supervisor::Impl::Tick(int64_t now) {
     AdvanceShutdown(now);
   }
   Notify(now);
+}
+
+void Supervisor::Impl::PropagateLogSettings() {
+  log_requests_seen.resize(segment->hookhosts(), 0);
+  for (uint32_t h = 0; h < segment->hookhosts(); ++h) {
+    uint64_t request = segment->frontend_counters(segment->HookhostSlot(h))
+                           .log_request.load(std::memory_order_acquire);
+    if (request == 0 || request == log_requests_seen[h]) {
+      continue;
+    }
+    log_requests_seen[h] = request;
+    auto word = static_cast<int32_t>(static_cast<uint32_t>(request));
+    LogSettings settings;
+    if (!LogSettings::Decode(word, &settings)) {
+      spdlog::warn("hook host {} asked for malformed log settings {:#x}", h, word);
+      continue;
+    }
+    if (segment->log_settings().exchange(static_cast<uint32_t>(word)) ==
+        static_cast<uint32_t>(word)) {
+      continue;
+    }
+    ApplyLogSettings(settings);
+    spdlog::info("log settings {:#x} (asked of hook host {}) for every process", word, h);
+    for (const Child& c : children) {
+      if (c.running()) {
+        SendControl(c, {shm::ControlCode::kSetLogSettings, 0, 0, word});
+      }
+    }
+  }
 }
 
 int64_t Supervisor::Impl::TickNs() const {

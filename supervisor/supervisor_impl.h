@@ -217,6 +217,10 @@ struct Supervisor::Impl {
   // Reads the TLS files again and publishes them when they changed: new connections get the
   // new certificate. An error refuses the reload (the node keeps serving the old one).
   Status ReloadTls(const NodeConfig& loaded, json* applied);
+  // Log settings a client asked a hook host for (logging extension) become the node's: kept
+  // in the segment for processes that start later, applied here, sent to every child.
+  void PropagateLogSettings();
+  std::vector<uint64_t> log_requests_seen;  // Per hook host: the last request taken.
   Result<json> SendToModel(const std::string& model, shm::ControlCode code, double weight,
                            int32_t value);
   Result<json> LoadModel(const std::string& name);

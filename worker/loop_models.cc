@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/log_settings.h"
 #include "model/repository.h"
 #include "shm/control.h"
 #include "shm/recovery.h"
@@ -139,6 +140,13 @@ bool DispatchLoop::DrainControl() {
         applied =
             scheduler_->SetTenantWeight(static_cast<uint32_t>(message->value), message->weight);
         break;
+      case shm::ControlCode::kSetLogSettings: {
+        LogSettings settings;
+        LogSettings::Decode(message->value, &settings);  // DecodeControl checked the word.
+        ApplyLogSettings(settings);
+        spdlog::info("log settings now {:#x}", message->value);
+        break;
+      }
       case shm::ControlCode::kLoadModel:
         if (!options_.loader) {
           applied = Unavailable("this worker cannot load models");

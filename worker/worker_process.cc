@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/log_settings.h"
 #include "config/node_config.h"
 #include "shm/ring.h"
 #include "shm/segment.h"
@@ -180,6 +181,11 @@ int Attach(const WorkerProcessArgs& args, Started& s, std::optional<shm::StatusW
     return 1;
   }
   s.segment.emplace(std::move(*segment));
+  // Log settings a client set for the node (logging extension) outlive a restart.
+  if (LogSettings node;
+      LogSettings::Decode(static_cast<int32_t>(s.segment->log_settings().load()), &node)) {
+    ApplyLogSettings(node);
+  }
   status.emplace(*s.segment, args.slot);
   starting.state = static_cast<uint32_t>(shm::ProcessState::kStarting);
   starting.generation = s.segment->generation(args.slot).load(std::memory_order_acquire);

@@ -100,6 +100,7 @@ bool Authenticator::Open(Endpoint endpoint) const {
     case Endpoint::kStatistics:
       return (auth_.open_endpoints & kOpenStatistics) != 0;
     case Endpoint::kInfer:
+    case Endpoint::kAdmin:
       return false;
   }
   return false;
@@ -108,6 +109,22 @@ bool Authenticator::Open(Endpoint endpoint) const {
 Result<uint32_t> Authenticator::Check(const std::string* authorization,
                                       std::string_view tls_subject, Endpoint endpoint,
                                       std::string_view model) const {
+  FERRY_ASSIGN_OR_RETURN(uint32_t tenant, Identify(authorization, tls_subject, endpoint, model));
+  if (endpoint == Endpoint::kAdmin && auth_.required) {
+    const TenantSettings* t =
+        tenant >= 1 && tenant <= by_number_.size() ? by_number_[tenant - 1] : nullptr;
+    if (t == nullptr || !t->admin) {
+      return PermissionDenied(
+          "changing the node's settings needs an admin tenant ([tenants.NAME] "
+          "admin = true)");
+    }
+  }
+  return tenant;
+}
+
+Result<uint32_t> Authenticator::Identify(const std::string* authorization,
+                                         std::string_view tls_subject, Endpoint endpoint,
+                                         std::string_view model) const {
   auto by_certificate = tls_subject.empty() ? by_subject_.end() : by_subject_.find(tls_subject);
   if (authorization == nullptr && by_certificate != by_subject_.end()) {
     uint32_t tenant = by_certificate->second;

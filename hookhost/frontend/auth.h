@@ -3,6 +3,8 @@
 // written by ferryd from the [tenants.NAME] keys files), and what the key's tenant may call
 // (config/tenant_config.h). docs/security.md has the rules and the threat model.
 //
+//   kAdmin     under auth, only a tenant whose [tenants.NAME] admin = true (else
+//              PERMISSION_DENIED); without auth, anyone, as Triton
 //   a client certificate (mutual TLS) whose subject a tenant's tls_subjects lists, and no
 //              key: that tenant, its models checked as for a key
 //   no key     auth not required: anonymous (tenant 0), as without tenants
@@ -41,6 +43,7 @@ enum class Endpoint {
   kMetadata,    // kOpenMetadata
   kStatistics,  // kOpenStatistics
   kInfer,       // never open under auth
+  kAdmin,       // changing the node (logging): under auth, only a tenant with admin = true
 };
 
 class Authenticator {
@@ -62,6 +65,9 @@ class Authenticator {
   std::string TenantName(uint32_t tenant) const;
 
  private:
+  // Check without the admin rule.
+  Result<uint32_t> Identify(const std::string* authorization, std::string_view tls_subject,
+                            Endpoint endpoint, std::string_view model) const;
   // The key's tenant; 0 when no digest matches.
   uint32_t TenantOfKey(std::string_view key) const;
   std::shared_ptr<const shm::KeySnapshot> Keys() const;

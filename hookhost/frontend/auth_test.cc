@@ -150,5 +150,22 @@ TEST_CASE("a client certificate's subject is its tenant when no key is sent") {
         ErrorCode::kUnauthenticated);
 }
 
+TEST_CASE("changing the node's settings needs an admin tenant under auth, anyone without") {
+  Node node(true);
+  node.config.tenants[1].admin = true;  // globex.
+  Authenticator auth(node.table.get(), node.config);
+  std::string acme = Bearer("acme-key");
+  std::string globex = Bearer("globex-key");
+  CHECK(auth.Check(nullptr, "", Endpoint::kAdmin, "").error().code == ErrorCode::kUnauthenticated);
+  CHECK(auth.Check(&acme, "", Endpoint::kAdmin, "").error().code == ErrorCode::kPermissionDenied);
+  CHECK(auth.Check(&globex, "", Endpoint::kAdmin, "").value() == 3);
+  Node open(false);
+  Authenticator anyone(open.table.get(), open.config);
+  CHECK(anyone.Check(nullptr, "", Endpoint::kAdmin, "").value() == 0);
+  // A wrong key is still wrong.
+  std::string wrong = Bearer("nope");
+  CHECK(anyone.Check(&wrong, "", Endpoint::kAdmin, "").error().code == ErrorCode::kUnauthenticated);
+}
+
 }  // namespace
 }  // namespace ferry::frontend

@@ -44,7 +44,29 @@ using RawService = Grpc::WithRawCallbackMethod_ServerLive<
                 Grpc::WithRawCallbackMethod_ModelConfig<Grpc::WithRawCallbackMethod_RepositoryIndex<
                     Grpc::WithRawCallbackMethod_RepositoryModelLoad<
                         Grpc::WithRawCallbackMethod_RepositoryModelUnload<
-                            Grpc::WithRawCallbackMethod_ModelStatistics<Grpc::Service>>>>>>>>>>>>;
+                            Grpc::WithRawCallbackMethod_ModelStatistics<
+                                Grpc::WithRawCallbackMethod_LogSettings<Grpc::Service>>>>>>>>>>>>>;
+
+// A LogSettings request's settings as the JSON object the HTTP endpoint takes.
+nlohmann::json SettingsJson(const inference::LogSettingsRequest& in) {
+  nlohmann::json changes = nlohmann::json::object();
+  for (const auto& [key, value] : in.settings()) {
+    switch (value.parameter_choice_case()) {
+      case inference::LogSettingsRequest::SettingValue::kBoolParam:
+        changes[key] = value.bool_param();
+        break;
+      case inference::LogSettingsRequest::SettingValue::kUint32Param:
+        changes[key] = value.uint32_param();
+        break;
+      case inference::LogSettingsRequest::SettingValue::kStringParam:
+        changes[key] = value.string_param();
+        break;
+      default:
+        changes[key] = nullptr;  // No value: refused as the wrong type.
+    }
+  }
+  return changes;
+}
 
 inference::DataType ConfigType(DType dtype) {
   std::string name = "TYPE_" + std::string(KServeName(dtype));
@@ -184,6 +206,35 @@ class Service final : public RawService {
         [&](const inference::RepositoryModelUnloadRequest* in,
             inference::RepositoryModelUnloadResponse* out) -> grpc::Status {
           return {grpc::StatusCode::PERMISSION_DENIED, KServeService::kModelControlRefusal};
+        });
+  }
+  // The logging extension: no settings asks for the node's; some change them (an admin's).
+  grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* call,
+                                        const grpc::ByteBuffer* in_bytes,
+                                        grpc::ByteBuffer* out_bytes) override {
+    return Reply<inference::LogSettingsRequest, inference::LogSettingsResponse>(
+        call, in_bytes, out_bytes,
+        [&](const inference::LogSettingsRequest* in,
+            inference::LogSettingsResponse* out) -> grpc::Status {
+          Endpoint endpoint = in->settings().empty() ? Endpoint::kMetadata : Endpoint::kAdmin;
+          if (Result<uint32_t> t = Authorize(*call, endpoint, {}); !t.ok()) {
+            return ToGrpc(t.error());
+          }
+          Result<nlohmann::json> settings = kserve_->LogSettingsCall(SettingsJson(*in));
+          if (!settings.ok()) {
+            return ToGrpc(settings.error());
+          }
+          for (const auto& [key, value] : settings->items()) {
+            auto& v = (*out->mutable_settings())[key];
+            if (value.is_boolean()) {
+              v.set_bool_param(value.get<bool>());
+            } else if (value.is_number_unsigned()) {
+              v.set_uint32_param(value.get<uint32_t>());
+            } else {
+              v.set_string_param(value.get<std::string>());
+            }
+          }
+          return grpc::Status::OK;
         });
   }
   grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* call,

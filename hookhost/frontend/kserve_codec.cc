@@ -114,10 +114,10 @@ Result<ParsedInfer> ParseRawInferRequest(const Manifest& manifest, std::string_v
 }
 
 nlohmann::json ServerMetadata() {
-  return {
-      {"name", "ferry"},
-      {"version", "0.1.0"},
-      {"extensions", {"binary_tensor_data", "model_configuration", "parameters", "statistics"}}};
+  return {{"name", "ferry"},
+          {"version", "0.1.0"},
+          {"extensions",
+           {"binary_tensor_data", "logging", "model_configuration", "parameters", "statistics"}}};
 }
 
 int64_t MaxBatchSize(const Manifest& manifest) {

@@ -114,7 +114,11 @@ KServeService::KServeService(const shm::Segment& segment,
       max_request_bytes_(settings.max_request_bytes),
       max_inflate_ratio_(static_cast<uint64_t>(settings.max_inflate_ratio)),
       tenants_(settings.tenants),
-      auth_(auth) {}
+      auth_(auth) {
+  if (segment.owner() != shm::kSupervisor && !segment.IsWorkerSlot(segment.owner())) {
+    log_.emplace(segment);
+  }
+}
 
 Result<uint32_t> KServeService::Authorize(const std::string* authorization,
                                           std::string_view tls_subject, Endpoint endpoint,
@@ -247,6 +251,9 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
     return;
   }
   auto [endpoint, model_name] = ClassifyPath(parts);
+  if (parts.size() == 2 && parts[1] == "logging" && !get) {
+    endpoint = Endpoint::kAdmin;  // Changing the node's logging: an admin's.
+  }
   Result<uint32_t> tenant =
       Authorize(request.Header("Authorization"), request.tls_subject, endpoint, model_name);
   if (!tenant.ok()) {
@@ -279,6 +286,10 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
     respond(Repository(parts, request, *tenant));
     return;
   }
+  if (parts[1] == "logging" && parts.size() == 2) {
+    respond(Logging(request));
+    return;
+  }
   if (parts[1] == "ferry" && parts.size() == 3 && parts[2] == "load") {
     respond(get ? Json(200, LoadJson()) : MethodNotAllowed(request));
     return;
@@ -292,6 +303,41 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
     return;
   }
   HandleModel(parts, std::move(request), trace, *tenant, std::move(respond));
+}
+
+net::HttpResponse KServeService::Logging(const net::HttpRequest& request) {
+  if (request.method != "GET" && request.method != "POST") {
+    return MethodNotAllowed(request);
+  }
+  if (request.method == "GET") {
+    Result<json> current = LogSettingsCall(json::object());
+    return current.ok() ? Json(200, *current) : ErrorResponse(current.error());
+  }
+  // A handful of keys: a larger body is not settings (and bounds the parser's nesting).
+  if (request.body.size() > kMaxLogSettingsBytes) {
+    return ErrorResponse(InvalidArgument("log settings: a body of at most " +
+                                         std::to_string(kMaxLogSettingsBytes) + " bytes"));
+  }
+  json changes = json::parse(request.body, nullptr, false);
+  if (changes.is_discarded()) {
+    return ErrorResponse(InvalidArgument("log settings: the body is not JSON"));
+  }
+  if (!changes.is_object() || changes.empty()) {
+    return ErrorResponse(InvalidArgument("log settings: expected a JSON object of settings"));
+  }
+  Result<json> updated = LogSettingsCall(changes);
+  return updated.ok() ? Json(200, *updated) : ErrorResponse(updated.error());
+}
+
+Result<json> KServeService::LogSettingsCall(const json& changes) {
+  if (!log_) {
+    return Unavailable("this front end has no hook host slot to log from");
+  }
+  if (changes.empty()) {
+    return LogSettingsJson(log_->Current());
+  }
+  FERRY_ASSIGN_OR_RETURN(LogSettings updated, log_->Update(changes));
+  return LogSettingsJson(updated);
 }
 
 net::HttpResponse KServeService::Repository(const std::vector<std::string_view>& parts,

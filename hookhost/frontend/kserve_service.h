@@ -29,11 +29,13 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
 #include "hookhost/frontend/auth.h"
 #include "hookhost/frontend/kserve_codec.h"
+#include "hookhost/frontend/log_endpoint.h"
 #include "hookhost/frontend/model_statistics.h"
 #include "hookhost/hook_models.h"
 #include "hookhost/hookhost.h"
@@ -108,6 +110,14 @@ class KServeService {
   void CountRefused(const hookhost::HookModel* model, const Error& error);
 
  private:
+  // /v2/logging: GET the node's log settings, POST changes to them (log_endpoint.h).
+ public:
+  // Shared by HTTP and gRPC: `changes` empty answers the settings, else applies them first.
+  Result<nlohmann::json> LogSettingsCall(const nlohmann::json& changes);
+
+ private:
+  net::HttpResponse Logging(const net::HttpRequest& request);
+  static constexpr size_t kMaxLogSettingsBytes = 4096;
   // /v2/repository/...: the index; load and unload refused (ferryd's control socket changes
   // what a node serves).
   net::HttpResponse Repository(const std::vector<std::string_view>& parts,
@@ -138,6 +148,7 @@ class KServeService {
   uint64_t max_inflate_ratio_;
   std::vector<std::string> tenants_;
   const Authenticator* auth_;
+  std::optional<LogEndpoint> log_;  // On a hook host's slot only (not in tests' views).
   mutable std::mutex peers_mu_;
   std::unordered_map<std::string, std::string> peer_subjects_;  // Guarded by peers_mu_.
   std::atomic<bool> draining_{false};

@@ -105,6 +105,7 @@ def main():
     except InferenceServerException as e:
         check("ferryctl load" in str(e), "repository load refused, naming ferryctl")
     statistics_checks(client, grpcclient.InferenceServerClient(sys.argv[2]))
+    logging_checks(client, grpcclient.InferenceServerClient(sys.argv[2]))
     grpc_checks(sys.argv[2])
     if failures:
         print(f"{len(failures)} check(s) failed")
@@ -169,6 +170,54 @@ def statistics_checks(client, grpc_client):
             check(False, f"gRPC stats of {name} version {version!r} refused")
         except InferenceServerException as e:
             check("NOT_FOUND" in str(e.status()), f"gRPC stats of {name} {version!r}: NOT_FOUND")
+
+
+def logging_checks(client, grpc_client):
+    """The logging extension: settings read and changed over HTTP and gRPC, the change taken
+    by the whole node (every hook host answers it), hostile settings refused."""
+    import time
+    defaults = {"log_info": True, "log_warning": True, "log_error": True,
+                "log_verbose_level": 0, "log_format": "default"}
+    check(client.get_log_settings() == dict(defaults, log_file=""),
+          f"logging: the settings at start ({client.get_log_settings()})")
+    changed = client.update_log_settings({"log_verbose_level": 1})
+    check(changed.get("log_verbose_level") == 1, f"logging: HTTP update answers the new settings ({changed})")
+    # Any hook host answers the node's settings once ferryd has taken the change (a tick).
+    seen = 0
+    for _ in range(100):
+        fresh = httpclient.InferenceServerClient(sys.argv[1])  # A new connection: any hook host.
+        seen = fresh.get_log_settings().get("log_verbose_level")
+        fresh.close()
+        if seen == 1:
+            break
+        time.sleep(0.05)
+    check(seen == 1, "logging: the change reaches the node")
+    got = grpc_client.get_log_settings(as_json=True)["settings"]
+    check(got.get("log_verbose_level", {}).get("uint32_param") == 1,
+          f"logging: gRPC reads the node's settings ({got})")
+    grpc_client.update_log_settings({"log_verbose_level": 0, "log_format": "ISO8601"})
+    for _ in range(100):
+        if client.get_log_settings().get("log_format") == "ISO8601":
+            break
+        time.sleep(0.05)
+    check(client.get_log_settings().get("log_format") == "ISO8601", "logging: gRPC update reaches HTTP")
+    for bad, why in (({"log_file": "/tmp/ferry.log"}, "must be empty"),
+                     ({"log_verbose_level": "loud"}, "log_verbose_level"),
+                     ({"log_info": 1}, "log_info"),
+                     ({"log_format": "xml"}, "log_format"),
+                     ({"log_level": 3}, "not a log setting")):
+        try:
+            client.update_log_settings(bad)
+            check(False, f"logging: {bad} refused")
+        except InferenceServerException as e:
+            check(why in str(e), f"logging: {bad} refused naming {why} ({e})")
+    try:
+        grpc_client.update_log_settings({"log_verbose_level": 300})
+        check(False, "logging: gRPC verbose level 300 refused")
+    except InferenceServerException as e:
+        check("INVALID_ARGUMENT" in str(e.status()), f"logging: gRPC verbose 300 refused ({e})")
+    client.update_log_settings(defaults)
+    check(client.get_log_settings()["log_format"] == "default", "logging: back to the defaults")
 
 
 def typed_contents_checks(address):
