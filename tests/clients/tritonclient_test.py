@@ -191,8 +191,13 @@ def logging_checks(client, grpc_client):
         if seen == 1:
             break
         time.sleep(0.05)
-    check(seen == 1, "logging: the change reaches the node")
-    got = grpc_client.get_log_settings(as_json=True)["settings"]
+    check(seen == 1, "logging: the change reaches a new connection")
+    # The gRPC connection may be on the other hook host: it answers once ferryd took the change.
+    for _ in range(100):
+        got = grpc_client.get_log_settings(as_json=True)["settings"]
+        if got.get("log_verbose_level", {}).get("uint32_param") == 1:
+            break
+        time.sleep(0.05)
     check(got.get("log_verbose_level", {}).get("uint32_param") == 1,
           f"logging: gRPC reads the node's settings ({got})")
     grpc_client.update_log_settings({"log_verbose_level": 0, "log_format": "ISO8601"})
