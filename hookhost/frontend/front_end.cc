@@ -1,6 +1,7 @@
 #include "hookhost/frontend/front_end.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <mutex>
 
@@ -72,13 +73,21 @@ Status FrontEnd::Start(const shm::Segment& segment, const std::vector<hookhost::
   net::TlsRelayOptions relay_options;
   relay_options.max_connections = 2 * static_cast<size_t>(settings.max_connections);
   relay_ = std::make_unique<net::TlsRelay>(StoreContexts(tls), relay_options);
+  // The relay outlives the servers it feeds (their last answers go out through it): past
+  // Stop, a handshake that finishes late is closed, not handed to a server that is gone.
+  gate_ = std::make_shared<AdoptGate>();
   net::HttpServer* http = server_.get();
   relay_->AddListener(http_fd, "http/1.1",
-                      [http](int fd, const std::string& subject) { http->Adopt(fd, subject); });
+                      [gate = gate_, http](int fd, const std::string& subject) {
+                        std::lock_guard<std::mutex> lock(gate->mu);
+                        gate->open ? http->Adopt(fd, subject) : (void)close(fd);
+                      });
   if (grpc_ != nullptr) {
     GrpcFrontEnd* grpc = grpc_.get();
-    relay_->AddListener(grpc_fd, "h2",
-                        [grpc](int fd, const std::string& subject) { grpc->Adopt(fd, subject); });
+    relay_->AddListener(grpc_fd, "h2", [gate = gate_, grpc](int fd, const std::string& subject) {
+      std::lock_guard<std::mutex> lock(gate->mu);
+      gate->open ? grpc->Adopt(fd, subject) : (void)close(fd);
+    });
   }
   return relay_->Start();
 }
@@ -109,6 +118,10 @@ void FrontEnd::Stop(std::chrono::milliseconds wait) {
   auto deadline = std::chrono::steady_clock::now() + wait;
   while (!server_->Drained() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (gate_ != nullptr) {
+    std::lock_guard<std::mutex> lock(gate_->mu);
+    gate_->open = false;  // No connection reaches a server from here on.
   }
   server_->Stop();
   thread_.join();

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -48,6 +49,11 @@ class FrontEnd {
   std::unique_ptr<net::HttpServer> server_;
   std::unique_ptr<GrpcFrontEnd> grpc_;
   std::unique_ptr<net::TlsRelay> relay_;  // With TLS: stopped after the servers it feeds.
+  struct AdoptGate {
+    std::mutex mu;
+    bool open = true;  // The servers take the relay's connections (false from Stop on).
+  };
+  std::shared_ptr<AdoptGate> gate_;
   std::thread thread_;
 };
 
