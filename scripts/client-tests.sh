@@ -92,6 +92,15 @@ for who in "ferry-worker" "hook host slot 0" "hook host slot 1"; do
     { echo "logging: no 'log settings now' from $who"; grep "log settings" "$dir/$name.log"; exit 1; }
 done
 
+# Hostile logging bodies: nested as deep as the size allows, too large, not an object.
+deep=$(printf '[%.0s' $(seq 2000); printf ']%.0s' $(seq 2000))
+for body in "$deep" "{\"log_info\": true, \"pad\": \"$(printf 'x%.0s' $(seq 5000))\"}" '[]' '{}' 'nul'; do
+  code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -d "$body" "http://$address/v2/logging")
+  [[ "$code" == 400 ]] || { echo "logging: a hostile body (${body:0:20}...) got $code"; exit 1; }
+done
+[[ "$(curl -s "http://$address/v2/logging")" == *'"log_verbose_level":0'* ]] ||
+  { echo "logging: hostile bodies changed the settings"; exit 1; }
+
 # curl: JSON in, JSON out; health; an error body.
 out=$(curl -sS -X POST "http://$address/v2/models/mlp/infer" -H 'Content-Type: application/json' \
   -d "{\"inputs\":[{\"name\":\"input\",\"datatype\":\"FP32\",\"shape\":[1,784],\"data\":[$(printf '0,%.0s' $(seq 783))0]}]}")
