@@ -52,17 +52,12 @@ Result<LogSettings> MergeLogSettings(const LogSettings& base, const nlohmann::js
 }
 
 LogEndpoint::LogEndpoint(const shm::Segment& segment)
-    : segment_(segment),
-      own_(segment.frontend_counters(segment.owner())),
+    : own_(segment.frontend_counters(segment.owner())),
       sequence_(static_cast<uint32_t>(own_.log_request.load(std::memory_order_relaxed) >> 32)) {}
 
 LogSettings LogEndpoint::Current() const {
-  LogSettings node;
-  if (LogSettings::Decode(static_cast<int32_t>(static_cast<uint32_t>(
-                              segment_.log_settings().load(std::memory_order_acquire))),
-                          &node)) {
-    return node;
-  }
+  // This process's: it took the node's at start and takes every change ferryd sends, and its
+  // own changes at once (so a client reads back what it just set).
   return CurrentLogSettings();
 }
 

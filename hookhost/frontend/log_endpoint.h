@@ -1,5 +1,6 @@
 // Triton's logging extension on a hook host (docs/frontend.md, "Logging"): GET /v2/logging
-// (gRPC LogSettings with no settings) answers the node's log settings; POST (LogSettings with
+// (gRPC LogSettings with no settings) answers the node's log settings as this hook host holds
+// them (another host's change shows within a tick); POST (LogSettings with
 // some) changes them. A change applies in this process at once and is asked of ferryd through
 // this hook host's object (FrontEndCountersData::log_request); ferryd applies it to itself
 // and every worker and hook host within a tick, and keeps it in the segment for processes
@@ -34,13 +35,13 @@ class LogEndpoint {
  public:
   // REQUIRES: `segment` attached as a hook host's slot.
   explicit LogEndpoint(const shm::Segment& segment);
-  // The node's settings (as ferryd last set them), or this process's before any change.
+  // The settings this hook host logs with: the node's (taken at start and from ferryd with
+  // each change, within a tick of it), or the one it took itself a moment ago.
   LogSettings Current() const;
   // Merges `changes` into Current(), applies the result here and asks ferryd for it.
   Result<LogSettings> Update(const nlohmann::json& changes);
 
  private:
-  const shm::Segment& segment_;
   shm::FrontEndCountersData& own_;
   std::mutex mu_;
   uint32_t sequence_;  // Of the last request; continues a predecessor's.

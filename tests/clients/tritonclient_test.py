@@ -222,6 +222,10 @@ def logging_checks(client, grpc_client):
     except InferenceServerException as e:
         check("INVALID_ARGUMENT" in str(e.status()), f"logging: gRPC verbose 300 refused ({e})")
     client.update_log_settings(defaults)
+    for _ in range(100):
+        if client.get_log_settings()["log_format"] == "default":
+            break
+        time.sleep(0.05)
     check(client.get_log_settings()["log_format"] == "default", "logging: back to the defaults")
 
 
