@@ -483,7 +483,8 @@ void HttpServer::Impl::Sweep(int64_t now) {
     bool idle_too_long =
         idle && c.request_started == 0 && now - c.last_active > options.idle_timeout_ns;
     if ((c.close_when_written && c.out.empty()) || (idle && c.peer_closed) || idle_too_long ||
-        (idle && drain_seen.load() && c.request_started == 0 && now - drain_started > kDrainGraceNs)) {
+        (idle && drain_seen.load() && c.request_started == 0 &&
+         now - drain_started > kDrainGraceNs)) {
       closing.push_back(id);
       continue;
     }
