@@ -25,15 +25,12 @@
 namespace ferry::net {
 namespace {
 
-namespace http = boost::beast::http;
-using Parser = http::request_parser<http::string_body>;
-
 constexpr uint64_t kListenTag = 0;
 constexpr uint64_t kWakeTag = 1;
 constexpr uint64_t kFirstConnection = 2;
-// Draining: an idle connection is closed after this, so a request its client was sending as
-// the drain began is still read and answered rather than met by a close.
-constexpr int64_t kDrainGraceNs = 200'000'000;
+
+namespace http = boost::beast::http;
+using Parser = http::request_parser<http::string_body>;
 
 struct Answer {
   uint64_t connection;
@@ -382,7 +379,11 @@ void HttpServer::Impl::Read(uint64_t id, Connection& c, int64_t now, uint32_t ev
 void HttpServer::Impl::WriteAnswered(Connection& c) {
   for (auto it = c.answered.find(c.next_write); it != c.answered.end();
        it = c.answered.find(c.next_write)) {
-    bool close = it->second.close || ++c.written >= options.max_keepalive_requests;
+    // Draining: the last answer of a connection closes it, requests read before the drain
+    // included, so a keep-alive client's next request goes to a hook host that stays.
+    bool last = c.next_write + 1 == c.next_sequence;
+    bool close = it->second.close || ++c.written >= options.max_keepalive_requests ||
+                 (draining.load() && last);
     c.out += Serialize(it->second, close);
     c.answered.erase(it);
     ++c.next_write;

@@ -82,6 +82,10 @@ struct HttpServerStats {
   std::atomic<uint64_t> bytes_read{0};    // From clients' sockets.
 };
 
+// Draining: an idle connection is closed after this, so a request its client was sending as
+// the drain began is still read and answered rather than met by a close.
+inline constexpr int64_t kDrainGraceNs = 200'000'000;
+
 class HttpServer {
  public:
   // REQUIRES: `listen_fd` is a listening stream socket, or -1 for a server of adopted

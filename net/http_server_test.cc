@@ -14,6 +14,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace ferry::net {
 namespace {
@@ -330,6 +331,50 @@ TEST_CASE("after max_keepalive_requests answers a connection is closed, so clien
   std::string third = ReadAll(fd);  // Answered, then closed.
   CHECK(third.find("\"target\":\"/3\"") != std::string::npos);
   CHECK(third.find("Connection: close") != std::string::npos);
+  close(fd);
+}
+
+TEST_CASE("draining, the last answer of a connection closes it; earlier ones are all written") {
+  // Requests read before the drain and answered after it: a keep-alive client must hear that
+  // this server is going (its next request then reaches one that stays), and no pipelined
+  // answer may be lost for it.
+  std::mutex mu;
+  std::vector<Responder> held;
+  Server s({}, [&](HttpRequest&& request, Responder respond) {
+    std::lock_guard<std::mutex> lock(mu);
+    held.push_back(std::move(respond));
+  });
+  int fd = s.Connect();
+  Send(fd, "GET /1 HTTP/1.1\r\nHost: h\r\n\r\nGET /2 HTTP/1.1\r\nHost: h\r\n\r\n");
+  for (int i = 0; i < 2000; ++i) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (held.size() == 2) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  s.server->Drain();
+  while (!s.server->DrainSeen()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::vector<Responder> answers;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    REQUIRE(held.size() == 2);
+    answers = std::move(held);
+  }
+  for (int i = 0; i < 2; ++i) {
+    HttpResponse r;
+    r.body = "answer " + std::to_string(i + 1);
+    answers[i](std::move(r));
+  }
+  std::string both = ReadAll(fd);  // Both answers, then the close.
+  size_t first = both.find("answer 1");
+  size_t second = both.find("answer 2");
+  REQUIRE(first != std::string::npos);
+  REQUIRE(second != std::string::npos);
+  CHECK(both.substr(0, first).find("Connection: close") == std::string::npos);
+  CHECK(both.substr(first, second - first).find("Connection: close") != std::string::npos);
   close(fd);
 }
 

@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <string>
 #include <thread>
 
 #include "hookhost/frontend/grpc_service.h"
@@ -38,8 +40,13 @@ struct GrpcFrontEnd::Impl {
   std::unique_ptr<grpc::Service> service;
   std::unique_ptr<grpc::Server> server;
   std::thread acceptor;
+  int accept_epoll = -1;  // The accept thread's; the listening socket leaves it on Drain.
   std::atomic<bool> accepting{true};
   std::atomic<bool> stopping{false};
+  // Draining: gRPC's shutdown, begun on its own thread (it blocks until the calls in
+  // progress end), sends every client GOAWAY; `shut_down` once it has returned.
+  std::thread drainer;
+  std::atomic<bool> shut_down{false};
 
   // Hands `fd` to gRPC, or closes it at the cap when no connection is idle enough to make
   // room. `subject`: its client certificate's, for the service (through TLS only).
@@ -104,14 +111,16 @@ Status GrpcFrontEnd::Start() {
   if (s.listen_fd < 0) {
     return OkStatus();  // Connections come through Adopt.
   }
+  s.accept_epoll = epoll_create1(EPOLL_CLOEXEC);
+  epoll_event e{};
+  e.events = EPOLLIN | EPOLLEXCLUSIVE;
+  if (s.accept_epoll < 0 || epoll_ctl(s.accept_epoll, EPOLL_CTL_ADD, s.listen_fd, &e) != 0) {
+    return Internal("the gRPC accept loop's epoll: " + std::string(strerror(errno)));
+  }
   s.acceptor = std::thread([&s] {
-    int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-    epoll_event e{};
-    e.events = EPOLLIN | EPOLLEXCLUSIVE;
-    epoll_ctl(epoll_fd, EPOLL_CTL_ADD, s.listen_fd, &e);
     while (!s.stopping.load()) {
       epoll_event got{};
-      if (epoll_wait(epoll_fd, &got, 1, 50) != 1 || !s.accepting.load()) {
+      if (epoll_wait(s.accept_epoll, &got, 1, 50) != 1 || !s.accepting.load()) {
         continue;
       }
       int fd = accept4(s.listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -123,7 +132,6 @@ Status GrpcFrontEnd::Start() {
       }
       s.Admit(fd, nullptr);
     }
-    close(epoll_fd);
   });
   return OkStatus();
 }
@@ -136,7 +144,24 @@ void GrpcFrontEnd::Adopt(int fd, const std::string& subject) {
   }
 }
 
-void GrpcFrontEnd::Drain() { impl_->accepting.store(false); }
+void GrpcFrontEnd::Drain() {
+  Impl& s = *impl_;
+  if (s.accepting.exchange(false) && s.accept_epoll >= 0) {
+    // Off this host's epoll now, before any answer: the kernel wakes the other hook hosts for
+    // a new connection, and a connection waiting does not spin this one's accept loop.
+    epoll_ctl(s.accept_epoll, EPOLL_CTL_DEL, s.listen_fd, nullptr);
+  }
+  if (s.server == nullptr || s.drainer.joinable()) {
+    return;
+  }
+  // GOAWAY at once: a client's next call opens a new connection (to another hook host, or
+  // this one's successor) instead of reaching a host that is about to exit; the calls in
+  // progress go on until they end or Stop cancels them.
+  s.drainer = std::thread([&s] {
+    s.server->Shutdown(std::chrono::system_clock::now() + std::chrono::hours(24));
+    s.shut_down.store(true);
+  });
+}
 
 void GrpcFrontEnd::Stop(int deadline_ms) {
   Impl& s = *impl_;
@@ -148,7 +173,22 @@ void GrpcFrontEnd::Stop(int deadline_ms) {
   if (s.acceptor.joinable()) {
     s.acceptor.join();
   }
-  s.server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
+  if (s.accept_epoll >= 0) {
+    close(s.accept_epoll);
+    s.accept_epoll = -1;
+  }
+  if (s.drainer.joinable()) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(deadline_ms);
+    while (!s.shut_down.load() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    if (!s.shut_down.load()) {
+      grpc_server_cancel_all_calls(s.server->c_server());  // Ends the drainer's wait.
+    }
+    s.drainer.join();
+  } else {
+    s.server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
+  }
   s.server->Wait();
   s.server.reset();
 }

@@ -45,7 +45,8 @@ class GrpcFrontEnd {
   // client certificate subject is `subject` (empty: none), under the same cap as accepted
   // ones. REQUIRES: constructed with listen_fd -1; called from one thread (the relay's).
   void Adopt(int fd, const std::string& subject);
-  // Stops accepting connections (calls in progress finish).
+  // Stops accepting connections and sends every client GOAWAY (its next call goes to a new
+  // connection); calls in progress finish. One thread (the hook host's main one).
   void Drain();
   // Ends every call (waits up to `deadline_ms` for those in progress) and the accept thread.
   void Stop(int deadline_ms);
