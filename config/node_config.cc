@@ -380,6 +380,7 @@ static void ReadFrontend(TableReader& r, FrontendSettings* f) {
   r.Int("max_inflate_ratio", &f->max_inflate_ratio, 0, 1'000'000);
   r.Double("request_timeout_seconds", &f->request_timeout_seconds, {0.1, 3600, false, false});
   r.Double("idle_timeout_seconds", &f->idle_timeout_seconds, {0.1, 86'400, false, false});
+  r.Bool("model_control", &f->model_control);
   if (r.StringArray("tenants", &f->tenants)) {
     std::set<std::string> seen;
     for (const std::string& tenant : f->tenants) {

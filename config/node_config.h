@@ -223,6 +223,9 @@ struct FrontendSettings {
   // metadata); another name is refused (400), so clients cannot grow the metrics' label
   // sets. At most 16 names, each as a model name. Default none: naming a tenant is refused.
   std::vector<std::string> tenants;
+  // The repository extension's load and unload (HTTP and gRPC): refused (403) unless true;
+  // under [auth] required only an admin tenant may. Default false.
+  bool model_control = false;
 };
 
 struct NodeConfig {

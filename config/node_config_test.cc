@@ -412,6 +412,10 @@ TEST_CASE("[supervisor] and [frontend]: defaults, values at their edges, each mi
   CHECK(defaults->frontend.max_connections == 1024);
   CHECK(defaults->frontend.max_streams_per_connection == 100);
   CHECK(defaults->frontend.max_inflate_ratio == 100);
+  CHECK(!defaults->frontend.model_control);  // Load and unload over the KServe port: off.
+  Result<NodeConfig> control = Parse("[frontend]\nmodel_control = true\n");
+  REQUIRE(control.ok());
+  CHECK(control->frontend.model_control);
 
   Result<NodeConfig> edges =
       Parse("[supervisor]\ncontrol_socket = \"/" + std::string(106, 's') +
@@ -465,6 +469,7 @@ TEST_CASE("[supervisor] and [frontend]: defaults, values at their edges, each mi
       {"[frontend]\nmax_streams_per_connection = 65537\n", "frontend.max_streams_per_connection"},
       {"[frontend]\nrequest_timeout_seconds = 0.05\n", "frontend.request_timeout_seconds"},
       {"[frontend]\nidle_timeout_seconds = 86401\n", "frontend.idle_timeout_seconds"},
+      {"[frontend]\nmodel_control = \"explicit\"\n", "frontend.model_control"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.text);

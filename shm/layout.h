@@ -45,8 +45,9 @@ inline constexpr uint64_t kMagic = 0x3179727265664653ULL;  // "SFferry1" little-
 // 3: one object per writer; 4: descriptor meta; 5: priority, tenant, cancel, front-end counters;
 // 6: weight load events in the status snapshot; 9: placements by residency in the front-end
 // counters; 11: requests in flight and admitted per tenant (front-end counters, ferryd's copy),
-// requests held and queue waits per tenant and level (status snapshot).
-inline constexpr uint32_t kLayoutVersion = 11;
+// requests held and queue waits per tenant and level (status snapshot); 12: the repository
+// mailbox in the front-end counters.
+inline constexpr uint32_t kLayoutVersion = 12;
 inline constexpr uint64_t kBlockAlignment = 256;  // DMA and cudaHostRegister friendly.
 inline constexpr uint32_t kMaxTensors = 8;
 inline constexpr uint32_t kMaxRank = 8;

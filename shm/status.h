@@ -28,6 +28,7 @@
 #include "common/histogram_bounds.h"
 #include "common/priority.h"
 #include "common/result.h"
+#include "shm/repository_mailbox.h"
 #include "shm/segment.h"
 
 namespace ferry::shm {
@@ -206,6 +207,8 @@ struct FrontEndCountersData {
   // Client requests answered by the request's priority level (1..3; 0 unused) and outcome.
   std::atomic<uint64_t> priority_answered[kLowestPriority + 1][kOutcomes];
   std::atomic<uint64_t> tenant_admitted[kMaxTenants + 1];
+  // Load and unload asked of this hook host (repository extension), answered by ferryd.
+  RepositoryMailboxData repository;
 };
 
 struct StatusData {

@@ -43,7 +43,8 @@ std::vector<std::string> RestartNeeded(const NodeConfig& a, const NodeConfig& b)
             a.frontend.max_connections == b.frontend.max_connections &&
             a.frontend.request_timeout_seconds == b.frontend.request_timeout_seconds &&
             a.frontend.idle_timeout_seconds == b.frontend.idle_timeout_seconds &&
-            a.frontend.tenants == b.frontend.tenants,
+            a.frontend.tenants == b.frontend.tenants &&
+            a.frontend.model_control == b.frontend.model_control,
         "frontend");
   check(a.hooks.sandbox == b.hooks.sandbox && a.hooks.threads == b.hooks.threads &&
             a.hooks.call_timeout_ms == b.hooks.call_timeout_ms &&
@@ -156,6 +157,14 @@ void Supervisor::Impl::RefreshHookhosts(int64_t now) {
   }
   while (!refresh_queue.empty()) {
     size_t next = refresh_queue.front();
+    if (HeldForRepositoryAnswer(next)) {
+      if (refresh_queue.size() == 1) {
+        return;  // It drains once its client has the answer.
+      }
+      refresh_queue.pop_front();
+      refresh_queue.push_back(next);
+      continue;
+    }
     refresh_queue.pop_front();
     Child& c = children[next];
     if (!c.running()) {

@@ -400,7 +400,9 @@ void Supervisor::Impl::Tick(int64_t now) {
       StartChild(c, now);
     }
   }
+  TakeRepositoryRequests(now);
   FinishUnloads(now);
+  AnswerRepositoryChange(now);
   RefreshHookhosts(now);
   if (phase != Phase::kRunning) {
     AdvanceShutdown(now);
@@ -439,7 +441,7 @@ void Supervisor::Impl::PropagateLogSettings() {
 
 int64_t Supervisor::Impl::TickNs() const {
   bool settled = phase == Phase::kRunning && control->clients() == 0 && refresh_queue.empty() &&
-                 !refresh_current && pending_unloads.empty() &&
+                 !refresh_current && pending_unloads.empty() && !repository_change &&
                  std::all_of(children.begin(), children.end(),
                              [](const Child& c) { return c.ready() && c.kill_reason.empty(); });
   // Tenant limits see the other hook hosts' requests one tick late: keep the tick short.

@@ -47,6 +47,8 @@ inline constexpr int64_t kTickNs = 20'000'000;
 // The tick while every child is ready and nothing is in progress (no control client, no
 // restart or model-table change): a pidfd, signal or control connection still wakes it at once.
 inline constexpr int64_t kRestTickNs = 100'000'000;
+// A repository load or unload asked through a hook host is answered within this, done or not.
+inline constexpr int64_t kRepositoryWaitNs = 300'000'000'000;
 
 struct SupervisorOptions {
   std::string config_path;

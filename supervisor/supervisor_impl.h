@@ -29,6 +29,7 @@
 #include "shm/control.h"
 #include "shm/node_load.h"
 #include "shm/recovery.h"
+#include "shm/repository_mailbox.h"
 #include "shm/ring.h"
 #include "shm/segment.h"
 #include "shm/status.h"
@@ -233,7 +234,27 @@ struct Supervisor::Impl {
   // killed (its successor starts with the new table) rather than left numbering differently.
   size_t SendTableChange(const shm::ControlMessage& message);
   void QueueHookhostRefresh();
+  // Restarts the hook hosts queued, one at a time; the one whose repository change is not
+  // answered yet waits (HeldForRepositoryAnswer).
   void RefreshHookhosts(int64_t now);
+  // The repository extension (repository_requests.cc): requests taken from the hook hosts'
+  // mailboxes, one change at a time, answered when done or after kRepositoryWaitNs.
+  struct RepositoryChange {
+    uint32_t hookhost;  // Which asked: its index among hook hosts.
+    uint32_t sequence;
+    shm::RepositoryOp op;
+    std::string model;
+    int64_t max_batch_size;  // A load's cap, set once the model is ready (0: none).
+    int64_t deadline;
+  };
+  std::optional<RepositoryChange> repository_change;
+  std::vector<uint64_t> repository_seen;  // Per hook host: the last request word taken.
+  void TakeRepositoryRequests(int64_t now);
+  void AnswerRepositoryChange(int64_t now);
+  // nullopt while the change is under way; else how it ended.
+  std::optional<Status> RepositoryChangeOutcome() const;
+  std::optional<size_t> HookhostChild(uint32_t hookhost) const;  // Its index in `children`.
+  bool HeldForRepositoryAnswer(size_t child) const;
   // How long the loop may sleep: kTickNs, or up to kRestTickNs while the node is settled.
   int64_t TickNs() const;
   json StatusJson() const;

@@ -107,6 +107,7 @@ void FrontEnd::Drain() {
   while (!server_->DrainSeen()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  service_->SetDrainSeen();
 }
 
 bool FrontEnd::Drained() const { return server_ == nullptr || server_->Drained(); }

@@ -16,6 +16,7 @@
 #include <mutex>
 
 #include "common/clock.h"
+#include "hookhost/frontend/grpc_admin.h"
 #include "hookhost/frontend/grpc_messages.h"
 #include "hookhost/frontend/proto/inference.grpc.pb.h"
 #include "net/open_connections.h"
@@ -46,27 +47,6 @@ using RawService = Grpc::WithRawCallbackMethod_ServerLive<
                         Grpc::WithRawCallbackMethod_RepositoryModelUnload<
                             Grpc::WithRawCallbackMethod_ModelStatistics<
                                 Grpc::WithRawCallbackMethod_LogSettings<Grpc::Service>>>>>>>>>>>>>;
-
-// A LogSettings request's settings as the JSON object the HTTP endpoint takes.
-nlohmann::json SettingsJson(const inference::LogSettingsRequest& in) {
-  nlohmann::json changes = nlohmann::json::object();
-  for (const auto& [key, value] : in.settings()) {
-    switch (value.parameter_choice_case()) {
-      case inference::LogSettingsRequest::SettingValue::kBoolParam:
-        changes[key] = value.bool_param();
-        break;
-      case inference::LogSettingsRequest::SettingValue::kUint32Param:
-        changes[key] = value.uint32_param();
-        break;
-      case inference::LogSettingsRequest::SettingValue::kStringParam:
-        changes[key] = value.string_param();
-        break;
-      default:
-        changes[key] = nullptr;  // No value: refused as the wrong type.
-    }
-  }
-  return changes;
-}
 
 inference::DataType ConfigType(DType dtype) {
   std::string name = "TYPE_" + std::string(KServeName(dtype));
@@ -104,7 +84,7 @@ class Service final : public RawService {
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* call,
                                        const grpc::ByteBuffer* in_bytes,
                                        grpc::ByteBuffer* out_bytes) override {
-    return Reply<inference::ServerLiveRequest, inference::ServerLiveResponse>(
+    return ReplyInline<inference::ServerLiveRequest, inference::ServerLiveResponse>(
         call, in_bytes, out_bytes,
         [&](const inference::ServerLiveRequest* in,
             inference::ServerLiveResponse* out) -> grpc::Status {
@@ -118,7 +98,7 @@ class Service final : public RawService {
   grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* call,
                                         const grpc::ByteBuffer* in_bytes,
                                         grpc::ByteBuffer* out_bytes) override {
-    return Reply<inference::ServerReadyRequest, inference::ServerReadyResponse>(
+    return ReplyInline<inference::ServerReadyRequest, inference::ServerReadyResponse>(
         call, in_bytes, out_bytes,
         [&](const inference::ServerReadyRequest* in,
             inference::ServerReadyResponse* out) -> grpc::Status {
@@ -132,7 +112,7 @@ class Service final : public RawService {
   grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* call,
                                        const grpc::ByteBuffer* in_bytes,
                                        grpc::ByteBuffer* out_bytes) override {
-    return Reply<inference::ModelReadyRequest, inference::ModelReadyResponse>(
+    return ReplyInline<inference::ModelReadyRequest, inference::ModelReadyResponse>(
         call, in_bytes, out_bytes,
         [&](const inference::ModelReadyRequest* in,
             inference::ModelReadyResponse* out) -> grpc::Status {
@@ -150,7 +130,7 @@ class Service final : public RawService {
   grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* call,
                                             const grpc::ByteBuffer* in_bytes,
                                             grpc::ByteBuffer* out_bytes) override {
-    return Reply<inference::RepositoryIndexRequest, inference::RepositoryIndexResponse>(
+    return ReplyInline<inference::RepositoryIndexRequest, inference::RepositoryIndexResponse>(
         call, in_bytes, out_bytes,
         [&](const inference::RepositoryIndexRequest* in,
             inference::RepositoryIndexResponse* out) -> grpc::Status {
@@ -171,7 +151,7 @@ class Service final : public RawService {
   grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* call,
                                             const grpc::ByteBuffer* in_bytes,
                                             grpc::ByteBuffer* out_bytes) override {
-    return Reply<inference::ModelStatisticsRequest, inference::ModelStatisticsResponse>(
+    return ReplyInline<inference::ModelStatisticsRequest, inference::ModelStatisticsResponse>(
         call, in_bytes, out_bytes,
         [&](const inference::ModelStatisticsRequest* in,
             inference::ModelStatisticsResponse* out) -> grpc::Status {
@@ -191,56 +171,22 @@ class Service final : public RawService {
   grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* call,
                                                 const grpc::ByteBuffer* in_bytes,
                                                 grpc::ByteBuffer* out_bytes) override {
-    return Reply<inference::RepositoryModelLoadRequest, inference::RepositoryModelLoadResponse>(
-        call, in_bytes, out_bytes,
-        [&](const inference::RepositoryModelLoadRequest* in,
-            inference::RepositoryModelLoadResponse* out) -> grpc::Status {
-          return {grpc::StatusCode::PERMISSION_DENIED, KServeService::kModelControlRefusal};
-        });
+    return RepositoryChangeMethod(kserve_, shm::RepositoryOp::kLoad, call, in_bytes, out_bytes);
   }
   grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* call,
                                                   const grpc::ByteBuffer* in_bytes,
                                                   grpc::ByteBuffer* out_bytes) override {
-    return Reply<inference::RepositoryModelUnloadRequest, inference::RepositoryModelUnloadResponse>(
-        call, in_bytes, out_bytes,
-        [&](const inference::RepositoryModelUnloadRequest* in,
-            inference::RepositoryModelUnloadResponse* out) -> grpc::Status {
-          return {grpc::StatusCode::PERMISSION_DENIED, KServeService::kModelControlRefusal};
-        });
+    return RepositoryChangeMethod(kserve_, shm::RepositoryOp::kUnload, call, in_bytes, out_bytes);
   }
-  // The logging extension: no settings asks for the node's; some change them (an admin's).
   grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* call,
                                         const grpc::ByteBuffer* in_bytes,
                                         grpc::ByteBuffer* out_bytes) override {
-    return Reply<inference::LogSettingsRequest, inference::LogSettingsResponse>(
-        call, in_bytes, out_bytes,
-        [&](const inference::LogSettingsRequest* in,
-            inference::LogSettingsResponse* out) -> grpc::Status {
-          Endpoint endpoint = in->settings().empty() ? Endpoint::kMetadata : Endpoint::kAdmin;
-          if (Result<uint32_t> t = Authorize(*call, endpoint, {}); !t.ok()) {
-            return ToGrpc(t.error());
-          }
-          Result<nlohmann::json> settings = kserve_->LogSettingsCall(SettingsJson(*in));
-          if (!settings.ok()) {
-            return ToGrpc(settings.error());
-          }
-          for (const auto& [key, value] : settings->items()) {
-            auto& v = (*out->mutable_settings())[key];
-            if (value.is_boolean()) {
-              v.set_bool_param(value.get<bool>());
-            } else if (value.is_number_unsigned()) {
-              v.set_uint32_param(value.get<uint32_t>());
-            } else {
-              v.set_string_param(value.get<std::string>());
-            }
-          }
-          return grpc::Status::OK;
-        });
+    return LogSettingsMethod(kserve_, call, in_bytes, out_bytes);
   }
   grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* call,
                                            const grpc::ByteBuffer* in_bytes,
                                            grpc::ByteBuffer* out_bytes) override {
-    return Reply<inference::ServerMetadataRequest, inference::ServerMetadataResponse>(
+    return ReplyInline<inference::ServerMetadataRequest, inference::ServerMetadataResponse>(
         call, in_bytes, out_bytes,
         [&](const inference::ServerMetadataRequest* in,
             inference::ServerMetadataResponse* out) -> grpc::Status {
@@ -259,7 +205,7 @@ class Service final : public RawService {
   grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* call,
                                           const grpc::ByteBuffer* in_bytes,
                                           grpc::ByteBuffer* out_bytes) override {
-    return Reply<inference::ModelMetadataRequest, inference::ModelMetadataResponse>(
+    return ReplyInline<inference::ModelMetadataRequest, inference::ModelMetadataResponse>(
         call, in_bytes, out_bytes,
         [&](const inference::ModelMetadataRequest* in,
             inference::ModelMetadataResponse* out) -> grpc::Status {
@@ -287,7 +233,7 @@ class Service final : public RawService {
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* call,
                                         const grpc::ByteBuffer* in_bytes,
                                         grpc::ByteBuffer* out_bytes) override {
-    return Reply<inference::ModelConfigRequest, inference::ModelConfigResponse>(
+    return ReplyInline<inference::ModelConfigRequest, inference::ModelConfigResponse>(
         call, in_bytes, out_bytes,
         [&](const inference::ModelConfigRequest* in,
             inference::ModelConfigResponse* out) -> grpc::Status {
@@ -345,26 +291,6 @@ class Service final : public RawService {
  private:
   friend class StreamReactor;
 
-  // Answers a quick method inline: its request parsed from `in`, `fn` fills the response and
-  // returns the call's status, the response serialized into `out`.
-  template <typename Request, typename Response, typename Fn>
-  static grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* call,
-                                         const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
-                                         Fn&& fn) {
-    Request request;
-    Response response;
-    grpc::Status status = ReadMessage(*in, &request);
-    if (status.ok()) {
-      status = fn(&request, &response);
-    }
-    if (status.ok()) {
-      status = WriteMessage(response, out);
-    }
-    grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
-    reactor->Finish(status);
-    return reactor;
-  }
-
   // One inference, for ModelInfer and each request of a stream: `in` checked, parsed and
   // submitted, the answer encoded into `out`; then `done(status)`, once, on whichever thread
   // the answer comes (inline when `in` is refused). REQUIRES: `in` and `out` outlive `done`.
@@ -405,17 +331,7 @@ class Service final : public RawService {
   // The call's "authorization" metadata checked for `endpoint` on `model` (auth.h).
   Result<uint32_t> Authorize(const grpc::ServerContextBase& call, Endpoint endpoint,
                              std::string_view model) {
-    if (kserve_ == nullptr) {  // A service for connection tests alone (ServerLive).
-      return uint32_t{0};
-    }
-    const auto& metadata = call.client_metadata();
-    std::string subject = kserve_->PeerSubject(call.peer());
-    auto it = metadata.find("authorization");
-    if (it == metadata.end()) {
-      return kserve_->Authorize(nullptr, subject, endpoint, model);
-    }
-    std::string value(it->second.data(), it->second.size());
-    return kserve_->Authorize(&value, subject, endpoint, model);
+    return AuthorizeCall(kserve_, call, endpoint, model);
   }
 
   // A request checked and parsed, ready to submit.

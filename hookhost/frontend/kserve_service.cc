@@ -16,14 +16,6 @@ namespace {
 
 using nlohmann::json;
 
-net::HttpResponse Json(int status, const json& body) {
-  net::HttpResponse r;
-  r.status = status;
-  r.headers.emplace_back("Content-Type", "application/json");
-  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
-  return r;
-}
-
 // The path's parts between slashes ("/v2/models/m/infer" -> v2, models, m, infer); the
 // query string is dropped.
 std::vector<std::string_view> PathParts(std::string_view target) {
@@ -47,8 +39,11 @@ std::pair<Endpoint, std::string_view> ClassifyPath(const std::vector<std::string
   if (parts.size() >= 2 && (parts[1] == "health" || parts[1] == "ferry")) {
     return {Endpoint::kHealth, {}};
   }
+  if (IsRepositoryChange(parts)) {
+    return {Endpoint::kAdmin, {}};  // Changing what the node serves: an admin's.
+  }
   if (parts.size() < 3 || parts[1] != "models") {
-    return {Endpoint::kMetadata, {}};  // /v2, the repository, or no endpoint at all.
+    return {Endpoint::kMetadata, {}};  // /v2, the index, or no endpoint at all.
   }
   if (parts.size() == 3 && parts[2] == "stats") {
     return {Endpoint::kStatistics, {}};
@@ -95,7 +90,7 @@ net::HttpResponse ErrorResponse(const Error& error) {
       status = 403;
       break;
   }
-  net::HttpResponse r = Json(status, {{"error", error.message}});
+  net::HttpResponse r = JsonAnswer(status, {{"error", error.message}});
   if (status == 429 || status == 503) {
     // The refusal's own hint (a predicted wait, say) in whole seconds rounded up; else 1.
     int64_t ms = RetryAfterMs(error.message).value_or(1000);
@@ -103,6 +98,9 @@ net::HttpResponse ErrorResponse(const Error& error) {
   }
   return r;
 }
+
+// ferryd answers within kRepositoryWaitNs (300 s); the margin covers its tick.
+constexpr int64_t kRepositoryAnswerWaitNs = 310'000'000'000;
 
 KServeService::KServeService(const shm::Segment& segment,
                              const std::vector<hookhost::HookModel>& models,
@@ -117,7 +115,18 @@ KServeService::KServeService(const shm::Segment& segment,
       auth_(auth) {
   if (segment.owner() != shm::kSupervisor && !segment.IsWorkerSlot(segment.owner())) {
     log_.emplace(segment);
+    if (settings.model_control) {
+      repository_ = std::make_unique<RepositoryControl>(
+          segment.frontend_counters(segment.owner()).repository, [this] { return DrainSettled(); },
+          kRepositoryAnswerWaitNs);
+    }
   }
+}
+
+bool KServeService::DrainSettled() const {
+  int64_t seen = drain_seen_ns_.load();
+  // The HTTP server closes idle connections one sweep (at most 50 ms) after the grace.
+  return seen != 0 && MonotonicNs() - seen > net::kDrainGraceNs + 100'000'000;
 }
 
 Result<uint32_t> KServeService::Authorize(const std::string* authorization,
@@ -219,18 +228,23 @@ void KServeService::CountRefused(const hookhost::HookModel* model, const Error& 
   submitting_.fetch_sub(1);
 }
 
-namespace {
+net::HttpResponse JsonAnswer(int status, const json& body) {
+  net::HttpResponse r;
+  r.status = status;
+  r.headers.emplace_back("Content-Type", "application/json");
+  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  return r;
+}
 
 net::HttpResponse MethodNotAllowed(const net::HttpRequest& request) {
-  return Json(405, {{"error", request.method + " is not allowed on " +
-                                  std::string(request.target.substr(0, 256))}});
+  return JsonAnswer(405, {{"error", request.method + " is not allowed on " +
+                                        std::string(request.target.substr(0, 256))}});
 }
 
 net::HttpResponse NoSuchEndpoint(const net::HttpRequest& request) {
-  return Json(404, {{"error", "no such endpoint: " + std::string(request.target.substr(0, 256))}});
+  return JsonAnswer(404,
+                    {{"error", "no such endpoint: " + std::string(request.target.substr(0, 256))}});
 }
-
-}  // namespace
 
 void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
   // A valid W3C traceparent: every answer to this request carries it, errors and refusals too.
@@ -247,7 +261,7 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
   std::vector<std::string_view> parts = PathParts(request.target);
   bool get = request.method == "GET";
   if (parts.empty() || parts[0] != "v2") {
-    respond(Json(404, {{"error", "no such endpoint; the API is under /v2"}}));
+    respond(JsonAnswer(404, {{"error", "no such endpoint; the API is under /v2"}}));
     return;
   }
   auto [endpoint, model_name] = ClassifyPath(parts);
@@ -268,18 +282,22 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
     return;
   }
   if (parts.size() == 1) {
-    respond(get ? Json(200, ServerMetadata()) : MethodNotAllowed(request));
+    respond(get ? JsonAnswer(200, ServerMetadata()) : MethodNotAllowed(request));
     return;
   }
   if (parts[1] == "health" && parts.size() == 3 && (parts[2] == "live" || parts[2] == "ready")) {
     if (!get) {
       respond(MethodNotAllowed(request));
     } else if (parts[2] == "live") {
-      respond(Json(200, {{"live", true}}));
+      respond(JsonAnswer(200, {{"live", true}}));
     } else {
       bool ready = ServerReady();
-      respond(Json(ready ? 200 : 400, {{"ready", ready}}));
+      respond(JsonAnswer(ready ? 200 : 400, {{"ready", ready}}));
     }
+    return;
+  }
+  if (IsRepositoryChange(parts)) {
+    RepositoryHttp(parts, request, std::move(respond));
     return;
   }
   if (parts[1] == "repository") {
@@ -291,7 +309,7 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
     return;
   }
   if (parts[1] == "ferry" && parts.size() == 3 && parts[2] == "load") {
-    respond(get ? Json(200, LoadJson()) : MethodNotAllowed(request));
+    respond(get ? JsonAnswer(200, LoadJson()) : MethodNotAllowed(request));
     return;
   }
   if (parts[1] != "models" || parts.size() < 3) {
@@ -305,65 +323,10 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
   HandleModel(parts, std::move(request), trace, *tenant, std::move(respond));
 }
 
-net::HttpResponse KServeService::Logging(const net::HttpRequest& request) {
-  if (request.method != "GET" && request.method != "POST") {
-    return MethodNotAllowed(request);
-  }
-  if (request.method == "GET") {
-    Result<json> current = LogSettingsCall(json::object());
-    return current.ok() ? Json(200, *current) : ErrorResponse(current.error());
-  }
-  // A handful of keys: a larger body is not settings (and bounds the parser's nesting).
-  if (request.body.size() > kMaxLogSettingsBytes) {
-    return ErrorResponse(InvalidArgument("log settings: a body of at most " +
-                                         std::to_string(kMaxLogSettingsBytes) + " bytes"));
-  }
-  json changes = json::parse(request.body, nullptr, false);
-  if (changes.is_discarded()) {
-    return ErrorResponse(InvalidArgument("log settings: the body is not JSON"));
-  }
-  if (!changes.is_object() || changes.empty()) {
-    return ErrorResponse(InvalidArgument("log settings: expected a JSON object of settings"));
-  }
-  Result<json> updated = LogSettingsCall(changes);
-  return updated.ok() ? Json(200, *updated) : ErrorResponse(updated.error());
-}
-
-Result<json> KServeService::LogSettingsCall(const json& changes) {
-  if (!log_) {
-    return Unavailable("this front end has no hook host slot to log from");
-  }
-  if (changes.empty()) {
-    return LogSettingsJson(log_->Current());
-  }
-  FERRY_ASSIGN_OR_RETURN(LogSettings updated, log_->Update(changes));
-  return LogSettingsJson(updated);
-}
-
-net::HttpResponse KServeService::Repository(const std::vector<std::string_view>& parts,
-                                            const net::HttpRequest& request,
-                                            uint32_t tenant) const {
-  if (request.method != "POST") {
-    return MethodNotAllowed(request);
-  }
-  if (parts.size() == 3 && parts[2] == "index") {
-    // The body is a flat object ({"ready": true}): anything deeper is not one (and is not
-    // handed to a recursive parser).
-    json body =
-        JsonDepthWithin(request.body, 4) ? json::parse(request.body, nullptr, false) : json();
-    bool ready_only = body.is_object() && body.value("ready", false);
-    return Json(200, RepositoryIndex(ready_only, tenant));
-  }
-  if (parts.size() == 5 && parts[2] == "models" && (parts[4] == "load" || parts[4] == "unload")) {
-    return Json(403, {{"error", kModelControlRefusal}});
-  }
-  return NoSuchEndpoint(request);
-}
-
 net::HttpResponse KServeService::StatisticsResponse(std::string_view name, std::string_view version,
                                                     uint32_t tenant) const {
   Result<std::vector<ModelStatistics>> stats = Statistics(name, version, tenant);
-  return stats.ok() ? Json(200, StatisticsJson(*stats)) : ErrorResponse(stats.error());
+  return stats.ok() ? JsonAnswer(200, StatisticsJson(*stats)) : ErrorResponse(stats.error());
 }
 
 void KServeService::HandleModel(const std::vector<std::string_view>& parts,
@@ -384,8 +347,8 @@ void KServeService::HandleModel(const std::vector<std::string_view>& parts,
   if (parts.size() >= 5 && parts[3] == "versions") {
     bool known = !model->failure && parts[4] == std::to_string(model->manifest().version);
     if (!known) {
-      respond(Json(404, {{"error", "model '" + model->name + "' has no version '" +
-                                       std::string(parts[4].substr(0, 32)) + "'"}}));
+      respond(JsonAnswer(404, {{"error", "model '" + model->name + "' has no version '" +
+                                             std::string(parts[4].substr(0, 32)) + "'"}}));
       return;
     }
     next = 5;
@@ -397,7 +360,7 @@ void KServeService::HandleModel(const std::vector<std::string_view>& parts,
   }
   if (action == "ready") {
     bool ready = ModelReady(*model);
-    respond(get ? Json(ready ? 200 : 400, {{"name", model->name}, {"ready", ready}})
+    respond(get ? JsonAnswer(ready ? 200 : 400, {{"name", model->name}, {"ready", ready}})
                 : MethodNotAllowed(request));
     return;
   }
@@ -415,9 +378,9 @@ void KServeService::HandleModel(const std::vector<std::string_view>& parts,
     return;
   }
   if (action.empty()) {
-    respond(get ? Json(200, ModelMetadata(model->manifest())) : MethodNotAllowed(request));
+    respond(get ? JsonAnswer(200, ModelMetadata(model->manifest())) : MethodNotAllowed(request));
   } else if (action == "config") {
-    respond(get ? Json(200, ModelConfig(model->manifest())) : MethodNotAllowed(request));
+    respond(get ? JsonAnswer(200, ModelConfig(model->manifest())) : MethodNotAllowed(request));
   } else if (action == "stats") {
     std::string_view version = next == 5 ? parts[4] : std::string_view();
     respond(get ? StatisticsResponse(model->name, version, tenant) : MethodNotAllowed(request));
@@ -463,7 +426,7 @@ void KServeService::ParseAndSubmit(const hookhost::HookModel& model, net::HttpRe
     CountRefused(&model, error);
     net::HttpResponse r = ErrorResponse(error);
     if (status != 0) {
-      r = Json(status, {{"error", error.message}});
+      r = JsonAnswer(status, {{"error", error.message}});
     }
     respond(std::move(r));
   };

@@ -33,10 +33,12 @@
 #include <string_view>
 #include <vector>
 
+#include "common/clock.h"
 #include "hookhost/frontend/auth.h"
 #include "hookhost/frontend/kserve_codec.h"
 #include "hookhost/frontend/log_endpoint.h"
 #include "hookhost/frontend/model_statistics.h"
+#include "hookhost/frontend/repository_control.h"
 #include "hookhost/hook_models.h"
 #include "hookhost/hookhost.h"
 #include "net/http_server.h"
@@ -90,10 +92,32 @@ class KServeService {
   // The key's tenant becomes the request's; a request naming another tenant is
   // PERMISSION_DENIED. Nothing for tenant 0.
   Status ApplyKeyTenant(ParsedInfer& request, uint32_t tenant) const;
-  // Why the repository extension's load and unload are refused on this port.
+  // Why the repository extension's load and unload are refused on a node that has not
+  // turned them on.
   static constexpr const char* kModelControlRefusal =
-      "model load and unload are not served on the KServe port: what a node serves is changed "
-      "through ferryd's control socket (ferryctl load / unload), whose peers are checked";
+      "model load and unload are off on this node: [frontend] model_control = true in the "
+      "node file turns them on (ferryctl load / unload work either way)";
+  // The repository extension's load or unload of `model` (docs/frontend.md, "Repository"),
+  // carried to ferryd (repository_control.h); `max_batch_size` a load's cap (0: none).
+  // `done` runs once: on the control's thread when ferryd answers, or here when refused
+  // (PERMISSION_DENIED without [frontend] model_control; INVALID_ARGUMENT for a name that is
+  // not one). Authorization is the caller's (an admin's, auth.h Endpoint::kAdmin).
+  void RepositoryChange(shm::RepositoryOp op, const std::string& model, int64_t max_batch_size,
+                        RepositoryControl::Done done);
+  // A load's or unload's parameters (Triton's: a load's `config`, an unload's
+  // `unload_dependents`): the batch cap a config override sets (0: none). INVALID_ARGUMENT
+  // naming a parameter or config key that does not map onto a ferry bundle.
+  static Result<int64_t> LoadParameters(shm::RepositoryOp op, const std::string& model,
+                                        const nlohmann::json& parameters);
+  // Triton's config override (JSON text): only `name` (the model's own) and `max_batch_size`.
+  static Result<int64_t> ConfigOverrideCap(const std::string& model, std::string_view config);
+  // The front end has seen its drain (FrontEnd::Drain): an answer written from now on closes
+  // its connection. Any thread.
+  void SetDrainSeen() { drain_seen_ns_.store(MonotonicNs()); }
+  // Drain seen and its grace over: every connection idle at the drain has been closed, so a
+  // repository answer written now is followed by no request this hook host serves with its
+  // old model table (requests already sent are answered with it; they came before).
+  bool DrainSettled() const;
   // Submits a parsed request for `model`, as this service resolved it (its spans must stay
   // valid until this returns); `done` runs once, on a hook thread or here. UNAVAILABLE while
   // draining; INVALID_ARGUMENT for a tenant not declared. The request itself is checked once,
@@ -122,6 +146,9 @@ class KServeService {
   // what a node serves).
   net::HttpResponse Repository(const std::vector<std::string_view>& parts,
                                const net::HttpRequest& request, uint32_t tenant) const;
+  // POST /v2/repository/models/M/load and .../unload.
+  void RepositoryHttp(const std::vector<std::string_view>& parts, const net::HttpRequest& request,
+                      net::Responder respond);
   // This hook host drains, or ferryd has begun to stop the node (its drain notice).
   bool Stopping() const { return draining_.load() || segment_.node_stopping().load() != 0; }
   // GET /v2/models[/M[/versions/V]]/stats: Statistics as JSON.
@@ -148,7 +175,10 @@ class KServeService {
   uint64_t max_inflate_ratio_;
   std::vector<std::string> tenants_;
   const Authenticator* auth_;
-  std::optional<LogEndpoint> log_;  // On a hook host's slot only (not in tests' views).
+  std::optional<LogEndpoint> log_;         // On a hook host's slot only (not in tests' views).
+  std::atomic<int64_t> drain_seen_ns_{0};  // MonotonicNs when seen; 0: not draining.
+  // With [frontend] model_control on a hook host's slot; else load and unload are refused.
+  std::unique_ptr<RepositoryControl> repository_;
   mutable std::mutex peers_mu_;
   std::unordered_map<std::string, std::string> peer_subjects_;  // Guarded by peers_mu_.
   std::atomic<bool> draining_{false};
@@ -157,5 +187,12 @@ class KServeService {
 
 // An Error as an HTTP answer: the status its code maps to and {"error": message}.
 net::HttpResponse ErrorResponse(const Error& error);
+// `body` as a JSON answer of `status`.
+net::HttpResponse JsonAnswer(int status, const nlohmann::json& body);
+// 405 naming the method; 404 naming the path.
+net::HttpResponse MethodNotAllowed(const net::HttpRequest& request);
+net::HttpResponse NoSuchEndpoint(const net::HttpRequest& request);
+// /v2/repository/models/M/load or .../unload (the path's parts).
+bool IsRepositoryChange(const std::vector<std::string_view>& parts);
 
 }  // namespace ferry::frontend

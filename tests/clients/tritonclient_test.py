@@ -94,7 +94,7 @@ def main():
         check(False, "bad shape refused")
     except InferenceServerException as e:
         check("784" in str(e), "bad shape refused naming the expected shape")
-    # The repository extension: the index is served; load and unload are ferryctl's.
+    # The repository extension: the index is served; load and unload are off on this node.
     index = client.get_model_repository_index()
     names = {m["name"]: m for m in index}
     check(names.get("mlp", {}).get("state") == "READY" and "cnn" in names,
@@ -103,7 +103,8 @@ def main():
         client.load_model("mlp")
         check(False, "repository load refused")
     except InferenceServerException as e:
-        check("ferryctl load" in str(e), "repository load refused, naming ferryctl")
+        check(e.status() == "403" and "model_control" in str(e),
+              f"repository load refused 403, naming model_control ({e.status()} {e})")
     statistics_checks(client, grpcclient.InferenceServerClient(sys.argv[2]))
     logging_checks(client, grpcclient.InferenceServerClient(sys.argv[2]))
     grpc_checks(sys.argv[2])
@@ -407,8 +408,8 @@ def grpc_checks(address):
         client.unload_model("mlp")
         check(False, "gRPC repository unload refused")
     except InferenceServerException as e:
-        check("PERMISSION_DENIED" in str(e.status()) or "ferryctl" in str(e),
-              "gRPC repository unload refused")
+        check("PERMISSION_DENIED" in str(e.status()) and "model_control" in str(e),
+              "gRPC repository unload refused PERMISSION_DENIED, naming model_control")
     try:
         client.infer("nosuch", [inp])
         check(False, "gRPC unknown model refused")

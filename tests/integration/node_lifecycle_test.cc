@@ -111,7 +111,7 @@ TEST_CASE("load and unload on a running node: workers keep running, clients see 
   {
     Result<HttpClient> client = HttpClient::Connect(HttpAddress(ferryd));
     REQUIRE(client.ok());
-    // The repository extension lists it; its load and unload are refused on this port.
+    // The repository extension lists it; its load and unload are off without model_control.
     Result<net::HttpAnswer> index = client->Request("POST", "/v2/repository/index", "");
     REQUIRE(index.ok());
     CHECK(index->status == 200);
@@ -122,7 +122,7 @@ TEST_CASE("load and unload on a running node: workers keep running, clients see 
         client->Request("POST", "/v2/repository/models/mlp2/unload", "{}");
     REQUIRE(refused.ok());
     CHECK_MESSAGE(refused->status == 403, refused->body);
-    CHECK(refused->body.find("ferryctl load / unload") != std::string::npos);
+    CHECK(refused->body.find("[frontend] model_control") != std::string::npos);
     index =
         client->Request("POST", "/v2/repository/index", std::string(100, '[') + "{\"ready\":1}");
     REQUIRE(index.ok());

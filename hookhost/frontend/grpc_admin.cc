@@ -1,0 +1,147 @@
+#include "hookhost/frontend/grpc_admin.h"
+
+#include <nlohmann/json.hpp>
+
+#include "hookhost/frontend/grpc_messages.h"
+#include "hookhost/frontend/proto/inference.grpc.pb.h"
+
+namespace ferry::frontend {
+
+namespace {
+
+// A LogSettings request's settings as the JSON object the HTTP endpoint takes.
+nlohmann::json SettingsJson(const inference::LogSettingsRequest& in) {
+  nlohmann::json changes = nlohmann::json::object();
+  for (const auto& [key, value] : in.settings()) {
+    switch (value.parameter_choice_case()) {
+      case inference::LogSettingsRequest::SettingValue::kBoolParam:
+        changes[key] = value.bool_param();
+        break;
+      case inference::LogSettingsRequest::SettingValue::kUint32Param:
+        changes[key] = value.uint32_param();
+        break;
+      case inference::LogSettingsRequest::SettingValue::kStringParam:
+        changes[key] = value.string_param();
+        break;
+      default:
+        changes[key] = nullptr;  // No value: refused as the wrong type.
+    }
+  }
+  return changes;
+}
+
+// A load's or unload's parameters as the JSON object HTTP's body carries.
+template <typename Map>
+nlohmann::json ParametersJson(const Map& parameters) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [key, value] : parameters) {
+    switch (value.parameter_choice_case()) {
+      case inference::ModelRepositoryParameter::kBoolParam:
+        out[key] = value.bool_param();
+        break;
+      case inference::ModelRepositoryParameter::kInt64Param:
+        out[key] = value.int64_param();
+        break;
+      case inference::ModelRepositoryParameter::kStringParam:
+        out[key] = value.string_param();
+        break;
+      default:
+        out[key] = nullptr;  // Bytes (a file's) or nothing: refused by its key or type.
+    }
+  }
+  return out;
+}
+
+// The model and parameters of a load or an unload request.
+template <typename Request>
+grpc::Status ReadChange(const grpc::ByteBuffer& in, std::string* model,
+                        nlohmann::json* parameters) {
+  Request request;
+  grpc::Status status = ReadMessage(in, &request);
+  if (status.ok()) {
+    *model = request.model_name();
+    *parameters = ParametersJson(request.parameters());
+  }
+  return status;
+}
+
+}  // namespace
+
+Result<uint32_t> AuthorizeCall(const KServeService* kserve, const grpc::ServerContextBase& call,
+                               Endpoint endpoint, std::string_view model) {
+  if (kserve == nullptr) {
+    return uint32_t{0};
+  }
+  const auto& metadata = call.client_metadata();
+  std::string subject = kserve->PeerSubject(call.peer());
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return kserve->Authorize(nullptr, subject, endpoint, model);
+  }
+  std::string value(it->second.data(), it->second.size());
+  return kserve->Authorize(&value, subject, endpoint, model);
+}
+
+grpc::ServerUnaryReactor* LogSettingsMethod(KServeService* kserve,
+                                            grpc::CallbackServerContext* call,
+                                            const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return ReplyInline<inference::LogSettingsRequest, inference::LogSettingsResponse>(
+      call, in, out,
+      [&](const inference::LogSettingsRequest* request,
+          inference::LogSettingsResponse* response) -> grpc::Status {
+        Endpoint endpoint = request->settings().empty() ? Endpoint::kMetadata : Endpoint::kAdmin;
+        if (Result<uint32_t> t = AuthorizeCall(kserve, *call, endpoint, {}); !t.ok()) {
+          return ToGrpc(t.error());
+        }
+        Result<nlohmann::json> settings = kserve->LogSettingsCall(SettingsJson(*request));
+        if (!settings.ok()) {
+          return ToGrpc(settings.error());
+        }
+        for (const auto& [key, value] : settings->items()) {
+          auto& v = (*response->mutable_settings())[key];
+          if (value.is_boolean()) {
+            v.set_bool_param(value.get<bool>());
+          } else if (value.is_number_unsigned()) {
+            v.set_uint32_param(value.get<uint32_t>());
+          } else {
+            v.set_string_param(value.get<std::string>());
+          }
+        }
+        return grpc::Status::OK;
+      });
+}
+
+grpc::ServerUnaryReactor* RepositoryChangeMethod(KServeService* kserve, shm::RepositoryOp op,
+                                                 grpc::CallbackServerContext* call,
+                                                 const grpc::ByteBuffer* in,
+                                                 grpc::ByteBuffer* out) {
+  grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
+  std::string model;
+  nlohmann::json parameters;
+  grpc::Status read =
+      op == shm::RepositoryOp::kLoad
+          ? ReadChange<inference::RepositoryModelLoadRequest>(*in, &model, &parameters)
+          : ReadChange<inference::RepositoryModelUnloadRequest>(*in, &model, &parameters);
+  if (!read.ok()) {
+    reactor->Finish(read);
+    return reactor;
+  }
+  Result<uint32_t> tenant = AuthorizeCall(kserve, *call, Endpoint::kAdmin, {});
+  Result<int64_t> cap = tenant.ok() ? KServeService::LoadParameters(op, model, parameters)
+                                    : Result<int64_t>(tenant.error());
+  if (!cap.ok() || kserve == nullptr) {
+    reactor->Finish(cap.ok() ? grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no repository")
+                             : ToGrpc(cap.error()));
+    return reactor;
+  }
+  kserve->RepositoryChange(op, model, *cap, [reactor, out, op](const Status& status) {
+    grpc::Status answer = !status.ok() ? ToGrpc(status.error())
+                          : op == shm::RepositoryOp::kLoad
+                              ? WriteMessage(inference::RepositoryModelLoadResponse(), out)
+                              : WriteMessage(inference::RepositoryModelUnloadResponse(), out);
+    reactor->Finish(answer);
+  });
+  return reactor;
+}
+
+}  // namespace ferry::frontend

@@ -1,0 +1,35 @@
+// The gRPC service's administrative methods, over the same calls as HTTP's
+// (kserve_service.h): LogSettings (the logging extension) and RepositoryModelLoad / Unload
+// (the repository extension, docs/frontend.md "Repository"), and the authorization every
+// method of the service checks first.
+//
+// Thread safety: gRPC's threads call these; a load or unload is finished later, from the
+// RepositoryControl's thread, through the call's default reactor (no gRPC thread waits).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <string_view>
+
+#include "hookhost/frontend/kserve_service.h"
+#include "shm/repository_mailbox.h"
+
+namespace ferry::frontend {
+
+// The call's "authorization" metadata (and its TLS subject) checked for `endpoint` on
+// `model` (auth.h). `kserve` null: a service for connection tests alone, tenant 0.
+Result<uint32_t> AuthorizeCall(const KServeService* kserve, const grpc::ServerContextBase& call,
+                               Endpoint endpoint, std::string_view model);
+
+// LogSettings: no settings asks for the node's; some change them (an admin's).
+grpc::ServerUnaryReactor* LogSettingsMethod(KServeService* kserve,
+                                            grpc::CallbackServerContext* call,
+                                            const grpc::ByteBuffer* in, grpc::ByteBuffer* out);
+
+// RepositoryModelLoad (kLoad) or RepositoryModelUnload (kUnload): an admin's; finished when
+// ferryd answers. REQUIRES: `out` lives until the call is finished (gRPC's buffer does).
+grpc::ServerUnaryReactor* RepositoryChangeMethod(KServeService* kserve, shm::RepositoryOp op,
+                                                 grpc::CallbackServerContext* call,
+                                                 const grpc::ByteBuffer* in, grpc::ByteBuffer* out);
+
+}  // namespace ferry::frontend
