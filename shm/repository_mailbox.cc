@@ -37,6 +37,9 @@ std::optional<RepositoryAnswer> ReadRepositoryAnswer(const RepositoryMailboxData
   char text[sizeof(box.message)];
   std::memcpy(text, box.message, sizeof(text));
   text[sizeof(text) - 1] = '\0';
+  if (box.answer.load(std::memory_order_acquire) != word) {
+    return std::nullopt;  // Rewritten while copied (a late answer to another request): again.
+  }
   ErrorCode error = code - 1 <= static_cast<uint32_t>(kLastErrorCode)
                         ? static_cast<ErrorCode>(code - 1)
                         : ErrorCode::kInternal;

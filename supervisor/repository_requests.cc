@@ -31,6 +31,11 @@ std::optional<size_t> Supervisor::Impl::HookhostChild(uint32_t hookhost) const {
   return std::nullopt;
 }
 
+uint32_t Supervisor::Impl::IndexOf(const std::string& model) const {
+  return static_cast<uint32_t>(std::find(model_table.begin(), model_table.end(), model) -
+                               model_table.begin());
+}
+
 bool Supervisor::Impl::HeldForRepositoryAnswer(size_t child) const {
   return repository_change && HookhostChild(repository_change->hookhost) == child;
 }
@@ -67,25 +72,29 @@ void Supervisor::Impl::TakeRepositoryRequests(int64_t now) {
       continue;
     }
     bool loaded = std::find(model_table.begin(), model_table.end(), r.model) != model_table.end();
-    if (r.op == shm::RepositoryOp::kLoad && loaded) {
-      // Triton answers a load of a loaded model OK; here only a new batch cap applies.
-      if (r.max_batch_size > 0) {
-        batch_overrides[r.model] = r.max_batch_size;
-        (void)SendToModel(r.model, shm::ControlCode::kSetMaxBatchSize, 0,
-                          static_cast<int32_t>(r.max_batch_size));
-      }
-      answer(OkStatus());
+    bool leaving = std::any_of(pending_unloads.begin(), pending_unloads.end(),
+                               [&](const PendingUnload& p) { return p.name == r.model; });
+    if (r.op == shm::RepositoryOp::kLoad && leaving) {
+      answer(Unavailable("model '" + r.model + "' is being unloaded; load it once it is gone"));
       continue;
     }
-    Result<json> started =
-        r.op == shm::RepositoryOp::kLoad ? LoadModel(r.model) : UnloadModel(r.model);
+    // Triton answers a load of a loaded model OK once it is ready: nothing is reloaded here
+    // (only a new batch cap applies), and the answer waits for the model as a load's does.
+    Result<json> started = r.op == shm::RepositoryOp::kUnload ? UnloadModel(r.model)
+                           : loaded ? Result<json>(json{{"index", IndexOf(r.model)}})
+                                    : LoadModel(r.model);
     if (!started.ok()) {
       answer(started.error());
       continue;
     }
     spdlog::info("repository: {} '{}' asked of hook host {}", OpName(r.op), r.model, h);
-    repository_change =
-        RepositoryChange{h, sequence, r.op, r.model, r.max_batch_size, now + kRepositoryWaitNs};
+    repository_change = RepositoryChange{h,
+                                         sequence,
+                                         r.op,
+                                         r.model,
+                                         started->value("index", uint32_t{0}),
+                                         r.max_batch_size,
+                                         now + kRepositoryWaitNs};
   }
 }
 
@@ -105,8 +114,9 @@ std::optional<Status> Supervisor::Impl::RepositoryChangeOutcome() const {
     }
     ++workers;
     const shm::StatusSnapshotData& s = *c.status;
-    for (uint32_t m = 0; m < s.num_models && m < shm::kMaxStatusModels; ++m) {
-      const shm::ModelStatusData& model = s.models[m];
+    // The load's own index only: a worker may still report an older index of the same name.
+    if (change.index < s.num_models && change.index < shm::kMaxStatusModels) {
+      const shm::ModelStatusData& model = s.models[change.index];
       if (std::string_view(model.name, strnlen(model.name, sizeof(model.name))) != change.model) {
         continue;
       }
@@ -134,8 +144,13 @@ void Supervisor::Impl::AnswerRepositoryChange(int64_t now) {
   std::optional<size_t> asker = HookhostChild(change.hookhost);
   shm::RepositoryMailboxData& box =
       segment->frontend_counters(segment->HookhostSlot(change.hookhost)).repository;
-  if (!asker || !children[*asker].running() || phase != Phase::kRunning) {
-    repository_change.reset();  // Its client is gone with it, or the node stops.
+  if (!asker || !children[*asker].running()) {
+    repository_change.reset();  // Its client is gone with it.
+    return;
+  }
+  if (phase != Phase::kRunning) {
+    shm::PostRepositoryAnswer(box, change.sequence, Unavailable("the node is stopping"), 0);
+    repository_change.reset();
     return;
   }
   std::optional<Status> outcome = RepositoryChangeOutcome();

@@ -244,6 +244,7 @@ struct Supervisor::Impl {
     uint32_t sequence;
     shm::RepositoryOp op;
     std::string model;
+    uint32_t index;          // Its index in the model table (a load's: the new one).
     int64_t max_batch_size;  // A load's cap, set once the model is ready (0: none).
     int64_t deadline;
   };
@@ -254,6 +255,7 @@ struct Supervisor::Impl {
   // nullopt while the change is under way; else how it ended.
   std::optional<Status> RepositoryChangeOutcome() const;
   std::optional<size_t> HookhostChild(uint32_t hookhost) const;  // Its index in `children`.
+  uint32_t IndexOf(const std::string& model) const;              // In model_table. REQUIRES: there.
   bool HeldForRepositoryAnswer(size_t child) const;
   // How long the loop may sleep: kTickNs, or up to kRestTickNs while the node is settled.
   int64_t TickNs() const;

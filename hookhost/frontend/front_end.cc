@@ -110,7 +110,10 @@ void FrontEnd::Drain() {
   service_->SetDrainSeen();
 }
 
-bool FrontEnd::Drained() const { return server_ == nullptr || server_->Drained(); }
+bool FrontEnd::Drained() const {
+  // A repository call is answered before the host exits (its client waits for it).
+  return server_ == nullptr || (server_->Drained() && !service_->RepositoryChangePending());
+}
 
 void FrontEnd::Stop(std::chrono::milliseconds wait) {
   if (server_ == nullptr) {
@@ -124,6 +127,7 @@ void FrontEnd::Stop(std::chrono::milliseconds wait) {
     std::lock_guard<std::mutex> lock(gate_->mu);
     gate_->open = false;  // No connection reaches a server from here on.
   }
+  service_->CancelRepositoryChange();  // Its gRPC call ends only when answered.
   server_->Stop();
   thread_.join();
   server_.reset();

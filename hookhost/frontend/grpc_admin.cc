@@ -116,6 +116,11 @@ grpc::ServerUnaryReactor* RepositoryChangeMethod(KServeService* kserve, shm::Rep
                                                  const grpc::ByteBuffer* in,
                                                  grpc::ByteBuffer* out) {
   grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
+  Result<uint32_t> tenant = AuthorizeCall(kserve, *call, Endpoint::kAdmin, {});
+  if (!tenant.ok()) {  // Before the message is read: who asks comes first.
+    reactor->Finish(ToGrpc(tenant.error()));
+    return reactor;
+  }
   std::string model;
   nlohmann::json parameters;
   grpc::Status read =
@@ -126,9 +131,7 @@ grpc::ServerUnaryReactor* RepositoryChangeMethod(KServeService* kserve, shm::Rep
     reactor->Finish(read);
     return reactor;
   }
-  Result<uint32_t> tenant = AuthorizeCall(kserve, *call, Endpoint::kAdmin, {});
-  Result<int64_t> cap = tenant.ok() ? KServeService::LoadParameters(op, model, parameters)
-                                    : Result<int64_t>(tenant.error());
+  Result<int64_t> cap = KServeService::LoadParameters(op, model, parameters);
   if (!cap.ok() || kserve == nullptr) {
     reactor->Finish(cap.ok() ? grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no repository")
                              : ToGrpc(cap.error()));

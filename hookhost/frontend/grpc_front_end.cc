@@ -46,6 +46,7 @@ struct GrpcFrontEnd::Impl {
   // Draining: gRPC's shutdown, begun on its own thread (it blocks until the calls in
   // progress end), sends every client GOAWAY; `shut_down` once it has returned.
   std::thread drainer;
+  std::atomic<bool> shutting_down{false};  // The drainer is about to call Shutdown.
   std::atomic<bool> shut_down{false};
 
   // Hands `fd` to gRPC, or closes it at the cap when no connection is idle enough to make
@@ -158,6 +159,7 @@ void GrpcFrontEnd::Drain() {
   // this one's successor) instead of reaching a host that is about to exit; the calls in
   // progress go on until they end or Stop cancels them.
   s.drainer = std::thread([&s] {
+    s.shutting_down.store(true);
     s.server->Shutdown(std::chrono::system_clock::now() + std::chrono::hours(24));
     s.shut_down.store(true);
   });
@@ -182,8 +184,13 @@ void GrpcFrontEnd::Stop(int deadline_ms) {
     while (!s.shut_down.load() && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
+    while (!s.shutting_down.load()) {  // Cancelling is meant for a server shutting down.
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     if (!s.shut_down.load()) {
-      grpc_server_cancel_all_calls(s.server->c_server());  // Ends the drainer's wait.
+      // Calls still open are cancelled: the drainer's wait ends once each has finished (every
+      // handler finishes its call; a repository change is answered before this, FrontEnd::Stop).
+      grpc_server_cancel_all_calls(s.server->c_server());
     }
     s.drainer.join();
   } else {

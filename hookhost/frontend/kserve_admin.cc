@@ -151,13 +151,13 @@ Result<int64_t> KServeService::ConfigOverrideCap(const std::string& model,
     if (key == "name" && value.is_string() && value.get<std::string>() == model) {
       continue;
     }
-    if (key == "max_batch_size" && value.is_number_integer() && value.get<int64_t>() >= 0 &&
+    if (key == "max_batch_size" && value.is_number_integer() && value.get<int64_t>() >= 1 &&
         value.get<int64_t>() <= shm::kMaxLoadBatchCap) {
       cap = value.get<int64_t>();
       continue;
     }
     return InvalidArgument("config override '" + key.substr(0, 64) +
-                           "': only name (the model's) and max_batch_size (0.." +
+                           "': only name (the model's) and max_batch_size (1.." +
                            std::to_string(shm::kMaxLoadBatchCap) +
                            ", the scheduler's cap on batch rows) map onto a ferry bundle");
   }

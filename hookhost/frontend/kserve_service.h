@@ -111,6 +111,14 @@ class KServeService {
                                         const nlohmann::json& parameters);
   // Triton's config override (JSON text): only `name` (the model's own) and `max_batch_size`.
   static Result<int64_t> ConfigOverrideCap(const std::string& model, std::string_view config);
+  // A repository change waits for ferryd's answer; and ending it (answered UNAVAILABLE), for
+  // a front end that stops (FrontEnd::Drained, Stop). Any thread.
+  bool RepositoryChangePending() { return repository_ != nullptr && repository_->pending(); }
+  void CancelRepositoryChange() {
+    if (repository_ != nullptr) {
+      repository_->Cancel();
+    }
+  }
   // The front end has seen its drain (FrontEnd::Drain): an answer written from now on closes
   // its connection. Any thread.
   void SetDrainSeen() { drain_seen_ns_.store(MonotonicNs()); }

@@ -20,29 +20,47 @@ RepositoryControl::RepositoryControl(shm::RepositoryMailboxData& box,
       sequence_(static_cast<uint32_t>(box.request.load(std::memory_order_relaxed) >> 8)),
       thread_([this] { Run(); }) {}
 
-RepositoryControl::~RepositoryControl() {
+RepositoryControl::~RepositoryControl() { Cancel(); }
+
+void RepositoryControl::Cancel() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   wake_.notify_all();
-  thread_.join();
-  if (job_) {
-    job_->done(Unavailable("this hook host stopped before the repository change was answered"));
+  if (thread_.joinable()) {
+    thread_.join();
   }
+  std::optional<Job> left;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left.swap(job_);
+  }
+  if (left) {
+    left->done(Unavailable("this hook host stopped before the repository change was answered"));
+  }
+}
+
+bool RepositoryControl::pending() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return job_.has_value();
 }
 
 void RepositoryControl::Submit(shm::RepositoryOp op, std::string model, int64_t max_batch_size,
                                Done done) {
+  bool stopped = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    stopped = stop_;
     if (!job_ && !stop_) {
       job_ = Job{op, std::move(model), max_batch_size, std::move(done)};
       wake_.notify_all();
       return;
     }
   }
-  done(Unavailable("another repository change asked of this hook host is in progress; retry"));
+  done(Unavailable(stopped ? "this hook host is stopping; retry on another"
+                           : "another repository change asked of this hook host is in progress; "
+                             "retry"));
 }
 
 void RepositoryControl::Run() {

@@ -36,7 +36,7 @@ class RepositoryControl {
   // told UNAVAILABLE.
   RepositoryControl(shm::RepositoryMailboxData& box, std::function<bool()> drain_settled,
                     int64_t wait_ns);
-  // A change still waiting is answered UNAVAILABLE; the thread is joined.
+  // Cancel().
   ~RepositoryControl();
   RepositoryControl(const RepositoryControl&) = delete;
   RepositoryControl& operator=(const RepositoryControl&) = delete;
@@ -46,7 +46,13 @@ class RepositoryControl {
   // caller's when refused at once (one change waits already).
   void Submit(shm::RepositoryOp op, std::string model, int64_t max_batch_size, Done done);
 
-  static constexpr int kDrainWaitMs = 2000;
+  // A change still waiting is answered UNAVAILABLE; later ones are refused; the thread is
+  // joined. Idempotent. Before the servers stop: a gRPC call is finished only by its answer.
+  void Cancel();
+  // A change waits for ferryd's answer (a draining front end is not drained meanwhile).
+  bool pending();
+
+  static constexpr int kDrainWaitMs = 1000;
 
  private:
   struct Job {

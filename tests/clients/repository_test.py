@@ -135,6 +135,9 @@ def hostile(h, g, address):
     check(refused(lambda: h.unload_model("nosuch", headers=OPS)).startswith("404"), "HTTP: unload of a model not loaded 404")
     got = refused(lambda: h.load_model("cnn", config=json.dumps({"backend": "onnxruntime"}), headers=OPS))
     check(got.startswith("400") and "backend" in got, f"a config override that does not map is 400 naming it ({got})")
+    got = refused(lambda: h.load_model("cnn", config=json.dumps({"max_batch_size": 0}), headers=OPS))
+    check(got.startswith("400") and "max_batch_size" in got,
+          f"Triton's max_batch_size 0 (no batching) does not map: 400 ({got})")
     got = refused(lambda: h.load_model("cnn", config="{not json", headers=OPS))
     check(got.startswith("400"), f"a config override that is not JSON is 400 ({got})")
     got = refused(lambda: g.load_model("cnn", files={"file:1/model.onnx": b"\x00" * 64}, headers=OPS_GRPC))
