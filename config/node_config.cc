@@ -370,6 +370,17 @@ Result<uint64_t> ParseByteSize(std::string_view text) {
   return value << shift;
 }
 
+static void ReadTrace(TableReader& r, TraceConfig* t) {
+  if (r.String("otlp_endpoint", &t->otlp_endpoint) && t->otlp_endpoint.rfind("http://", 0) != 0) {
+    r.ErrorAt("otlp_endpoint",
+              "must be http://HOST:PORT[/PATH] (a collector; https goes through a local one)");
+  }
+  r.Enum<bool>("level", &t->timestamps, {{"off", false}, {"timestamps", true}});
+  r.Int("rate", &t->rate, 1, (1 << 24) - 1);
+  r.Int("count", &t->count, -1, (int64_t{1} << 26) - 2);
+  r.Finish();
+}
+
 static void ReadFrontend(TableReader& r, FrontendSettings* f) {
   int64_t bytes = 0;
   if (r.Int("max_request_bytes", &bytes, 1024, int64_t{16} << 30)) {
@@ -536,6 +547,9 @@ Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& sou
     }
     if (auto auth = reader.Table("auth")) {
       ReadAuth(*auth, &config.auth);
+    }
+    if (auto trace = reader.Table("trace")) {
+      ReadTrace(*trace, &config.trace);
     }
     DeclareTenants(reader, &config);
     if (auto hooks = reader.Table("hooks")) {

@@ -228,6 +228,17 @@ struct FrontendSettings {
   bool model_control = false;
 };
 
+// [trace]: where the trace extension's spans go and the settings the node starts with
+// (docs/frontend.md, "Tracing"; a client changes the settings live).
+struct TraceConfig {
+  // The OTLP/HTTP collector: "http://HOST:PORT[/PATH]" (PATH default /v1/traces). Empty
+  // (default): no tracing, and the extension's changes are refused.
+  std::string otlp_endpoint;
+  bool timestamps = false;  // level: "off" (default) or "timestamps".
+  int64_t rate = 1000;      // One request in `rate` per hook host. 1..16777215.
+  int64_t count = -1;       // Traces before tracing stops; -1: no limit. -1..67108862.
+};
+
 struct NodeConfig {
   NodeSettings node;
   FrontendSettings frontend;
@@ -242,6 +253,7 @@ struct NodeConfig {
   // numbers the node's tenants.
   std::vector<TenantSettings> tenants;
   AuthSettings auth;
+  TraceConfig trace;
 };
 
 using Environment = std::map<std::string, std::string>;

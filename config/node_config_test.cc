@@ -400,6 +400,23 @@ TEST_CASE(
   CHECK(ParseNodeConfig("", "n.toml", "/tmp", {})->scheduler.deprecations.empty());
 }
 
+TEST_CASE("[frontend] model_control and [trace]: off unless the node file turns them on") {
+  Result<NodeConfig> defaults = Parse("");
+  REQUIRE(defaults.ok());
+  CHECK(!defaults->frontend.model_control);  // Load and unload over the KServe port: off.
+  CHECK(defaults->trace.otlp_endpoint.empty());  // No tracing unless a collector is named.
+  Result<NodeConfig> control = Parse("[frontend]\nmodel_control = true\n");
+  REQUIRE(control.ok());
+  CHECK(control->frontend.model_control);
+  Result<NodeConfig> trace = Parse(
+      "[trace]\notlp_endpoint = \"http://127.0.0.1:4318\"\nlevel = \"timestamps\"\n"
+      "rate = 1\ncount = 67108862\n");
+  REQUIRE(trace.ok());
+  CHECK(trace->trace.timestamps);
+  CHECK(trace->trace.rate == 1);
+  CHECK(trace->trace.count == 67108862);
+}
+
 TEST_CASE("[supervisor] and [frontend]: defaults, values at their edges, each mistake named") {
   Result<NodeConfig> defaults = Parse("");
   REQUIRE(defaults.ok());
@@ -412,10 +429,6 @@ TEST_CASE("[supervisor] and [frontend]: defaults, values at their edges, each mi
   CHECK(defaults->frontend.max_connections == 1024);
   CHECK(defaults->frontend.max_streams_per_connection == 100);
   CHECK(defaults->frontend.max_inflate_ratio == 100);
-  CHECK(!defaults->frontend.model_control);  // Load and unload over the KServe port: off.
-  Result<NodeConfig> control = Parse("[frontend]\nmodel_control = true\n");
-  REQUIRE(control.ok());
-  CHECK(control->frontend.model_control);
 
   Result<NodeConfig> edges =
       Parse("[supervisor]\ncontrol_socket = \"/" + std::string(106, 's') +
@@ -470,6 +483,11 @@ TEST_CASE("[supervisor] and [frontend]: defaults, values at their edges, each mi
       {"[frontend]\nrequest_timeout_seconds = 0.05\n", "frontend.request_timeout_seconds"},
       {"[frontend]\nidle_timeout_seconds = 86401\n", "frontend.idle_timeout_seconds"},
       {"[frontend]\nmodel_control = \"explicit\"\n", "frontend.model_control"},
+      {"[trace]\notlp_endpoint = \"https://c:4318\"\n", "trace.otlp_endpoint"},
+      {"[trace]\nlevel = \"tensors\"\n", "trace.level"},
+      {"[trace]\nrate = 0\n", "trace.rate"},
+      {"[trace]\ncount = -2\n", "trace.count"},
+      {"[trace]\nfile = \"/tmp/x\"\n", "trace.file"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.text);

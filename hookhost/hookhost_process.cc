@@ -21,6 +21,7 @@
 #include "shm/ring.h"
 #include "shm/status.h"
 #include "shm/tls_store.h"
+#include "shm/trace_store.h"
 
 namespace ferry::hookhost {
 namespace {
@@ -101,6 +102,7 @@ struct Running {
   std::unique_ptr<HookHost> host;
   std::optional<frontend::Authenticator> auth;  // Before `front`, which uses it.
   std::optional<shm::TlsStore> tls;             // Likewise; with [node.listen] tls_*.
+  std::optional<shm::TraceStore> traces;        // Likewise; with [trace] otlp_endpoint.
   frontend::FrontEnd front;
 
   const std::vector<HookModel>& models() const { return loaded->models; }
@@ -162,6 +164,15 @@ void LoadAndSeal(const HookHostProcessArgs& args, Running& r, int64_t* spin_us) 
 
   if (r.config.node.tls.enabled()) {
     OpenTls(args, r);
+  }
+  if (!r.config.trace.otlp_endpoint.empty()) {
+    // Mapped now: the sandbox forbids opening it later.
+    Result<shm::TraceStore> traces = shm::TraceStore::Open(args.segment, args.slot);
+    if (!traces.ok()) {
+      spdlog::error("hook host slot {}: traces: {}", args.slot, traces.error().ToString());
+      Exit(1);
+    }
+    r.traces.emplace(std::move(*traces));
   }
   bool strict = r.config.hooks.sandbox == SandboxMode::kStrict;
   std::optional<std::vector<std::string>> names;
@@ -228,9 +239,9 @@ void StartServing(const HookHostProcessArgs& args, Running& r, int64_t spin_us) 
   r.host->Start();
   if (args.http_fd >= 0) {
     r.auth.emplace(&r.segment->keys(), r.config);
-    if (Status started =
-            r.front.Start(*r.segment, r.models(), r.host.get(), args.http_fd, args.grpc_fd,
-                          r.config.frontend, &*r.auth, r.tls ? &*r.tls : nullptr);
+    if (Status started = r.front.Start(*r.segment, r.models(), r.host.get(), args.http_fd,
+                                       args.grpc_fd, r.config.frontend, &*r.auth,
+                                       r.tls ? &*r.tls : nullptr, r.traces ? &*r.traces : nullptr);
         !started.ok()) {
       spdlog::error("hook host slot {}: {}", args.slot, started.error().ToString());
       Exit(1);

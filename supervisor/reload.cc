@@ -51,6 +51,10 @@ std::vector<std::string> RestartNeeded(const NodeConfig& a, const NodeConfig& b)
             a.hooks.max_pending == b.hooks.max_pending && a.hooks.spin_us == b.hooks.spin_us,
         "hooks");
   check(a.cpu.threads == b.cpu.threads && a.cpu.pin == b.cpu.pin, "cpu");
+  check(a.trace.otlp_endpoint == b.trace.otlp_endpoint &&
+            a.trace.timestamps == b.trace.timestamps && a.trace.rate == b.trace.rate &&
+            a.trace.count == b.trace.count,
+        "trace");
   check(a.auth.required == b.auth.required && a.auth.open_endpoints == b.auth.open_endpoints,
         "auth");
   check(std::equal(a.tenants.begin(), a.tenants.end(), b.tenants.begin(), b.tenants.end(),

@@ -93,11 +93,13 @@ int Supervisor::Run() {
     if (impl_->segment) {
       shm::Segment::Remove(impl_->segment->name());
       shm::TlsStore::Remove(impl_->segment->name());
+      impl_->RemoveTraces();
     }
     return 1;
   }
   impl_->Loop();
   impl_->StopMetrics();
+  impl_->RemoveTraces();
   shm::Segment::Remove(impl_->segment->name());
   shm::TlsStore::Remove(impl_->segment->name());
   spdlog::info("node '{}' stopped; segment {} removed", impl_->config.node.name,
@@ -144,6 +146,7 @@ Status Supervisor::Impl::Start() {
     spdlog::info("TLS on HTTP and gRPC ({}{})", config.node.tls.cert,
                  config.node.tls.client_ca.empty() ? "" : "; client certificates required");
   }
+  FERRY_RETURN_IF_ERROR(StartTraces());
   if (!config.tenants.empty()) {
     spdlog::info("{} API key(s) for {} tenant(s); auth {}", keys.size(), config.tenants.size(),
                  config.auth.required ? "required" : "optional");
@@ -393,6 +396,7 @@ void Supervisor::Impl::Tick(int64_t now) {
   // The hook hosts see one another's requests per tenant through this copy (tenant limits).
   shm::CopyTenantCounts(*segment);
   PropagateLogSettings();
+  PumpTraces();
   for (Child& c : children) {
     if (c.running()) {
       Watch(c, now);

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/trace_settings.h"
 #include "model/bundle.h"
 #include "model/repository.h"
 #include "net/http_server.h"
@@ -33,6 +34,7 @@
 #include "shm/ring.h"
 #include "shm/segment.h"
 #include "shm/status.h"
+#include "shm/trace_store.h"
 #include "supervisor/child_process.h"
 #include "supervisor/control_server.h"
 #include "supervisor/devices.h"
@@ -43,6 +45,7 @@
 #include "supervisor/restart_policy.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/tls_files.h"
+#include "supervisor/trace_exporter.h"
 
 namespace ferry::supervisor {
 
@@ -122,6 +125,22 @@ struct Supervisor::Impl {
   std::vector<WorkerDevice> devices;
   std::optional<shm::Segment> segment;
   std::optional<shm::TlsStore> tls;  // [node.listen] tls_*: the hook hosts' certificate.
+  // [trace] otlp_endpoint (traces.cc): a store per hook host, the exporter, and the node's
+  // settings with the figures trace_count is counted from.
+  std::vector<shm::TraceStore> trace_stores;
+  std::unique_ptr<TraceExporter> exporter;
+  std::vector<uint64_t> trace_asked_seen;  // Per hook host: the last change taken.
+  TraceSettings trace_node;
+  uint32_t trace_sequence = 0;
+  int64_t trace_count_base = -1;             // trace_count as last set (-1: no limit).
+  std::vector<uint64_t> trace_sampled_base;  // Per hook host: `sampled` when it was set.
+  Status StartTraces();
+  void PumpTraces();
+  void RemoveTraces();
+  void PublishTraceSettings();
+  // Requests the hook hosts sampled since trace_count was set (their counts may lie: each
+  // clamped to at most what it says now).
+  uint64_t TracesSampled() const;
   std::optional<ControlServer> control;
   std::optional<Listener> http;  // Handed to every hook host; closed when the node stops.
   std::string bound_http;

@@ -34,7 +34,8 @@ class FrontEnd {
   // latest; the store outlives the front end. REQUIRES: called once.
   Status Start(const shm::Segment& segment, const std::vector<hookhost::HookModel>& models,
                hookhost::HookHost* host, int http_fd, int grpc_fd, const FrontendSettings& settings,
-               const Authenticator* auth = nullptr, const shm::TlsStore* tls = nullptr);
+               const Authenticator* auth = nullptr, const shm::TlsStore* tls = nullptr,
+               shm::TraceStore* traces = nullptr);
   // No request reaches the flow after this returns; those read are still answered. A no-op
   // before Start.
   void Drain();

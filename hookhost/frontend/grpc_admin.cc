@@ -111,6 +111,53 @@ grpc::ServerUnaryReactor* LogSettingsMethod(KServeService* kserve,
       });
 }
 
+grpc::ServerUnaryReactor* TraceSettingMethod(KServeService* kserve,
+                                             grpc::CallbackServerContext* call,
+                                             const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return ReplyInline<inference::TraceSettingRequest, inference::TraceSettingResponse>(
+      call, in, out,
+      [&](const inference::TraceSettingRequest* request,
+          inference::TraceSettingResponse* response) -> grpc::Status {
+        Endpoint endpoint = request->settings().empty() ? Endpoint::kMetadata : Endpoint::kAdmin;
+        if (Result<uint32_t> t = AuthorizeCall(kserve, *call, endpoint, {}); !t.ok()) {
+          return ToGrpc(t.error());
+        }
+        if (kserve == nullptr) {
+          return {grpc::StatusCode::UNIMPLEMENTED, "no trace settings here"};
+        }
+        if (!request->model_name().empty() && kserve->Find(request->model_name()) == nullptr) {
+          return {grpc::StatusCode::NOT_FOUND,
+                  "unknown model '" + request->model_name().substr(0, 128) + "'"};
+        }
+        if (!request->model_name().empty() && !request->settings().empty()) {
+          return {grpc::StatusCode::INVALID_ARGUMENT,
+                  "trace settings are the node's, for every model: send them without a model"};
+        }
+        // Triton's values: none resets a key, one is the value, trace_level may list more.
+        nlohmann::json changes = nlohmann::json::object();
+        for (const auto& [key, value] : request->settings()) {
+          if (value.value_size() == 0) {
+            changes[key] = nullptr;
+          } else if (value.value_size() == 1) {
+            changes[key] = value.value(0);
+          } else {
+            changes[key] = std::vector<std::string>(value.value().begin(), value.value().end());
+          }
+        }
+        Result<nlohmann::json> settings = kserve->TraceSettingsCall(changes);
+        if (!settings.ok()) {
+          return ToGrpc(settings.error());
+        }
+        for (const auto& [key, value] : settings->items()) {
+          auto& v = (*response->mutable_settings())[key];
+          for (const auto& item : value.is_array() ? value : nlohmann::json::array({value})) {
+            v.add_value(item.get<std::string>());
+          }
+        }
+        return grpc::Status::OK;
+      });
+}
+
 grpc::ServerUnaryReactor* RepositoryChangeMethod(KServeService* kserve, shm::RepositoryOp op,
                                                  grpc::CallbackServerContext* call,
                                                  const grpc::ByteBuffer* in,

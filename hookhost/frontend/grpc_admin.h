@@ -26,6 +26,12 @@ grpc::ServerUnaryReactor* LogSettingsMethod(KServeService* kserve,
                                             grpc::CallbackServerContext* call,
                                             const grpc::ByteBuffer* in, grpc::ByteBuffer* out);
 
+// TraceSetting: no settings asks for the node's (a model's name: the same, the node's apply
+// to every model); some change them (an admin's, the node's only).
+grpc::ServerUnaryReactor* TraceSettingMethod(KServeService* kserve,
+                                             grpc::CallbackServerContext* call,
+                                             const grpc::ByteBuffer* in, grpc::ByteBuffer* out);
+
 // RepositoryModelLoad (kLoad) or RepositoryModelUnload (kUnload): an admin's; finished when
 // ferryd answers. REQUIRES: `out` lives until the call is finished (gRPC's buffer does).
 grpc::ServerUnaryReactor* RepositoryChangeMethod(KServeService* kserve, shm::RepositoryOp op,

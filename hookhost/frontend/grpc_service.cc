@@ -46,7 +46,9 @@ using RawService = Grpc::WithRawCallbackMethod_ServerLive<
                     Grpc::WithRawCallbackMethod_RepositoryModelLoad<
                         Grpc::WithRawCallbackMethod_RepositoryModelUnload<
                             Grpc::WithRawCallbackMethod_ModelStatistics<
-                                Grpc::WithRawCallbackMethod_LogSettings<Grpc::Service>>>>>>>>>>>>>;
+                                Grpc::WithRawCallbackMethod_LogSettings<
+                                    Grpc::WithRawCallbackMethod_TraceSetting<
+                                        Grpc::Service>>>>>>>>>>>>>>;
 
 inference::DataType ConfigType(DType dtype) {
   std::string name = "TYPE_" + std::string(KServeName(dtype));
@@ -182,6 +184,11 @@ class Service final : public RawService {
                                         const grpc::ByteBuffer* in_bytes,
                                         grpc::ByteBuffer* out_bytes) override {
     return LogSettingsMethod(kserve_, call, in_bytes, out_bytes);
+  }
+  grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* call,
+                                         const grpc::ByteBuffer* in_bytes,
+                                         grpc::ByteBuffer* out_bytes) override {
+    return TraceSettingMethod(kserve_, call, in_bytes, out_bytes);
   }
   grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* call,
                                            const grpc::ByteBuffer* in_bytes,

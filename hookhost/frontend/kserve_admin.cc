@@ -78,6 +78,49 @@ net::HttpResponse KServeService::Repository(const std::vector<std::string_view>&
   return NoSuchEndpoint(request);
 }
 
+bool IsTraceSetting(const std::vector<std::string_view>& parts) {
+  return (parts.size() == 3 && parts[1] == "trace" && parts[2] == "setting") ||
+         (parts.size() == 5 && parts[1] == "models" && parts[3] == "trace" &&
+          parts[4] == "setting");
+}
+
+net::HttpResponse KServeService::TraceSetting(const std::vector<std::string_view>& parts,
+                                              const net::HttpRequest& request) {
+  if (request.method != "GET" && request.method != "POST") {
+    return MethodNotAllowed(request);
+  }
+  if (parts.size() == 5 && Find(parts[2]) == nullptr) {
+    return ErrorResponse(NotFound("unknown model '" + std::string(parts[2].substr(0, 128)) + "'"));
+  }
+  if (request.method == "GET") {
+    Result<json> current = TraceSettingsCall(json::object());
+    return current.ok() ? JsonAnswer(200, *current) : ErrorResponse(current.error());
+  }
+  if (parts.size() == 5) {
+    return ErrorResponse(InvalidArgument(
+        "trace settings are the node's, for every model: POST them to /v2/trace/setting"));
+  }
+  bool ok = false;
+  json changes = ParseSmall(request.body, &ok);
+  if (!ok || !changes.is_object() || changes.empty() || request.body.size() > 4096) {
+    return ErrorResponse(
+        InvalidArgument("trace settings: expected a JSON object of settings (at most 4 KiB)"));
+  }
+  Result<json> updated = TraceSettingsCall(changes);
+  return updated.ok() ? JsonAnswer(200, *updated) : ErrorResponse(updated.error());
+}
+
+Result<json> KServeService::TraceSettingsCall(const json& changes) {
+  if (!trace_) {
+    return Unavailable("this front end has no hook host slot to trace from");
+  }
+  if (changes.empty()) {
+    return TraceSettingsJson(trace_->Current());
+  }
+  FERRY_ASSIGN_OR_RETURN(TraceSettings updated, trace_->Update(changes));
+  return TraceSettingsJson(updated);
+}
+
 bool IsRepositoryChange(const std::vector<std::string_view>& parts) {
   return parts.size() == 5 && parts[1] == "repository" && parts[2] == "models" &&
          (parts[4] == "load" || parts[4] == "unload");

@@ -117,7 +117,8 @@ nlohmann::json ServerMetadata() {
   return {{"name", "ferry"},
           {"version", "0.1.0"},
           {"extensions",
-           {"binary_tensor_data", "logging", "model_configuration", "parameters", "statistics"}}};
+           {"binary_tensor_data", "logging", "model_configuration", "model_repository",
+            "parameters", "statistics", "trace"}}};
 }
 
 int64_t MaxBatchSize(const Manifest& manifest) {

@@ -335,8 +335,8 @@ TEST_CASE("metadata and config of the example MLP") {
   CHECK(config["input"][0]["dims"] == json::array({784}));
   CHECK(config["input"][0]["data_type"] == "TYPE_FP32");
   CHECK(ServerMetadata()["extensions"] ==
-        json::array(
-            {"binary_tensor_data", "logging", "model_configuration", "parameters", "statistics"}));
+        json::array({"binary_tensor_data", "logging", "model_configuration", "model_repository",
+                     "parameters", "statistics", "trace"}));
   // A raw binary body is one row of the one input.
   std::string body(784 * 4, '\0');
   Result<ParsedInfer> raw = ParseRawInferRequest(*m, body);

@@ -105,7 +105,7 @@ constexpr int64_t kRepositoryAnswerWaitNs = 310'000'000'000;
 KServeService::KServeService(const shm::Segment& segment,
                              const std::vector<hookhost::HookModel>& models,
                              hookhost::HookHost* host, const FrontendSettings& settings,
-                             const Authenticator* auth)
+                             const Authenticator* auth, shm::TraceStore* traces)
     : segment_(segment),
       models_(models),
       host_(host),
@@ -115,6 +115,7 @@ KServeService::KServeService(const shm::Segment& segment,
       auth_(auth) {
   if (segment.owner() != shm::kSupervisor && !segment.IsWorkerSlot(segment.owner())) {
     log_.emplace(segment);
+    trace_.emplace(traces);
     if (settings.model_control) {
       repository_ = std::make_unique<RepositoryControl>(
           segment.frontend_counters(segment.owner()).repository, [this] { return DrainSettled(); },
@@ -217,6 +218,21 @@ void KServeService::Submit(const hookhost::HookModel& model,
   if (request->timeout_us > 0) {
     request->request.deadline_ns = MonotonicNs() + request->timeout_us * 1000;
   }
+  if (trace_ && trace_->Sample()) {
+    // Sampled: its spans go to the trace store when it is answered, errors included.
+    done = [trace = &*trace_, inner = std::move(done), index = model.index,
+            traceparent = request->traceparent,
+            start = MonotonicNs()](Result<hookhost::InferResponse> r) {
+      hookhost::RequestTimings t;
+      if (r.ok()) {
+        t = r->timings;
+      } else {
+        t.total_ns = MonotonicNs() - start;
+      }
+      trace->Record(traceparent, index, t, r.ok() ? 0 : static_cast<uint32_t>(r.error().code) + 1);
+      inner(std::move(r));
+    };
+  }
   host_->Submit(request->request, std::move(done));
 }
 
@@ -265,8 +281,8 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
     return;
   }
   auto [endpoint, model_name] = ClassifyPath(parts);
-  if (parts.size() == 2 && parts[1] == "logging" && !get) {
-    endpoint = Endpoint::kAdmin;  // Changing the node's logging: an admin's.
+  if (((parts.size() == 2 && parts[1] == "logging") || IsTraceSetting(parts)) && !get) {
+    endpoint = Endpoint::kAdmin;  // Changing the node's logging or tracing: an admin's.
   }
   Result<uint32_t> tenant =
       Authorize(request.Header("Authorization"), request.tls_subject, endpoint, model_name);
@@ -306,6 +322,10 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
   }
   if (parts[1] == "logging" && parts.size() == 2) {
     respond(Logging(request));
+    return;
+  }
+  if (IsTraceSetting(parts)) {
+    respond(TraceSetting(parts, request));
     return;
   }
   if (parts[1] == "ferry" && parts.size() == 3 && parts[2] == "load") {

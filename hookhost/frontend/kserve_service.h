@@ -39,6 +39,7 @@
 #include "hookhost/frontend/log_endpoint.h"
 #include "hookhost/frontend/model_statistics.h"
 #include "hookhost/frontend/repository_control.h"
+#include "hookhost/frontend/trace_endpoint.h"
 #include "hookhost/hook_models.h"
 #include "hookhost/hookhost.h"
 #include "net/http_server.h"
@@ -57,7 +58,7 @@ class KServeService {
   // `auth`: who may call what (auth.h); nullptr: anyone may call anything.
   KServeService(const shm::Segment& segment, const std::vector<hookhost::HookModel>& models,
                 hookhost::HookHost* host, const FrontendSettings& settings,
-                const Authenticator* auth = nullptr);
+                const Authenticator* auth = nullptr, shm::TraceStore* traces = nullptr);
 
   void Handle(net::HttpRequest&& request, net::Responder respond);
 
@@ -146,9 +147,15 @@ class KServeService {
  public:
   // Shared by HTTP and gRPC: `changes` empty answers the settings, else applies them first.
   Result<nlohmann::json> LogSettingsCall(const nlohmann::json& changes);
+  // The trace extension, likewise (trace_endpoint.h); UNAVAILABLE changing them on a node
+  // without [trace] otlp_endpoint.
+  Result<nlohmann::json> TraceSettingsCall(const nlohmann::json& changes);
 
  private:
   net::HttpResponse Logging(const net::HttpRequest& request);
+  // /v2/trace/setting and /v2/models/M/trace/setting (GET; POST on the node's only).
+  net::HttpResponse TraceSetting(const std::vector<std::string_view>& parts,
+                                 const net::HttpRequest& request);
   static constexpr size_t kMaxLogSettingsBytes = 4096;
   // /v2/repository/...: the index; load and unload refused (ferryd's control socket changes
   // what a node serves).
@@ -184,6 +191,7 @@ class KServeService {
   std::vector<std::string> tenants_;
   const Authenticator* auth_;
   std::optional<LogEndpoint> log_;         // On a hook host's slot only (not in tests' views).
+  std::optional<TraceEndpoint> trace_;     // Likewise.
   std::atomic<int64_t> drain_seen_ns_{0};  // MonotonicNs when seen; 0: not draining.
   // With [frontend] model_control on a hook host's slot; else load and unload are refused.
   std::unique_ptr<RepositoryControl> repository_;
@@ -202,5 +210,7 @@ net::HttpResponse MethodNotAllowed(const net::HttpRequest& request);
 net::HttpResponse NoSuchEndpoint(const net::HttpRequest& request);
 // /v2/repository/models/M/load or .../unload (the path's parts).
 bool IsRepositoryChange(const std::vector<std::string_view>& parts);
+// /v2/trace/setting or /v2/models/M/trace/setting.
+bool IsTraceSetting(const std::vector<std::string_view>& parts);
 
 }  // namespace ferry::frontend

@@ -105,6 +105,14 @@ def main():
     except InferenceServerException as e:
         check(e.status() == "403" and "model_control" in str(e),
               f"repository load refused 403, naming model_control ({e.status()} {e})")
+    # The trace extension on a node without a collector: read as off, changes refused.
+    check(client.get_trace_settings().get("trace_level") == ["OFF"], "trace settings read as off")
+    try:
+        client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]})
+        check(False, "trace settings refused without [trace] otlp_endpoint")
+    except InferenceServerException as e:
+        check(e.status() == "503" and "otlp_endpoint" in str(e),
+              f"trace settings refused 503 without [trace] otlp_endpoint ({e.status()} {e})")
     statistics_checks(client, grpcclient.InferenceServerClient(sys.argv[2]))
     logging_checks(client, grpcclient.InferenceServerClient(sys.argv[2]))
     grpc_checks(sys.argv[2])
