@@ -371,7 +371,10 @@ Result<uint64_t> ParseByteSize(std::string_view text) {
 }
 
 static void ReadTrace(TableReader& r, TraceConfig* t) {
-  if (r.String("otlp_endpoint", &t->otlp_endpoint) && t->otlp_endpoint.rfind("http://", 0) != 0) {
+  if (r.String("otlp_endpoint", &t->otlp_endpoint) &&
+      (t->otlp_endpoint.rfind("http://", 0) != 0 ||
+       t->otlp_endpoint.find(':', 7) == std::string::npos ||
+       t->otlp_endpoint.find_first_of(" \t\r\n") != std::string::npos)) {
     r.ErrorAt("otlp_endpoint",
               "must be http://HOST:PORT[/PATH] (a collector; https goes through a local one)");
   }

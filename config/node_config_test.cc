@@ -403,7 +403,7 @@ TEST_CASE(
 TEST_CASE("[frontend] model_control and [trace]: off unless the node file turns them on") {
   Result<NodeConfig> defaults = Parse("");
   REQUIRE(defaults.ok());
-  CHECK(!defaults->frontend.model_control);  // Load and unload over the KServe port: off.
+  CHECK(!defaults->frontend.model_control);      // Load and unload over the KServe port: off.
   CHECK(defaults->trace.otlp_endpoint.empty());  // No tracing unless a collector is named.
   Result<NodeConfig> control = Parse("[frontend]\nmodel_control = true\n");
   REQUIRE(control.ok());
@@ -484,6 +484,7 @@ TEST_CASE("[supervisor] and [frontend]: defaults, values at their edges, each mi
       {"[frontend]\nidle_timeout_seconds = 86401\n", "frontend.idle_timeout_seconds"},
       {"[frontend]\nmodel_control = \"explicit\"\n", "frontend.model_control"},
       {"[trace]\notlp_endpoint = \"https://c:4318\"\n", "trace.otlp_endpoint"},
+      {"[trace]\notlp_endpoint = \"http://c\"\n", "trace.otlp_endpoint"},
       {"[trace]\nlevel = \"tensors\"\n", "trace.level"},
       {"[trace]\nrate = 0\n", "trace.rate"},
       {"[trace]\ncount = -2\n", "trace.count"},

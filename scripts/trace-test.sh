@@ -18,7 +18,8 @@ for _ in $(seq 100); do [[ -s "$dir/port" ]] && break; sleep 0.05; done
 ferry_start_node "$build" "$dir" "trace$$" "[trace]
 otlp_endpoint = \"http://127.0.0.1:$(cat "$dir/port")/v1/traces\""
 failures=0
-"$venv/bin/python" tests/clients/trace_test.py "$address" "$(ferry_listen grpc)" "$dir/spans" ||
+"$venv/bin/python" tests/clients/trace_test.py "$address" "$(ferry_listen grpc)" "$dir/spans" \
+  "$(ferry_listen metrics)" ||
   failures=$((failures + 1))
 ferry_stop_node
 [[ "$stop_code" == 0 ]] || { echo "FAIL ferryd exited $stop_code"; failures=$((failures + 1)); }

@@ -5,8 +5,11 @@
 //
 //   settings  ferryd -> hook host: the node's TraceSettings word (common/trace_settings.h),
 //             its count what is left of trace_count node-wide as ferryd last counted;
-//             `sampled_base` (written first) the host's `sampled` ferryd counted it at, so
-//             the host may sample count - (sampled - sampled_base) more.
+//             `sampled_base` (written after it, release) the host's `sampled` ferryd counted
+//             it at, so the host may sample count - (sampled - sampled_base) more. The host
+//             reads the base first, then the word: a new word with an old base allows less,
+//             never more. `asked_taken`: the last `asked` ferryd has taken (until it catches
+//             up the host holds its own change).
 //   sampled   hook host: requests it chose to trace, cumulative (counted as chosen, before
 //             their spans exist, so requests in flight count against trace_count).
 //   asked     hook host -> ferryd: settings a client asked this hook host for (`asked_word`
@@ -17,8 +20,9 @@
 //
 // Trust: ferryd treats everything a hook host writes here as hostile (a head that lies is
 // clamped to one ring's worth, durations to an hour, unknown models named by number).
-// Thread safety: the hook host serialises its writers (TraceSampler); ferryd is the only
-// reader. Process safety: two writers at most, each of its own fields.
+// Thread safety: the hook host serialises its writers of the ring (TraceEndpoint); ferryd is
+// the only reader. Process safety: each field has one writer (ferryd: settings,
+// sampled_base, asked_taken, tail; the hook host: the rest).
 #pragma once
 
 #include <atomic>
@@ -56,6 +60,7 @@ struct TraceAreaData {
   std::atomic<uint64_t> asked_word;
   std::atomic<uint64_t> asked;
   std::atomic<uint64_t> asked_sampled;  // `sampled` when the change was asked.
+  std::atomic<uint64_t> asked_taken;
   std::atomic<uint64_t> sampled;
   std::atomic<uint64_t> sampled_base;
   std::atomic<uint64_t> emitted;  // Spans written, cumulative.

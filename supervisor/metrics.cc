@@ -200,6 +200,7 @@ class Scrape {
     RenderFrontEnd(segment_, names == nullptr ? nullptr : &names->status, with_tenant,
                    counters_.tenants.size(), out_);
     RenderProcesses();
+    RenderTraces();
     return out_.Take();
   }
 
@@ -291,6 +292,15 @@ class Scrape {
     out_.SampleAs("_count", labels, static_cast<double>(h.count));
   }
   void RenderProcesses();
+  void RenderTraces() {
+    out_.Family("ferry_traced_requests_total", "counter",
+                "Requests sampled by the trace extension, by what became of their spans "
+                "(exported to the OTLP collector, failed, dropped, refused as malformed).");
+    out_.Sample({{"outcome", "exported"}}, static_cast<double>(counters_.traces_exported.load()));
+    out_.Sample({{"outcome", "failed"}}, static_cast<double>(counters_.traces_failed.load()));
+    out_.Sample({{"outcome", "dropped"}}, static_cast<double>(counters_.traces_dropped.load()));
+    out_.Sample({{"outcome", "refused"}}, static_cast<double>(counters_.traces_refused.load()));
+  }
 
   const shm::Segment& segment_;
   const SupervisorCounters& counters_;

@@ -25,6 +25,13 @@ struct SupervisorCounters {
   std::vector<std::atomic<bool>> up;            // By slot: running and ready.
   std::atomic<bool> ready{false};
   std::vector<std::string> tenants;  // [frontend] tenants: tenant number n is tenants[n - 1].
+  // Traced requests by what became of them (traces.cc copies them each tick): exported,
+  // failed (the collector did not take their batch), dropped (a full ring or queue), refused
+  // (a hook host wrote a span that is not one).
+  std::atomic<uint64_t> traces_exported{0};
+  std::atomic<uint64_t> traces_failed{0};
+  std::atomic<uint64_t> traces_dropped{0};
+  std::atomic<uint64_t> traces_refused{0};
 };
 
 std::string RenderMetrics(const shm::Segment& segment, const SupervisorCounters& counters);

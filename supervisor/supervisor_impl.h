@@ -134,13 +134,17 @@ struct Supervisor::Impl {
   uint32_t trace_sequence = 0;
   int64_t trace_count_base = -1;             // trace_count as last set (-1: no limit).
   std::vector<uint64_t> trace_sampled_base;  // Per hook host: `sampled` when it was set.
+  uint64_t trace_spans_refused = 0;          // Spans that failed SpanLooksSane (traces.cc).
   Status StartTraces();
+  // Changes asked of hook hosts, trace_count, and the spans to the exporter: every tick.
   void PumpTraces();
   void RemoveTraces();
-  void PublishTraceSettings();
-  // Requests the hook hosts sampled since trace_count was set (their counts may lie: each
-  // clamped to at most what it says now).
-  uint64_t TracesSampled() const;
+  // Publishes trace_node, its count charged from each host's `sampled` at `sampled[h]`.
+  void PublishTraceSettings(const std::vector<uint64_t>& sampled);
+  // Each hook host's `sampled` now; the requests sampled since trace_sampled_base (each
+  // host's clamped: its count may lie).
+  std::vector<uint64_t> TracesSampledNow() const;
+  uint64_t TracesSampledSince(const std::vector<uint64_t>& now) const;
   std::optional<ControlServer> control;
   std::optional<Listener> http;  // Handed to every hook host; closed when the node stops.
   std::string bound_http;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "common/clock.h"
 #include "net/http_client.h"
 
 namespace ferry::supervisor {
@@ -16,7 +17,8 @@ using nlohmann::json;
 
 constexpr int kTimeoutMs = 5000;
 constexpr auto kLinger = std::chrono::milliseconds(200);  // Gathers a batch.
-constexpr int64_t kMaxSpanNs = 3'600'000'000'000;         // A duration past this is a lie.
+constexpr int64_t kWarnEveryNs = 10'000'000'000;
+constexpr int64_t kMaxSpanNs = 3'600'000'000'000;  // A duration past this is a lie.
 
 std::string Hex(uint64_t v, int digits) {
   static const char* kDigits = "0123456789abcdef";
@@ -151,11 +153,20 @@ void TraceExporter::Push(std::vector<ExportSpan> spans) {
 
 void TraceExporter::Run() {
   std::optional<net::HttpClient> client;
+  int64_t stop_deadline = 0;  // Once stopping: what is not sent by then is dropped.
+  bool give_up = false;       // Stopping, and the collector failed: the rest is dropped.
+  int64_t last_warning = 0;
+  uint64_t unwarned = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     wake_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) {
-      return;  // Stopped, nothing left.
+    if (stop_ && stop_deadline == 0) {
+      stop_deadline = MonotonicNs() + int64_t{kTimeoutMs} * 1'000'000;
+    }
+    if (queue_.empty() || (stop_ && (give_up || MonotonicNs() > stop_deadline))) {
+      dropped_.fetch_add(queue_.size());
+      queue_.clear();
+      return;
     }
     if (!stop_ && queue_.size() < kBatchSpans) {
       wake_.wait_for(lock, kLinger, [&] { return stop_ || queue_.size() >= kBatchSpans; });
@@ -164,29 +175,40 @@ void TraceExporter::Run() {
     std::vector<ExportSpan> batch(std::make_move_iterator(queue_.begin()),
                                   std::make_move_iterator(queue_.begin() + static_cast<long>(n)));
     queue_.erase(queue_.begin(), queue_.begin() + static_cast<long>(n));
-    bool stopping = stop_;
     lock.unlock();
-    std::string body = OtlpJson(batch, node_);
-    if (!client || !client->connected()) {
-      Result<net::HttpClient> connected = net::HttpClient::Connect(address_, kTimeoutMs);
-      client =
-          connected.ok() ? std::optional<net::HttpClient>(std::move(*connected)) : std::nullopt;
-    }
-    Result<net::HttpAnswer> answer =
-        client ? client->Request("POST", path_, body, {{"Content-Type", "application/json"}})
-               : Result<net::HttpAnswer>(Unavailable("cannot connect to " + address_));
-    if (answer.ok() && answer->status / 100 == 2) {
+    Status sent = Send(batch, &client);
+    if (sent.ok()) {
       exported_.fetch_add(n);
     } else {
       failed_.fetch_add(n);
-      spdlog::warn("traces: {} span(s) not taken by the collector at {}: {}", n * 5, address_,
-                   answer.ok() ? "HTTP " + std::to_string(answer->status) : answer.error().message);
+      ++unwarned;
+      if (MonotonicNs() - last_warning > kWarnEveryNs) {  // A collector down logs rarely.
+        spdlog::warn("traces: {} batch(es) not taken by the collector at {} (last: {})", unwarned,
+                     address_, sent.error().message);
+        last_warning = MonotonicNs();
+        unwarned = 0;
+      }
     }
     lock.lock();
-    if (stopping && queue_.empty()) {
-      return;
-    }
+    give_up = stop_ && !sent.ok();
   }
+}
+
+Status TraceExporter::Send(const std::vector<ExportSpan>& batch,
+                           std::optional<net::HttpClient>* client) {
+  std::string body = OtlpJson(batch, node_);
+  if (!*client || !(*client)->connected()) {
+    FERRY_ASSIGN_OR_RETURN(net::HttpClient connected,
+                           net::HttpClient::Connect(address_, kTimeoutMs));
+    client->emplace(std::move(connected));
+  }
+  FERRY_ASSIGN_OR_RETURN(
+      net::HttpAnswer answer,
+      (*client)->Request("POST", path_, body, {{"Content-Type", "application/json"}}));
+  if (answer.status / 100 != 2) {
+    return Unavailable("HTTP " + std::to_string(answer.status));
+  }
+  return OkStatus();
 }
 
 }  // namespace ferry::supervisor

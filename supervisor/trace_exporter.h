@@ -21,11 +21,13 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/result.h"
+#include "net/http_client.h"
 #include "shm/trace_store.h"
 
 namespace ferry::supervisor {
@@ -49,7 +51,9 @@ class TraceExporter {
 
   // REQUIRES: `endpoint` parsed by ParseOtlpEndpoint.
   TraceExporter(std::string address, std::string path, std::string node);
-  ~TraceExporter();  // Sends what is queued (bounded by one timeout), then stops.
+  // Sends what is queued for at most one timeout (5 s), and stops at the first failure;
+  // what is left is dropped (counted).
+  ~TraceExporter();
   TraceExporter(const TraceExporter&) = delete;
   TraceExporter& operator=(const TraceExporter&) = delete;
 
@@ -61,6 +65,8 @@ class TraceExporter {
 
  private:
   void Run();
+  // One batch to the collector, connecting first when `client` is not connected.
+  Status Send(const std::vector<ExportSpan>& batch, std::optional<net::HttpClient>* client);
   std::string address_;
   std::string path_;
   std::string node_;

@@ -169,5 +169,24 @@ TEST_CASE("a collector that is down costs its batch, counted; the queue is bound
   close(fd);
 }
 
+TEST_CASE("a collector that takes connections and never answers cannot hold the stop") {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);  // Listening, never accepting.
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  REQUIRE(listen(fd, 64) == 0);
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  int64_t started = 0;
+  {
+    TraceExporter exporter("127.0.0.1:" + std::to_string(ntohs(a.sin_port)), "/v1/traces", "n");
+    exporter.Push(std::vector<ExportSpan>(TraceExporter::kBatchSpans * 8, Request(0)));
+    started = MonotonicNs();
+  }  // Eight batches queued: one timeout, then the rest dropped.
+  CHECK(MonotonicNs() - started < 12'000'000'000);
+  close(fd);
+}
+
 }  // namespace
 }  // namespace ferry::supervisor

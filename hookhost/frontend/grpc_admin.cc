@@ -119,7 +119,9 @@ grpc::ServerUnaryReactor* TraceSettingMethod(KServeService* kserve,
       [&](const inference::TraceSettingRequest* request,
           inference::TraceSettingResponse* response) -> grpc::Status {
         Endpoint endpoint = request->settings().empty() ? Endpoint::kMetadata : Endpoint::kAdmin;
-        if (Result<uint32_t> t = AuthorizeCall(kserve, *call, endpoint, {}); !t.ok()) {
+        // A model's settings are read as its metadata is: only by who may see the model.
+        if (Result<uint32_t> t = AuthorizeCall(kserve, *call, endpoint, request->model_name());
+            !t.ok()) {
           return ToGrpc(t.error());
         }
         if (kserve == nullptr) {

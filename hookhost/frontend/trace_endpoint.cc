@@ -1,5 +1,6 @@
 #include "hookhost/frontend/trace_endpoint.h"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <random>
@@ -104,16 +105,23 @@ Result<TraceSettings> MergeTraceSettings(const TraceSettings& base, const nlohma
 }
 
 TraceEndpoint::TraceEndpoint(shm::TraceStore* store)
-    : store_(store),
-      asked_sequence_(store == nullptr ? 0 : static_cast<uint32_t>(store->area().asked.load())) {}
+    : store_(store), asked_sequence_(store == nullptr ? 0 : store->area().asked.load()) {}
 
-uint64_t TraceEndpoint::Word() const {
-  return store_ == nullptr ? 0 : store_->area().settings.load(std::memory_order_acquire);
+std::pair<uint64_t, uint64_t> TraceEndpoint::WordAndBase() const {
+  if (store_ == nullptr) {
+    return {0, 0};
+  }
+  const shm::TraceAreaData& area = store_->area();
+  if (area.asked_taken.load(std::memory_order_acquire) < asked_sequence_.load()) {
+    return {own_word_.load(), own_base_.load()};  // Ours, until ferryd has taken it.
+  }
+  uint64_t base = area.sampled_base.load(std::memory_order_acquire);
+  return {area.settings.load(std::memory_order_acquire), base};
 }
 
 TraceSettings TraceEndpoint::Current() const {
   TraceSettings s;
-  TraceSettings::Decode(Word(), &s);
+  TraceSettings::Decode(WordAndBase().first, &s);
   return s;
 }
 
@@ -127,21 +135,20 @@ Result<TraceSettings> TraceEndpoint::Update(const nlohmann::json& changes) {
   FERRY_ASSIGN_OR_RETURN(TraceSettings next, MergeTraceSettings(Current(), changes));
   shm::TraceAreaData& area = store_->area();
   // Requests sampled from here on count against the new trace_count, even those sampled
-  // before ferryd takes the change.
+  // before ferryd takes the change; this host samples with it at once.
   uint64_t now = area.sampled.load(std::memory_order_relaxed);
+  own_word_.store(next.Encode());
+  own_base_.store(now);
   area.asked_word.store(next.Encode(), std::memory_order_relaxed);
   area.asked_sampled.store(now, std::memory_order_relaxed);
-  area.asked.store(++asked_sequence_, std::memory_order_release);
-  // Here at once (a client reads back what it set); ferryd's word, with its sequence, follows.
-  area.sampled_base.store(now, std::memory_order_relaxed);
-  area.settings.store(next.Encode(), std::memory_order_release);
+  area.asked.store(asked_sequence_.fetch_add(1) + 1, std::memory_order_release);
   return next;
 }
 
 bool TraceEndpoint::Sample() {
-  uint64_t word = Word();
+  auto [word, base] = WordAndBase();
   if ((word & 1) == 0) {
-    return false;  // Off (or no settings): the common case, one load.
+    return false;  // Off (or no settings): the common case.
   }
   TraceSettings s;
   if (!TraceSettings::Decode(word, &s)) {
@@ -150,16 +157,15 @@ bool TraceEndpoint::Sample() {
   if (seen_.fetch_add(1, std::memory_order_relaxed) % s.rate != 0) {
     return false;
   }
-  // What is left of trace_count, less what this host sampled since ferryd counted: exact
-  // for this host's threads (compare-exchange), other hosts' at most a tick behind.
-  shm::TraceAreaData& area = store_->area();
-  uint64_t base = area.sampled_base.load(std::memory_order_relaxed);
-  uint64_t sampled = area.sampled.load(std::memory_order_relaxed);
+  // What is left of trace_count, less what this host sampled since it was counted: exact for
+  // this host's threads (compare-exchange), other hosts' at most a tick behind.
+  std::atomic<uint64_t>& sampled = store_->area().sampled;
+  uint64_t n = sampled.load(std::memory_order_relaxed);
   do {
-    if (s.count >= 0 && sampled - base >= static_cast<uint64_t>(s.count)) {
+    if (s.count >= 0 && n - std::min(n, base) >= static_cast<uint64_t>(s.count)) {
       return false;
     }
-  } while (!area.sampled.compare_exchange_weak(sampled, sampled + 1, std::memory_order_relaxed));
+  } while (!sampled.compare_exchange_weak(n, n + 1, std::memory_order_relaxed));
   return true;
 }
 

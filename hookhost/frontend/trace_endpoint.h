@@ -22,6 +22,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string_view>
+#include <utility>
 
 #include "common/result.h"
 #include "common/trace_settings.h"
@@ -54,11 +55,14 @@ class TraceEndpoint {
               uint32_t code);
 
  private:
-  uint64_t Word() const;
+  // The settings word this host samples with and the `sampled` figure its count is charged
+  // from: ferryd's, or this host's own change until ferryd has taken it.
+  std::pair<uint64_t, uint64_t> WordAndBase() const;
   shm::TraceStore* store_;
-  std::mutex mu_;                  // Update, and Record's writes into the store.
-  uint32_t asked_sequence_;        // Of the last change asked; continues a predecessor's.
-  uint64_t own_word_ = 0;          // This host's latest change, until ferryd's word differs.
+  std::mutex mu_;                         // Update, and Record's writes into the store.
+  std::atomic<uint64_t> asked_sequence_;  // Of the last change asked; continues a predecessor's.
+  std::atomic<uint64_t> own_word_{0};     // That change's word and base.
+  std::atomic<uint64_t> own_base_{0};
   std::atomic<uint64_t> seen_{0};  // Requests offered to Sample.
 };
 

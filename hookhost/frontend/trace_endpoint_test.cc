@@ -58,19 +58,26 @@ struct Store {
 TEST_CASE("a change applies here at once and is asked of ferryd") {
   Store s;
   TraceEndpoint endpoint(&s.store);
-  CHECK(!endpoint.Current().timestamps);
-  s.store.Push({});
-  s.store.Push({});  // Two spans before the change: trace_count counts from it.
+  CHECK(!endpoint.Current().timestamps);  // No settings published yet.
+  s.store.area().settings.store(TraceSettings{true, 1, -1}.Encode(1));
+  CHECK(endpoint.Sample());
+  CHECK(endpoint.Sample());  // Two sampled before the change: its trace_count counts from it.
   Result<TraceSettings> updated =
       endpoint.Update({{"trace_level", {"TIMESTAMPS"}}, {"trace_rate", "3"}});
   REQUIRE(updated.ok());
   CHECK(endpoint.Current().timestamps);
   CHECK(endpoint.Current().rate == 3);
   CHECK(s.store.area().asked.load() == 1);
-  CHECK(s.store.area().asked_sampled.load() == 0);
+  CHECK(s.store.area().asked_sampled.load() == 2);
   TraceSettings asked;
   REQUIRE(TraceSettings::Decode(s.store.area().asked_word.load(), &asked));
   CHECK(asked == *updated);
+  // ferryd's word, older than the change, does not undo it until ferryd has taken it.
+  s.store.area().settings.store(TraceSettings{false, 9, -1}.Encode(5));
+  CHECK(endpoint.Current().rate == 3);
+  s.store.area().asked_taken.store(1);
+  CHECK(endpoint.Current().rate == 9);
+  s.store.area().settings.store(updated->Encode(6));
   CHECK(!endpoint.Update({{"trace_rate", "x"}}).ok());
   CHECK(endpoint.Current().rate == 3);  // A refused change changes nothing.
   CHECK(s.store.area().asked.load() == 1);

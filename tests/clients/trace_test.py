@@ -143,6 +143,18 @@ def main():
           "HTTP: per-model trace settings refused (the node's apply to every model)")
     check(refused(lambda: h.get_trace_settings(model_name="nosuch"), "404") == "404", "HTTP: an unknown model's settings 404")
     check(h.get_trace_settings() == before, "hostile settings changed nothing")
+    metrics = sys.argv[4] if len(sys.argv) > 4 else ""
+    if metrics:
+        import urllib.request
+        exported = 0.0
+        deadline = time.time() + 5  # ferryd copies the exporter's counts each tick.
+        while exported < 6 and time.time() < deadline:
+            text = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10).read().decode()
+            line = [l for l in text.splitlines()
+                    if l.startswith('ferry_traced_requests_total{outcome="exported"}')]
+            exported = float(line[0].split()[-1]) if line else 0.0
+            time.sleep(0.1)
+        check(exported == 6, f"metrics count the 6 exported traces ({exported})")
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)
