@@ -47,7 +47,7 @@ class TraceEndpoint {
   // Merges `changes` into Current(), applies the result here and asks ferryd for it.
   Result<TraceSettings> Update(const nlohmann::json& changes);
 
-  // Per request, at submission: whether to trace it. Cheap when tracing is off (one load).
+  // Per request, at submission: whether to trace it. Tracing off: four atomic loads.
   bool Sample();
   // A sampled request's spans, from its answer's timings (`traceparent`: the request's,
   // version-00 form, or empty; `code` 0 or the ErrorCode + 1). Its end is now.
