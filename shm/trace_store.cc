@@ -58,7 +58,6 @@ bool TraceStore::Push(const TraceSpanData& span) {
   }
   d.spans[head % kTraceRingSpans] = span;
   d.head.store(head + 1, std::memory_order_release);
-  d.emitted.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 

@@ -63,7 +63,6 @@ struct TraceAreaData {
   std::atomic<uint64_t> asked_taken;
   std::atomic<uint64_t> sampled;
   std::atomic<uint64_t> sampled_base;
-  std::atomic<uint64_t> emitted;  // Spans written, cumulative.
   std::atomic<uint64_t> dropped;  // Spans lost to a full ring, cumulative.
   alignas(64) std::atomic<uint64_t> head;
   alignas(64) std::atomic<uint64_t> tail;
