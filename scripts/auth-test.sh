@@ -13,10 +13,9 @@ ferry_venv "$build"
 ferry_scratch
 mkdir -p "$dir/models" "$dir/keys"
 cp -r examples/models/mlp examples/models/cnn "$dir/models/"
-digest() { printf '%s' "$1" | sha256sum | awk '{print "sha256:" $1}'; }
 umask 077
-{ echo "# acme"; digest acme-key-1; } > "$dir/keys/acme"
-digest globex-key > "$dir/keys/globex"
+{ echo "# acme"; ferry_key_digest acme-key-1; } > "$dir/keys/acme"
+ferry_key_digest globex-key > "$dir/keys/globex"
 tenants="[auth]
 required = true
 open_endpoints = [\"health\"]
@@ -49,7 +48,7 @@ expect 403 "curl: the key's tenant and another named" -H "Authorization: Bearer 
 "$venv/bin/python" tests/clients/auth_clients_test.py "$address" "$grpc" || failures=$((failures + 1))
 
 # A key added and one removed, live on SIGHUP.
-{ echo "# acme, rotated"; digest acme-key-2; } > "$dir/keys/acme"
+{ echo "# acme, rotated"; ferry_key_digest acme-key-2; } > "$dir/keys/acme"
 kill -HUP "$pid"
 for _ in $(seq 100); do
   [[ "$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer acme-key-2' "${infer[@]}")" == 200 ]] && break

@@ -14,10 +14,9 @@ ferry_venv "$build"
 ferry_scratch
 mkdir -p "$dir/models" "$dir/keys"
 cp -r examples/models/mlp examples/models/cnn "$dir/models/"
-digest() { printf '%s' "$1" | sha256sum | awk '{print "sha256:" $1}'; }
 umask 077
-digest ops-key > "$dir/keys/ops"
-digest acme-key > "$dir/keys/acme"
+ferry_key_digest ops-key > "$dir/keys/ops"
+ferry_key_digest acme-key > "$dir/keys/acme"
 umask 022
 settings="[frontend]
 tenants = [\"ops\", \"acme\"]

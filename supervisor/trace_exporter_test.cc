@@ -14,6 +14,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "common/clock.h"
 #include "net/http_server.h"
@@ -94,22 +96,31 @@ TEST_CASE("endpoints: http://HOST:PORT[/PATH] only") {
   }
 }
 
-struct Collector {
+// A TCP socket bound to a free loopback port ("127.0.0.1:PORT"), listening when `backlog`
+// is positive, else only bound (connections to it are refused).
+std::pair<int, std::string> Loopback(int backlog) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  if (backlog > 0) {
+    REQUIRE(listen(fd, backlog) == 0);
+  }
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  return {fd, "127.0.0.1:" + std::to_string(ntohs(a.sin_port))};
+}
+
+struct Collector {
+  int fd;
   std::string address;
   std::mutex mu;
   std::vector<std::string> bodies;
   std::unique_ptr<net::HttpServer> server;
   std::thread thread;
   Collector() {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
-    REQUIRE(listen(fd, 16) == 0);
-    socklen_t len = sizeof(a);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    address = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+    std::tie(fd, address) = Loopback(16);
     server = std::make_unique<net::HttpServer>(
         fd, net::HttpServerOptions{}, [this](net::HttpRequest&& r, net::Responder respond) {
           {
@@ -148,14 +159,8 @@ TEST_CASE("a collector on a real socket receives the spans") {
 }
 
 TEST_CASE("a collector that is down costs its batch, counted; the queue is bounded") {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);  // Bound, never listening.
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  TraceExporter exporter("127.0.0.1:" + std::to_string(ntohs(a.sin_port)), "/v1/traces", "n");
+  auto [fd, address] = Loopback(0);  // Bound, never listening: connections refused.
+  TraceExporter exporter(address, "/v1/traces", "n");
   int64_t before = MonotonicNs();
   std::vector<ExportSpan> many(TraceExporter::kMaxQueuedSpans + 10, Request(0));
   exporter.Push(std::move(many));
@@ -170,17 +175,10 @@ TEST_CASE("a collector that is down costs its batch, counted; the queue is bound
 }
 
 TEST_CASE("a collector that takes connections and never answers cannot hold the stop") {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);  // Listening, never accepting.
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
-  REQUIRE(listen(fd, 64) == 0);
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  auto [fd, address] = Loopback(64);  // Listening, never accepting.
   int64_t started = 0;
   {
-    TraceExporter exporter("127.0.0.1:" + std::to_string(ntohs(a.sin_port)), "/v1/traces", "n");
+    TraceExporter exporter(address, "/v1/traces", "n");
     exporter.Push(std::vector<ExportSpan>(TraceExporter::kBatchSpans * 8, Request(0)));
     started = MonotonicNs();
   }  // Eight batches queued: one timeout, then the rest dropped.

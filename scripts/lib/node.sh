@@ -10,6 +10,7 @@
 #     TOML_EXTRA, whose first keys are [supervisor]'s; LISTEN_EXTRA: more [node.listen] keys)
 #     and waits until ready.
 #   ferry_listen KEY           -> the node's bound address for KEY (http, grpc, agent)
+#   ferry_key_digest KEY       -> the line a keys file holds for API key KEY (sha256:HEX)
 #   ferry_stop_node            -> $stop_code: ferryd's exit status after SIGTERM ("timeout"
 #                                 when it still runs 60 s later)
 
@@ -64,6 +65,10 @@ TOML
     echo "the node did not become ready:"; cat "$dir/ferryd.log"; exit 1
   fi
   address=$("${ctl[@]}" status | "$venv/bin/python" -c "import json,sys; print(json.load(sys.stdin)['listen']['http'])")
+}
+
+ferry_key_digest() {
+  printf '%s' "$1" | sha256sum | awk '{print "sha256:" $1}'
 }
 
 ferry_listen() {
