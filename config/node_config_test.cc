@@ -72,6 +72,9 @@ weight = 2.5
 max_batch_size = 8
 residency = "pinned"
 
+[scheduler.models."mlp/3"]
+weight = 4.0
+
 [gateway]
 mode = "lpt_packing"
 
@@ -103,6 +106,10 @@ pin = false
   CHECK(mlp.residency == Residency::kPinned);
   CHECK(config->gateway.mode == GatewayMode::kLptPacking);
   CHECK(config->gateway.stall_ms == 250);
+  // A version inherits its model's settings unless it has its own.
+  CHECK(config->scheduler.ForModel("mlp/2").weight == 2.5);
+  CHECK(config->scheduler.ForModel("mlp/3").weight == 4.0);
+  CHECK_FALSE(config->scheduler.ForModel("mlp/3").max_batch_size.has_value());
   CHECK(config->hooks.sandbox == SandboxMode::kOff);
   CHECK(config->hooks.threads == 8);
   CHECK(config->cpu.threads == 3);
@@ -358,6 +365,8 @@ TEST_CASE("cpu threads 0 to 1024 and [sim.models] costs are read") {
   CHECK(sim->sim.models.at("a").per_row_us == 3);
   CHECK(sim->sim.models.at("b").fixed_us == 7);
   CHECK(Contains(ErrorOf("[sim.models.\"a b\"]\nfixed_us = 1\n"), "not a model name"));
+  CHECK(Contains(ErrorOf("[scheduler.models.\"mlp/02\"]\nweight = 1\n"), "NAME/V"));
+  CHECK(Contains(ErrorOf("[scheduler.models.\"mlp/1/2\"]\nweight = 1\n"), "NAME/V"));
 }
 
 TEST_CASE("byte sizes take binary units and reject garbage") {

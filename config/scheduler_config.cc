@@ -15,6 +15,31 @@ bool IsValidModelName(std::string_view name) {
          });
 }
 
+bool IsValidModelKey(std::string_view key) {
+  size_t slash = key.find('/');
+  if (slash == std::string_view::npos) {
+    return IsValidModelName(key);
+  }
+  std::string_view version = key.substr(slash + 1);
+  return key.size() <= 128 && IsValidModelName(key.substr(0, slash)) && !version.empty() &&
+         version.size() <= 18 && version[0] != '0' &&
+         std::all_of(version.begin(), version.end(),
+                     [](unsigned char ch) { return std::isdigit(ch) != 0; });
+}
+
+std::string_view ModelKeyName(std::string_view key) { return key.substr(0, key.find('/')); }
+
+int64_t ModelKeyVersion(std::string_view key) {
+  size_t slash = key.find('/');
+  int64_t version = 0;
+  if (slash != std::string_view::npos) {
+    for (char ch : key.substr(slash + 1)) {
+      version = version * 10 + (ch - '0');
+    }
+  }
+  return version;
+}
+
 std::string_view DisciplineName(Discipline d) {
   switch (d) {
     case Discipline::kFair:
@@ -49,6 +74,9 @@ std::string_view BatchSizingName(BatchSizing b) {
 
 ModelSchedulingConfig SchedulerConfig::ForModel(const std::string& name) const {
   auto it = models.find(name);
+  if (it == models.end()) {
+    it = models.find(std::string(ModelKeyName(name)));
+  }
   return it == models.end() ? ModelSchedulingConfig{} : it->second;
 }
 

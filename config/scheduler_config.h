@@ -48,6 +48,16 @@ std::string_view BatchSizingName(BatchSizing b);
 // would leave the repository, nor "-", an unloaded index in ferryd's model table).
 bool IsValidModelName(std::string_view name);
 
+// A model key names one entry of the node's model table: a model name (a bundle directory)
+// or "NAME/V", version V of a versioned model (a numbered sub-directory, docs/bundles.md,
+// "Versions"): V a positive decimal of at most 18 digits without a leading zero, the whole at
+// most 128 bytes. Workers, ferryctl, the status and [scheduler.models."KEY"] use keys.
+bool IsValidModelKey(std::string_view key);
+// The model name of a valid key ("mlp/2" -> "mlp", "mlp" -> "mlp").
+std::string_view ModelKeyName(std::string_view key);
+// The version of a valid key; 0 for a plain model name.
+int64_t ModelKeyVersion(std::string_view key);
+
 struct ModelSchedulingConfig {
   // Relative share of GPU time under fair: share = weight / sum of the busy models' weights.
   // Must be > 0. Default 1.0.
@@ -107,10 +117,11 @@ struct SchedulerConfig {
   // "Levels"). 0: strict priority. [0, 0.5]. Default 0.05.
   double lower_level_share = 0.05;
 
-  // Per-model overrides, by model name.
+  // Per-model overrides, by model key: a model's name covers all its versions, "NAME/V" one.
   std::map<std::string, ModelSchedulingConfig> models;
 
-  // The model's settings, or the defaults when the file names none.
+  // The settings of the model key `name`: its own entry, else (for a version) its model's,
+  // else the defaults.
   ModelSchedulingConfig ForModel(const std::string& name) const;
 };
 

@@ -52,10 +52,10 @@ void ReadSchedulerTable(TableReader& r, SchedulerConfig* c) {
   ReadSchedulerKeys(r, c);
   if (auto models = r.Table("models")) {
     for (auto& [name, model_reader] : models->NamedTables()) {
-      if (!IsValidModelName(name)) {
+      if (!IsValidModelKey(name)) {
         models->ErrorAt(name,
                         "not a model name: use 1 to 128 letters, digits, '_', '-' or '.', "
-                        "not '.' or '..'");
+                        "not '.' or '..', or \"NAME/V\" for version V");
         continue;
       }
       ModelSchedulingConfig model;

@@ -117,7 +117,7 @@ Result<ControlRequest> ParseControlRequest(std::string_view line) {
   }
   if (allowed.count("model") != 0) {
     FERRY_ASSIGN_OR_RETURN(request.model, StringArg(object, "model"));
-    if (!IsValidModelName(request.model)) {
+    if (!IsValidModelKey(request.model)) {
       return InvalidArgument("\"model\" is not a model name");
     }
   }

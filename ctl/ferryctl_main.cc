@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -52,9 +53,10 @@ int Call(const std::string& socket, const ferry::control::ControlRequest& reques
 }
 
 // After load / unload: waits until the node is ready again with every hook host restarted and
-// every worker serving `model` (loaded) or no longer listing it (unloaded). 0 when so; 1 when
-// a worker failed to load it (its error printed) or after two minutes.
-int WaitForModel(const std::string& socket, const std::string& model, bool loaded) {
+// every worker serving each key of `present` and no longer listing any of `absent`. 0 when
+// so; 1 when a worker failed to load one (its error printed) or after two minutes.
+int WaitForModels(const std::string& socket, const std::vector<std::string>& present,
+                  const std::vector<std::string>& absent) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
   std::string last;
   while (std::chrono::steady_clock::now() < deadline) {
@@ -69,23 +71,26 @@ int WaitForModel(const std::string& socket, const std::string& model, bool loade
       if (child.value("kind", "") != "worker") {
         continue;
       }
-      bool listed = false;
+      size_t listed = 0;
       for (const nlohmann::json& m : child.value("models", nlohmann::json::array())) {
-        if (m.value("model", "") != model) {
+        std::string key = m.value("model", "");
+        if (std::find(absent.begin(), absent.end(), key) != absent.end()) {
+          settled = false;
+        }
+        if (std::find(present.begin(), present.end(), key) == present.end()) {
           continue;
         }
-        listed = true;
-        if (loaded && m.value("state", "") == "failed") {
-          std::cerr << "ferryctl: worker " << child.value("index", 0) << " failed to load '"
-                    << model << "': " << m.value("error", "") << "\n";
+        ++listed;
+        if (m.value("state", "") == "failed") {
+          std::cerr << "ferryctl: worker " << child.value("index", 0) << " failed to load '" << key
+                    << "': " << m.value("error", "") << "\n";
           return 1;
         }
       }
-      settled = settled && listed == loaded;
+      settled = settled && listed == present.size();
     }
     if (settled) {
-      std::cout << "model '" << model << "' " << (loaded ? "loaded" : "unloaded")
-                << "; the node is ready\n";
+      std::cout << "the node is ready\n";
       return 0;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -223,11 +228,19 @@ void AddModelChanges(Cli& cli) {
       ControlRequest change;
       change.command = loading ? Command::kLoad : Command::kUnload;
       change.model = *model;
-      int code = Call(cli.socket, change, cli.json, nullptr);
-      if (code != 0 || *no_wait) {
-        return code;
+      ferry::Result<nlohmann::json> reply = ferry::control::CallFerryd(cli.socket, change);
+      if (!reply.ok()) {
+        std::cerr << "ferryctl: " << reply.error().ToString() << "\n";
+        return 1;
       }
-      return WaitForModel(cli.socket, *model, loading);
+      std::cout << reply->dump(2) << "\n";
+      // A load names the keys it loaded and unloaded (a model's versions), an unload its keys.
+      auto keys = [&](const char* field) {
+        return reply->value(field, std::vector<std::string>());
+      };
+      return *no_wait  ? 0
+             : loading ? WaitForModels(cli.socket, keys("loaded"), keys("unloaded"))
+                       : WaitForModels(cli.socket, {}, keys("keys"));
     });
   }
 }

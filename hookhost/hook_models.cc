@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "config/scheduler_config.h"
+
 namespace ferry::hookhost {
 
 namespace fs = std::filesystem;
@@ -52,7 +54,9 @@ Result<std::vector<HookModel>> LoadHookModels(const std::string& dir,
   for (size_t i = 0; i < repository.size(); ++i) {
     RepositoryModel& r = repository[i];
     HookModel m;
-    m.name = r.name;
+    m.key = r.name;
+    m.name = std::string(ModelKeyName(r.name));
+    m.version = r.bundle != nullptr ? r.bundle->manifest.version : ModelKeyVersion(r.name);
     m.index = static_cast<uint32_t>(i);
     m.failure = std::move(r.failure);
     m.unloaded = r.unloaded;
@@ -80,8 +84,13 @@ Result<std::vector<HookModel>> LoadHookModels(const std::string& dir,
       continue;
     }
     for (const std::string& call : m.manifest().calls) {
-      auto callee = std::find_if(models.begin(), models.end(),
-                                 [&](const HookModel& c) { return c.name == call; });
+      auto callee = models.end();
+      for (auto c = models.begin(); c != models.end(); ++c) {
+        if (c->name == call && !c->unloaded &&
+            (callee == models.end() || c->version > callee->version)) {
+          callee = c;
+        }
+      }
       if (callee == models.end() || (callee->bundle && callee->manifest().pipeline())) {
         m.failure = InvalidArgument(
             "pipeline '" + m.name + "': [pipeline] calls '" + call +

@@ -24,7 +24,9 @@
 namespace ferry::hookhost {
 
 struct HookModel {
-  std::string name;
+  std::string name;                // As clients name it.
+  std::string key;                 // In the model table and the status (model/repository.h).
+  int64_t version = 0;             // Its manifest's (a failed plain bundle's: 0).
   uint32_t index = 0;              // On the wire.
   std::unique_ptr<Bundle> bundle;  // Null when it failed.
   std::optional<Error> failure;
@@ -40,6 +42,8 @@ struct HookModel {
 // (canonical) of the bundles that have plugins; an error ends the load.
 using BeforePlugins = std::function<Status(const std::vector<std::string>& plugin_dirs)>;
 
+// A pipeline's call of a versioned model runs its newest version served.
+//
 // Lists and loads the repository at `dir`, opening each bundle's plugin.
 Result<std::vector<HookModel>> LoadHookModels(const std::string& dir,
                                               const BeforePlugins& before_plugins = nullptr);

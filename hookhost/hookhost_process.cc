@@ -60,7 +60,7 @@ void Publish(shm::StatusWriter& status, shm::ProcessState state, uint32_t genera
       static_cast<uint32_t>(std::min<size_t>(models.size(), shm::kMaxStatusModels));
   for (uint32_t m = 0; m < snapshot->num_models; ++m) {
     shm::ModelStatusData& out = snapshot->models[m];
-    shm::CopyName(out.name, models[m].name);
+    shm::CopyName(out.name, models[m].key);
     out.state = static_cast<uint32_t>(models[m].unloaded  ? shm::ModelLoadState::kUnloaded
                                       : models[m].failure ? shm::ModelLoadState::kFailed
                                                           : shm::ModelLoadState::kReady);
@@ -76,7 +76,7 @@ void Publish(shm::StatusWriter& status, shm::ProcessState state, uint32_t genera
 void MarkPluginsFailed(const std::vector<std::string>& names, const HookSettings& hooks,
                        std::vector<HookModel>* models) {
   for (HookModel& m : *models) {
-    if (std::find(names.begin(), names.end(), m.name) != names.end() && !m.failure) {
+    if (std::find(names.begin(), names.end(), m.key) != names.end() && !m.failure) {
       m.failure =
           Unavailable("its plugin was marked failed after " +
                       std::to_string(hooks.max_plugin_faults) + " calls past call_timeout_ms (" +

@@ -168,11 +168,11 @@ void HookHost::Impl::RefreshViews(int64_t now) {
       if (m < listed) {
         const shm::ModelStatusData& ms = st->models[m];
         std::string_view name(ms.name, strnlen(ms.name, sizeof(ms.name)));
-        if (name == models[m].name &&
+        if (name == models[m].key &&
             ms.state == static_cast<uint32_t>(shm::ModelLoadState::kFailed)) {
           v.failure.assign(ms.error, strnlen(ms.error, sizeof(ms.error)));  // Untrusted text.
         }
-        if (name == models[m].name &&
+        if (name == models[m].key &&
             ms.state == static_cast<uint32_t>(shm::ModelLoadState::kReady)) {
           v.has_model = true;
           v.resident = ms.loaded != 0;

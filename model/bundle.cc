@@ -4,6 +4,7 @@
 #include <set>
 
 #include "common/file.h"
+#include "config/scheduler_config.h"
 #include "config/toml_reader.h"
 #include "model/shape_inference.h"
 
@@ -48,7 +49,16 @@ Result<Bundle> LoadBundle(const std::string& dir) {
                          ReadRegularFile(manifest_path, 1 << 20, Symlinks::kRefuse));
   FERRY_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(text, manifest_path));
   std::string dir_name = root.filename().string();
-  if (manifest.name != dir_name) {
+  std::string parent_name = root.parent_path().filename().string();
+  if (IsValidModelKey(parent_name + "/" + dir_name) && manifest.name == parent_name) {
+    // A version directory: its number is the version (docs/bundles.md, "Versions").
+    int64_t version = ModelKeyVersion(parent_name + "/" + dir_name);
+    if (manifest.version_stated && manifest.version != version) {
+      return InvalidArgument(manifest_path + ": version " + std::to_string(manifest.version) +
+                             " differs from its version directory '" + dir_name + "'");
+    }
+    manifest.version = version;
+  } else if (manifest.name != dir_name) {
     return InvalidArgument(manifest_path + ": name '" + manifest.name +
                            "' differs from the bundle directory '" + dir_name + "'");
   }

@@ -23,7 +23,8 @@ struct Bundle {
 };
 
 // INVALID_ARGUMENT / NOT_FOUND naming the bundle and, for program errors, the op index and
-// tensor. The manifest's name must equal the directory's name.
+// tensor. The manifest's name must equal the directory's name or, in a version directory
+// (named by a version number), its parent's; the version is then the directory's number.
 Result<Bundle> LoadBundle(const std::string& dir);
 
 // Shape inference for every (variant, compiled size) against `weights`. Returns every

@@ -318,6 +318,41 @@ void ReadPipeline(TableReader& r, Manifest* manifest) {
   pipeline->Finish();
 }
 
+// version_policy = "all" | { latest = N } | { specific = [V, ...] }.
+void ReadVersionPolicy(TableReader& r, VersionPolicy* policy) {
+  const toml::node* raw = r.Raw("version_policy");
+  if (raw == nullptr) {
+    return;
+  }
+  const std::string expected = "expected \"all\", { latest = N } or { specific = [V, ...] }";
+  if (raw->is_string()) {
+    std::string text;
+    r.String("version_policy", &text);
+    if (text == "all") {
+      policy->kind = VersionPolicy::Kind::kAll;
+    } else {
+      r.ErrorAt("version_policy", expected);
+    }
+    return;
+  }
+  auto table = r.Table("version_policy");
+  if (!table) {
+    return;
+  }
+  bool latest = table->Int("latest", &policy->latest, 1, kMaxVersionsServed);
+  bool specific = table->IntArray("specific", &policy->specific, 1, kMaxVersionNumber);
+  if (latest == specific) {
+    table->ErrorAt("latest", expected + " (exactly one key)");
+  } else if (specific) {
+    policy->kind = VersionPolicy::Kind::kSpecific;
+    if (policy->specific.empty() || policy->specific.size() > kMaxVersionsServed) {
+      table->ErrorAt("specific",
+                     "expected 1 to " + std::to_string(kMaxVersionsServed) + " version numbers");
+    }
+  }
+  table->Finish();
+}
+
 }  // namespace
 
 Shape TensorSpec::At(int64_t batch) const {
@@ -347,7 +382,8 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
   if (!r.String("name", &m.name) || !IsValidModelName(m.name)) {
     r.ErrorAt("name", "missing or invalid model name (letters, digits, '_', '-', '.')");
   }
-  r.Int("version", &m.version, 1, std::numeric_limits<int64_t>::max());
+  m.version_stated = r.Int("version", &m.version, 1, kMaxVersionNumber);
+  ReadVersionPolicy(r, &m.version_policy);
   r.Enum<ModelKind>("kind", &m.kind,
                     {{"model", ModelKind::kModel}, {"pipeline", ModelKind::kPipeline}});
   r.Enum<Precision>(

@@ -33,6 +33,11 @@ inline constexpr size_t kMaxHookConfigBytes = 64 << 10;  // [hooks] config.
 inline constexpr size_t kMaxPipelineCalls = 16;          // [pipeline] calls.
 inline constexpr size_t kMaxConcatInputs = 64;           // A concat's inputs.
 
+// A version number has at most 18 digits (model keys, config/scheduler_config.h); a policy
+// names at most this many versions.
+inline constexpr int64_t kMaxVersionNumber = 999'999'999'999'999'999;
+inline constexpr int64_t kMaxVersionsServed = 16;
+
 // In a manifest shape, this marks the batch dimension ("shape = [-1, 784]").
 inline constexpr int64_t kBatchDim = -1;
 
@@ -142,9 +147,21 @@ struct ManifestHooks {
 // which calls models (docs/bundles.md, "Pipelines").
 enum class ModelKind { kModel, kPipeline };
 
+// Which versions of a versioned model the node serves (Triton's version_policy; docs/bundles.md,
+// "Versions"). The newest version directory's manifest decides; a single-version bundle
+// ignores it.
+struct VersionPolicy {
+  enum class Kind { kLatest, kAll, kSpecific };
+  Kind kind = Kind::kLatest;
+  int64_t latest = 1;             // kLatest: the highest `latest` version numbers, >= 1.
+  std::vector<int64_t> specific;  // kSpecific: these versions (those present are served).
+};
+
 struct Manifest {
   std::string name;
   int64_t version = 1;
+  bool version_stated = false;  // The text has a `version` key (else 1, or a version directory's).
+  VersionPolicy version_policy;
   ModelKind kind = ModelKind::kModel;
   Precision precision = Precision::kFp32;
   std::vector<TensorSpec> inputs;

@@ -65,7 +65,7 @@ Result<ControlMessage> DecodeControl(const DescriptorData& d, uint32_t num_model
     size_t length =
         d.num_tensors < kNameTensors ? kMaxControlName : strnlen(names, kMaxControlName);
     m.name.assign(names, length);
-    if (length == kMaxControlName || !IsValidModelName(m.name)) {
+    if (length == kMaxControlName || !IsValidModelKey(m.name)) {
       return InvalidArgument(where + "the model name to load is not a valid name");
     }
   }

@@ -1,5 +1,5 @@
-// The node's model table: reload of the node file, live load and unload, and the hook host
-// refreshes that follow them.
+// Reload of the node file, and the hook host refreshes that follow a change of the node's
+// model table (model_loading.cc changes it).
 #include <algorithm>
 
 #include "common/clock.h"
@@ -102,8 +102,7 @@ std::vector<std::string> RestartNeeded(const NodeConfig& a, const NodeConfig& b)
 }
 
 double WeightOf(const SchedulerConfig& config, const std::string& model) {
-  auto it = config.models.find(model);
-  return it == config.models.end() ? 1.0 : it->second.weight;
+  return config.ForModel(model).weight;
 }
 
 Residency ResidencyOf(const SchedulerConfig& config, const std::string& model) {
@@ -111,8 +110,7 @@ Residency ResidencyOf(const SchedulerConfig& config, const std::string& model) {
 }
 
 std::optional<int64_t> CapOf(const SchedulerConfig& config, const std::string& model) {
-  auto it = config.models.find(model);
-  return it == config.models.end() ? std::nullopt : it->second.max_batch_size;
+  return config.ForModel(model).max_batch_size;
 }
 
 }  // namespace
@@ -185,91 +183,6 @@ void Supervisor::Impl::RefreshHookhosts(int64_t now) {
   }
 }
 
-Result<json> Supervisor::Impl::LoadModel(const std::string& name) {
-  if (phase != Phase::kRunning) {
-    return Unavailable("the node is stopping");
-  }
-  auto found = std::find(model_table.begin(), model_table.end(), name);
-  if (found != model_table.end()) {
-    return InvalidArgument("model '" + name + "' is already loaded (index " +
-                           std::to_string(found - model_table.begin()) + ")");
-  }
-  if (model_table.size() >= kMaxRepositoryModels) {
-    return ResourceExhausted("the model table is full (" + std::to_string(kMaxRepositoryModels) +
-                             " indices, unloaded ones included); restart the node to renumber");
-  }
-  // Checked here, so a bundle that cannot load is refused before any process sees it.
-  Result<Bundle> bundle = LoadRepositoryBundle(config.node.model_repository, name);
-  if (!bundle.ok()) {
-    return Error{bundle.error().code, "load '" + name + "': " + bundle.error().message};
-  }
-  auto index = static_cast<uint32_t>(model_table.size());
-  model_table.push_back(name);
-  shm::ControlMessage message{shm::ControlCode::kLoadModel, index, 0, 0};
-  message.name = name;
-  size_t workers = SendTableChange(message);
-  QueueHookhostRefresh();
-  spdlog::info(
-      "load: model '{}' as index {}; {} worker(s) loading it, hook hosts restarting one "
-      "at a time",
-      name, index, workers);
-  return json{{"model", name}, {"index", index}, {"workers", workers}};
-}
-
-Result<json> Supervisor::Impl::UnloadModel(const std::string& name) {
-  if (phase != Phase::kRunning) {
-    return Unavailable("the node is stopping");
-  }
-  auto found = std::find(model_table.begin(), model_table.end(), name);
-  if (found == model_table.end()) {
-    return NotFound("no model '" + name + "' is loaded");
-  }
-  auto index = static_cast<uint32_t>(found - model_table.begin());
-  for (const PendingUnload& p : pending_unloads) {
-    if (p.index == index) {
-      return InvalidArgument("model '" + name + "' is being unloaded already");
-    }
-  }
-  double notice = config.supervisor.drain_notice_seconds;
-  if (notice > 0 && index < 64) {
-    segment->leaving_models().fetch_or(uint64_t{1} << index);
-    pending_unloads.push_back({index, name, MonotonicNs() + static_cast<int64_t>(notice * 1e9)});
-    spdlog::info("unload: model '{}' answers not ready for {} s, then is unloaded", name, notice);
-    return json{{"model", name}, {"index", index}, {"notice_seconds", notice}};
-  }
-  size_t workers = CompleteUnload(index, name);
-  return json{{"model", name}, {"index", index}, {"workers", workers}};
-}
-
-void Supervisor::Impl::FinishUnloads(int64_t now) {
-  for (size_t i = 0; i < pending_unloads.size();) {
-    PendingUnload p = pending_unloads[i];
-    if (phase != Phase::kRunning || now < p.at) {
-      ++i;
-      continue;
-    }
-    pending_unloads.erase(pending_unloads.begin() + static_cast<std::ptrdiff_t>(i));
-    CompleteUnload(p.index, p.name);
-  }
-}
-
-size_t Supervisor::Impl::CompleteUnload(uint32_t index, const std::string& name) {
-  // The bit stays set: a worker may still report the model ready until it has read the
-  // change, and an index is never reused (a model loaded again gets a new one).
-  if (index < 64) {
-    segment->leaving_models().fetch_or(uint64_t{1} << index);
-  }
-  model_table[index] = "-";
-  size_t workers = SendTableChange({shm::ControlCode::kUnloadModel, index, 0, 0});
-  weight_overrides.erase(name);
-  batch_overrides.erase(name);
-  plugin_faults.erase(name);  // A model loaded again starts with a clean record.
-  failed_plugins.erase(name);
-  QueueHookhostRefresh();
-  spdlog::info("unload: model '{}' (index {}); its queued requests still run", name, index);
-  return workers;
-}
-
 Status Supervisor::Impl::ReloadKeys(const NodeConfig& loaded, json* applied) {
   // The tenants the keys are numbered by are the running hook hosts': a change of tenants
   // waits for a restart, and so do their keys.
@@ -304,6 +217,68 @@ Status Supervisor::Impl::ReloadTls(const NodeConfig& loaded, json* applied) {
   config.node.tls.key = loaded.node.tls.key;
   config.node.tls.client_ca = loaded.node.tls.client_ca;
   return OkStatus();
+}
+
+void Supervisor::Impl::ReloadModelSettings(const SchedulerConfig& loaded, json* applied) {
+  std::map<std::string, bool> names;
+  for (const auto& [name, m] : config.scheduler.models) {
+    names[name] = true;
+  }
+  for (const auto& [name, m] : loaded.models) {
+    names[name] = true;
+  }
+  // What reaches the workers is per model key: a model's entry changes each version without
+  // one of its own (SchedulerConfig::ForModel).
+  std::map<std::string, bool> targets = names;
+  for (const std::string& key : model_table) {
+    if (key != "-") {
+      targets[key] = true;
+    }
+  }
+  for (const auto& [name, unused] : targets) {
+    std::optional<int64_t> cap_before = CapOf(config.scheduler, name);
+    std::optional<int64_t> cap_after = CapOf(loaded, name);
+    if (cap_before != cap_after) {
+      batch_overrides[name] = cap_after;
+      (void)SendToModel(name, shm::ControlCode::kSetMaxBatchSize, 0,
+                        static_cast<int32_t>(cap_after.value_or(0)));
+      applied->push_back("scheduler.models." + name + ".max_batch_size = " +
+                         (cap_after ? std::to_string(*cap_after) : std::string("none")));
+    }
+  }
+  for (const auto& [name, unused] : targets) {
+    double before = WeightOf(config.scheduler, name);
+    double after = WeightOf(loaded, name);
+    if (before != after) {
+      weight_overrides[name] = after;
+      (void)SendToModel(name, shm::ControlCode::kSetPolicy, after, 0);
+      applied->push_back("scheduler.models." + name + ".weight = " + std::to_string(after));
+    }
+  }
+  if (config.scheduler.residency_mode == ResidencyMode::kManaged &&
+      loaded.residency_mode == ResidencyMode::kManaged) {
+    std::vector<std::pair<std::string, Residency>> floors;  // Taken once all are compared.
+    for (const auto& [name, unused] : targets) {
+      Residency before = ResidencyOf(config.scheduler, name);
+      Residency after = ResidencyOf(loaded, name);
+      if (before != after) {
+        (void)SendToModel(name, shm::ControlCode::kSetResidencyFloor, 0,
+                          static_cast<int32_t>(after));
+        floors.emplace_back(name, after);
+        applied->push_back("scheduler.models." + name +
+                           ".residency = " + std::string(ResidencyName(after)));
+      }
+    }
+    for (const auto& [name, after] : floors) {
+      if (names.count(name) != 0) {
+        config.scheduler.models[name].residency = after;
+      }
+    }
+  }
+  for (const auto& [name, unused] : names) {
+    config.scheduler.models[name].weight = WeightOf(loaded, name);
+    config.scheduler.models[name].max_batch_size = CapOf(loaded, name);
+  }
 }
 
 Result<json> Supervisor::Impl::Reload() {
@@ -347,13 +322,6 @@ Result<json> Supervisor::Impl::Reload() {
       applied.push_back("tenants." + t.name + ".weight = " + std::to_string(t.weight));
     }
   }
-  std::map<std::string, bool> names;
-  for (const auto& [name, m] : config.scheduler.models) {
-    names[name] = true;
-  }
-  for (const auto& [name, m] : loaded->scheduler.models) {
-    names[name] = true;
-  }
   if (loaded->scheduler.max_queue_depth != config.scheduler.max_queue_depth) {
     queue_depth_override = loaded->scheduler.max_queue_depth;
     for (const Child& c : children) {
@@ -365,47 +333,10 @@ Result<json> Supervisor::Impl::Reload() {
     applied.push_back("scheduler.max_queue_depth = " +
                       std::to_string(loaded->scheduler.max_queue_depth));
   }
-  for (const auto& [name, unused] : names) {
-    std::optional<int64_t> cap_before = CapOf(config.scheduler, name);
-    std::optional<int64_t> cap_after = CapOf(loaded->scheduler, name);
-    if (cap_before != cap_after) {
-      batch_overrides[name] = cap_after;
-      (void)SendToModel(name, shm::ControlCode::kSetMaxBatchSize, 0,
-                        static_cast<int32_t>(cap_after.value_or(0)));
-      applied.push_back("scheduler.models." + name + ".max_batch_size = " +
-                        (cap_after ? std::to_string(*cap_after) : std::string("none")));
-    }
-  }
-  for (const auto& [name, unused] : names) {
-    double before = WeightOf(config.scheduler, name);
-    double after = WeightOf(loaded->scheduler, name);
-    if (before != after) {
-      weight_overrides[name] = after;
-      (void)SendToModel(name, shm::ControlCode::kSetPolicy, after, 0);
-      applied.push_back("scheduler.models." + name + ".weight = " + std::to_string(after));
-    }
-  }
-  if (config.scheduler.residency_mode == ResidencyMode::kManaged &&
-      loaded->scheduler.residency_mode == ResidencyMode::kManaged) {
-    for (const auto& [name, unused] : names) {
-      Residency before = ResidencyOf(config.scheduler, name);
-      Residency after = ResidencyOf(loaded->scheduler, name);
-      if (before != after) {
-        (void)SendToModel(name, shm::ControlCode::kSetResidencyFloor, 0,
-                          static_cast<int32_t>(after));
-        config.scheduler.models[name].residency = after;
-        applied.push_back("scheduler.models." + name +
-                          ".residency = " + std::string(ResidencyName(after)));
-      }
-    }
-  }
+  ReloadModelSettings(loaded->scheduler, &applied);
   // Only what was applied is taken; the rest stays as started until ferryd restarts.
   config.scheduler.discipline = loaded->scheduler.discipline;
   config.scheduler.max_queue_depth = loaded->scheduler.max_queue_depth;
-  for (const auto& [name, unused] : names) {
-    config.scheduler.models[name].weight = WeightOf(loaded->scheduler, name);
-    config.scheduler.models[name].max_batch_size = CapOf(loaded->scheduler, name);
-  }
   for (const std::string& key : restart) {
     spdlog::warn("reload: {} changed; it takes effect when ferryd restarts", key);
   }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "config/scheduler_config.h"
 #include "shm/repository_mailbox.h"
 #include "shm/status.h"
 #include "supervisor/supervisor_impl.h"
@@ -71,18 +72,15 @@ void Supervisor::Impl::TakeRepositoryRequests(int64_t now) {
                          repository_change->model + "') is in progress; retry"));
       continue;
     }
-    bool loaded = std::find(model_table.begin(), model_table.end(), r.model) != model_table.end();
-    bool leaving = std::any_of(pending_unloads.begin(), pending_unloads.end(),
-                               [&](const PendingUnload& p) { return p.name == r.model; });
-    if (r.op == shm::RepositoryOp::kLoad && leaving) {
+    if (r.op == shm::RepositoryOp::kLoad && Leaving(r.model)) {
       answer(Unavailable("model '" + r.model + "' is being unloaded; load it once it is gone"));
       continue;
     }
-    // Triton answers a load of a loaded model OK once it is ready: nothing is reloaded here
-    // (only a new batch cap applies), and the answer waits for the model as a load's does.
-    Result<json> started = r.op == shm::RepositoryOp::kUnload ? UnloadModel(r.model)
-                           : loaded ? Result<json>(json{{"index", IndexOf(r.model)}})
-                                    : LoadModel(r.model);
+    // Triton answers a load of a loaded model OK once it is ready: only what changed in its
+    // directory (versions its policy now selects or drops) and a new batch cap apply, and the
+    // answer waits for its versions as a load's does.
+    Result<json> started =
+        r.op == shm::RepositoryOp::kUnload ? UnloadModel(r.model) : ApplyModel(r.model);
     if (!started.ok()) {
       answer(started.error());
       continue;
@@ -92,7 +90,7 @@ void Supervisor::Impl::TakeRepositoryRequests(int64_t now) {
                                          sequence,
                                          r.op,
                                          r.model,
-                                         started->value("index", uint32_t{0}),
+                                         started->value("indices", std::vector<uint32_t>()),
                                          r.max_batch_size,
                                          now + kRepositoryWaitNs};
   }
@@ -101,9 +99,31 @@ void Supervisor::Impl::TakeRepositoryRequests(int64_t now) {
 std::optional<Status> Supervisor::Impl::RepositoryChangeOutcome() const {
   const RepositoryChange& change = *repository_change;
   if (change.op == shm::RepositoryOp::kUnload) {
-    bool pending = std::any_of(pending_unloads.begin(), pending_unloads.end(),
-                               [&](const PendingUnload& p) { return p.name == change.model; });
-    return pending ? std::nullopt : std::optional<Status>(OkStatus());
+    return Leaving(change.model) ? std::nullopt : std::optional<Status>(OkStatus());
+  }
+  // Done when each of its keys is: the first error, else OK once all are ready.
+  for (uint32_t index : change.indices) {
+    std::optional<Status> one = LoadOutcome(index);
+    if (!one || !one->ok()) {
+      return one;
+    }
+  }
+  return OkStatus();
+}
+
+bool Supervisor::Impl::Leaving(const std::string& model) const {
+  return std::any_of(pending_unloads.begin(), pending_unloads.end(), [&](const PendingUnload& p) {
+    return p.name == model || ModelKeyName(p.name) == model;
+  });
+}
+
+std::optional<Status> Supervisor::Impl::LoadOutcome(uint32_t index) const {
+  if (index >= model_table.size()) {
+    return Internal("model index " + std::to_string(index) + " left the table");
+  }
+  const std::string& key = model_table[index];
+  if (key == "-") {
+    return Unavailable("model index " + std::to_string(index) + " was unloaded while it loaded");
   }
   size_t workers = 0;
   size_t failed = 0;
@@ -115,9 +135,9 @@ std::optional<Status> Supervisor::Impl::RepositoryChangeOutcome() const {
     ++workers;
     const shm::StatusSnapshotData& s = *c.status;
     // The load's own index only: a worker may still report an older index of the same name.
-    if (change.index < s.num_models && change.index < shm::kMaxStatusModels) {
-      const shm::ModelStatusData& model = s.models[change.index];
-      if (std::string_view(model.name, strnlen(model.name, sizeof(model.name))) != change.model) {
+    if (index < s.num_models && index < shm::kMaxStatusModels) {
+      const shm::ModelStatusData& model = s.models[index];
+      if (std::string_view(model.name, strnlen(model.name, sizeof(model.name))) != key) {
         continue;
       }
       if (model.state == static_cast<uint32_t>(shm::ModelLoadState::kReady) ||
@@ -131,7 +151,7 @@ std::optional<Status> Supervisor::Impl::RepositoryChangeOutcome() const {
     }
   }
   if (workers > 0 && failed == workers) {
-    return Error{ErrorCode::kInvalidArgument, "load '" + change.model + "' failed: " + why};
+    return Error{ErrorCode::kInvalidArgument, "load '" + key + "' failed: " + why};
   }
   return std::nullopt;
 }
@@ -168,9 +188,15 @@ void Supervisor::Impl::AnswerRepositoryChange(int64_t now) {
   }
   if (outcome->ok() && change.max_batch_size > 0) {
     // The load's config override: kept (a worker that restarts gets it) and sent now.
-    batch_overrides[change.model] = change.max_batch_size;
-    (void)SendToModel(change.model, shm::ControlCode::kSetMaxBatchSize, 0,
-                      static_cast<int32_t>(change.max_batch_size));
+    for (uint32_t index : change.indices) {
+      const std::string& key = model_table[index];
+      if (key == "-") {
+        continue;
+      }
+      batch_overrides[key] = change.max_batch_size;
+      (void)SendToModel(key, shm::ControlCode::kSetMaxBatchSize, 0,
+                        static_cast<int32_t>(change.max_batch_size));
+    }
   }
   bool refreshes =
       std::find(refresh_queue.begin(), refresh_queue.end(), *asker) != refresh_queue.end();

@@ -241,16 +241,27 @@ struct Supervisor::Impl {
   // Reads the TLS files again and publishes them when they changed: new connections get the
   // new certificate. An error refuses the reload (the node keeps serving the old one).
   Status ReloadTls(const NodeConfig& loaded, json* applied);
+  // Per-model weights, batch caps and residency floors that changed, sent to each model key
+  // (a model's entry to each version without its own) and taken into `config`.
+  void ReloadModelSettings(const SchedulerConfig& loaded, json* applied);
   // Log settings a client asked a hook host for (logging extension) become the node's: kept
   // in the segment for processes that start later, applied here, sent to every child.
   void PropagateLogSettings();
   std::vector<uint64_t> log_requests_seen;  // Per hook host: the last request taken.
   Result<json> SendToModel(const std::string& model, shm::ControlCode code, double weight,
                            int32_t value);
+  // ferryctl load: ApplyModel, refused when it changes nothing.
   Result<json> LoadModel(const std::string& name);
-  // With [supervisor] drain_notice_seconds, the model first answers not ready for that long
-  // (a balancer stops sending it here) while it still serves; then it is unloaded.
+  // `name` as its repository directory serves it now (a model name: the bundle, or the
+  // versions its policy selects, others of its versions unloaded; "NAME/V": that version):
+  // each key not in the table loaded. {"indices": its keys' indices, "changed": ...}.
+  Result<json> ApplyModel(const std::string& name);
+  size_t LoadKey(const std::string& key);  // Appended to the table; workers told.
+  // A model name unloads all its versions; "NAME/V" one. With [supervisor]
+  // drain_notice_seconds, each first answers not ready for that long (a balancer stops
+  // sending it here) while it still serves; then it is unloaded.
   Result<json> UnloadModel(const std::string& name);
+  bool Unloading(uint32_t index) const;  // Announced, not yet carried out.
   size_t CompleteUnload(uint32_t index, const std::string& name);  // Workers told.
   void FinishUnloads(int64_t now);  // The pending unloads whose notice has passed.
   // Sends a model table change to every running worker; one whose control ring is full is
@@ -267,8 +278,8 @@ struct Supervisor::Impl {
     uint32_t sequence;
     shm::RepositoryOp op;
     std::string model;
-    uint32_t index;          // Its index in the model table (a load's: the new one).
-    int64_t max_batch_size;  // A load's cap, set once the model is ready (0: none).
+    std::vector<uint32_t> indices;  // A load's: the indices of the keys it serves.
+    int64_t max_batch_size;         // A load's cap, set once the model is ready (0: none).
     int64_t deadline;
   };
   std::optional<RepositoryChange> repository_change;
@@ -277,6 +288,10 @@ struct Supervisor::Impl {
   void AnswerRepositoryChange(int64_t now);
   // nullopt while the change is under way; else how it ended.
   std::optional<Status> RepositoryChangeOutcome() const;
+  // The same for one key of a load: ready on a worker, or failed on every one.
+  std::optional<Status> LoadOutcome(uint32_t index) const;
+  // A key of `model` (its name or itself) is announced to be unloaded.
+  bool Leaving(const std::string& model) const;
   std::optional<size_t> HookhostChild(uint32_t hookhost) const;  // Its index in `children`.
   uint32_t IndexOf(const std::string& model) const;              // In model_table. REQUIRES: there.
   bool HeldForRepositoryAnswer(size_t child) const;

@@ -121,11 +121,11 @@ class Service final : public RawService {
           if (Result<uint32_t> t = Authorize(*call, Endpoint::kHealth, in->name()); !t.ok()) {
             return ToGrpc(t.error());
           }
-          const hookhost::HookModel* model = kserve_->Find(in->name());
-          if (model == nullptr) {
-            return ToGrpc(NotFound("unknown model '" + in->name().substr(0, 128) + "'"));
+          Result<const hookhost::HookModel*> model = Lookup(in->name(), in->version(), true);
+          if (!model.ok()) {
+            return ToGrpc(model.error());
           }
-          out->set_ready(kserve_->ModelReady(*model));
+          out->set_ready(kserve_->ModelReady(**model));
           return grpc::Status::OK;
         });
   }
@@ -225,7 +225,9 @@ class Service final : public RawService {
           }
           const Manifest& m = (*found)->manifest();
           out->set_name(m.name);
-          out->add_versions(std::to_string(m.version));
+          for (const std::string& v : kserve_->Versions(m.name)) {
+            out->add_versions(v);
+          }
           out->set_platform("ferry");
           auto describe = [](const TensorSpec& t, auto* x) {  // An input or an output alike.
             x->set_name(t.name);
@@ -320,17 +322,19 @@ class Service final : public RawService {
         });
   }
 
-  // A model by name (and version, when given) that loaded.
-  Result<const hookhost::HookModel*> Lookup(const std::string& name, const std::string& version) {
-    const hookhost::HookModel* model = kserve_->Find(name);
-    if (model == nullptr) {
+  // A model by name (and version, when given; KServeService::Find) that loaded, or also
+  // one that failed with `failed_too`.
+  Result<const hookhost::HookModel*> Lookup(const std::string& name, const std::string& version,
+                                            bool failed_too = false) {
+    if (kserve_->Find(name) == nullptr) {
       return NotFound("unknown model '" + name.substr(0, 128) + "'");
     }
-    if (model->failure) {
-      return Unavailable("model '" + model->name + "' failed to load: " + model->failure->message);
+    const hookhost::HookModel* model = kserve_->Find(name, version);
+    if (model == nullptr) {
+      return NotFound("model '" + name + "' has no version '" + version.substr(0, 32) + "'");
     }
-    if (!version.empty() && version != std::to_string(model->manifest().version)) {
-      return NotFound("model '" + model->name + "' has no version '" + version.substr(0, 32) + "'");
+    if (model->failure && !failed_too) {
+      return Unavailable("model '" + model->name + "' failed to load: " + model->failure->message);
     }
     return model;
   }

@@ -27,6 +27,44 @@ Result<shm::StatusSnapshotData> ProbeStatus(const shm::Segment& segment, uint32_
 
 }  // namespace
 
+const hookhost::HookModel* KServeService::Find(std::string_view name,
+                                               std::string_view version) const {
+  const hookhost::HookModel* found = nullptr;
+  for (const hookhost::HookModel& m : models_) {
+    if (m.name != name || m.unloaded) {
+      continue;
+    }
+    if (!version.empty()) {
+      if (version == std::to_string(m.version)) {
+        return &m;
+      }
+      continue;
+    }
+    // Newest loaded first; a failed version only when no version loaded.
+    bool better = found == nullptr || (found->failure && !m.failure) ||
+                  (!found->failure == !m.failure && m.version > found->version);
+    if (better) {
+      found = &m;
+    }
+  }
+  return found;
+}
+
+std::vector<std::string> KServeService::Versions(std::string_view name) const {
+  std::vector<int64_t> versions;
+  for (const hookhost::HookModel& m : models_) {
+    if (m.name == name && !m.unloaded && m.version > 0) {
+      versions.push_back(m.version);
+    }
+  }
+  std::sort(versions.begin(), versions.end());
+  std::vector<std::string> out;
+  for (int64_t v : versions) {
+    out.push_back(std::to_string(v));
+  }
+  return out;
+}
+
 bool KServeService::ModelReady(const hookhost::HookModel& model) const {
   if (model.failure || Stopping()) {
     return false;
@@ -45,7 +83,7 @@ bool KServeService::ModelReady(const hookhost::HookModel& model) const {
       continue;
     }
     for (uint32_t m = 0; m < s->num_models && m < shm::kMaxStatusModels; ++m) {
-      if (ModelState(s->models[m]) == model.name &&
+      if (ModelState(s->models[m]) == model.key &&
           s->models[m].state == static_cast<uint32_t>(shm::ModelLoadState::kReady)) {
         return true;
       }
@@ -65,8 +103,8 @@ json KServeService::RepositoryIndex(bool ready_only, uint32_t tenant) const {
       continue;
     }
     json entry = {{"name", m.name}, {"state", ready ? "READY" : "UNAVAILABLE"}};
-    if (!m.failure) {
-      entry["version"] = std::to_string(m.manifest().version);
+    if (m.version > 0) {
+      entry["version"] = std::to_string(m.version);
     }
     if (!ready) {
       entry["reason"] = m.failure    ? m.failure->message
@@ -106,16 +144,19 @@ Result<std::vector<ModelStatistics>> KServeService::Statistics(std::string_view 
       }
     }
   } else {
-    const hookhost::HookModel* model = Find(name);
-    if (model == nullptr) {
+    if (Find(name) == nullptr) {
       return NotFound("unknown model '" + std::string(name.substr(0, 128)) + "'");
     }
-    if (!version.empty() &&
-        (model->failure || version != std::to_string(model->manifest().version))) {
-      return NotFound("model '" + model->name + "' has no version '" +
-                      std::string(version.substr(0, 32)) + "'");
+    for (const hookhost::HookModel& m : models_) {  // Every version, or the one asked for.
+      if (m.name == name && !m.unloaded &&
+          (version.empty() || (!m.failure && version == std::to_string(m.version)))) {
+        chosen.push_back(&m);
+      }
     }
-    chosen.push_back(model);
+    if (chosen.empty()) {
+      return NotFound("model '" + std::string(name) + "' has no version '" +
+                      std::string(version.substr(0, 32)) + "' that loaded");
+    }
   }
   std::vector<shm::StatusSnapshotData> workers;
   for (uint32_t w = 0; w < segment_.workers(); ++w) {
@@ -126,8 +167,8 @@ Result<std::vector<ModelStatistics>> KServeService::Statistics(std::string_view 
   }
   std::vector<ModelStatistics> out;
   for (const hookhost::HookModel* m : chosen) {
-    std::string v = m->failure ? "" : std::to_string(m->manifest().version);
-    out.push_back(SumModelStatistics(m->name, v, workers));
+    std::string v = m->version > 0 ? std::to_string(m->version) : "";
+    out.push_back(SumModelStatistics(m->key, m->name, v, workers));
   }
   return out;
 }

@@ -165,15 +165,6 @@ Status KServeService::ApplyKeyTenant(ParsedInfer& request, uint32_t tenant) cons
   return OkStatus();
 }
 
-const hookhost::HookModel* KServeService::Find(std::string_view name) const {
-  for (const hookhost::HookModel& m : models_) {
-    if (m.name == name && !m.unloaded) {
-      return &m;
-    }
-  }
-  return nullptr;
-}
-
 void KServeService::SetDraining() {
   // Dekker-style with Submit (both sequentially consistent): a Submit that read draining_
   // false had raised submitting_ first, so this wait sees it and outlasts its host call.
@@ -365,9 +356,9 @@ void KServeService::HandleModel(const std::vector<std::string_view>& parts,
   }
   size_t next = 3;
   if (parts.size() >= 5 && parts[3] == "versions") {
-    bool known = !model->failure && parts[4] == std::to_string(model->manifest().version);
-    if (!known) {
-      respond(JsonAnswer(404, {{"error", "model '" + model->name + "' has no version '" +
+    model = Find(parts[2], parts[4]);
+    if (model == nullptr) {
+      respond(JsonAnswer(404, {{"error", "model '" + std::string(parts[2]) + "' has no version '" +
                                              std::string(parts[4].substr(0, 32)) + "'"}}));
       return;
     }
@@ -398,7 +389,9 @@ void KServeService::HandleModel(const std::vector<std::string_view>& parts,
     return;
   }
   if (action.empty()) {
-    respond(get ? JsonAnswer(200, ModelMetadata(model->manifest())) : MethodNotAllowed(request));
+    json metadata = ModelMetadata(model->manifest());
+    metadata["versions"] = Versions(model->name);
+    respond(get ? JsonAnswer(200, metadata) : MethodNotAllowed(request));
   } else if (action == "config") {
     respond(get ? JsonAnswer(200, ModelConfig(model->manifest())) : MethodNotAllowed(request));
   } else if (action == "stats") {

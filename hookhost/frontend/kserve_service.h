@@ -62,8 +62,13 @@ class KServeService {
 
   void Handle(net::HttpRequest&& request, net::Responder respond);
 
-  // Shared with the gRPC front end (grpc_service.h).
-  const hookhost::HookModel* Find(std::string_view name) const;
+  // Shared with the gRPC front end (grpc_service.h). The model `name` at `version` (decimal,
+  // as clients send it); with no version, its newest version that loaded (else its newest):
+  // Triton's choice for a request without one. Null when there is none (an unloaded index
+  // is never found).
+  const hookhost::HookModel* Find(std::string_view name, std::string_view version = {}) const;
+  // The versions of `name` served (loaded or failed), ascending, as decimal strings.
+  std::vector<std::string> Versions(std::string_view name) const;
   // A worker serves it and the node is not draining; a pipeline: every model it calls is ready.
   // Each waits up to 20 ms for a worker's status caught mid-publish to settle.
   bool ModelReady(const hookhost::HookModel& model) const;

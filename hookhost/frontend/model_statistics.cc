@@ -63,14 +63,15 @@ void DurationProto(const StatDuration& d, inference::StatisticDuration* out) {
 
 }  // namespace
 
-ModelStatistics SumModelStatistics(const std::string& name, const std::string& version,
+ModelStatistics SumModelStatistics(const std::string& key, const std::string& name,
+                                   const std::string& version,
                                    const std::vector<shm::StatusSnapshotData>& workers) {
   ModelStatistics s;
   s.name = name;
   s.version = version;
   std::map<int64_t, StatDuration> batches;  // Compiled size -> executions and their time.
   for (const shm::StatusSnapshotData& worker : workers) {
-    if (const shm::ModelStatusData* entry = EntryFor(worker, name)) {
+    if (const shm::ModelStatusData* entry = EntryFor(worker, key)) {
       AddWorker(*entry, s, batches);
     }
   }

@@ -47,9 +47,10 @@ struct ModelStatistics {
   std::vector<BatchStatistics> batch_stats;  // Sizes that ran, ascending.
 };
 
-// `name`'s statistics summed over the workers' statuses (a worker without an entry for
-// `name` adds nothing).
-ModelStatistics SumModelStatistics(const std::string& name, const std::string& version,
+// The statistics of the model key `key` (served as `name` at `version`) summed over the
+// workers' statuses (a worker without an entry for `key` adds nothing).
+ModelStatistics SumModelStatistics(const std::string& key, const std::string& name,
+                                   const std::string& version,
                                    const std::vector<shm::StatusSnapshotData>& workers);
 
 // {"model_stats": [...]} as Triton's HTTP endpoint answers.

@@ -45,7 +45,7 @@ TEST_CASE("a model's statistics are summed over the workers that serve it") {
   b->models[1].answers.batches[1] = {4, 1, 10};
   Answered(b->models[0], 99, 99, 99, 99);  // The other model: not counted.
 
-  ModelStatistics s = SumModelStatistics("mlp", "1", {*a, *b});
+  ModelStatistics s = SumModelStatistics("mlp", "mlp", "1", {*a, *b});
   CHECK(s.name == "mlp");
   CHECK(s.version == "1");
   CHECK(s.success.count == 15);
@@ -82,7 +82,7 @@ TEST_CASE("numbers a worker lies about cannot wrap a sum or invent a batch size"
   a->models[0].answers.batches[2] = {2, 0, 7};                 // Never ran: no entry.
   b->models[0].answers.batches[0] = {2, kMax, kMax};
   a->num_models = 1000;  // Past the table: read as kMaxStatusModels entries.
-  ModelStatistics s = SumModelStatistics("mlp", "1", {*a, *b});
+  ModelStatistics s = SumModelStatistics("mlp", "mlp", "1", {*a, *b});
   CHECK(s.success.count == kMax);
   CHECK(s.success.ns == kMax);
   CHECK(s.inference_count == kMax);
@@ -100,7 +100,7 @@ TEST_CASE("an unloaded entry, an unterminated name or another model adds nothing
   b->num_models = 1;
   std::memset(b->models[0].name, 'm', sizeof(b->models[0].name));  // No NUL at all.
   Answered(b->models[0], 4, 4, 4, 4);
-  ModelStatistics s = SumModelStatistics("mlp", "1", {*a, *b});
+  ModelStatistics s = SumModelStatistics("mlp", "mlp", "1", {*a, *b});
   CHECK(s.success.count == 0);
   CHECK(s.batch_stats.empty());
   CHECK(s.last_inference == 0);

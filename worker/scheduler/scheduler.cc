@@ -85,14 +85,16 @@ Result<Scheduler> Scheduler::Create(SchedulerConfig config, std::vector<ModelSpe
     }
   }
   std::set<std::string> names;
+  std::set<std::string> covered;
   for (ModelSpec& spec : models) {
     if (!names.insert(spec.name).second) {
       return InvalidArgument("scheduler: model '" + spec.name + "' registered twice");
     }
+    covered.insert(std::string(ModelKeyName(spec.name)));  // A name's settings: its versions.
     FERRY_RETURN_IF_ERROR(PrepareSpec(config, &spec));
   }
   for (const auto& [name, unused] : config.models) {
-    if (names.count(name) == 0 && !options.settings_for_later_models) {
+    if (names.count(name) == 0 && covered.count(name) == 0 && !options.settings_for_later_models) {
       return InvalidArgument("scheduler.models." + name + ": no such model is loaded");
     }
   }
