@@ -2,7 +2,9 @@
 
 #include <filesystem>
 
+#include "config/scheduler_config.h"
 #include "model/bundle.h"
+#include "model/repository.h"
 
 namespace ferry {
 namespace {
@@ -37,7 +39,9 @@ Result<std::string> ValidateNodeFile(const std::string& path, const Environment&
   }
   std::string missing;
   for (const auto& [name, unused] : config.scheduler.models) {
-    if (!fs::is_regular_file(fs::path(repo) / name / "manifest.toml", ec)) {
+    // A bundle, a version directory ("NAME/V"), or a versioned model (all its versions).
+    bool versioned = ModelKeyVersion(name) == 0 && !PresentVersions(repo, name).empty();
+    if (!versioned && !fs::is_regular_file(fs::path(repo) / name / "manifest.toml", ec)) {
       missing += (missing.empty() ? "" : "\n") + path + ": scheduler.models." + name +
                  ": no bundle '" + name + "' in " + repo;
     }

@@ -84,10 +84,15 @@ Result<std::vector<HookModel>> LoadHookModels(const std::string& dir,
       continue;
     }
     for (const std::string& call : m.manifest().calls) {
+      // Its newest version that loaded, else its newest (whose failure the pipeline shows).
       auto callee = models.end();
       for (auto c = models.begin(); c != models.end(); ++c) {
-        if (c->name == call && !c->unloaded &&
-            (callee == models.end() || c->version > callee->version)) {
+        if (c->name != call || c->unloaded) {
+          continue;
+        }
+        bool better = callee == models.end() || (callee->failure && !c->failure) ||
+                      (!callee->failure == !c->failure && c->version > callee->version);
+        if (better) {
           callee = c;
         }
       }

@@ -139,13 +139,13 @@ TEST_CASE("a repository's bundle is a directory inside it, symlinks resolved") {
   Result<Bundle> out = LoadRepositoryBundle(dir / "repo", "cnn");
   REQUIRE_FALSE(out.ok());
   CHECK(out.error().code == ErrorCode::kInvalidArgument);
-  CHECK(Contains(out.error().message, "outside the model repository"));
+  CHECK(Contains(out.error().message, "outside its place"));
   CHECK(LoadBundle(dir / "repo/cnn").ok());  // Only the repository rule refuses it.
   // The link to a sibling resolves to a directory inside, whose name differs from the link's:
   // the manifest's name check refuses it, not the repository rule.
   Result<Bundle> sibling = LoadRepositoryBundle(dir / "repo", "mlp2");
   REQUIRE_FALSE(sibling.ok());
-  CHECK_FALSE(Contains(sibling.error().message, "outside the model repository"));
+  CHECK_FALSE(Contains(sibling.error().message, "outside its place"));
   CHECK(LoadRepositoryBundle(dir / "repo", "../elsewhere/cnn").error().code ==
         ErrorCode::kInvalidArgument);
   CHECK(LoadRepositoryBundle(dir / "repo", "gone").error().code == ErrorCode::kNotFound);

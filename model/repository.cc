@@ -28,8 +28,10 @@ VersionPolicy PolicyOf(const fs::path& model, int64_t newest) {
 
 std::vector<int64_t> Select(const VersionPolicy& policy, const std::vector<int64_t>& present) {
   switch (policy.kind) {
-    case VersionPolicy::Kind::kAll:
-      return present;
+    case VersionPolicy::Kind::kAll: {  // The newest kMaxVersionsServed.
+      size_t n = std::min(present.size(), static_cast<size_t>(kMaxVersionsServed));
+      return {present.end() - static_cast<std::ptrdiff_t>(n), present.end()};
+    }
     case VersionPolicy::Kind::kLatest: {
       size_t n = std::min(present.size(), static_cast<size_t>(policy.latest));
       return {present.end() - static_cast<std::ptrdiff_t>(n), present.end()};
@@ -133,11 +135,19 @@ Result<Bundle> LoadRepositoryBundle(const std::string& dir, const std::string& k
     return NotFound("bundle " + dir + "/" + key + ": " + ec.message());
   }
   bool versioned = ModelKeyVersion(key) != 0;
-  fs::path container = versioned ? bundle.parent_path().parent_path() : bundle.parent_path();
-  if (container != repository) {
+  std::string name(ModelKeyName(key));
+  // A model directly inside the repository; a version directly inside its model's directory.
+  fs::path model = versioned ? fs::canonical(fs::path(dir) / name, ec) : bundle;
+  bool placed =
+      !ec && model.parent_path() == repository && (!versioned || bundle.parent_path() == model);
+  if (!placed) {
     return InvalidArgument("bundle " + dir + "/" + key + " resolves to " + bundle.string() +
-                           ", outside the model repository " + repository.string() +
-                           " at its place (a symlink that leaves it is refused)");
+                           ", outside its place in the model repository " + repository.string() +
+                           " (a symlink that leaves it is refused)");
+  }
+  if (versioned && HasManifest(model)) {
+    return InvalidArgument("model '" + name + "' is a bundle of its own (" + name +
+                           "/manifest.toml), not a versioned model: load '" + name + "'");
   }
   if (!versioned && !PresentVersions(dir, key).empty()) {
     return InvalidArgument("model '" + key +

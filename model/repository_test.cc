@@ -2,12 +2,11 @@
 #include "model/repository.h"
 
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <sys/stat.h>
 
 #include "config/scheduler_config.h"
 #include "tests/testing/temp_dir.h"
@@ -74,12 +73,12 @@ TEST_CASE("version_policy: latest N, all, specific; anything else is named") {
   REQUIRE(specific.ok());
   CHECK(specific->version_policy.kind == VersionPolicy::Kind::kSpecific);
   CHECK(specific->version_policy.specific == std::vector<int64_t>{1, 3});
-  for (const char* bad : {"version_policy = \"newest\"", "version_policy = 3",
-                          "version_policy = { latest = 0 }", "version_policy = { latest = 17 }",
-                          "version_policy = { latest = 1, specific = [1] }",
-                          "version_policy = {}", "version_policy = { specific = [] }",
-                          "version_policy = { specific = [0] }", "version_policy = { oldest = 1 }",
-                          "version = 0", "version = 1000000000000000000"}) {
+  for (const char* bad :
+       {"version_policy = \"newest\"", "version_policy = 3", "version_policy = { latest = 0 }",
+        "version_policy = { latest = 17 }", "version_policy = { latest = 1, specific = [1] }",
+        "version_policy = {}", "version_policy = { specific = [] }",
+        "version_policy = { specific = [0] }", "version_policy = { oldest = 1 }", "version = 0",
+        "version = 1000000000000000000"}) {
     Result<Manifest> m = parse(bad);
     REQUIRE_MESSAGE(!m.ok(), bad);
     CHECK_MESSAGE(Contains(m.error().message, "version"), m.error().message);
@@ -104,7 +103,20 @@ TEST_CASE("a versioned model serves the versions its newest manifest's policy se
   fs::remove_all(repo + "/mlp/10");
   AddVersion(repo, 10, "version_policy = \"all\"");
   CHECK(ModelKeys(repo, "mlp") == std::vector<std::string>{"mlp/1", "mlp/3", "mlp/10"});
+  // "all" serves at most the newest 16.
+  for (int64_t v = 20; v < 36; ++v) {
+    fs::create_directories(repo + "/mlp/" + std::to_string(v));
+  }
   fs::remove_all(repo + "/mlp/10");
+  AddVersion(repo, 40, "version_policy = \"all\"");
+  std::vector<std::string> all = ModelKeys(repo, "mlp");
+  REQUIRE(all.size() == 16);
+  CHECK(all.front() == "mlp/21");
+  CHECK(all.back() == "mlp/40");
+  for (int64_t v = 20; v < 36; ++v) {
+    fs::remove_all(repo + "/mlp/" + std::to_string(v));
+  }
+  fs::remove_all(repo + "/mlp/40");
   AddVersion(repo, 10, "version_policy = { specific = [1, 2, 10] }");
   CHECK(ModelKeys(repo, "mlp") == std::vector<std::string>{"mlp/1", "mlp/10"});
 
@@ -154,10 +166,30 @@ TEST_CASE("hostile keys and links: nothing outside the repository or its place i
   fs::create_directory_symlink(dir / "elsewhere/mlp/5", repo + "/mlp/5");
   Result<Bundle> outside = LoadRepositoryBundle(repo, "mlp/5");
   REQUIRE_FALSE(outside.ok());
-  CHECK(Contains(outside.error().message, "outside the model repository"));
+  CHECK(Contains(outside.error().message, "outside its place"));
   // A version directory two levels up resolves outside its model's place too.
   fs::create_directory_symlink(dir / "elsewhere", repo + "/mlp/6");
   CHECK_FALSE(LoadRepositoryBundle(repo, "mlp/6").ok());
+  // A version linked into another model's directory, inside the repository: not its place.
+  AddVersion(repo + "/other", 1);  // repo/other/mlp/1: a bundle named mlp, two levels down.
+  fs::create_directory_symlink(repo + "/other/mlp/1", repo + "/mlp/4");
+  Result<Bundle> foreign = LoadRepositoryBundle(repo, "mlp/4");
+  REQUIRE_FALSE(foreign.ok());
+  CHECK(Contains(foreign.error().message, "outside its place"));
+  // A model directory that is itself a link out of the repository.
+  fs::create_directory_symlink(dir / "elsewhere/mlp", repo + "/linked");
+  Result<Bundle> linked = LoadRepositoryBundle(repo, "linked/5");
+  REQUIRE_FALSE(linked.ok());
+  CHECK(Contains(linked.error().message, "outside its place"));
+  // A version key of a model that is a bundle of its own (a numbered directory inside it).
+  fs::create_directories(repo + "/solo");
+  fs::copy("examples/models/mlp", repo + "/solo/plain", fs::copy_options::recursive);
+  testing::WriteFile(repo + "/solo/manifest.toml", "name = \"solo\"\n");
+  fs::copy(repo + "/mlp/1", repo + "/solo/2", fs::copy_options::recursive);
+  Result<Bundle> solo = LoadRepositoryBundle(repo, "solo/2");
+  REQUIRE_FALSE(solo.ok());
+  CHECK(Contains(solo.error().message, "a bundle of its own"));
+  CHECK(PresentVersions(repo, "solo").empty());
   for (const char* bad : {"mlp/../../elsewhere/mlp/5", "mlp/1/..", "/etc", "mlp/0", ""}) {
     Result<Bundle> refused = LoadRepositoryBundle(repo, bad);
     REQUIRE_MESSAGE(!refused.ok(), bad);

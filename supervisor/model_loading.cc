@@ -51,6 +51,11 @@ Result<json> Supervisor::Impl::ApplyModel(const std::string& name) {
       drop.push_back(key);
     }
   }
+  for (const std::string& key : keys) {
+    if (Unloading(IndexOf(key))) {  // Still in the table until its notice ends.
+      return Unavailable("'" + key + "' is being unloaded; load '" + name + "' once it is gone");
+    }
+  }
   if (model_table.size() + add.size() > kMaxRepositoryModels) {
     return ResourceExhausted("the model table is full (" + std::to_string(kMaxRepositoryModels) +
                              " indices, unloaded ones included); restart the node to renumber");
@@ -74,11 +79,13 @@ Result<json> Supervisor::Impl::ApplyModel(const std::string& name) {
               {"unloaded", json::array()},
               {"changed", !add.empty() || !drop.empty()},
               {"workers", workers}};
+  std::vector<uint32_t> leaving;
   for (const std::string& key : drop) {
-    if (Result<json> unloaded = UnloadModel(key); !unloaded.ok()) {
-      return unloaded.error();
-    }
+    leaving.push_back(IndexOf(key));
     out["unloaded"].push_back(key);
+  }
+  if (!leaving.empty()) {
+    UnloadIndices(name, leaving);
   }
   json indices = json::array();
   for (const std::string& key : keys) {
@@ -120,6 +127,11 @@ Result<json> Supervisor::Impl::UnloadModel(const std::string& name) {
   if (indices.empty()) {
     return InvalidArgument("model '" + name + "' is being unloaded already");
   }
+  return UnloadIndices(name, indices);
+}
+
+json Supervisor::Impl::UnloadIndices(const std::string& name,
+                                     const std::vector<uint32_t>& indices) {
   double notice = config.supervisor.drain_notice_seconds;
   json keys = json::array();
   for (uint32_t index : indices) {

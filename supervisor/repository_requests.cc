@@ -72,10 +72,6 @@ void Supervisor::Impl::TakeRepositoryRequests(int64_t now) {
                          repository_change->model + "') is in progress; retry"));
       continue;
     }
-    if (r.op == shm::RepositoryOp::kLoad && Leaving(r.model)) {
-      answer(Unavailable("model '" + r.model + "' is being unloaded; load it once it is gone"));
-      continue;
-    }
     // Triton answers a load of a loaded model OK once it is ready: only what changed in its
     // directory (versions its policy now selects or drops) and a new batch cap apply, and the
     // answer waits for its versions as a load's does.

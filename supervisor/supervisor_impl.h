@@ -262,6 +262,8 @@ struct Supervisor::Impl {
   // sending it here) while it still serves; then it is unloaded.
   Result<json> UnloadModel(const std::string& name);
   bool Unloading(uint32_t index) const;  // Announced, not yet carried out.
+  // Unloads these indices (each in the table, none Unloading) as UnloadModel does.
+  json UnloadIndices(const std::string& name, const std::vector<uint32_t>& indices);
   size_t CompleteUnload(uint32_t index, const std::string& name);  // Workers told.
   void FinishUnloads(int64_t now);  // The pending unloads whose notice has passed.
   // Sends a model table change to every running worker; one whose control ring is full is
