@@ -5,24 +5,8 @@ import sys
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException
 
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
-
-
-def refused(call, want):
-    try:
-        call()
-        return "served"
-    except InferenceServerException as e:
-        text = f"{e.status()} {e}"
-        return want if want in text else text
+from checks import check, failures, refused
 
 
 def main():

@@ -18,13 +18,7 @@ import urllib.request
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
+from checks import check, failures
 
 
 def metric_sum(text, name, **labels):

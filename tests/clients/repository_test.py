@@ -19,25 +19,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-failures = []
+from checks import check, failures, refused
+
 OPS = {"Authorization": "Bearer ops-key"}
 OPS_GRPC = {"authorization": "Bearer ops-key"}
 ACME = {"Authorization": "Bearer acme-key"}
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
-
-
-def refused(call):
-    """The status and message of a call that should fail ("served" when it did not)."""
-    try:
-        call()
-        return "served"
-    except InferenceServerException as e:
-        return f"{e.status()} {e.message()}"
 
 
 def infer_http(client, model, rows=1, headers=OPS):

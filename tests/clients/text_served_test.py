@@ -14,13 +14,7 @@ import onnxruntime as ort
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
+from checks import check, failures
 
 
 def word_byte(b):

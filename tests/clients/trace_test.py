@@ -16,15 +16,8 @@ import time
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException
 
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
+from checks import check, failures, refused
 
 
 def spans(path):
@@ -52,15 +45,6 @@ def wait_for(path, trace_ids, seconds=10):
 
 def traceparent(i):
     return f"{i:032x}", f"{i + 0x1000:016x}", f"00-{i:032x}-{i + 0x1000:016x}-01"
-
-
-def refused(call, want):
-    try:
-        call()
-        return "served"
-    except InferenceServerException as e:
-        text = f"{e.status()} {e.message()}"
-        return want if want in text else text
 
 
 def main():

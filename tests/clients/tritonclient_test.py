@@ -19,14 +19,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from checks import check, failures
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 def read_safetensors(path):

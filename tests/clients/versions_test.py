@@ -24,25 +24,11 @@ import time
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from tritonclient.utils import InferenceServerException
 
-failures = []
+from checks import check, failures, refused
+
 HTTP_ADDRESS = ""  # Set by main.
 X = np.full((1, 784), 0.1, np.float32)
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
-
-
-def refused(call):
-    try:
-        call()
-        return "served"
-    except InferenceServerException as e:
-        return f"{e.status()} {e.message()}"
 
 
 def infer_http(h, version=""):
