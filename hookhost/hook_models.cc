@@ -35,6 +35,8 @@ void OpenPlugin(HookModel& m) {
                             ? "hooks.outputs but its plugin has no postprocess"
                         : m.manifest().pipeline() && !(*instance)->has_run()
                             ? "kind = \"pipeline\" but its plugin has no run (ABI version 2)"
+                        : m.manifest().decoupled && !(*instance)->decoupled_capable()
+                            ? "[pipeline] decoupled but its plugin predates ABI version 3 (send)"
                             : "";
   if (missing.empty()) {
     m.plugin = std::move(*instance);

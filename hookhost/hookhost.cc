@@ -372,8 +372,15 @@ void HookHost::Submit(InferRequest request, InferCallback done) {
   p->trace_low = request.trace_id_low;
   p->priority = request.priority;
   p->tenant = request.tenant;
+  p->on_response = std::move(request.on_response);
   if (Status admitted = impl.Admit(p, request.model); !admitted.ok()) {
     impl.Answer(p, admitted.error());
+    return;
+  }
+  if (request.model->manifest().decoupled && !p->on_response) {  // Admit: it loaded.
+    impl.Answer(p, InvalidArgument("model '" + request.model->name +
+                                   "' is decoupled (many responses per request): call it over "
+                                   "gRPC ModelStreamInfer"));
     return;
   }
   if (request.cancel != nullptr) {

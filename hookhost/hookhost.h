@@ -71,6 +71,8 @@ struct ClientTensor {
   std::span<const uint8_t> bytes;  // Read only during Submit (copied into the arena).
 };
 
+struct InferResponse;
+
 struct InferRequest {
   // The model, as the caller resolved it: one of this host's models (HookHost::Find resolves a
   // name). nullptr: a model it does not serve (NOT_FOUND, counted as unrouted).
@@ -89,6 +91,11 @@ struct InferRequest {
   // Fired when the client leaves: the request is answered CANCELLED at once, and its pieces
   // still queued at a worker are taken out of the queue there (counted as cancelled).
   std::shared_ptr<CancelSignal> cancel;
+  // A decoupled pipeline's responses (Manifest::decoupled): each one its run() sends, on the
+  // hook thread running it, in order, before the final answer through the InferCallback (with
+  // no outputs). An error (the client gone) is handed to the plugin, which should stop.
+  // Requests for a decoupled model without it are refused INVALID_ARGUMENT.
+  std::function<Status(InferResponse)> on_response;
 };
 
 using ResponseTensor = OwnedTensor;

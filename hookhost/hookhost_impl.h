@@ -72,6 +72,7 @@ struct Pending {
   size_t worker = 0;
   size_t pieces_left = 0;
   InferCallback done;
+  std::function<Status(InferResponse)> on_response;  // A decoupled pipeline's (InferRequest).
   std::atomic<bool> answered{false};
   RequestTimings timings;
   int64_t start_ns = 0;
@@ -328,6 +329,10 @@ struct HookHost::Impl {
   Result<InferResponse> Postprocess(const PendingPtr& p, InferResponse joined);
 
   // A plugin's response tensors, each checked against its spec, copied into `*out`.
+  // A decoupled run's host->send(): `tensors` checked against the pipeline's [[outputs]] and
+  // handed to the request's on_response; CANCELLED once it is answered.
+  Status SendResponse(const PendingPtr& p, const HookModel& model,
+                      std::span<const TensorView> tensors);
   static Status TakeOutputs(const HookModel& model, std::string_view what,
                             const std::vector<TensorSpec>& specs,
                             const std::vector<AllocatedTensor>& produced,

@@ -69,10 +69,16 @@ void HookHost::Impl::RunPipeline(const PendingPtr& p, std::vector<AllocatedTenso
   for (size_t i = 0; i < client.size(); ++i) {
     inputs.push_back({names[i], client[i].dtype, client[i].shape, client[i].bytes});
   }
+  bool decoupled = model.manifest().decoupled;
   std::vector<std::string> wanted;
   for (const TensorSpec& t : specs) {
-    wanted.push_back(t.name);
+    if (!decoupled) {  // A decoupled run answers through send() alone.
+      wanted.push_back(t.name);
+    }
   }
+  ResponseSender send = [this, &p, &model](std::span<const TensorView> tensors) {
+    return SendResponse(p, model, tensors);
+  };
   uint32_t meta = next_meta.fetch_add(1, std::memory_order_relaxed);
   if (meta == 0) {
     meta = next_meta.fetch_add(1, std::memory_order_relaxed);
@@ -84,7 +90,7 @@ void HookHost::Impl::RunPipeline(const PendingPtr& p, std::vector<AllocatedTenso
         inputs, wanted,
         [this](uint32_t, DType dtype, const Shape& shape) { return AllocateTensor(dtype, shape); },
         [this, &run](std::span<const ModelCall> calls) { return CallModels(run, calls); },
-        &produced);
+        decoupled ? &send : nullptr, &produced);
   });
   p->timings.plugin_ns -= run.waited_ns;
   p->timings.postprocess_ns = MonotonicNs() - start;  // The whole run, waits included.
@@ -102,6 +108,36 @@ void HookHost::Impl::RunPipeline(const PendingPtr& p, std::vector<AllocatedTenso
   response.timings = p->timings;
   response.timings.total_ns = MonotonicNs() - p->start_ns;
   Answer(p, std::move(response));
+}
+
+Status HookHost::Impl::SendResponse(const PendingPtr& p, const HookModel& model,
+                                    std::span<const TensorView> tensors) {
+  if (p->answered.load()) {  // Cancelled, or past its deadline.
+    return Cancelled("the request was answered already (its client left or its time ran out)");
+  }
+  const std::vector<TensorSpec>& specs = model.manifest().outputs;
+  InferResponse response;
+  for (const TensorView& t : tensors) {
+    auto spec = std::find_if(specs.begin(), specs.end(),
+                             [&](const TensorSpec& s) { return s.name == t.name; });
+    bool fits =
+        spec != specs.end() && spec->dtype == t.dtype && spec->shape.size() == t.shape.size();
+    for (size_t k = 0; fits && k < t.shape.size(); ++k) {
+      fits = spec->shape[k] == kBatchDim || spec->shape[k] == t.shape[k];
+    }
+    bool twice = std::any_of(response.outputs.begin(), response.outputs.end(),
+                             [&](const ResponseTensor& r) { return r.name == t.name; });
+    if (!fits || twice) {
+      return InvalidArgument("output '" + std::string(t.name.substr(0, 64)) + "' " +
+                             (twice ? "is sent twice"
+                                    : "is not one of the manifest's [[outputs]] "
+                                      "with this dtype and shape"));
+    }
+    response.outputs.push_back({spec->name, t.dtype, t.shape, {t.bytes.begin(), t.bytes.end()}});
+  }
+  response.timings = p->timings;
+  response.timings.total_ns = MonotonicNs() - p->start_ns;
+  return p->on_response(std::move(response));
 }
 
 // A pipeline run's host->call(): every call submitted at once, then waited for (that time

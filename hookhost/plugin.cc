@@ -80,9 +80,10 @@ Result<std::shared_ptr<Plugin>> Plugin::Open(const std::string& path) {
   std::string refusal;
   if (table == nullptr) {
     refusal = std::string(symbol) + " returned no table";
-  } else if (table->abi_version != symbol_version) {
+  } else if (table->abi_version != symbol_version &&
+             !(symbol_version == 2 && table->abi_version == 3)) {  // 3 shares 2's table.
     refusal = "built for plugin ABI version " + std::to_string(table->abi_version) + " (through " +
-              symbol + "), this ferry-hookhost speaks versions 1 and " +
+              symbol + "), this ferry-hookhost speaks versions 1 to " +
               std::to_string(FERRY_PLUGIN_ABI_VERSION);
   } else if (table->struct_size < needed) {
     refusal = "its function table has " + std::to_string(table->struct_size) + " bytes, version " +
@@ -93,7 +94,7 @@ Result<std::shared_ptr<Plugin>> Plugin::Open(const std::string& path) {
   if (!refusal.empty()) {
     return refuse(refusal);
   }
-  return std::shared_ptr<Plugin>(new Plugin(handle, file->fd, table, symbol_version, path));
+  return std::shared_ptr<Plugin>(new Plugin(handle, file->fd, table, table->abi_version, path));
 }
 
 Plugin::~Plugin() {
@@ -227,10 +228,12 @@ namespace {
 // A pipeline run's host->call(): the plugin's ferry_calls checked, the caller's outputs kept
 // alive (and pointed at) until the run returns.
 struct RunContext {
-  std::thread::id thread;  // run()'s: host->call is served on it alone.
+  std::thread::id thread;  // run()'s: host->call and host->send are served on it alone.
   const ModelCaller* call;
   std::deque<std::vector<OwnedTensor>> outputs;
   std::deque<std::vector<ferry_tensor>> views;
+  const ResponseSender* send = nullptr;  // A decoupled run's.
+  uint32_t sent = 0;
 };
 
 int32_t Refuse(ferry_error* error, int32_t code, const std::string& message) {
@@ -333,11 +336,37 @@ int32_t CallTrampoline(void* host, ferry_call* calls, uint32_t count, ferry_erro
 
 }  // namespace
 
+// A decoupled run's host->send(): the tensors checked as a call's inputs are, then handed on.
+int32_t SendTrampoline(void* host, const ferry_tensor* outputs, uint32_t num_outputs,
+                       ferry_error* error) {
+  auto* run = static_cast<RunContext*>(host);
+  if (run == nullptr || run->send == nullptr || std::this_thread::get_id() != run->thread) {
+    return Refuse(error, FERRY_ERR_INVALID_ARGUMENT,
+                  "host->send: only from the thread running a decoupled pipeline's run()");
+  }
+  if (++run->sent > FERRY_MAX_RESPONSES) {
+    return Refuse(error, FERRY_ERR_RESOURCE_EXHAUSTED,
+                  "host->send: more than " + std::to_string(FERRY_MAX_RESPONSES) +
+                      " responses to one request");
+  }
+  Result<ModelCall> response =
+      CheckCall(ferry_call{"response", outputs, num_outputs, 0, nullptr}, run->sent - 1);
+  if (!response.ok()) {
+    return Refuse(error, FERRY_ERR_INVALID_ARGUMENT, "host->send: " + response.error().message);
+  }
+  Status sent = (*run->send)(response->inputs);
+  if (!sent.ok()) {
+    return Refuse(error, static_cast<int32_t>(sent.error().code) + 1,
+                  "host->send: " + sent.error().message);
+  }
+  return FERRY_OK;
+}
+
 Status PluginInstance::Run(std::span<const TensorView> inputs, std::span<const std::string> names,
                            const OutputAllocator& allocate, const ModelCaller& call,
-                           std::vector<AllocatedTensor>* out) const {
-  RunContext context{std::this_thread::get_id(), &call, {}, {}};
-  ferry_host host{&context, &CallTrampoline};
+                           const ResponseSender* send, std::vector<AllocatedTensor>* out) const {
+  RunContext context{std::this_thread::get_id(), &call, {}, {}, send};
+  ferry_host host{&context, &CallTrampoline, send != nullptr ? &SendTrampoline : nullptr};
   auto run = plugin_->table().run;
   return Call([run, &host](
                   void* state, const ferry_tensor* tensors, uint32_t count, ferry_outputs* outputs,

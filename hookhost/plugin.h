@@ -42,7 +42,8 @@ class Plugin {
 
   const ferry_plugin& table() const { return *table_; }
   const std::string& path() const { return path_; }
-  // 1 or 2: the ABI the plugin was built for (a version 1 table has no run()).
+  // 1, 2 or 3: the ABI the plugin was built for (a version 1 table has no run(); version 3
+  // may send decoupled responses).
   uint32_t version() const { return version_; }
 
  private:
@@ -90,6 +91,10 @@ struct ModelCall {
   std::vector<TensorView> inputs;
 };
 
+// Sends one response of a decoupled pipeline (checked as a ModelCall's inputs are; the
+// data is the plugin's, valid during the call). CANCELLED once the client is gone.
+using ResponseSender = std::function<Status(std::span<const TensorView>)>;
+
 // Runs model calls at once; returns each call's outputs (in its manifest's order), or the
 // error of one that failed. Runs on the plugin's thread, blocking.
 using ModelCaller =
@@ -121,10 +126,12 @@ class PluginInstance {
                      const OutputAllocator& allocate, std::vector<AllocatedTensor>* out) const;
   // Runs a pipeline's run(), its host->call() served by `call` (a malformed ferry_call is
   // refused INVALID_ARGUMENT to the plugin, never read past its bounds). Outputs as above.
-  // REQUIRES: has_run().
+  // A decoupled pipeline's run() gets host->send served by `send` (nullptr: none, the plugin
+  // sees NULL) and `names` empty. REQUIRES: has_run(); `send` only when decoupled().
   Status Run(std::span<const TensorView> inputs, std::span<const std::string> names,
-             const OutputAllocator& allocate, const ModelCaller& call,
+             const OutputAllocator& allocate, const ModelCaller& call, const ResponseSender* send,
              std::vector<AllocatedTensor>* out) const;
+  bool decoupled_capable() const { return plugin_->version() >= 3; }
 
  private:
   PluginInstance(std::shared_ptr<Plugin> plugin, void* state)

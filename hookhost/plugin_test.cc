@@ -35,8 +35,8 @@ TEST_CASE("a plugin built for another ABI version is refused, naming both versio
   REQUIRE_FALSE(plugin.ok());
   CHECK(plugin.error().code == ErrorCode::kInvalidArgument);
   CHECK(plugin.error().message.find("old_abi.so") != std::string::npos);
-  CHECK(plugin.error().message.find("ABI version 3 (through ferry_plugin_entry_v2), this "
-                                    "ferry-hookhost speaks versions 1 and 2") != std::string::npos);
+  CHECK(plugin.error().message.find("ABI version 4 (through ferry_plugin_entry_v2), this "
+                                    "ferry-hookhost speaks versions 1 to 3") != std::string::npos);
 }
 
 TEST_CASE("a plugin built for ABI version 1 still loads: no run, hooks as before") {
@@ -125,7 +125,11 @@ struct ProbeRun {
   std::vector<std::vector<uint8_t>> buffers;
   int call_count = 0;
 
-  explicit ProbeRun(const std::string& action) {
+  std::vector<std::vector<float>> sent;  // A decoupled run's responses (their "logits").
+  int refuse_after = -1;                 // Sends answered CANCELLED from this one on.
+
+  explicit ProbeRun(const std::string& action, bool decoupled = false, int refuse = -1)
+      : refuse_after(refuse) {
     std::shared_ptr<Plugin> plugin = Plugin::Open(PluginPath("pipeline_probe")).value();
     std::unique_ptr<PluginInstance> instance = PluginInstance::Create(plugin, action).value();
     REQUIRE(instance->has_run());
@@ -155,9 +159,46 @@ struct ProbeRun {
       }
       return results;
     };
-    status = instance->Run(inputs, names, allocate, caller, &out);
+    ResponseSender send = [this](std::span<const TensorView> tensors) -> Status {
+      if (refuse_after >= 0 && static_cast<int>(sent.size()) >= refuse_after) {
+        return Cancelled("the client left");
+      }
+      const TensorView& t = tensors[0];
+      std::vector<float> values(t.bytes.size() / 4);
+      std::memcpy(values.data(), t.bytes.data(), t.bytes.size());
+      sent.push_back(values);
+      return OkStatus();
+    };
+    status = instance->Run(inputs, decoupled ? std::vector<std::string>() : names, allocate, caller,
+                           decoupled ? &send : nullptr, &out);
   }
 };
+
+TEST_CASE("a decoupled run's responses reach the host in order, checked; a refusal stops it") {
+  ProbeRun three("send3", true);
+  REQUIRE_MESSAGE(three.status.ok(), (three.status.ok() ? "" : three.status.error().message));
+  REQUIRE(three.sent.size() == 3);
+  CHECK(three.sent[0] == std::vector<float>(10, 0.0f));
+  CHECK(three.sent[2] == std::vector<float>(10, 2.0f));
+  // The client gone after the first: the plugin sees CANCELLED and stops.
+  ProbeRun cancelled("send3", true, 1);
+  REQUIRE_FALSE(cancelled.status.ok());
+  CHECK(cancelled.status.error().code == ErrorCode::kCancelled);
+  CHECK(cancelled.sent.size() == 1);
+  // Hostile sends are refused before the host acts on them.
+  for (const char* action : {"send_lying", "send_null"}) {
+    CAPTURE(action);
+    ProbeRun run(action, true);
+    REQUIRE_FALSE(run.status.ok());
+    CHECK(run.status.error().code == ErrorCode::kInvalidArgument);
+    CHECK(run.status.error().message.find("host->send") != std::string::npos);
+    CHECK(run.sent.empty());
+  }
+  // A run that is not decoupled has no send.
+  ProbeRun plain("send3", false);
+  REQUIRE_FALSE(plain.status.ok());
+  CHECK(plain.status.error().message.find("NULL") != std::string::npos);
+}
 
 TEST_CASE("a pipeline's model calls reach the host checked, and their outputs reach the plugin") {
   for (const char* action : {"parallel", "sequential"}) {
@@ -210,7 +251,7 @@ TEST_CASE("a model call's error reaches the plugin with its code, and the client
       [](std::span<const ModelCall>) -> Result<std::vector<std::vector<OwnedTensor>>> {
         return Unavailable("model 'mlp': no worker serves it");
       },
-      &out);
+      nullptr, &out);
   REQUIRE_FALSE(s.ok());
   CHECK(s.error().code == ErrorCode::kUnavailable);
   CHECK(s.error().message.find("no worker serves it") != std::string::npos);

@@ -315,6 +315,7 @@ void ReadPipeline(TableReader& r, Manifest* manifest) {
   } else if (pipeline->Raw("calls") == nullptr) {
     pipeline->ErrorAt("calls", "missing: the models the pipeline may call");
   }
+  pipeline->Bool("decoupled", &m.decoupled);
   pipeline->Finish();
 }
 

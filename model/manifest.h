@@ -174,6 +174,9 @@ struct Manifest {
   // A pipeline's [pipeline] calls: the models its run() may call (none of them a pipeline).
   // A pipeline has no batch sizes, no program and one variant ("default").
   std::vector<std::string> calls;
+  // [pipeline] decoupled: its run() answers with zero, one or many responses (host->send),
+  // served over gRPC ModelStreamInfer only. Its plugin must speak ABI version 3.
+  bool decoupled = false;
 
   bool pipeline() const { return kind == ModelKind::kPipeline; }
   bool unbatched() const { return batch_sizes.size() == 1 && batch_sizes[0] == 0; }

@@ -230,8 +230,8 @@ Result<ParsedInfer> ParseGrpcInfer(const inference::ModelInferRequest& request) 
 }
 
 Status EncodeGrpcInfer(const std::string& model, int64_t version, const ParsedInfer& request,
-                       const hookhost::InferResponse& response,
-                       inference::ModelInferResponse* out) {
+                       const hookhost::InferResponse& response, inference::ModelInferResponse* out,
+                       bool partial) {
   out->set_model_name(model);
   out->set_model_version(std::to_string(version));
   out->set_id(request.id);
@@ -265,6 +265,9 @@ Status EncodeGrpcInfer(const std::string& model, int64_t version, const ParsedIn
       if (r.name == name) {
         tensor = &r;
       }
+    }
+    if (tensor == nullptr && partial) {
+      continue;
     }
     if (tensor == nullptr) {
       return InvalidArgument("model '" + model + "' has no output '" + name + "'");

@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "hookhost/frontend/grpc_admin.h"
 #include "hookhost/frontend/grpc_messages.h"
+#include "hookhost/frontend/grpc_stream_sink.h"
 #include "hookhost/frontend/proto/inference.grpc.pb.h"
 #include "net/open_connections.h"
 
@@ -260,6 +261,7 @@ class Service final : public RawService {
           c->set_platform("ferry");
           c->set_backend("ferry");
           c->set_max_batch_size(static_cast<int32_t>(max_batch));
+          c->mutable_model_transaction_policy()->set_decoupled(m.decoupled);
           auto describe = [max_batch](const TensorSpec& t, auto* x) {  // Dims without the batch.
             x->set_name(t.name);
             x->set_data_type(ConfigType(t.dtype));
@@ -300,13 +302,18 @@ class Service final : public RawService {
  private:
   friend class StreamReactor;
 
+  // A decoupled model's responses before its request ends, encoded (ModelStreamInfer).
+  using PartialWriter = std::function<Status(inference::ModelInferResponse&&)>;
+
   // One inference, for ModelInfer and each request of a stream: `in` checked, parsed and
   // submitted, the answer encoded into `out`; then `done(status)`, once, on whichever thread
-  // the answer comes (inline when `in` is refused). REQUIRES: `in` and `out` outlive `done`.
+  // the answer comes (inline when `in` is refused). A decoupled model's responses go to
+  // `partial` first (none given: the model is refused). REQUIRES: `in` and `out` outlive
+  // `done`.
   template <typename Done>
   void Infer(grpc::CallbackServerContext* call, const inference::ModelInferRequest& in,
              std::shared_ptr<CancelSignal> cancel, const std::optional<TraceContext>& trace,
-             inference::ModelInferResponse* out, Done done) {
+             inference::ModelInferResponse* out, Done done, PartialWriter partial = nullptr) {
     Result<Prepared> prepared = Prepare(call, in, std::move(cancel), trace);
     if (!prepared.ok()) {
       done(Status(prepared.error()));
@@ -314,12 +321,28 @@ class Service final : public RawService {
     }
     const hookhost::HookModel* model = prepared->model;
     std::shared_ptr<ParsedInfer> state = prepared->state;
-    kserve_->Submit(
-        *model, state,
-        [model, state, out, done = std::move(done)](Result<hookhost::InferResponse> r) {
-          done(r.ok() ? EncodeGrpcInfer(model->name, model->manifest().version, *state, *r, out)
-                      : Status(r.error()));
-        });
+    if (partial != nullptr) {
+      // Weak: the request holds this callback, and the answer's callback holds the state.
+      state->request.on_response = [model, weak = std::weak_ptr<ParsedInfer>(state),
+                                    partial =
+                                        std::move(partial)](hookhost::InferResponse r) -> Status {
+        std::shared_ptr<ParsedInfer> parsed = weak.lock();
+        if (parsed == nullptr) {
+          return Cancelled("the request was answered already");
+        }
+        inference::ModelInferResponse message;
+        FERRY_RETURN_IF_ERROR(
+            EncodeGrpcInfer(model->name, model->version, *parsed, r, &message, true));
+        return partial(std::move(message));
+      };
+    }
+    kserve_->Submit(*model, state,
+                    [model, state, out, done = std::move(done)](Result<hookhost::InferResponse> r) {
+                      // A decoupled request's end has no outputs, whatever it asked for.
+                      done(r.ok() ? EncodeGrpcInfer(model->name, model->version, *state, *r, out,
+                                                    model->manifest().decoupled)
+                                  : Status(r.error()));
+                    });
   }
 
   // A model by name (and version, when given; KServeService::Find) that loaded, or also
@@ -408,30 +431,38 @@ class Service final : public RawService {
 };
 
 // A ModelStreamInfer stream: one request at a time, answered in order, the next read only
-// after the answer is written; an error is reported in the stream (error_message) and the
-// stream goes on, as Triton does. No thread waits on it: each step starts the next from the
-// callback that ends it (read done -> submitted -> answered -> written -> read). A client that
-// cancels (or whose connection drops) cancels the request in flight, which is then answered
-// CANCELLED at once; the stream ends when the client closes its side or a write fails.
-// Deletes itself when gRPC is done with the stream (OnDone, after Finish).
+// after its answers are written (StreamSink); an error is reported in the stream
+// (error_message) and the stream goes on, as Triton does. A decoupled model's request may
+// have zero, one or many answers, each flagged triton_final_response = false, then (when the
+// request asked with triton_enable_empty_final_response) an empty one flagged true. No thread
+// waits on the stream: each step starts the next from the callback that ends it. A client
+// that cancels (or whose connection drops) cancels the request in flight, which is then
+// answered CANCELLED at once (a decoupled model's next send() fails); the stream ends when
+// the client closes its side or a write fails. Deletes itself when gRPC is done with the
+// stream (OnDone, after Finish).
 class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   StreamReactor(Service* service, grpc::CallbackServerContext* call)
-      : service_(service), call_(call), trace_(CallTrace(*call)) {
+      : service_(service),
+        call_(call),
+        trace_(CallTrace(*call)),
+        sink_(std::make_shared<StreamSink>(this)) {
     StartRead(&in_bytes_);
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      Finish(grpc::Status::OK);  // The client closed its side; nothing is in flight.
+      sink_->Finish(grpc::Status::OK);  // The client closed its side; nothing is in flight.
       return;
     }
     in_.Clear();
     if (grpc::Status read = ReadMessage(in_bytes_, &in_); !read.ok()) {
       service_->kserve_->CountRefused(nullptr, InvalidArgument(read.error_message()));
       WriteError(InvalidArgument(read.error_message()));
+      sink_->EndRequest(&in_bytes_);
       return;
     }
+    sink_->BeginRequest();
     auto cancel = std::make_shared<CancelSignal>();
     {
       std::lock_guard lock(mutex_);
@@ -440,28 +471,45 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
         cancel->Fire();
       }
     }
+    const hookhost::HookModel* model =
+        service_->kserve_->Find(in_.model_name(), in_.model_version());
+    bool decoupled = model != nullptr && model->bundle != nullptr && model->manifest().decoupled;
+    auto flag = in_.parameters().find("triton_enable_empty_final_response");
+    bool empty_final = flag != in_.parameters().end() && flag->second.bool_param();
+    Service::PartialWriter partial;
+    if (decoupled) {
+      partial = [sink = sink_](inference::ModelInferResponse&& r) {
+        (*r.mutable_parameters())["triton_final_response"].set_bool_param(false);
+        inference::ModelStreamInferResponse message;
+        *message.mutable_infer_response() = std::move(r);
+        grpc::ByteBuffer bytes;
+        if (grpc::Status written = WriteMessage(message, &bytes); !written.ok()) {
+          return Status(Internal("a response could not be serialized"));
+        }
+        return sink->Write(std::move(bytes));
+      };
+    }
     // The parsed request points into `in_`, which is read into again only after this answer
     // is written. The hook host reads a request's bytes only inside Submit (hookhost.h), and
-    // answers before Submit returns only a request it refused or one cancelled, whose write
-    // then fails and ends the stream (no read follows).
-    service_->Infer(call_, in_, std::move(cancel), trace_, answer_.mutable_infer_response(),
-                    [this](const Status& answered) {
-                      if (answered.ok()) {
-                        Write();
-                      } else {
-                        WriteError(answered.error());
-                      }
-                    });
+    // answers before Submit returns only a request it refused or one cancelled.
+    service_->Infer(
+        call_, in_, std::move(cancel), trace_, answer_.mutable_infer_response(),
+        [this, decoupled, empty_final](const Status& answered) {
+          if (!answered.ok()) {
+            WriteError(answered.error());
+          } else if (!decoupled) {
+            Write();
+          } else if (empty_final) {  // No outputs: the decoupled request's end.
+            (*answer_.mutable_infer_response()->mutable_parameters())["triton_final_response"]
+                .set_bool_param(true);
+            Write();
+          }
+          sink_->EndRequest(&in_bytes_);
+        },
+        std::move(partial));
   }
 
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status::OK);  // The client is gone.
-      return;
-    }
-    answer_.Clear();
-    StartRead(&in_bytes_);
-  }
+  void OnWriteDone(bool ok) override { sink_->WriteDone(ok); }
 
   void OnCancel() override {
     std::shared_ptr<CancelSignal> current;
@@ -470,6 +518,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       cancelled_ = true;
       current = cancel_;
     }
+    sink_->Cancel();
     if (current != nullptr) {
       current->Fire();  // Outside the lock: firing may answer, and so write, inline.
     }
@@ -492,13 +541,16 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     Write();
   }
 
-  // Writes `answer_`; a response that cannot be serialized ends the stream with the reason.
+  // Queues `answer_` (serialized: the next request reuses it); a response that cannot be
+  // serialized ends the stream with the reason.
   void Write() {
-    if (grpc::Status written = WriteMessage(answer_, &out_bytes_); !written.ok()) {
-      Finish(written);
+    grpc::ByteBuffer bytes;
+    if (grpc::Status written = WriteMessage(answer_, &bytes); !written.ok()) {
+      sink_->Finish(written);
       return;
     }
-    StartWrite(&out_bytes_);
+    answer_.Clear();
+    (void)sink_->Write(std::move(bytes));  // Refused only once the stream has ended.
   }
 
   Service* service_;
@@ -507,8 +559,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   grpc::ByteBuffer in_bytes_;
   inference::ModelInferRequest in_;  // Parsed from in_bytes_; the request in flight reads it.
   inference::ModelStreamInferResponse answer_;
-  grpc::ByteBuffer out_bytes_;
-  std::mutex mutex_;  // OnCancel runs on any gRPC thread.
+  std::shared_ptr<StreamSink> sink_;  // Also held by a decoupled request's hook thread.
+  std::mutex mutex_;                  // OnCancel runs on any gRPC thread.
   std::shared_ptr<CancelSignal> cancel_;
   bool cancelled_ = false;
 };

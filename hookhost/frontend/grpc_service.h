@@ -29,8 +29,11 @@ namespace ferry::frontend {
 // contents) or the result's storage (typed contents). INVALID_ARGUMENT naming the tensor.
 Result<ParsedInfer> ParseGrpcInfer(const inference::ModelInferRequest& request);
 // The flow's answer -> ModelInferResponse (outputs as raw contents; timings as parameters).
+// `partial` (a decoupled model's response): outputs asked for but not in it are left out
+// rather than refused.
 Status EncodeGrpcInfer(const std::string& model, int64_t version, const ParsedInfer& request,
-                       const hookhost::InferResponse& response, inference::ModelInferResponse* out);
+                       const hookhost::InferResponse& response, inference::ModelInferResponse* out,
+                       bool partial = false);
 
 // inference.GRPCInferenceService over `service` (which outlives it), for GrpcFrontEnd's server.
 

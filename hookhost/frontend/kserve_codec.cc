@@ -162,8 +162,13 @@ nlohmann::json ModelConfig(const Manifest& manifest) {
   for (const TensorSpec& t : manifest.client_outputs()) {
     outputs.push_back(TensorConfig(t, max_batch > 0));
   }
-  return {{"name", manifest.name},       {"platform", "ferry"}, {"backend", "ferry"},
-          {"max_batch_size", max_batch}, {"input", inputs},     {"output", outputs}};
+  return {{"name", manifest.name},
+          {"platform", "ferry"},
+          {"backend", "ferry"},
+          {"max_batch_size", max_batch},
+          {"input", inputs},
+          {"output", outputs},
+          {"model_transaction_policy", {{"decoupled", manifest.decoupled}}}};
 }
 
 }  // namespace ferry::frontend

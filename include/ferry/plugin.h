@@ -1,4 +1,4 @@
-/* ferry hook plugin ABI, version 2. Installed as <ferry/plugin.h>.
+/* ferry hook plugin ABI, version 3. Installed as <ferry/plugin.h>.
  *
  * A hook plugin is a shared object a model bundle names in its manifest ([hooks] plugin). It
  * runs inside a sandboxed ferry-hookhost, never in a worker: before a request is queued
@@ -9,10 +9,15 @@
  * run() gets the client's tensors and calls models through the host's call(), several at once
  * if it likes, then writes the response. docs/hooks.md shows both kinds.
  *
- * The plugin exports one C function, ferry_plugin_entry_v2, returning its function table.
- * The host checks the table's abi_version and struct_size before using anything else, and
- * refuses a plugin built for another version with an error naming both versions. A version 1
- * plugin (exporting ferry_plugin_entry_v1; its table is version 2's without run) still loads.
+ * A decoupled pipeline (version 3; [pipeline] decoupled = true) answers a request with zero,
+ * one or many responses: its run() sends each through the host's send() as it is ready, and
+ * its return ends the request (Triton's decoupled models, served over gRPC ModelStreamInfer).
+ *
+ * The plugin exports one C function, ferry_plugin_entry_v2, returning its function table
+ * (versions 2 and 3 share the table; version 3 adds ferry_host.send). The host checks the
+ * table's abi_version and struct_size before using anything else, and refuses a plugin built
+ * for another version with an error naming both versions. A version 1 plugin (exporting
+ * ferry_plugin_entry_v1; its table is version 2's without run) still loads.
  *
  * Rules (the host enforces what it can; a plugin that breaks the others only harms its host):
  *  - Nothing throws across this boundary; every call reports failure through its return code
@@ -46,10 +51,11 @@
 extern "C" {
 #endif
 
-#define FERRY_PLUGIN_ABI_VERSION 2u
+#define FERRY_PLUGIN_ABI_VERSION 3u
 #define FERRY_MAX_RANK 8u
 #define FERRY_ERROR_MESSAGE_BYTES 256u
 #define FERRY_MAX_CALLS 16u       /* Model calls per host->call(). */
+#define FERRY_MAX_RESPONSES 65536u /* Responses per decoupled request (host->send). */
 #define FERRY_MAX_CALL_TENSORS 8u /* Inputs, and outputs, of one model call. */
 
 /* Data types: the KServe v2 names in comments. Values are part of the ABI. */
@@ -136,6 +142,15 @@ typedef struct ferry_host {
    * dispatched ahead of new work (a pipeline that has started finishes first). Only from the
    * thread running run(), one call at a time (from another thread: INVALID_ARGUMENT). */
   int32_t (*call)(void* host, ferry_call* calls, uint32_t count, ferry_error* error);
+  /* Version 3, a decoupled pipeline's run() only (else NULL): sends one response to the
+   * client now. `outputs` are some of the pipeline's [[outputs]] (each at most once, with its
+   * dtype and a shape its declaration allows), copied before send() returns FERRY_OK.
+   * FERRY_ERR_CANCELLED once the client is gone (its stream cancelled or closed) or the
+   * request ran past its deadline: run() should stop and return. At most
+   * FERRY_MAX_RESPONSES per request. Only from the thread running run(). A decoupled run()'s
+   * own `outputs` are unused (allocate returns NULL): its return ends the request. */
+  int32_t (*send)(void* host, const ferry_tensor* outputs, uint32_t num_outputs,
+                  ferry_error* error);
 } ferry_host;
 
 typedef struct ferry_plugin {

@@ -9,7 +9,10 @@
  * and hostile calls, each answered by the host with an error the plugin passes on:
  *   null_calls (calls = NULL), too_many (17 calls), zero (0 calls), null_model (model NULL),
  *   long_model (a name with no NUL in 300 bytes), lying_bytes (bytes != shape x dtype),
- *   null_data (bytes > 0, data NULL), bad_dtype, too_many_inputs (9 inputs). */
+ *   null_data (bytes > 0, data NULL), bad_dtype, too_many_inputs (9 inputs).
+ * A decoupled run (ABI version 3): send3 sends three responses ("logits" FP32 [1, 10] filled
+ * with 0, 1, 2) and stops at the first send that fails, returning its code; send_lying sends
+ * one whose bytes lie; send_null sends a NULL array of one tensor. */
 #include <ferry/plugin.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +66,22 @@ static int32_t probe_run(void* state, const ferry_tensor* inputs, uint32_t num_i
   ferry_tensor bad = mlp_in;
   ferry_tensor nine[9];
   char long_name[300];
+  if (strncmp(action, "send", 4) == 0) {
+    if (host->send == NULL) return fail(error, "host->send is NULL (not decoupled)");
+    float values[10];
+    ferry_tensor logits = {"logits", FERRY_F32, 2, {1, 10}, values, sizeof(values)};
+    if (strcmp(action, "send_lying") == 0) {
+      logits.bytes = 4000;
+      return host->send(host->host, &logits, 1, error);
+    }
+    if (strcmp(action, "send_null") == 0) return host->send(host->host, NULL, 1, error);
+    for (int i = 0; i < 3; ++i) {
+      for (int k = 0; k < 10; ++k) values[k] = (float)i;
+      int32_t code = host->send(host->host, &logits, 1, error);
+      if (code != FERRY_OK) return code;
+    }
+    return FERRY_OK;
+  }
   if (strcmp(action, "parallel") == 0) {
     int32_t code = host->call(host->host, calls, 2, error);
     if (code != FERRY_OK) return code;
