@@ -256,6 +256,11 @@ Status HookHost::Impl::Admit(const PendingPtr& p, const HookModel* model) {
     p->tenant = 0;  // Counted under no tenant.
     return InvalidArgument("model '" + model->name + "': out of range: " + what);
   }
+  if (model->manifest().decoupled && !p->on_response) {  // Before a rate token is spent.
+    return InvalidArgument("model '" + model->name +
+                           "' is decoupled (many responses per request): call it over gRPC "
+                           "ModelStreamInfer");
+  }
   FERRY_RETURN_IF_ERROR(limiter.Admit(p->tenant, MonotonicNs()));
   p->in_flight = true;
   return OkStatus();
@@ -375,12 +380,6 @@ void HookHost::Submit(InferRequest request, InferCallback done) {
   p->on_response = std::move(request.on_response);
   if (Status admitted = impl.Admit(p, request.model); !admitted.ok()) {
     impl.Answer(p, admitted.error());
-    return;
-  }
-  if (request.model->manifest().decoupled && !p->on_response) {  // Admit: it loaded.
-    impl.Answer(p, InvalidArgument("model '" + request.model->name +
-                                   "' is decoupled (many responses per request): call it over "
-                                   "gRPC ModelStreamInfer"));
     return;
   }
   if (request.cancel != nullptr) {

@@ -112,8 +112,11 @@ void HookHost::Impl::RunPipeline(const PendingPtr& p, std::vector<AllocatedTenso
 
 Status HookHost::Impl::SendResponse(const PendingPtr& p, const HookModel& model,
                                     std::span<const TensorView> tensors) {
-  if (p->answered.load()) {  // Cancelled, or past its deadline.
+  if (p->answered.load()) {  // Cancelled, or timed out.
     return Cancelled("the request was answered already (its client left or its time ran out)");
+  }
+  if (p->deadline_ns != 0 && MonotonicNs() > p->deadline_ns) {
+    return DeadlineExceeded("the request's deadline passed");
   }
   const std::vector<TensorSpec>& specs = model.manifest().outputs;
   InferResponse response;
@@ -137,7 +140,16 @@ Status HookHost::Impl::SendResponse(const PendingPtr& p, const HookModel& model,
   }
   response.timings = p->timings;
   response.timings.total_ns = MonotonicNs() - p->start_ns;
-  return p->on_response(std::move(response));
+  // Waiting for a slow reader is not the plugin's time: its call_timeout_ms clock stops, as
+  // in host->call (the wait itself is bounded: StreamSink).
+  CallSlot* slot = t_call;
+  int64_t began = slot != nullptr ? slot->started_ns.exchange(0, std::memory_order_acq_rel) : 0;
+  int64_t wait_start = MonotonicNs();
+  Status sent = p->on_response(std::move(response));
+  if (began != 0) {
+    slot->started_ns.store(began + (MonotonicNs() - wait_start), std::memory_order_release);
+  }
+  return sent;
 }
 
 // A pipeline run's host->call(): every call submitted at once, then waited for (that time

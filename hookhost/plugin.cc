@@ -61,7 +61,7 @@ Result<std::shared_ptr<Plugin>> Plugin::Open(const std::string& path) {
     return InvalidArgument("plugin " + path + ": " + why);
   };
   // The symbol names the version the table claims; a version 1 plugin exports the old name.
-  uint32_t symbol_version = FERRY_PLUGIN_ABI_VERSION;
+  uint32_t symbol_version = 2;  // Versions 2 and 3 share the symbol and the table.
   const char* symbol = FERRY_PLUGIN_ENTRY_SYMBOL;
   auto entry = reinterpret_cast<ferry_plugin_entry_fn>(dlsym(handle, symbol));
   if (entry == nullptr) {
@@ -81,7 +81,7 @@ Result<std::shared_ptr<Plugin>> Plugin::Open(const std::string& path) {
   if (table == nullptr) {
     refusal = std::string(symbol) + " returned no table";
   } else if (table->abi_version != symbol_version &&
-             !(symbol_version == 2 && table->abi_version == 3)) {  // 3 shares 2's table.
+             !(symbol_version == 2 && table->abi_version == 3)) {
     refusal = "built for plugin ABI version " + std::to_string(table->abi_version) + " (through " +
               symbol + "), this ferry-hookhost speaks versions 1 to " +
               std::to_string(FERRY_PLUGIN_ABI_VERSION);
@@ -344,17 +344,18 @@ int32_t SendTrampoline(void* host, const ferry_tensor* outputs, uint32_t num_out
     return Refuse(error, FERRY_ERR_INVALID_ARGUMENT,
                   "host->send: only from the thread running a decoupled pipeline's run()");
   }
-  if (++run->sent > FERRY_MAX_RESPONSES) {
+  if (run->sent >= FERRY_MAX_RESPONSES) {
     return Refuse(error, FERRY_ERR_RESOURCE_EXHAUSTED,
                   "host->send: more than " + std::to_string(FERRY_MAX_RESPONSES) +
                       " responses to one request");
   }
   Result<ModelCall> response =
-      CheckCall(ferry_call{"response", outputs, num_outputs, 0, nullptr}, run->sent - 1);
+      CheckCall(ferry_call{"response", outputs, num_outputs, 0, nullptr}, run->sent);
   if (!response.ok()) {
     return Refuse(error, FERRY_ERR_INVALID_ARGUMENT, "host->send: " + response.error().message);
   }
   Status sent = (*run->send)(response->inputs);
+  run->sent += sent.ok() ? 1 : 0;
   if (!sent.ok()) {
     return Refuse(error, static_cast<int32_t>(sent.error().code) + 1,
                   "host->send: " + sent.error().message);

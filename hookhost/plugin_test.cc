@@ -128,9 +128,10 @@ struct ProbeRun {
   std::vector<std::vector<float>> sent;  // A decoupled run's responses (their "logits").
   int refuse_after = -1;                 // Sends answered CANCELLED from this one on.
 
-  explicit ProbeRun(const std::string& action, bool decoupled = false, int refuse = -1)
+  explicit ProbeRun(const std::string& action, bool decoupled = false, int refuse = -1,
+                    const std::string& file = "pipeline_probe")
       : refuse_after(refuse) {
-    std::shared_ptr<Plugin> plugin = Plugin::Open(PluginPath("pipeline_probe")).value();
+    std::shared_ptr<Plugin> plugin = Plugin::Open(PluginPath(file)).value();
     std::unique_ptr<PluginInstance> instance = PluginInstance::Create(plugin, action).value();
     REQUIRE(instance->has_run());
     std::vector<float> x(2 * 784, 0.5f), f(2 * 64, 0.25f);
@@ -198,6 +199,20 @@ TEST_CASE("a decoupled run's responses reach the host in order, checked; a refus
   ProbeRun plain("send3", false);
   REQUIRE_FALSE(plain.status.ok());
   CHECK(plain.status.error().message.find("NULL") != std::string::npos);
+}
+
+TEST_CASE("a version 2 pipeline plugin still loads and runs; it cannot be decoupled") {
+  std::shared_ptr<Plugin> v2 = Plugin::Open(PluginPath("pipeline_probe_v2")).value();
+  CHECK(v2->version() == 2);
+  std::unique_ptr<PluginInstance> instance = PluginInstance::Create(v2, "parallel").value();
+  CHECK(instance->has_run());
+  CHECK_FALSE(instance->decoupled_capable());
+  CHECK(PluginInstance::Create(Plugin::Open(PluginPath("pipeline_probe")).value(), "parallel")
+            .value()
+            ->decoupled_capable());
+  ProbeRun run("parallel", false, -1, "pipeline_probe_v2");
+  REQUIRE_MESSAGE(run.status.ok(), (run.status.ok() ? "" : run.status.error().message));
+  CHECK(run.call_count == 1);
 }
 
 TEST_CASE("a pipeline's model calls reach the host checked, and their outputs reach the plugin") {

@@ -486,7 +486,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
         if (grpc::Status written = WriteMessage(message, &bytes); !written.ok()) {
           return Status(Internal("a response could not be serialized"));
         }
-        return sink->Write(std::move(bytes));
+        return sink->WritePartial(std::move(bytes));
       };
     }
     // The parsed request points into `in_`, which is read into again only after this answer
@@ -494,17 +494,16 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     // answers before Submit returns only a request it refused or one cancelled.
     service_->Infer(
         call_, in_, std::move(cancel), trace_, answer_.mutable_infer_response(),
-        [this, decoupled, empty_final](const Status& answered) {
+        [this, sink = sink_, decoupled, empty_final](const Status& answered) {
+          // The stream stays unfinished until EndRequest (so this reactor lives until then);
+          // `sink` is held because EndRequest may finish it, and OnDone delete the reactor.
+          sink->CloseRequest();  // A late response of a decoupled run is dropped from here.
           if (!answered.ok()) {
-            WriteError(answered.error());
-          } else if (!decoupled) {
-            Write();
-          } else if (empty_final) {  // No outputs: the decoupled request's end.
-            (*answer_.mutable_infer_response()->mutable_parameters())["triton_final_response"]
-                .set_bool_param(true);
-            Write();
+            WriteError(answered.error(), empty_final);
+          } else if (!decoupled || empty_final) {  // A decoupled end has no outputs.
+            Write(empty_final);
           }
-          sink_->EndRequest(&in_bytes_);
+          sink->EndRequest(&in_bytes_);
         },
         std::move(partial));
   }
@@ -529,7 +528,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
  private:
   // An error in the stream, in its request's place: its id and model, and the stream's
   // traceparent (every answer carries it, as a successful one does).
-  void WriteError(const Error& error) {
+  void WriteError(const Error& error, bool final_flag = false) {
     answer_.Clear();
     answer_.set_error_message(error.ToString());
     inference::ModelInferResponse* r = answer_.mutable_infer_response();
@@ -538,19 +537,24 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     if (trace_) {
       (*r->mutable_parameters())["traceparent"].set_string_param(trace_->header);
     }
-    Write();
+    Write(final_flag);
   }
 
-  // Queues `answer_` (serialized: the next request reuses it); a response that cannot be
-  // serialized ends the stream with the reason.
-  void Write() {
+  // Queues `answer_`, the request's last, flagged triton_final_response = true when the
+  // request asked for the flag (serialized: the next request reuses answer_); a response that
+  // cannot be serialized ends the stream with the reason once the request is done.
+  void Write(bool final_flag = false) {
+    if (final_flag) {
+      (*answer_.mutable_infer_response()->mutable_parameters())["triton_final_response"]
+          .set_bool_param(true);
+    }
     grpc::ByteBuffer bytes;
     if (grpc::Status written = WriteMessage(answer_, &bytes); !written.ok()) {
       sink_->Finish(written);
       return;
     }
     answer_.Clear();
-    (void)sink_->Write(std::move(bytes));  // Refused only once the stream has ended.
+    sink_->WriteAnswer(std::move(bytes));
   }
 
   Service* service_;

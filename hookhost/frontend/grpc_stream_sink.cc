@@ -2,27 +2,51 @@
 
 namespace ferry::frontend {
 
-Status StreamSink::Write(grpc::ByteBuffer message) {
+Status StreamSink::WritePartial(grpc::ByteBuffer message) {
   std::unique_lock lock(mutex_);
-  room_.wait(lock, [&] {
-    return finished_ || finish_pending_ || cancelled_ || broken_ || queue_.size() < kMaxQueued;
+  auto over = [&] { return finished_ || finish_pending_ || cancelled_ || broken_; };
+  bool room = room_.wait_for(lock, std::chrono::nanoseconds(kMaxWaitNs), [&] {
+    return over() || !request_open_ || queue_.size() < kMaxQueued;
   });
-  if (finished_ || cancelled_ || broken_) {
-    return Cancelled("the stream was cancelled or closed");
+  if (over() || !request_open_) {
+    return Cancelled("the stream was cancelled or closed, or the request has ended");
+  }
+  if (!room) {
+    return Unavailable("the client read no response for " +
+                       std::to_string(kMaxWaitNs / 1'000'000'000) + " s");
   }
   queue_.push_back(std::move(message));
   Advance();
   return OkStatus();
 }
 
+void StreamSink::WriteAnswer(grpc::ByteBuffer message) {
+  std::lock_guard lock(mutex_);
+  request_open_ = false;
+  room_.notify_all();
+  if (finished_ || finish_pending_ || cancelled_ || broken_) {
+    return;
+  }
+  queue_.push_back(std::move(message));
+  Advance();
+}
+
+void StreamSink::CloseRequest() {
+  std::lock_guard lock(mutex_);
+  request_open_ = false;
+  room_.notify_all();
+}
+
 void StreamSink::BeginRequest() {
   std::lock_guard lock(mutex_);
   in_request_ = true;
+  request_open_ = true;
 }
 
 void StreamSink::EndRequest(grpc::ByteBuffer* into) {
   std::lock_guard lock(mutex_);
   in_request_ = false;
+  request_open_ = false;
   read_into_ = into;
   Advance();
 }

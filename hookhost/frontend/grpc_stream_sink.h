@@ -13,6 +13,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -24,16 +25,23 @@ namespace ferry::frontend {
 class StreamSink {
  public:
   using Reactor = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
-  // Messages queued at most; a sender waits for room (a slow reader holds a decoupled model
-  // back rather than filling memory).
+  // Responses queued at most; a decoupled model's sender waits for room (a slow reader holds
+  // it back rather than filling memory), at most kMaxWaitNs at a time.
   static constexpr size_t kMaxQueued = 64;
+  static constexpr int64_t kMaxWaitNs = 5'000'000'000;
 
   explicit StreamSink(Reactor* reactor) : reactor_(reactor) {}
 
-  // Queues `message` behind those before it and starts writing it when none is in flight.
-  // CANCELLED once the stream finished or was cancelled. With kMaxQueued messages queued,
-  // waits for room while the stream lives.
-  Status Write(grpc::ByteBuffer message);
+  // Queues a decoupled model's response behind those before it and starts writing it when
+  // none is in flight. CANCELLED once the stream is finishing or was cancelled, or its
+  // request closed (CloseRequest: nothing follows a request's end). With kMaxQueued queued,
+  // waits for room; UNAVAILABLE when none came within kMaxWaitNs.
+  Status WritePartial(grpc::ByteBuffer message);
+  // Queues a request's answer (never waits: at most one per request) and closes the request.
+  // Dropped once the stream is finishing.
+  void WriteAnswer(grpc::ByteBuffer message);
+  // The request in flight takes no more WritePartial (its end is being written).
+  void CloseRequest();
   // A request is in flight: the stream is not finished until it ends.
   void BeginRequest();
   // The request in flight has no more answers: once the queue is written, the next request
@@ -65,7 +73,8 @@ class StreamSink {
   grpc::Status finished_status_;
   bool cancelled_ = false;
   bool in_request_ = false;
-  bool broken_ = false;  // A write failed.
+  bool request_open_ = false;  // Takes WritePartial.
+  bool broken_ = false;        // A write failed.
 };
 
 }  // namespace ferry::frontend

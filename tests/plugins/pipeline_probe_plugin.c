@@ -14,6 +14,12 @@
  * with 0, 1, 2) and stops at the first send that fails, returning its code; send_lying sends
  * one whose bytes lie; send_null sends a NULL array of one tensor. */
 #include <ferry/plugin.h>
+
+/* pipeline_probe_v2.so is this file built for ABI version 2 (no send): a version 2 table
+ * through the current header still loads. */
+#ifndef PROBE_ABI_VERSION
+#define PROBE_ABI_VERSION FERRY_PLUGIN_ABI_VERSION
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,7 +140,7 @@ static int32_t probe_run(void* state, const ferry_tensor* inputs, uint32_t num_i
   return code != FERRY_OK ? code : fail(error, "the host accepted what it should refuse");
 }
 
-static const ferry_plugin kProbe = {FERRY_PLUGIN_ABI_VERSION,
+static const ferry_plugin kProbe = {PROBE_ABI_VERSION,
                                     sizeof(ferry_plugin),
                                     0,
                                     "pipeline_probe",
