@@ -54,9 +54,9 @@ extern "C" {
 #define FERRY_PLUGIN_ABI_VERSION 3u
 #define FERRY_MAX_RANK 8u
 #define FERRY_ERROR_MESSAGE_BYTES 256u
-#define FERRY_MAX_CALLS 16u       /* Model calls per host->call(). */
+#define FERRY_MAX_CALLS 16u        /* Model calls per host->call(). */
 #define FERRY_MAX_RESPONSES 65536u /* Responses per decoupled request (host->send). */
-#define FERRY_MAX_CALL_TENSORS 8u /* Inputs, and outputs, of one model call. */
+#define FERRY_MAX_CALL_TENSORS 8u  /* Inputs, and outputs, of one model call. */
 
 /* Data types: the KServe v2 names in comments. Values are part of the ABI. */
 typedef enum ferry_dtype {
