@@ -51,10 +51,4 @@ print(sorted(walk(json.load(sys.stdin))))')
 [[ "$caps" == "[2, 2]" ]] || { echo "FAIL the MLP's cap after the config override: $caps"; failures=$((failures + 1)); }
 grep -q "repository: load 'mlp_new' answered OK" "$dir/ferryd.log" ||
   { echo "FAIL ferryd did not log the load's answer"; failures=$((failures + 1)); }
-ferry_stop_node
-[[ "$stop_code" == 0 ]] || { echo "FAIL ferryd exited $stop_code"; failures=$((failures + 1)); }
-if ((failures > 0)); then
-  echo "ferryd's log:"; tail -60 "$dir/ferryd.log"
-  exit 1
-fi
-echo "repository tests passed"
+ferry_finish repository

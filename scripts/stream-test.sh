@@ -18,10 +18,4 @@ ferry_start_node "$build" "$dir" "stream$$" ""
 failures=0
 "$venv/bin/python" tests/clients/stream_test.py "$address" "$(ferry_listen grpc)" ||
   failures=$((failures + 1))
-ferry_stop_node
-[[ "$stop_code" == 0 ]] || { echo "FAIL ferryd exited $stop_code"; failures=$((failures + 1)); }
-if ((failures > 0)); then
-  echo "ferryd's log:"; tail -60 "$dir/ferryd.log"
-  exit 1
-fi
-echo "stream tests passed"
+ferry_finish stream

@@ -21,10 +21,4 @@ failures=0
 "$venv/bin/python" tests/clients/trace_test.py "$address" "$(ferry_listen grpc)" "$dir/spans" \
   "$(ferry_listen metrics)" ||
   failures=$((failures + 1))
-ferry_stop_node
-[[ "$stop_code" == 0 ]] || { echo "FAIL ferryd exited $stop_code"; failures=$((failures + 1)); }
-if ((failures > 0)); then
-  echo "ferryd's log:"; tail -40 "$dir/ferryd.log"
-  exit 1
-fi
-echo "trace tests passed"
+ferry_finish trace

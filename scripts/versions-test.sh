@@ -34,10 +34,4 @@ failures=0
   { echo "FAIL ferryctl validate:"; cat "$dir/validate.log"; failures=$((failures + 1)); }
 "$venv/bin/python" tests/clients/versions_test.py "$address" "$(ferry_listen grpc)" "$dir/models" \
   "$build/ctl/ferryctl" "$dir/control.sock" || failures=$((failures + 1))
-ferry_stop_node
-[[ "$stop_code" == 0 ]] || { echo "FAIL ferryd exited $stop_code"; failures=$((failures + 1)); }
-if ((failures > 0)); then
-  echo "ferryd's log:"; tail -60 "$dir/ferryd.log"
-  exit 1
-fi
-echo "versions tests passed"
+ferry_finish versions

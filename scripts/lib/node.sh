@@ -13,6 +13,8 @@
 #   ferry_key_digest KEY       -> the line a keys file holds for API key KEY (sha256:HEX)
 #   ferry_stop_node            -> $stop_code: ferryd's exit status after SIGTERM ("timeout"
 #                                 when it still runs 60 s later)
+#   ferry_finish WHAT          stops the node; with $failures > 0 or a bad exit, prints the
+#                              end of ferryd's log and exits 1, else says "WHAT tests passed"
 
 ferry_venv() {
   venv="$1/client-venv"
@@ -86,6 +88,16 @@ ferry_stop_node() {
     sleep 0.1
   done
   stop_code=timeout
+}
+
+ferry_finish() {
+  ferry_stop_node
+  [[ "$stop_code" == 0 ]] || { echo "FAIL ferryd exited $stop_code"; failures=$((failures + 1)); }
+  if ((failures > 0)); then
+    echo "ferryd's log:"; tail -60 "$dir/ferryd.log"
+    exit 1
+  fi
+  echo "$1 tests passed"
 }
 
 # A bundle NAME in DIR/models: the example MLP behind BUILD's escape test plugin doing CONFIG.
