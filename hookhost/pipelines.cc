@@ -123,11 +123,7 @@ Status HookHost::Impl::SendResponse(const PendingPtr& p, const HookModel& model,
   for (const TensorView& t : tensors) {
     auto spec = std::find_if(specs.begin(), specs.end(),
                              [&](const TensorSpec& s) { return s.name == t.name; });
-    bool fits =
-        spec != specs.end() && spec->dtype == t.dtype && spec->shape.size() == t.shape.size();
-    for (size_t k = 0; fits && k < t.shape.size(); ++k) {
-      fits = spec->shape[k] == kBatchDim || spec->shape[k] == t.shape[k];
-    }
+    bool fits = spec != specs.end() && FitsSpec(*spec, t.dtype, t.shape);
     bool twice = std::any_of(response.outputs.begin(), response.outputs.end(),
                              [&](const ResponseTensor& r) { return r.name == t.name; });
     if (!fits || twice) {

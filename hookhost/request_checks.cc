@@ -17,6 +17,18 @@ std::string DescribeTensor(DType dtype, std::span<const int64_t> shape) {
   return text + "]";
 }
 
+bool FitsSpec(const TensorSpec& spec, DType dtype, const Shape& shape) {
+  if (dtype != spec.dtype || shape.size() != spec.shape.size()) {
+    return false;
+  }
+  for (size_t k = 0; k < shape.size(); ++k) {
+    if (spec.shape[k] != kBatchDim && spec.shape[k] != shape[k]) {
+      return false;
+    }
+  }
+  return true;
+}
+
 Result<std::vector<size_t>> OrderByName(std::string_view model,
                                         const std::vector<TensorSpec>& specs,
                                         std::span<const TensorMeta> given) {

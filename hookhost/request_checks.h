@@ -26,6 +26,10 @@ struct TensorMeta {
 
 // For each of `specs`, the index in `given` of the tensor of that name. INVALID_ARGUMENT
 // naming the model and the input missing, unknown or given twice.
+// A plugin's output tensor fits its declaration: the same dtype and rank, every dimension
+// equal except the batch one (kBatchDim).
+bool FitsSpec(const TensorSpec& spec, DType dtype, const Shape& shape);
+
 Result<std::vector<size_t>> OrderByName(std::string_view model,
                                         const std::vector<TensorSpec>& specs,
                                         std::span<const TensorMeta> given);

@@ -162,5 +162,15 @@ TEST_CASE("OrderByName: any order; missing, unknown and repeated inputs named") 
   CHECK(OrderByName("m", specs, twice).error().message == "model 'm': input 'a' is given twice");
 }
 
+TEST_CASE("a plugin's output fits its declaration: dtype, rank, every fixed dimension") {
+  TensorSpec logits{"logits", DType::kF32, {kBatchDim, 10}, 0};
+  CHECK(FitsSpec(logits, DType::kF32, {1, 10}));
+  CHECK(FitsSpec(logits, DType::kF32, {64, 10}));
+  CHECK_FALSE(FitsSpec(logits, DType::kF64, {1, 10}));
+  CHECK_FALSE(FitsSpec(logits, DType::kF32, {1, 9}));
+  CHECK_FALSE(FitsSpec(logits, DType::kF32, {10}));
+  CHECK_FALSE(FitsSpec(logits, DType::kF32, {1, 10, 1}));
+}
+
 }  // namespace
 }  // namespace ferry::hookhost

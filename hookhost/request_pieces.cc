@@ -302,11 +302,7 @@ Status HookHost::Impl::TakeOutputs(const HookModel& model, std::string_view what
                                    std::vector<ResponseTensor>* out) {
   for (size_t i = 0; i < produced.size(); ++i) {
     const TensorSpec& spec = specs[i];
-    bool fits = produced[i].dtype == spec.dtype && produced[i].shape.size() == spec.shape.size();
-    for (size_t k = 0; fits && k < spec.shape.size(); ++k) {
-      fits = spec.shape[k] == kBatchDim || spec.shape[k] == produced[i].shape[k];
-    }
-    if (!fits) {
+    if (!FitsSpec(spec, produced[i].dtype, produced[i].shape)) {
       return Internal("plugin " + model.plugin->path() + " " + std::string(what) + ": output '" +
                       spec.name + "' is " + DescribeTensor(produced[i].dtype, produced[i].shape) +
                       ", the manifest declares " + DescribeTensor(spec.dtype, spec.shape));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "config/scheduler_config.h"
 #include "hookhost/frontend/kserve_service.h"
 #include "shm/node_load.h"
 #include "shm/status.h"
@@ -29,13 +30,22 @@ Result<shm::StatusSnapshotData> ProbeStatus(const shm::Segment& segment, uint32_
 
 const hookhost::HookModel* KServeService::Find(std::string_view name,
                                                std::string_view version) const {
+  // A version as a model key writes it: decimal, no leading zero ("02" names none).
+  int64_t asked = 0;
+  if (!version.empty()) {
+    std::string key = "v/" + std::string(version.substr(0, 32));
+    if (!IsValidModelKey(key)) {
+      return nullptr;
+    }
+    asked = ModelKeyVersion(key);
+  }
   const hookhost::HookModel* found = nullptr;
   for (const hookhost::HookModel& m : models_) {
     if (m.name != name || m.unloaded) {
       continue;
     }
-    if (!version.empty()) {
-      if (version == std::to_string(m.version)) {
+    if (asked != 0) {
+      if (m.version == asked) {
         return &m;
       }
       continue;
