@@ -395,6 +395,7 @@ static void ReadFrontend(TableReader& r, FrontendSettings* f) {
   r.Double("request_timeout_seconds", &f->request_timeout_seconds, {0.1, 3600, false, false});
   r.Double("idle_timeout_seconds", &f->idle_timeout_seconds, {0.1, 86'400, false, false});
   r.Bool("model_control", &f->model_control);
+  r.Bool("system_shared_memory", &f->system_shared_memory);
   if (r.StringArray("tenants", &f->tenants)) {
     std::set<std::string> seen;
     for (const std::string& tenant : f->tenants) {

@@ -226,6 +226,10 @@ struct FrontendSettings {
   // The repository extension's load and unload (HTTP and gRPC): refused (403) unless true;
   // under [auth] required only an admin tenant may. Default false.
   bool model_control = false;
+  // The system shared-memory extension (Triton's; docs/frontend.md "Shared memory"): clients
+  // on this host may register shared-memory objects for tensors. Off (registration refused,
+  // 403) unless true: ferryd opens the objects clients name. Default false.
+  bool system_shared_memory = false;
 };
 
 // [trace]: where the trace extension's spans go and the settings the node starts with

@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   app.add_option("--config", args.config, "the node file")->required();
   app.add_option("--http-fd", args.http_fd,
                  "an inherited listening socket to serve KServe v2 HTTP on (set by ferryd)");
+  app.add_option("--region-fd", args.region_fd,
+                 "an inherited socket to ferryd's shared-memory region broker (set by ferryd)");
   app.add_option("--grpc-fd", args.grpc_fd,
                  "an inherited listening socket to serve KServe v2 gRPC on (with --http-fd)");
   app.add_option("--models", args.models,

@@ -100,9 +100,10 @@ struct Running {
   std::optional<shm::StatusWriter> status;
   std::optional<LoadedModels> loaded;
   std::unique_ptr<HookHost> host;
-  std::optional<frontend::Authenticator> auth;  // Before `front`, which uses it.
-  std::optional<shm::TlsStore> tls;             // Likewise; with [node.listen] tls_*.
-  std::optional<shm::TraceStore> traces;        // Likewise; with [trace] otlp_endpoint.
+  std::optional<frontend::Authenticator> auth;       // Before `front`, which uses it.
+  std::optional<shm::TlsStore> tls;                  // Likewise; with [node.listen] tls_*.
+  std::optional<shm::TraceStore> traces;             // Likewise; with [trace] otlp_endpoint.
+  std::unique_ptr<frontend::ClientRegions> regions;  // Likewise; with --region-fd.
   frontend::FrontEnd front;
 
   const std::vector<HookModel>& models() const { return loaded->models; }
@@ -132,7 +133,7 @@ void OpenTls(const HookHostProcessArgs& args, Running& r) {
 void LoadAndSeal(const HookHostProcessArgs& args, Running& r, int64_t* spin_us) {
   // The listening sockets came without close-on-exec (that is how they crossed exec); no
   // other exec may take them. The sandbox refuses exec anyway: this is the second wall.
-  for (int fd : {args.http_fd, args.grpc_fd}) {
+  for (int fd : {args.http_fd, args.grpc_fd, args.region_fd}) {
     if (fd >= 0) {
       fcntl(fd, F_SETFD, FD_CLOEXEC);
     }
@@ -239,9 +240,12 @@ void StartServing(const HookHostProcessArgs& args, Running& r, int64_t spin_us) 
   r.host->Start();
   if (args.http_fd >= 0) {
     r.auth.emplace(&r.segment->keys(), r.config);
-    if (Status started = r.front.Start(*r.segment, r.models(), r.host.get(), args.http_fd,
-                                       args.grpc_fd, r.config.frontend, &*r.auth,
-                                       r.tls ? &*r.tls : nullptr, r.traces ? &*r.traces : nullptr);
+    if (args.region_fd >= 0) {
+      r.regions = std::make_unique<frontend::ClientRegions>(args.region_fd);
+    }
+    if (Status started = r.front.Start(
+            *r.segment, r.models(), r.host.get(), args.http_fd, args.grpc_fd, r.config.frontend,
+            &*r.auth, r.tls ? &*r.tls : nullptr, r.traces ? &*r.traces : nullptr, r.regions.get());
         !started.ok()) {
       spdlog::error("hook host slot {}: {}", args.slot, started.error().ToString());
       Exit(1);

@@ -19,6 +19,8 @@ struct HookHostProcessArgs {
   std::string config;   // The node file.
   int http_fd = -1;     // Inherited listening sockets (set by ferryd); -1: no front end.
   int grpc_fd = -1;
+  // The inherited region socket to ferryd's broker (system shared memory); -1: none.
+  int region_fd = -1;
   std::optional<std::string> models;  // The node's model table (--models), names or '-'.
   // Models whose plugin ferryd marked failed (--failed-plugins, comma-separated): refused.
   std::optional<std::string> failed_plugins;

@@ -1,11 +1,14 @@
 // The supervisor's children: starting, watching, reconfiguring and killing worker and hook
 // host processes.
+#include <sys/socket.h>
+
 #include "supervisor/supervisor_impl.h"
 
 namespace ferry::supervisor {
 
 void Supervisor::Impl::StartChild(Child& c, int64_t now) {
   ChildSpec spec;
+  int region_end = -1;
   spec.binary = c.worker ? options.worker_binary : options.hookhost_binary;
   spec.args = {"--segment", segment->name(),    "--slot", std::to_string(c.slot),
                "--config",  options.config_path};
@@ -26,6 +29,17 @@ void Supervisor::Impl::StartChild(Child& c, int64_t now) {
     // Only while running: nothing is restarted once stopping.
     spec.fds = {http->fd(), grpc->fd()};
     spec.args.insert(spec.args.end(), {"--http-fd", "3", "--grpc-fd", "4"});
+    // The system shared-memory extension's socket (region_broker.h): a new pair per start.
+    int pair[2];
+    if (regions && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0) {
+      regions->Attach(c.slot, pair[0]);
+      region_end = pair[1];
+      spec.fds.push_back(region_end);
+      spec.args.insert(spec.args.end(), {"--region-fd", "5"});
+    } else if (regions) {
+      spdlog::warn("{}: no region socket ({}): system shared memory off there", c.Name(),
+                   std::strerror(errno));
+    }
   }
   if (c.worker) {
     spec.env.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
@@ -40,6 +54,9 @@ void Supervisor::Impl::StartChild(Child& c, int64_t now) {
     OpenLogRelay(c, &spec, now);
   }
   Result<ChildProcess> started = Spawn(spec);
+  if (region_end >= 0) {
+    close(region_end);  // The child's copy is its own.
+  }
   if (c.log && c.log->write_fd() >= 0) {
     c.log->CloseWriteEnd();
     epoll_event log_event{};

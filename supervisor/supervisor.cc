@@ -174,6 +174,8 @@ Status Supervisor::Impl::Start() {
     spdlog::info("{} socket from systemd socket activation (descriptor {})", name, fd);
   }
   FERRY_RETURN_IF_ERROR(StartMetrics());
+  regions = std::make_unique<RegionBroker>(config.frontend.system_shared_memory);
+  FERRY_RETURN_IF_ERROR(regions->Start());
 
   FERRY_ASSIGN_OR_RETURN(
       ControlServer server,

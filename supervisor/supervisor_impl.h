@@ -42,6 +42,7 @@
 #include "supervisor/log_relay.h"
 #include "supervisor/metrics.h"
 #include "supervisor/node_report.h"
+#include "supervisor/region_broker.h"
 #include "supervisor/restart_policy.h"
 #include "supervisor/supervisor.h"
 #include "supervisor/tls_files.h"
@@ -146,6 +147,8 @@ struct Supervisor::Impl {
   std::vector<uint64_t> TracesSampledNow() const;
   uint64_t TracesSampledSince(const std::vector<uint64_t>& now) const;
   std::optional<ControlServer> control;
+  // The system shared-memory extension's registry and the hook hosts' region sockets.
+  std::unique_ptr<RegionBroker> regions;
   std::optional<Listener> http;  // Handed to every hook host; closed when the node stops.
   std::string bound_http;
   std::optional<Listener> grpc;  // Likewise, for gRPC.

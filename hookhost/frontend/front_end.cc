@@ -44,8 +44,9 @@ net::ContextSource StoreContexts(const shm::TlsStore* store) {
 Status FrontEnd::Start(const shm::Segment& segment, const std::vector<hookhost::HookModel>& models,
                        hookhost::HookHost* host, int http_fd, int grpc_fd,
                        const FrontendSettings& settings, const Authenticator* auth,
-                       const shm::TlsStore* tls, shm::TraceStore* traces) {
-  service_ = std::make_unique<KServeService>(segment, models, host, settings, auth, traces);
+                       const shm::TlsStore* tls, shm::TraceStore* traces, ClientRegions* regions) {
+  service_ =
+      std::make_unique<KServeService>(segment, models, host, settings, auth, traces, regions);
   net::HttpServerOptions options;
   options.max_body_bytes = settings.max_request_bytes;
   options.max_connections = static_cast<size_t>(settings.max_connections);

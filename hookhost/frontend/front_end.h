@@ -31,11 +31,12 @@ class FrontEnd {
   // Serves HTTP on `http_fd` and, when `grpc_fd` >= 0, gRPC on it; `auth` (nullptr: none)
   // decides who may call what and outlives the front end. `tls` (nullptr: plaintext): both
   // ports speak TLS only, through a relay (net/tls_relay.h) whose certificate is the store's
-  // latest; the store outlives the front end. REQUIRES: called once.
+  // latest; the store outlives the front end. `regions` (nullptr: none): the system
+  // shared-memory extension's socket to ferryd, outliving the front end. REQUIRES: called once.
   Status Start(const shm::Segment& segment, const std::vector<hookhost::HookModel>& models,
                hookhost::HookHost* host, int http_fd, int grpc_fd, const FrontendSettings& settings,
                const Authenticator* auth = nullptr, const shm::TlsStore* tls = nullptr,
-               shm::TraceStore* traces = nullptr);
+               shm::TraceStore* traces = nullptr, ClientRegions* regions = nullptr);
   // No request reaches the flow after this returns; those read are still answered. A no-op
   // before Start.
   void Drain();

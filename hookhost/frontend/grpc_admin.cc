@@ -196,4 +196,93 @@ grpc::ServerUnaryReactor* RepositoryChangeMethod(KServeService* kserve, shm::Rep
   return reactor;
 }
 
+namespace {
+
+// A method of the system shared-memory extension: `body` with the caller's tenant and the
+// hook host's region client.
+template <typename Request, typename Response, typename Body>
+grpc::ServerUnaryReactor* SystemMethod(KServeService* kserve, grpc::CallbackServerContext* call,
+                                       const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
+                                       Body body) {
+  return ReplyInline<
+      Request,
+      Response>(call, in, out, [&](const Request* request, Response* response) -> grpc::Status {
+    Result<uint32_t> tenant = AuthorizeCall(kserve, *call, Endpoint::kInfer, {});
+    if (!tenant.ok()) {
+      return ToGrpc(tenant.error());
+    }
+    ClientRegions* regions = kserve == nullptr ? nullptr : kserve->regions();
+    if (regions == nullptr) {
+      return {grpc::StatusCode::UNAVAILABLE, "system shared memory is not served by this process"};
+    }
+    Status done = body(*regions, *request, *response, *tenant);
+    return done.ok() ? grpc::Status::OK : ToGrpc(done.error());
+  });
+}
+
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* CudaMethod(KServeService* kserve, grpc::CallbackServerContext* call,
+                                     const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
+                                     bool refuse) {
+  return ReplyInline<Request, Response>(
+      call, in, out, [&](const Request*, Response*) -> grpc::Status {
+        if (Result<uint32_t> t = AuthorizeCall(kserve, *call, Endpoint::kInfer, {}); !t.ok()) {
+          return ToGrpc(t.error());
+        }
+        return refuse ? grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kCudaSharedMemoryRefusal)
+                      : grpc::Status::OK;
+      });
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* SharedMemoryMethod(KServeService* kserve, std::string_view method,
+                                             grpc::CallbackServerContext* call,
+                                             const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  using namespace inference;  // NOLINT: Triton's message names, one per line below.
+  if (method == "SystemSharedMemoryStatus") {
+    return SystemMethod<SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse>(
+        kserve, call, in, out,
+        [](ClientRegions& regions, const SystemSharedMemoryStatusRequest& request,
+           SystemSharedMemoryStatusResponse& response, uint32_t tenant) -> Status {
+          FERRY_ASSIGN_OR_RETURN(std::vector<RegionStatus> status,
+                                 regions.Describe(request.name(), tenant));
+          for (const RegionStatus& r : status) {
+            auto& entry = (*response.mutable_regions())[r.name];
+            entry.set_name(r.name);
+            entry.set_key(r.key);
+            entry.set_offset(r.offset);
+            entry.set_byte_size(r.byte_size);
+          }
+          return OkStatus();
+        });
+  }
+  if (method == "SystemSharedMemoryRegister") {
+    return SystemMethod<SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse>(
+        kserve, call, in, out,
+        [](ClientRegions& regions, const SystemSharedMemoryRegisterRequest& request,
+           SystemSharedMemoryRegisterResponse&, uint32_t tenant) {
+          return regions.Register(request.name(), request.key(), request.offset(),
+                                  request.byte_size(), tenant);
+        });
+  }
+  if (method == "SystemSharedMemoryUnregister") {
+    return SystemMethod<SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse>(
+        kserve, call, in, out,
+        [](ClientRegions& regions, const SystemSharedMemoryUnregisterRequest& request,
+           SystemSharedMemoryUnregisterResponse&,
+           uint32_t tenant) { return regions.Unregister(request.name(), tenant); });
+  }
+  if (method == "CudaSharedMemoryStatus") {
+    return CudaMethod<CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse>(
+        kserve, call, in, out, false);
+  }
+  if (method == "CudaSharedMemoryRegister") {
+    return CudaMethod<CudaSharedMemoryRegisterRequest, CudaSharedMemoryRegisterResponse>(
+        kserve, call, in, out, true);
+  }
+  return CudaMethod<CudaSharedMemoryUnregisterRequest, CudaSharedMemoryUnregisterResponse>(
+      kserve, call, in, out, false);
+}
+
 }  // namespace ferry::frontend

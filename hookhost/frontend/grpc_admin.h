@@ -38,4 +38,11 @@ grpc::ServerUnaryReactor* RepositoryChangeMethod(KServeService* kserve, shm::Rep
                                                  grpc::CallbackServerContext* call,
                                                  const grpc::ByteBuffer* in, grpc::ByteBuffer* out);
 
+// The shared-memory extensions' six methods by name ("SystemSharedMemoryStatus",
+// "...Register", "...Unregister", "CudaSharedMemory..."), with HTTP's rules
+// (shared_memory_http.h): a caller's own regions; CUDA registration refused.
+grpc::ServerUnaryReactor* SharedMemoryMethod(KServeService* kserve, std::string_view method,
+                                             grpc::CallbackServerContext* call,
+                                             const grpc::ByteBuffer* in, grpc::ByteBuffer* out);
+
 }  // namespace ferry::frontend

@@ -1,5 +1,6 @@
 // ModelInferRequest to ParsedInfer and back to ModelInferResponse: the gRPC codec, with the
 // same limits as the JSON and binary codecs.
+#include <algorithm>
 #include <cstring>
 
 #include "hookhost/frontend/grpc_service.h"
@@ -120,13 +121,37 @@ Result<std::string> StringParam(const Map& params, const char* key) {
   return it->second.string_param().substr(0, kMaxTenantNameBytes);
 }
 
+// A tensor's place in a client region (nullopt: none named), as SharedPlace checks it.
+template <typename Map>
+Result<std::optional<SharedTensor>> GrpcPlace(const Map& params, std::string_view what,
+                                              uint64_t expected) {
+  if (params.find("shared_memory_region") == params.end()) {
+    return std::optional<SharedTensor>();
+  }
+  FERRY_ASSIGN_OR_RETURN(std::string region, StringParam(params, "shared_memory_region"));
+  std::optional<int64_t> offset, byte_size;
+  for (auto [key, slot] : {std::pair{"shared_memory_offset", &offset},
+                           std::pair{"shared_memory_byte_size", &byte_size}}) {
+    if (params.find(key) != params.end()) {
+      FERRY_ASSIGN_OR_RETURN(*slot, IntParam(params, key));
+    }
+  }
+  FERRY_ASSIGN_OR_RETURN(SharedTensor place,
+                         SharedPlace(what, std::move(region), offset, byte_size, expected));
+  return std::optional<SharedTensor>(std::move(place));
+}
+
+bool NamesRegion(const inference::ModelInferRequest::InferInputTensor& in) {
+  return in.parameters().find("shared_memory_region") != in.parameters().end();
+}
+
 // A BYTES input: KServe's serialization in raw_input_contents (checked element by element), or
-// bytes_contents serialized so.
-Status TakeBytes(const inference::ModelInferRequest& request, int i, bool raw, uint64_t count,
+// bytes_contents serialized so. `raw`: its index in raw_input_contents, or -1.
+Status TakeBytes(const inference::ModelInferRequest& request, int i, int raw, uint64_t count,
                  ParsedInfer* parsed, hookhost::ClientTensor* tensor) {
   const auto& in = request.inputs(i);
-  if (raw) {
-    const std::string& data = request.raw_input_contents(i);
+  if (raw >= 0) {
+    const std::string& data = request.raw_input_contents(raw);
     auto bytes =
         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()), data.size());
     if (Status well_formed = CheckBytesTensor(bytes, count); !well_formed.ok()) {
@@ -166,12 +191,16 @@ Result<ParsedInfer> ParseGrpcInfer(const inference::ModelInferRequest& request) 
   if (n < 1 || n > 64) {
     return InvalidArgument("a request needs 1 to 64 inputs, got " + std::to_string(n));
   }
+  // raw_input_contents holds the inputs not read from a client region, in order.
+  int shared = static_cast<int>(
+      std::count_if(request.inputs().begin(), request.inputs().end(), NamesRegion));
   bool raw = request.raw_input_contents_size() > 0;
-  if (raw && request.raw_input_contents_size() != n) {
+  if (raw && request.raw_input_contents_size() != n - shared) {
     return InvalidArgument("raw_input_contents has " +
                            std::to_string(request.raw_input_contents_size()) + " entries for " +
-                           std::to_string(n) + " inputs");
+                           std::to_string(n - shared) + " inputs not in shared memory");
   }
+  int next_raw = 0;
   parsed.storage.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     const auto& in = request.inputs(i);
@@ -197,13 +226,20 @@ Result<ParsedInfer> ParseGrpcInfer(const inference::ModelInferRequest& request) 
       return InvalidArgument("input '" + name + "': shape too large");
     }
     hookhost::ClientTensor tensor{name, *dtype, shape, {}};
-    if (*dtype == DType::kBytes) {
-      FERRY_RETURN_IF_ERROR(TakeBytes(request, i, raw, *count, &parsed, &tensor));
+    FERRY_ASSIGN_OR_RETURN(std::optional<SharedTensor> place,
+                           GrpcPlace(in.parameters(), "input '" + name + "'", *bytes));
+    if (place) {
+      if (in.has_contents()) {
+        return InvalidArgument("input '" + name + "': both contents and shared_memory_region");
+      }
+      parsed.shm_inputs.emplace_back(static_cast<size_t>(i), std::move(*place));
+    } else if (*dtype == DType::kBytes) {
+      FERRY_RETURN_IF_ERROR(TakeBytes(request, i, raw ? next_raw++ : -1, *count, &parsed, &tensor));
     } else if (raw) {
       if (in.has_contents()) {
         return InvalidArgument("input '" + name + "': both contents and raw_input_contents");
       }
-      const std::string& data = request.raw_input_contents(i);
+      const std::string& data = request.raw_input_contents(next_raw++);
       if (data.size() != *bytes) {
         return InvalidArgument("input '" + name + "': raw_input_contents holds " +
                                std::to_string(data.size()) + " bytes but shape and datatype make " +
@@ -223,8 +259,14 @@ Result<ParsedInfer> ParseGrpcInfer(const inference::ModelInferRequest& request) 
     }
     parsed.request.inputs.push_back(std::move(tensor));
   }
+  if (request.outputs_size() > 64) {
+    return InvalidArgument("a request may ask for at most 64 outputs");
+  }
   for (const auto& o : request.outputs()) {
-    parsed.outputs.push_back({o.name().substr(0, 256), true});
+    std::string name = o.name().substr(0, 256);
+    FERRY_ASSIGN_OR_RETURN(std::optional<SharedTensor> place,
+                           GrpcPlace(o.parameters(), "output '" + name + "'", 0));
+    parsed.outputs.push_back({std::move(name), true, std::move(place)});
   }
   return parsed;
 }
@@ -250,16 +292,14 @@ Status EncodeGrpcInfer(const std::string& model, int64_t version, const ParsedIn
   if (!request.traceparent.empty()) {
     (*out->mutable_parameters())["traceparent"].set_string_param(request.traceparent);
   }
-  std::vector<std::string> wanted;
-  for (const RequestedOutput& r : request.outputs) {
-    wanted.push_back(r.name);
-  }
+  std::vector<RequestedOutput> wanted = request.outputs;
   if (wanted.empty()) {
     for (const hookhost::ResponseTensor& r : response.outputs) {
-      wanted.push_back(r.name);
+      wanted.push_back({r.name, true});
     }
   }
-  for (const std::string& name : wanted) {
+  for (const RequestedOutput& w : wanted) {
+    const std::string& name = w.name;
     const hookhost::ResponseTensor* tensor = nullptr;
     for (const hookhost::ResponseTensor& r : response.outputs) {
       if (r.name == name) {
@@ -277,6 +317,17 @@ Status EncodeGrpcInfer(const std::string& model, int64_t version, const ParsedIn
     o->set_datatype(std::string(KServeName(tensor->dtype)));
     for (int64_t d : tensor->shape) {
       o->add_shape(d);
+    }
+    if (w.shm) {  // Written into the client's region (Submit); an empty entry keeps the
+                  // raw contents' indices those of the outputs.
+      auto& params = *o->mutable_parameters();
+      params["shared_memory_region"].set_string_param(w.shm->region);
+      params["shared_memory_byte_size"].set_int64_param(static_cast<int64_t>(tensor->bytes.size()));
+      if (w.shm->offset != 0) {
+        params["shared_memory_offset"].set_int64_param(static_cast<int64_t>(w.shm->offset));
+      }
+      out->add_raw_output_contents();
+      continue;
     }
     out->add_raw_output_contents(reinterpret_cast<const char*>(tensor->bytes.data()),
                                  tensor->bytes.size());

@@ -36,6 +36,12 @@ std::optional<TraceContext> CallTrace(const grpc::ServerContextBase& context) {
 }
 
 using Grpc = inference::GRPCInferenceService;
+using SharedMemoryMethods = Grpc::WithRawCallbackMethod_SystemSharedMemoryStatus<
+    Grpc::WithRawCallbackMethod_SystemSharedMemoryRegister<
+        Grpc::WithRawCallbackMethod_SystemSharedMemoryUnregister<
+            Grpc::WithRawCallbackMethod_CudaSharedMemoryStatus<
+                Grpc::WithRawCallbackMethod_CudaSharedMemoryRegister<
+                    Grpc::WithRawCallbackMethod_CudaSharedMemoryUnregister<Grpc::Service>>>>>>;
 // Every method takes its message as bytes and parses it itself (ReadMessage), so that a
 // message that is not valid protobuf is answered INVALID_ARGUMENT with what was wrong: the
 // generated handlers answer UNIMPLEMENTED with no detail, which reads as a missing method.
@@ -49,7 +55,7 @@ using RawService = Grpc::WithRawCallbackMethod_ServerLive<
                             Grpc::WithRawCallbackMethod_ModelStatistics<
                                 Grpc::WithRawCallbackMethod_LogSettings<
                                     Grpc::WithRawCallbackMethod_TraceSetting<
-                                        Grpc::Service>>>>>>>>>>>>>>;
+                                        SharedMemoryMethods>>>>>>>>>>>>>>;
 
 inference::DataType ConfigType(DType dtype) {
   std::string name = "TYPE_" + std::string(KServeName(dtype));
@@ -186,6 +192,18 @@ class Service final : public RawService {
                                         grpc::ByteBuffer* out_bytes) override {
     return LogSettingsMethod(kserve_, call, in_bytes, out_bytes);
   }
+#define FERRY_SHARED_MEMORY_METHOD(M)                                                        \
+  grpc::ServerUnaryReactor* M(grpc::CallbackServerContext* call, const grpc::ByteBuffer* in, \
+                              grpc::ByteBuffer* out) override {                              \
+    return SharedMemoryMethod(kserve_, #M, call, in, out);                                   \
+  }
+  FERRY_SHARED_MEMORY_METHOD(SystemSharedMemoryStatus)
+  FERRY_SHARED_MEMORY_METHOD(SystemSharedMemoryRegister)
+  FERRY_SHARED_MEMORY_METHOD(SystemSharedMemoryUnregister)
+  FERRY_SHARED_MEMORY_METHOD(CudaSharedMemoryStatus)
+  FERRY_SHARED_MEMORY_METHOD(CudaSharedMemoryRegister)
+  FERRY_SHARED_MEMORY_METHOD(CudaSharedMemoryUnregister)
+#undef FERRY_SHARED_MEMORY_METHOD
   grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* call,
                                          const grpc::ByteBuffer* in_bytes,
                                          grpc::ByteBuffer* out_bytes) override {

@@ -194,7 +194,8 @@ class DataReader {
 struct Parameters {
   std::optional<bool> binary_data_output, binary_data;
   std::optional<int64_t> timeout, priority, binary_data_size;
-  std::optional<std::string> tenant;
+  std::optional<int64_t> shared_memory_offset, shared_memory_byte_size;
+  std::optional<std::string> tenant, shared_memory_region;
 };
 
 Status ReadParameters(od::value& value, Parameters* out) {
@@ -234,12 +235,16 @@ Status ReadParameters(od::value& value, Parameters* out) {
       FERRY_RETURN_IF_ERROR(integer(&out->priority));
     } else if (key == "binary_data_size") {
       FERRY_RETURN_IF_ERROR(integer(&out->binary_data_size));
-    } else if (key == "tenant") {
+    } else if (key == "tenant" || key == "shared_memory_region") {
       std::string_view s;
       if (v.get_string().get(s)) {
-        return InvalidArgument("parameter \"tenant\" must be a string");
+        return InvalidArgument("parameter \"" + std::string(key) + "\" must be a string");
       }
-      out->tenant = Clip(s, kMaxTenantNameBytes);
+      (key == "tenant" ? out->tenant : out->shared_memory_region) = Clip(s, kMaxTenantNameBytes);
+    } else if (key == "shared_memory_offset") {
+      FERRY_RETURN_IF_ERROR(integer(&out->shared_memory_offset));
+    } else if (key == "shared_memory_byte_size") {
+      FERRY_RETURN_IF_ERROR(integer(&out->shared_memory_byte_size));
     }
   }
   return OkStatus();
@@ -427,7 +432,18 @@ Status ReadInput(od::object& tensor, size_t text_bytes, std::string_view binary,
   TensorFields f;
   FERRY_RETURN_IF_ERROR(ReadFields(tensor, &f));
   FERRY_ASSIGN_OR_RETURN(CheckedInput in, CheckFields(f));
-  if (int64_t size = f.parameters.binary_data_size.value_or(-1); size >= 0) {
+  if (f.parameters.shared_memory_region) {
+    if (f.has_data || f.parameters.binary_data_size) {
+      return InvalidArgument("input '" + in.client.name +
+                             "': shared_memory_region with \"data\" or binary_data_size");
+    }
+    FERRY_ASSIGN_OR_RETURN(
+        SharedTensor place,
+        SharedPlace("input '" + in.client.name + "'", *f.parameters.shared_memory_region,
+                    f.parameters.shared_memory_offset, f.parameters.shared_memory_byte_size,
+                    in.bytes));
+    parsed->shm_inputs.emplace_back(parsed->request.inputs.size(), std::move(place));
+  } else if (int64_t size = f.parameters.binary_data_size.value_or(-1); size >= 0) {
     if (f.has_data) {
       return InvalidArgument("input '" + in.client.name + "': both \"data\" and binary_data_size");
     }
@@ -506,7 +522,13 @@ Status ReadOutputs(od::value& value, ParsedInfer* parsed,
     if (!name) {
       return unnamed;
     }
-    parsed->outputs.push_back({std::move(*name), false});
+    std::optional<SharedTensor> place;
+    if (params.shared_memory_region) {
+      FERRY_ASSIGN_OR_RETURN(
+          place, SharedPlace("output '" + *name + "'", *params.shared_memory_region,
+                             params.shared_memory_offset, params.shared_memory_byte_size, 0));
+    }
+    parsed->outputs.push_back({std::move(*name), false, std::move(place)});
     binary->push_back(params.binary_data);
   }
   return OkStatus();

@@ -27,7 +27,7 @@ Result<EncodedResponse> EncodeInferResponse(const std::string& model, int64_t ve
       return InvalidArgument("model '" + model + "' has no output '" + w.name + "'");
     }
     tensors.push_back(tensor);
-    data_bytes += tensor->bytes.size();
+    data_bytes += w.shm ? 0 : tensor->bytes.size();
   }
   const hookhost::RequestTimings& t = response.timings;
   JsonWriter json;
@@ -63,8 +63,16 @@ Result<EncodedResponse> EncodeInferResponse(const std::string& model, int64_t ve
     json.EndArray();
     size_t elem = static_cast<size_t>(DTypeBits(tensor.dtype) / 8);
     any_binary = any_binary || wanted[i].binary;
-    if (wanted[i].binary || elem == 0 || tensor.dtype == DType::kF16 ||
-        tensor.dtype == DType::kBF16) {
+    if (wanted[i].shm) {  // Written into the client's region (Submit): no data here.
+      json.Key("parameters").BeginObject();
+      json.Key("shared_memory_region").String(wanted[i].shm->region);
+      json.Key("shared_memory_byte_size").Int(static_cast<int64_t>(tensor.bytes.size()));
+      if (wanted[i].shm->offset != 0) {
+        json.Key("shared_memory_offset").Int(static_cast<int64_t>(wanted[i].shm->offset));
+      }
+      json.EndObject();
+    } else if (wanted[i].binary || elem == 0 || tensor.dtype == DType::kF16 ||
+               tensor.dtype == DType::kBF16) {
       json.Key("parameters").BeginObject();
       json.Key("binary_data_size").Int(static_cast<int64_t>(tensor.bytes.size()));
       json.EndObject();

@@ -171,4 +171,42 @@ nlohmann::json ModelConfig(const Manifest& manifest) {
           {"model_transaction_policy", {{"decoupled", manifest.decoupled}}}};
 }
 
+Result<SharedTensor> SharedPlace(std::string_view what, std::string region,
+                                 std::optional<int64_t> offset, std::optional<int64_t> byte_size,
+                                 uint64_t expected) {
+  if (!shm::IsRegionName(region)) {
+    return InvalidArgument(std::string(what) + ": shared_memory_region is not a region's name");
+  }
+  if (!byte_size || *byte_size < 0 || offset.value_or(0) < 0) {
+    return InvalidArgument(std::string(what) + ": shared_memory_region needs " +
+                           "shared_memory_byte_size, and neither it nor shared_memory_offset " +
+                           "may be negative");
+  }
+  if (expected > 0 && static_cast<uint64_t>(*byte_size) != expected) {
+    return InvalidArgument(std::string(what) + ": shared_memory_byte_size " +
+                           std::to_string(*byte_size) + " but shape and datatype make " +
+                           std::to_string(expected) + " bytes");
+  }
+  return SharedTensor{std::move(region), static_cast<uint64_t>(offset.value_or(0)),
+                      static_cast<uint64_t>(*byte_size)};
+}
+
+Result<std::vector<std::pair<const hookhost::ResponseTensor*, SharedTensor>>> SharedOutputs(
+    const ParsedInfer& request, const hookhost::InferResponse& response) {
+  std::vector<std::pair<const hookhost::ResponseTensor*, SharedTensor>> shared;
+  for (const RequestedOutput& wanted : request.outputs) {
+    if (!wanted.shm) {
+      continue;
+    }
+    auto it =
+        std::find_if(response.outputs.begin(), response.outputs.end(),
+                     [&](const hookhost::ResponseTensor& t) { return t.name == wanted.name; });
+    if (it == response.outputs.end()) {
+      return InvalidArgument("the model has no output '" + wanted.name + "'");
+    }
+    shared.emplace_back(&*it, *wanted.shm);
+  }
+  return shared;
+}
+
 }  // namespace ferry::frontend

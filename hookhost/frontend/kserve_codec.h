@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "hookhost/frontend/client_regions.h"
 #include "hookhost/hookhost.h"
 #include "model/manifest.h"
 
@@ -33,6 +34,7 @@ bool JsonDepthWithin(std::string_view text, int max_depth);
 struct RequestedOutput {
   std::string name;
   bool binary = false;
+  std::optional<SharedTensor> shm;  // Written into a client region (client_regions.h).
 };
 
 // A parsed infer request. `request.inputs[i].bytes` point into `storage` or into the
@@ -41,6 +43,10 @@ struct ParsedInfer {
   std::string id;
   hookhost::InferRequest request;
   std::vector<std::vector<uint8_t>> storage;
+  // Inputs read from client regions (shared_memory_region): their index in request.inputs
+  // (whose bytes are empty until ClientRegions::ReadInputs) and place, the size checked
+  // against the tensor's own (BYTES: its serialization's, checked when read).
+  std::vector<std::pair<size_t, SharedTensor>> shm_inputs;
   std::vector<RequestedOutput> outputs;  // Empty: every output, JSON unless binary_default.
   bool binary_default = false;           // "binary_data_output".
   int64_t timeout_us = 0;                // "timeout" parameter: 0 = none.
@@ -70,6 +76,17 @@ struct TraceContext {
 std::optional<TraceContext> ParseTraceparent(std::string_view header);
 // `trace` (when set) onto the request: its id to the worker, its header for the answer.
 void ApplyTrace(const std::optional<TraceContext>& trace, ParsedInfer& parsed);
+
+// A tensor's shared_memory_region / _offset / _byte_size parameters (HTTP's and gRPC's), as
+// the parsers read them: INVALID_ARGUMENT for a region without a byte size, negative values,
+// or (`expected` > 0) a byte size other than the tensor's. `what`: "input 'x'" or "output 'y'".
+Result<SharedTensor> SharedPlace(std::string_view what, std::string region,
+                                 std::optional<int64_t> offset, std::optional<int64_t> byte_size,
+                                 uint64_t expected);
+// The requested outputs that go into client regions, each with its response tensor.
+// INVALID_ARGUMENT for one the response lacks.
+Result<std::vector<std::pair<const hookhost::ResponseTensor*, SharedTensor>>> SharedOutputs(
+    const ParsedInfer& request, const hookhost::InferResponse& response);
 
 // `header` is the JSON part, `binary` what follows it (Inference-Header-Content-Length).
 // INVALID_ARGUMENT naming the tensor or field and what was expected. Fields may come in any

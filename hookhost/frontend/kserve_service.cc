@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "hookhost/frontend/kserve_codec.h"
+#include "hookhost/frontend/shared_memory_http.h"
 #include "net/compression.h"
 #include "shm/status.h"
 
@@ -41,6 +42,9 @@ std::pair<Endpoint, std::string_view> ClassifyPath(const std::vector<std::string
   }
   if (IsRepositoryChange(parts)) {
     return {Endpoint::kAdmin, {}};  // Changing what the node serves: an admin's.
+  }
+  if (IsSharedMemoryPath(parts)) {
+    return {Endpoint::kInfer, {}};  // A caller's own regions, to infer with.
   }
   if (parts.size() < 3 || parts[1] != "models") {
     return {Endpoint::kMetadata, {}};  // /v2, the index, or no endpoint at all.
@@ -105,14 +109,16 @@ constexpr int64_t kRepositoryAnswerWaitNs = 310'000'000'000;
 KServeService::KServeService(const shm::Segment& segment,
                              const std::vector<hookhost::HookModel>& models,
                              hookhost::HookHost* host, const FrontendSettings& settings,
-                             const Authenticator* auth, shm::TraceStore* traces)
+                             const Authenticator* auth, shm::TraceStore* traces,
+                             ClientRegions* regions)
     : segment_(segment),
       models_(models),
       host_(host),
       max_request_bytes_(settings.max_request_bytes),
       max_inflate_ratio_(static_cast<uint64_t>(settings.max_inflate_ratio)),
       tenants_(settings.tenants),
-      auth_(auth) {
+      auth_(auth),
+      regions_(regions) {
   if (segment.owner() != shm::kSupervisor && !segment.IsWorkerSlot(segment.owner())) {
     log_.emplace(segment);
     trace_.emplace(traces);
@@ -206,6 +212,9 @@ void KServeService::Submit(const hookhost::HookModel& model,
     request->request.tenant = static_cast<uint32_t>(it - tenants_.begin()) + 1;
   }
   request->request.model = &model;
+  if (SharedMemoryStep(model, request, done)) {
+    return;
+  }
   if (request->timeout_us > 0) {
     request->request.deadline_ns = MonotonicNs() + request->timeout_us * 1000;
   }
@@ -225,6 +234,51 @@ void KServeService::Submit(const hookhost::HookModel& model,
     };
   }
   host_->Submit(request->request, std::move(done));
+}
+
+bool KServeService::SharedMemoryStep(const hookhost::HookModel& model,
+                                     const std::shared_ptr<ParsedInfer>& request,
+                                     hookhost::InferCallback& done) {
+  bool outputs = std::any_of(request->outputs.begin(), request->outputs.end(),
+                             [](const RequestedOutput& o) { return o.shm.has_value(); });
+  if (request->shm_inputs.empty() && !outputs) {
+    return false;
+  }
+  if (regions_ == nullptr || model.manifest().decoupled) {
+    Error refused = InvalidArgument(regions_ == nullptr
+                                        ? "system shared memory is not served by this process"
+                                        : "a decoupled model's tensors cannot be in shared memory");
+    host_->CountRefused(&model, refused);
+    done(std::move(refused));
+    return true;
+  }
+  if (!request->shm_inputs.empty()) {  // Read on a hook thread, then submitted from there.
+    host_->RunOnHookThread([this, &model, request, done = std::move(done)]() mutable {
+      auto places = std::move(request->shm_inputs);
+      request->shm_inputs.clear();
+      if (Status read = regions_->ReadInputs(places, &request->request, &request->storage);
+          !read.ok()) {
+        CountRefused(&model, read.error());
+        done(read.error());
+        return;
+      }
+      Submit(model, request, std::move(done));
+    });
+    return true;
+  }
+  done = [regions = regions_, request, inner = std::move(done)](Result<hookhost::InferResponse> r) {
+    if (r.ok()) {
+      auto shared = SharedOutputs(*request, *r);
+      Status written =
+          shared.ok() ? regions->WriteOutputs(*shared, request->request.tenant) : shared.error();
+      if (!written.ok()) {
+        inner(written.error());
+        return;
+      }
+    }
+    inner(std::move(r));
+  };
+  return false;
 }
 
 void KServeService::CountRefused(const hookhost::HookModel* model, const Error& error) {
@@ -309,6 +363,10 @@ void KServeService::Handle(net::HttpRequest&& request, net::Responder respond) {
   }
   if (parts[1] == "repository") {
     respond(Repository(parts, request, *tenant));
+    return;
+  }
+  if (IsSharedMemoryPath(parts)) {
+    respond(SharedMemoryHttp(regions_, parts, request, *tenant));
     return;
   }
   if (parts[1] == "logging" && parts.size() == 2) {

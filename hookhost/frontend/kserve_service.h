@@ -56,9 +56,12 @@ class KServeService {
   // From `settings`: max_request_bytes also bounds what a compressed body may inflate to, as
   // does max_inflate_ratio; tenants are the names a request may give as its tenant.
   // `auth`: who may call what (auth.h); nullptr: anyone may call anything.
+  // `regions`: the hook host's region socket (system shared memory); nullptr: the extension
+  // answers UNAVAILABLE and requests naming a region are refused.
   KServeService(const shm::Segment& segment, const std::vector<hookhost::HookModel>& models,
                 hookhost::HookHost* host, const FrontendSettings& settings,
-                const Authenticator* auth = nullptr, shm::TraceStore* traces = nullptr);
+                const Authenticator* auth = nullptr, shm::TraceStore* traces = nullptr,
+                ClientRegions* regions = nullptr);
 
   void Handle(net::HttpRequest&& request, net::Responder respond);
 
@@ -136,6 +139,8 @@ class KServeService {
   // valid until this returns); `done` runs once, on a hook thread or here. UNAVAILABLE while
   // draining; INVALID_ARGUMENT for a tenant not declared. The request itself is checked once,
   // by HookHost::Submit (a failed model, its tensors); its priority was checked when decoded.
+  // Inputs in client regions are read first, on a hook thread; outputs asked into client
+  // regions are written there before `done` sees the answer (an error if that fails).
   void Submit(const hookhost::HookModel& model, const std::shared_ptr<ParsedInfer>& request,
               hookhost::InferCallback done);
   // Draining: readiness reports false and infer requests get 503. Returns once no call into
@@ -146,8 +151,14 @@ class KServeService {
   // a model not served), counted by the host with the answered ones; not once draining (the
   // host may be gone).
   void CountRefused(const hookhost::HookModel* model, const Error& error);
+  // The system shared-memory extension's registry client (nullptr: not served here).
+  ClientRegions* regions() const { return regions_; }
 
  private:
+  // Submit's part for requests naming client regions: true when it took the request (its
+  // inputs being read on a hook thread, or refused); else `done` wrapped to write the outputs.
+  bool SharedMemoryStep(const hookhost::HookModel& model,
+                        const std::shared_ptr<ParsedInfer>& request, hookhost::InferCallback& done);
   // /v2/logging: GET the node's log settings, POST changes to them (log_endpoint.h).
  public:
   // Shared by HTTP and gRPC: `changes` empty answers the settings, else applies them first.
@@ -198,6 +209,7 @@ class KServeService {
   std::optional<LogEndpoint> log_;         // On a hook host's slot only (not in tests' views).
   std::optional<TraceEndpoint> trace_;     // Likewise.
   std::atomic<int64_t> drain_seen_ns_{0};  // MonotonicNs when seen; 0: not draining.
+  ClientRegions* regions_;
   // With [frontend] model_control on a hook host's slot; else load and unload are refused.
   std::unique_ptr<RepositoryControl> repository_;
   mutable std::mutex peers_mu_;

@@ -1,0 +1,82 @@
+// The node's client shared-memory regions (Triton's system shared-memory extension): the
+// registry, and the server end of each hook host's region socket (shm/client_region_wire.h).
+//
+// A client registers a POSIX shared-memory object it made (its key, an offset and a size)
+// under a name, through any hook host; then names the region in infer requests sent to any
+// hook host. The registry is node-wide, so it lives here: ferryd opens the object once, at
+// registration (the name's later fate does not change the region), and hands the descriptor
+// to a hook host for each request that names it. A sandboxed hook host opens no file itself.
+//
+// Rules (each refused with a clear error): the extension off unless [frontend]
+// system_shared_memory; at most kMaxClientRegions regions; a key that is not a plain
+// shared-memory name, or is one of ferry's own; an object that is not a regular file (a FIFO,
+// a directory, a link: never followed, never waited on); offset + byte_size past the object's
+// size or overflowing; a name already registered (by any tenant). A region is its registering
+// tenant's: others neither see nor use nor unregister it. The object is opened for reading and
+// writing when ferryd may, else read-only (outputs then refused).
+//
+// Thread safety: Attach, Handle and the destructor from any thread; the broker's own thread
+// serves the sockets (and is the only caller of Handle outside tests, so a descriptor it sends
+// is never closed under it). A hook host that stops reading its replies is dropped, never
+// waited on.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/result.h"
+#include "shm/client_region_wire.h"
+
+namespace ferry::supervisor {
+
+class RegionBroker {
+ public:
+  // `enabled`: [frontend] system_shared_memory. `directory`: where POSIX shared-memory objects
+  // live (/dev/shm; a test's own directory).
+  RegionBroker(bool enabled, std::string directory = "/dev/shm");
+  ~RegionBroker();
+  RegionBroker(const RegionBroker&) = delete;
+  RegionBroker& operator=(const RegionBroker&) = delete;
+
+  // Starts the broker's thread.
+  Status Start();
+  // `fd`: ferryd's end of hook host `slot`'s new socket, owned from here (the slot's previous
+  // socket, if any, is closed).
+  void Attach(uint32_t slot, int fd);
+
+  // One request (`bytes` received) and its reply; `fds`: the descriptors to send with it
+  // (owned by the broker: not to be closed by the caller). Public for tests.
+  shm::RegionReply Handle(const shm::RegionRequest& request, size_t bytes, std::vector<int>* fds);
+  size_t size() const;
+
+ private:
+  struct Region {
+    shm::RegionEntry entry;
+    int fd = -1;
+  };
+  Status Register(const shm::RegionEntry& entry, uint32_t tenant);
+  // `name` if `tenant` registered it (another tenant's region is as good as absent to it).
+  // REQUIRES: mu_ held.
+  std::map<std::string, Region>::const_iterator Find(const std::string& name,
+                                                     uint32_t tenant) const;
+  Status Unregister(const shm::RegionRequest& request);
+  void Describe(const shm::RegionRequest& request, shm::RegionReply* reply) const;
+  void Open(const shm::RegionRequest& request, shm::RegionReply* reply, std::vector<int>* fds);
+  void Serve();
+  void ServeOne(int fd);
+  void Drop(int fd);
+
+  const bool enabled_;
+  const std::string directory_;
+  mutable std::mutex mu_;
+  std::map<std::string, Region> regions_;  // By name. Guarded by mu_.
+  std::map<uint32_t, int> sockets_;        // By hook host slot. Guarded by mu_.
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;  // An eventfd: the destructor stops the thread.
+  std::thread thread_;
+};
+
+}  // namespace ferry::supervisor

@@ -1,0 +1,269 @@
+// The system shared-memory extension's two ends over a real socket pair: ferryd's broker
+// (registry, opening, tenants, bounds) and a hook host's ClientRegions (reading inputs and
+// writing outputs), with the hostile cases: keys that are not keys, FIFOs and links, places
+// past a region, a region truncated or unregistered under a request, malformed packets.
+#include "supervisor/region_broker.h"
+
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "hookhost/frontend/client_regions.h"
+
+namespace ferry::supervisor {
+namespace {
+
+using frontend::ClientRegions;
+using frontend::SharedTensor;
+
+// A scratch directory standing for /dev/shm, a broker serving it and a client connected.
+struct Rig {
+  std::string dir;
+  std::unique_ptr<RegionBroker> broker;
+  std::unique_ptr<ClientRegions> client;
+
+  explicit Rig(bool enabled = true) {
+    char path[] = "/tmp/ferry-regions-XXXXXX";
+    REQUIRE(mkdtemp(path) != nullptr);
+    dir = path;
+    broker = std::make_unique<RegionBroker>(enabled, dir);
+    REQUIRE(broker->Start().ok());
+    int pair[2];
+    REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
+    broker->Attach(0, pair[0]);
+    client = std::make_unique<ClientRegions>(pair[1]);
+  }
+  ~Rig() {
+    client.reset();
+    broker.reset();
+    std::filesystem::remove_all(dir);
+  }
+  // An object `key` of `size` bytes, byte i = i % 251.
+  void Object(const std::string& key, size_t size) const {
+    int fd = open((dir + key).c_str(), O_CREAT | O_RDWR | O_TRUNC, 0600);
+    REQUIRE(fd >= 0);
+    std::string bytes(size, '\0');
+    for (size_t i = 0; i < size; ++i) {
+      bytes[i] = static_cast<char>(i % 251);
+    }
+    REQUIRE(write(fd, bytes.data(), size) == static_cast<ssize_t>(size));
+    close(fd);
+  }
+};
+
+ErrorCode CodeOf(const Status& s) { return s.ok() ? ErrorCode::kInternal : s.error().code; }
+
+TEST_CASE("register, status, unregister: Triton's rules") {
+  Rig rig;
+  rig.Object("/in", 4096);
+  REQUIRE(rig.client->Register("input_data", "/in", 16, 1024, 0).ok());
+  Result<std::vector<frontend::RegionStatus>> all = rig.client->Describe("", 0);
+  REQUIRE(all.ok());
+  REQUIRE(all->size() == 1);
+  CHECK((*all)[0].name == "input_data");
+  CHECK((*all)[0].key == "/in");
+  CHECK((*all)[0].offset == 16);
+  CHECK((*all)[0].byte_size == 1024);
+  // The same name again: refused, the first kept.
+  Status again = rig.client->Register("input_data", "/in", 0, 8, 0);
+  CHECK(CodeOf(again) == ErrorCode::kInvalidArgument);
+  CHECK(again.error().message.find("already registered") != std::string::npos);
+  Result<std::vector<frontend::RegionStatus>> none = rig.client->Describe("nope", 0);
+  REQUIRE(!none.ok());
+  CHECK(none.error().code == ErrorCode::kNotFound);
+  // Unregistering one not registered is not an error (Triton's); unregistering removes.
+  CHECK(rig.client->Unregister("nope", 0).ok());
+  CHECK(rig.client->Unregister("input_data", 0).ok());
+  CHECK(rig.broker->size() == 0);
+}
+
+TEST_CASE("off unless the node file turns it on") {
+  Rig rig(false);
+  rig.Object("/in", 64);
+  Status refused = rig.client->Register("r", "/in", 0, 64, 0);
+  CHECK(CodeOf(refused) == ErrorCode::kPermissionDenied);
+  CHECK(refused.error().message.find("system_shared_memory") != std::string::npos);
+}
+
+TEST_CASE("hostile keys, objects and places are refused by name") {
+  Rig rig;
+  rig.Object("/in", 64);
+  rig.Object("/ferry-node", 64);
+  REQUIRE(mkfifo((rig.dir + "/fifo").c_str(), 0600) == 0);
+  REQUIRE(symlink((rig.dir + "/in").c_str(), (rig.dir + "/link").c_str()) == 0);
+  REQUIRE(mkdir((rig.dir + "/dir").c_str(), 0700) == 0);
+  struct Case {
+    const char* name;
+    std::string key;
+    uint64_t offset, size;
+    ErrorCode code;
+  };
+  for (const Case& c : {
+           Case{"r", "in", 0, 8, ErrorCode::kInvalidArgument},           // No slash.
+           Case{"r", "/a/b", 0, 8, ErrorCode::kInvalidArgument},         // A path.
+           Case{"r", "/..", 0, 8, ErrorCode::kInvalidArgument},          // Up.
+           Case{"r", "/ferry-node", 0, 8, ErrorCode::kInvalidArgument},  // The node's own.
+           Case{"r", "/" + std::string(300, 'a'), 0, 8, ErrorCode::kInvalidArgument},
+           Case{"r", "/missing", 0, 8, ErrorCode::kNotFound},
+           Case{"r", "/fifo", 0, 8, ErrorCode::kInvalidArgument},  // Not waited on.
+           Case{"r", "/link", 0, 8, ErrorCode::kInvalidArgument},  // Not followed.
+           Case{"r", "/dir", 0, 8, ErrorCode::kInvalidArgument},
+           Case{"r", "/in", 0, 65, ErrorCode::kInvalidArgument},          // Past its end.
+           Case{"r", "/in", 60, 8, ErrorCode::kInvalidArgument},          // Likewise.
+           Case{"r", "/in", UINT64_MAX, 2, ErrorCode::kInvalidArgument},  // Overflow.
+           Case{"r", "/in", 0, 0, ErrorCode::kInvalidArgument},           // Empty.
+           Case{"a/b", "/in", 0, 8, ErrorCode::kInvalidArgument},         // Not a name.
+           Case{"", "/in", 0, 8, ErrorCode::kInvalidArgument},
+       }) {
+    CAPTURE(c.key);
+    CAPTURE(c.offset);
+    Status s = rig.client->Register(c.name, c.key, c.offset, c.size, 0);
+    CHECK(CodeOf(s) == c.code);
+  }
+  CHECK(rig.broker->size() == 0);
+}
+
+TEST_CASE("at most kMaxClientRegions regions; each a tenant's own") {
+  Rig rig;
+  rig.Object("/in", 64);
+  for (uint32_t i = 0; i < shm::kMaxClientRegions; ++i) {
+    REQUIRE(rig.client->Register("r" + std::to_string(i), "/in", 0, 64, i % 2).ok());
+  }
+  CHECK(CodeOf(rig.client->Register("one_more", "/in", 0, 64, 0)) == ErrorCode::kResourceExhausted);
+  // Tenant 1 sees its 32, not tenant 0's; cannot unregister or use them.
+  CHECK(rig.client->Describe("", 1)->size() == shm::kMaxClientRegions / 2);
+  CHECK(!rig.client->Describe("r0", 1).ok());
+  CHECK(rig.client->Unregister("r0", 1).ok());
+  CHECK(rig.broker->size() == shm::kMaxClientRegions);
+  hookhost::InferRequest request;
+  request.tenant = 1;
+  request.inputs.push_back({"x", DType::kU8, {8}, {}});
+  std::vector<std::vector<uint8_t>> storage;
+  CHECK(CodeOf(rig.client->ReadInputs({{0, SharedTensor{"r0", 0, 8}}}, &request, &storage)) ==
+        ErrorCode::kNotFound);
+  // Unregistering all is the tenant's all.
+  CHECK(rig.client->Unregister("", 1).ok());
+  CHECK(rig.broker->size() == shm::kMaxClientRegions / 2);
+  CHECK(rig.client->Describe("", 0)->size() == shm::kMaxClientRegions / 2);
+}
+
+TEST_CASE("inputs read from a region; outputs written into one") {
+  Rig rig;
+  rig.Object("/io", 4096);
+  REQUIRE(rig.client->Register("io", "/io", 100, 2000, 0).ok());
+  hookhost::InferRequest request;
+  request.inputs.push_back({"a", DType::kU8, {16}, {}});
+  request.inputs.push_back({"b", DType::kU8, {4}, {}});
+  std::vector<std::vector<uint8_t>> storage;
+  REQUIRE(rig.client
+              ->ReadInputs({{0, SharedTensor{"io", 0, 16}}, {1, SharedTensor{"io", 50, 4}}},
+                           &request, &storage)
+              .ok());
+  REQUIRE(request.inputs[0].bytes.size() == 16);
+  CHECK(request.inputs[0].bytes[0] == 100 % 251);  // The region's offset, then the place's.
+  CHECK(request.inputs[1].bytes[0] == 150 % 251);
+  // Past the region (not the object): refused.
+  Status past = rig.client->ReadInputs({{0, SharedTensor{"io", 1990, 16}}}, &request, &storage);
+  CHECK(CodeOf(past) == ErrorCode::kInvalidArgument);
+  CHECK(past.error().message.find("past its 2000 bytes") != std::string::npos);
+  CHECK(CodeOf(rig.client->ReadInputs({{0, SharedTensor{"io", UINT64_MAX, 16}}}, &request,
+                                      &storage)) == ErrorCode::kInvalidArgument);
+
+  hookhost::ResponseTensor out{"y", DType::kU8, {3}, {7, 8, 9}};
+  REQUIRE(rig.client->WriteOutputs({{&out, SharedTensor{"io", 10, 3}}}, 0).ok());
+  int fd = open((rig.dir + "/io").c_str(), O_RDONLY);
+  uint8_t back[3] = {};
+  REQUIRE(pread(fd, back, 3, 110) == 3);
+  close(fd);
+  CHECK(back[0] == 7);
+  CHECK(back[2] == 9);
+  // An output larger than its place: refused, nothing written past it.
+  CHECK(CodeOf(rig.client->WriteOutputs({{&out, SharedTensor{"io", 10, 2}}}, 0)) ==
+        ErrorCode::kInvalidArgument);
+  // Unregistered while the request ran: its outputs are refused, not written.
+  REQUIRE(rig.client->Unregister("io", 0).ok());
+  CHECK(CodeOf(rig.client->WriteOutputs({{&out, SharedTensor{"io", 10, 3}}}, 0)) ==
+        ErrorCode::kNotFound);
+}
+
+TEST_CASE("a region truncated under a request is a short read, refused (no SIGBUS)") {
+  Rig rig;
+  rig.Object("/shrinks", 4096);
+  REQUIRE(rig.client->Register("s", "/shrinks", 0, 4096, 0).ok());
+  REQUIRE(truncate((rig.dir + "/shrinks").c_str(), 100) == 0);
+  hookhost::InferRequest request;
+  request.inputs.push_back({"a", DType::kU8, {1024}, {}});
+  std::vector<std::vector<uint8_t>> storage;
+  Status read = rig.client->ReadInputs({{0, SharedTensor{"s", 0, 1024}}}, &request, &storage);
+  CHECK(CodeOf(read) == ErrorCode::kInvalidArgument);
+  CHECK(read.error().message.find("shorter than registered") != std::string::npos);
+  // A BYTES input whose serialization lies about its lengths: refused when read.
+  rig.Object("/bytes", 64);
+  REQUIRE(rig.client->Register("b", "/bytes", 0, 64, 0).ok());
+  request.inputs[0] = {"t", DType::kBytes, {1}, {}};
+  CHECK(CodeOf(rig.client->ReadInputs({{0, SharedTensor{"b", 0, 64}}}, &request, &storage)) ==
+        ErrorCode::kInvalidArgument);
+}
+
+TEST_CASE("malformed packets are refused, their descriptors closed") {
+  RegionBroker broker(true, "/nonexistent");
+  auto request = std::make_unique<shm::RegionRequest>();
+  std::vector<int> fds;
+  request->op = 99;
+  CHECK(shm::ReplyStatus(broker.Handle(*request, shm::RequestBytes(0), &fds)).error().code ==
+        ErrorCode::kInvalidArgument);
+  request->op = static_cast<uint32_t>(shm::RegionOp::kStatus);
+  request->count = 1;
+  CHECK(!shm::ReplyStatus(broker.Handle(*request, shm::RequestBytes(0), &fds)).ok());  // Short.
+  request->count = shm::kMaxClientRegions + 1;
+  CHECK(!shm::ReplyStatus(broker.Handle(*request, sizeof *request, &fds)).ok());
+  request->op = static_cast<uint32_t>(shm::RegionOp::kRegister);
+  request->count = 1;
+  std::memset(request->entries[0].name, 'a', sizeof request->entries[0].name);  // Unterminated.
+  CHECK(!shm::ReplyStatus(broker.Handle(*request, shm::RequestBytes(1), &fds)).ok());
+  CHECK(broker.size() == 0);
+
+  // A packet carrying descriptors and too large for its buffer: refused, each closed.
+  int pair[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
+  int probe = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  std::string big(256, 'x');
+  REQUIRE(shm::SendPacket(pair[0], big.data(), big.size(), {probe}).ok());
+  char small[16];
+  Result<size_t> got = shm::ReceivePacket(pair[1], small, sizeof small, &fds);
+  CHECK(CodeOf(got.ok() ? OkStatus() : Status(got.error())) == ErrorCode::kInvalidArgument);
+  CHECK(fds.empty());
+  close(probe);
+  close(pair[0]);
+  close(pair[1]);
+}
+
+TEST_CASE("a broker answering wrongly is refused by the client") {
+  int pair[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
+  ClientRegions client(pair[1]);
+  // A peer that answers any request with 3 bytes of garbage.
+  std::thread peer([fd = pair[0]] {
+    char in[sizeof(shm::RegionRequest)];
+    std::vector<int> fds;
+    if (shm::ReceivePacket(fd, in, sizeof in, &fds).ok()) {
+      shm::SendPacket(fd, "bad", 3);
+    }
+  });
+  Result<std::vector<frontend::RegionStatus>> status = client.Describe("", 0);
+  peer.join();
+  REQUIRE(!status.ok());
+  CHECK(status.error().code == ErrorCode::kInternal);
+  close(pair[0]);
+}
+
+}  // namespace
+}  // namespace ferry::supervisor
