@@ -412,11 +412,15 @@ TEST_CASE(
 TEST_CASE("[frontend] model_control and [trace]: off unless the node file turns them on") {
   Result<NodeConfig> defaults = Parse("");
   REQUIRE(defaults.ok());
-  CHECK(!defaults->frontend.model_control);      // Load and unload over the KServe port: off.
-  CHECK(defaults->trace.otlp_endpoint.empty());  // No tracing unless a collector is named.
-  Result<NodeConfig> control = Parse("[frontend]\nmodel_control = true\n");
+  CHECK(!defaults->frontend.model_control);         // Load and unload over the KServe port: off.
+  CHECK(defaults->trace.otlp_endpoint.empty());     // No tracing unless a collector is named.
+  CHECK(!defaults->frontend.system_shared_memory);  // ferryd opens no client object: off.
+  Result<NodeConfig> control =
+      Parse("[frontend]\nmodel_control = true\nsystem_shared_memory = true\n");
   REQUIRE(control.ok());
   CHECK(control->frontend.model_control);
+  CHECK(control->frontend.system_shared_memory);
+  CHECK(!Parse("[frontend]\nsystem_shared_memory = 1\n").ok());
   Result<NodeConfig> trace = Parse(
       "[trace]\notlp_endpoint = \"http://127.0.0.1:4318\"\nlevel = \"timestamps\"\n"
       "rate = 1\ncount = 67108862\n");

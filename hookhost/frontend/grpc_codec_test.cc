@@ -241,5 +241,43 @@ TEST_CASE("hostile shapes, datatypes, input counts and parameters are refused") 
   }
 }
 
+TEST_CASE("shared-memory places: raw contents are the other inputs' in order") {
+  ModelInferRequest r;
+  auto place = [](ModelInferRequest::InferInputTensor* in, const char* region, int64_t size) {
+    (*in->mutable_parameters())["shared_memory_region"].set_string_param(region);
+    (*in->mutable_parameters())["shared_memory_byte_size"].set_int64_param(size);
+  };
+  place(AddInput(r, "a", "FP32", {1, 2}), "in", 8);
+  AddInput(r, "b", "FP32", {1});
+  float b = 3;
+  r.add_raw_input_contents(std::string(reinterpret_cast<const char*>(&b), 4));
+  auto* out = r.add_outputs();
+  out->set_name("y");
+  (*out->mutable_parameters())["shared_memory_region"].set_string_param("out");
+  (*out->mutable_parameters())["shared_memory_byte_size"].set_uint64_param(40);
+  Result<ParsedInfer> p = ParseGrpcInfer(r);
+  REQUIRE(p.ok());
+  REQUIRE(p->shm_inputs.size() == 1);
+  CHECK(p->shm_inputs[0].first == 0);
+  CHECK(Values<float>(p->request.inputs[1].bytes) == std::vector<float>{3});
+  REQUIRE(p->outputs[0].shm.has_value());
+  CHECK(p->outputs[0].shm->byte_size == 40);
+  // Raw contents for every input although one is in shared memory: refused.
+  r.add_raw_input_contents(std::string(8, '\0'));
+  CHECK(ErrorOf(r).find("inputs not in shared memory") != std::string::npos);
+  ModelInferRequest wrong;
+  place(AddInput(wrong, "a", "FP32", {1, 2}), "in", 4);
+  CHECK(ErrorOf(wrong).find("make 8 bytes") != std::string::npos);
+  ModelInferRequest unnamed;
+  place(AddInput(unnamed, "a", "FP32", {1, 2}), "", 8);
+  CHECK(ErrorOf(unnamed).find("not a region's name") != std::string::npos);
+  ModelInferRequest many;
+  AddInput(many, "a", "FP32", {1})->mutable_contents()->add_fp32_contents(1);
+  for (int i = 0; i < 65; ++i) {
+    many.add_outputs()->set_name("y");
+  }
+  CHECK(ErrorOf(many).find("at most 64 outputs") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace ferry::frontend

@@ -137,6 +137,51 @@ TEST_CASE("binary inputs: sizes must match the shape and add up to the binary se
         std::string::npos);
 }
 
+TEST_CASE("shared-memory places: checked when parsed, bytes left to the region's read") {
+  std::string header =
+      R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1,4],"parameters":
+            {"shared_memory_region":"in","shared_memory_byte_size":16,"shared_memory_offset":32}},
+          {"name":"z","datatype":"FP32","shape":[1],"data":[5]}],
+          "outputs":[{"name":"y","parameters":{"shared_memory_region":"out",
+                                               "shared_memory_byte_size":64}}]})";
+  Result<ParsedInfer> p = ParseInferRequest(header, "");
+  REQUIRE(p.ok());
+  REQUIRE(p->shm_inputs.size() == 1);
+  CHECK(p->shm_inputs[0].first == 0);
+  CHECK(p->shm_inputs[0].second.region == "in");
+  CHECK(p->shm_inputs[0].second.offset == 32);
+  CHECK(p->request.inputs[0].bytes.empty());
+  CHECK(Floats(p->request.inputs[1].bytes) == std::vector<float>{5});
+  REQUIRE(p->outputs[0].shm.has_value());
+  CHECK(p->outputs[0].shm->byte_size == 64);
+
+  auto error = [](const std::string& params) {
+    std::string body =
+        R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1,4],"parameters":)" + params + "}]}";
+    Result<ParsedInfer> r = ParseInferRequest(body, "");
+    return r.ok() ? std::string("accepted") : r.error().message;
+  };
+  auto has = [](const std::string& s, const char* what) {
+    return s.find(what) != std::string::npos;
+  };
+  CHECK(has(error(R"({"shared_memory_region":"in"})"), "needs shared_memory_byte_size"));
+  CHECK(
+      has(error(R"({"shared_memory_region":"in","shared_memory_byte_size":12})"), "make 16 bytes"));
+  CHECK(has(error(R"({"shared_memory_region":"in","shared_memory_byte_size":16,
+                       "shared_memory_offset":-1})"),
+            "may be negative"));
+  CHECK(has(error(R"({"shared_memory_region":"../x","shared_memory_byte_size":16})"),
+            "not a region's name"));
+  CHECK(has(error(R"({"shared_memory_region":7,"shared_memory_byte_size":16})"), "a string"));
+  CHECK(has(error(R"({"shared_memory_region":"in","shared_memory_byte_size":16,
+                       "binary_data_size":16})"),
+            "binary_data_size"));
+  std::string with_data =
+      R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1,1],"data":[1],"parameters":
+            {"shared_memory_region":"in","shared_memory_byte_size":4}}]})";
+  CHECK(has(ParseInferRequest(with_data, "").error().message, "with \"data\""));
+}
+
 TEST_CASE("hostile requests are refused with what was wrong, never crash") {
   struct Case {
     std::string body;
