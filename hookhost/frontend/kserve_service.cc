@@ -244,7 +244,7 @@ bool KServeService::SharedMemoryStep(const hookhost::HookModel& model,
   if (request->shm_inputs.empty() && !outputs) {
     return false;
   }
-  if (regions_ == nullptr || model.manifest().decoupled) {
+  if (regions_ == nullptr || (model.bundle != nullptr && model.manifest().decoupled)) {
     Error refused = InvalidArgument(regions_ == nullptr
                                         ? "system shared memory is not served by this process"
                                         : "a decoupled model's tensors cannot be in shared memory");
@@ -537,6 +537,10 @@ void KServeService::ParseAndSubmit(const hookhost::HookModel& model, net::HttpRe
       return;
     }
     std::string_view all(*body);
+    if (json_bytes == 0 && model.failure) {  // A raw body is read by the manifest it lacks.
+      refuse(Unavailable("model '" + model.name + "' failed to load: " + model.failure->message));
+      return;
+    }
     parsed = json_bytes == 0 ? ParseRawInferRequest(model.manifest(), all)
                              : ParseInferRequest(all.substr(0, json_bytes), all.substr(json_bytes));
   } else {
@@ -560,7 +564,7 @@ void KServeService::ParseAndSubmit(const hookhost::HookModel& model, net::HttpRe
   state->request.cancel = std::move(request.cancel);
   ApplyTrace(trace, *state);
   std::string name = model.name;
-  int64_t version = model.manifest().version;
+  int64_t version = model.version;  // A failed model has no manifest.
   // The request's spans point into `body` and `state->storage`, both kept by the callback.
   Submit(model, state,
          [state, body, respond, name, version,

@@ -219,10 +219,14 @@ struct Answered {
   std::thread::id thread;
 };
 
-Answered Infer(frontend::KServeService& service, std::string body, bool gzip) {
+Answered Infer(frontend::KServeService& service, std::string body, bool gzip,
+               const std::string& model = "mlp", const char* header_length = nullptr) {
   net::HttpRequest request;
   request.method = "POST";
-  request.target = "/v2/models/mlp/infer";
+  request.target = "/v2/models/" + model + "/infer";
+  if (header_length != nullptr) {
+    request.headers.emplace_back("Inference-Header-Content-Length", header_length);
+  }
   if (gzip) {
     request.headers.emplace_back("Content-Encoding", "gzip");
     body = net::Deflate(body, net::Encoding::kGzip);
@@ -283,6 +287,41 @@ TEST_CASE("a large or compressed JSON body is parsed on a hook thread, a small o
   Answered refused = Infer(service, bomb, true);
   CHECK(refused.response.status == 413);
   CHECK(refused.response.body.find("max_inflate_ratio") != std::string::npos);
+}
+
+// A model whose bundle failed to load in the hook host has no manifest: every way of sending
+// it a request is answered 503 naming the failure (the HTTP path once read the missing
+// manifest for the answer's version and a raw body's input, and the hook host crashed).
+TEST_CASE("an infer for a model that failed to load is answered 503 in every encoding") {
+  FlowNode node(1);
+  Host host(node, GatewayMode::kLeastOutstanding);
+  FrontendSettings settings;
+  frontend::KServeService service(host.view, host.models, host.host.get(), settings);
+  std::string json = R"({"inputs":[{"name":"input","datatype":"FP32","shape":[1,1],"data":[1]}]})";
+  std::string large = R"({"pad":")" + std::string(frontend::KServeService::kInlineParseBytes, 'x') +
+                      R"(",)" + json.substr(1);
+  std::string binary_header = R"({"inputs":[{"name":"input","datatype":"FP32","shape":[1,1],)"
+                              R"("parameters":{"binary_data_size":4}}]})";
+  std::string binary = binary_header + std::string(4, '\0');
+  std::string length = std::to_string(binary_header.size());
+  for (const Answered& a :
+       {Infer(service, json, false, "broken"), Infer(service, large, false, "broken"),
+        Infer(service, json, true, "broken"),
+        Infer(service, binary, false, "broken", length.c_str()),
+        Infer(service, std::string(4, '\0'), false, "broken", "0")}) {
+    CHECK(a.response.status == 503);
+    CHECK(a.response.body.find("model 'broken' failed to load") != std::string::npos);
+  }
+  // The host still serves.
+  std::string row = "0";
+  for (int i = 1; i < 784; ++i) {
+    row += ",0";
+  }
+  CHECK(Infer(service,
+              R"({"inputs":[{"name":"input","datatype":"FP32","shape":[1,784],"data":[)" + row +
+                  "]}]}",
+              false)
+            .response.status == 200);
 }
 
 TEST_CASE(
