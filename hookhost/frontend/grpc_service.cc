@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "hookhost/frontend/grpc_admin.h"
 #include "hookhost/frontend/grpc_messages.h"
+#include "hookhost/frontend/grpc_raw_service.h"
 #include "hookhost/frontend/grpc_stream_sink.h"
 #include "hookhost/frontend/proto/inference.grpc.pb.h"
 #include "net/open_connections.h"
@@ -34,28 +35,6 @@ std::optional<TraceContext> CallTrace(const grpc::ServerContextBase& context) {
   }
   return ParseTraceparent({tp->second.data(), tp->second.size()});
 }
-
-using Grpc = inference::GRPCInferenceService;
-using SharedMemoryMethods = Grpc::WithRawCallbackMethod_SystemSharedMemoryStatus<
-    Grpc::WithRawCallbackMethod_SystemSharedMemoryRegister<
-        Grpc::WithRawCallbackMethod_SystemSharedMemoryUnregister<
-            Grpc::WithRawCallbackMethod_CudaSharedMemoryStatus<
-                Grpc::WithRawCallbackMethod_CudaSharedMemoryRegister<
-                    Grpc::WithRawCallbackMethod_CudaSharedMemoryUnregister<Grpc::Service>>>>>>;
-// Every method takes its message as bytes and parses it itself (ReadMessage), so that a
-// message that is not valid protobuf is answered INVALID_ARGUMENT with what was wrong: the
-// generated handlers answer UNIMPLEMENTED with no detail, which reads as a missing method.
-using RawService = Grpc::WithRawCallbackMethod_ServerLive<
-    Grpc::WithRawCallbackMethod_ServerReady<Grpc::WithRawCallbackMethod_ModelReady<
-        Grpc::WithRawCallbackMethod_ServerMetadata<Grpc::WithRawCallbackMethod_ModelMetadata<
-            Grpc::WithRawCallbackMethod_ModelInfer<Grpc::WithRawCallbackMethod_ModelStreamInfer<
-                Grpc::WithRawCallbackMethod_ModelConfig<Grpc::WithRawCallbackMethod_RepositoryIndex<
-                    Grpc::WithRawCallbackMethod_RepositoryModelLoad<
-                        Grpc::WithRawCallbackMethod_RepositoryModelUnload<
-                            Grpc::WithRawCallbackMethod_ModelStatistics<
-                                Grpc::WithRawCallbackMethod_LogSettings<
-                                    Grpc::WithRawCallbackMethod_TraceSetting<
-                                        SharedMemoryMethods>>>>>>>>>>>>>>;
 
 inference::DataType ConfigType(DType dtype) {
   std::string name = "TYPE_" + std::string(KServeName(dtype));

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "hookhost/frontend/json_parameters.h"
 #include "hookhost/frontend/json_strings.h"
 #include "hookhost/frontend/kserve_codec.h"
 
@@ -20,18 +21,6 @@ namespace od = simdjson::ondemand;
 constexpr size_t kReusedParserBytes = 1 << 20;
 
 Error NotAnObject() { return InvalidArgument("the request body is not a JSON object"); }
-
-// The first `max` bytes of `s`, cut back to a UTF-8 character boundary.
-std::string Clip(std::string_view s, size_t max) {
-  if (s.size() <= max) {
-    return std::string(s);
-  }
-  size_t end = max;
-  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) {
-    --end;
-  }
-  return std::string(s.substr(0, end));
-}
 
 template <typename T>
 void Put(uint8_t* dst, T v) {
@@ -190,66 +179,6 @@ class DataReader {
   bool more_ = false;
 };
 
-// The "parameters" object of `object` (nullopt when absent), INVALID_ARGUMENT when mistyped.
-struct Parameters {
-  std::optional<bool> binary_data_output, binary_data;
-  std::optional<int64_t> timeout, priority, binary_data_size;
-  std::optional<int64_t> shared_memory_offset, shared_memory_byte_size;
-  std::optional<std::string> tenant, shared_memory_region;
-};
-
-Status ReadParameters(od::value& value, Parameters* out) {
-  od::object object;
-  if (value.get_object().get(object)) {
-    return InvalidArgument("\"parameters\" must be an object");
-  }
-  for (simdjson::simdjson_result<od::field> field : object) {
-    std::string_view key;
-    od::value v;
-    if (field.unescaped_key().get(key) || field.value().get(v)) {
-      return InvalidArgument("\"parameters\" is not valid JSON");
-    }
-    auto boolean = [&](std::optional<bool>* slot) -> Status {
-      bool b;
-      if (v.get_bool().get(b)) {
-        return InvalidArgument("parameter \"" + std::string(key) + "\" must be a boolean");
-      }
-      *slot = b;
-      return OkStatus();
-    };
-    auto integer = [&](std::optional<int64_t>* slot) -> Status {
-      int64_t i;
-      if (v.get_int64().get(i)) {
-        return InvalidArgument("parameter \"" + std::string(key) + "\" must be an integer");
-      }
-      *slot = i;
-      return OkStatus();
-    };
-    if (key == "binary_data_output") {
-      FERRY_RETURN_IF_ERROR(boolean(&out->binary_data_output));
-    } else if (key == "binary_data") {
-      FERRY_RETURN_IF_ERROR(boolean(&out->binary_data));
-    } else if (key == "timeout") {
-      FERRY_RETURN_IF_ERROR(integer(&out->timeout));
-    } else if (key == "priority") {
-      FERRY_RETURN_IF_ERROR(integer(&out->priority));
-    } else if (key == "binary_data_size") {
-      FERRY_RETURN_IF_ERROR(integer(&out->binary_data_size));
-    } else if (key == "tenant" || key == "shared_memory_region") {
-      std::string_view s;
-      if (v.get_string().get(s)) {
-        return InvalidArgument("parameter \"" + std::string(key) + "\" must be a string");
-      }
-      (key == "tenant" ? out->tenant : out->shared_memory_region) = Clip(s, kMaxTenantNameBytes);
-    } else if (key == "shared_memory_offset") {
-      FERRY_RETURN_IF_ERROR(integer(&out->shared_memory_offset));
-    } else if (key == "shared_memory_byte_size") {
-      FERRY_RETURN_IF_ERROR(integer(&out->shared_memory_byte_size));
-    }
-  }
-  return OkStatus();
-}
-
 Result<std::string> ReadString(od::value& v, std::string_view what) {
   std::string_view s;
   if (v.get_string().get(s)) {
@@ -283,7 +212,7 @@ Result<Shape> ReadShape(od::value& v, const std::string& name) {
 struct TensorFields {
   std::optional<std::string> name, datatype;
   std::optional<Shape> shape;
-  Parameters parameters;
+  JsonParameters parameters;
   bool has_data = false;
 };
 
@@ -506,7 +435,7 @@ Status ReadOutputs(od::value& value, ParsedInfer* parsed,
       return unnamed;
     }
     std::optional<std::string> name;
-    Parameters params;
+    JsonParameters params;
     for (simdjson::simdjson_result<od::field> field : o) {
       std::string_view key;
       od::value v;
@@ -540,7 +469,7 @@ Status ReadDocument(od::document& doc, size_t text_bytes, std::string_view binar
   if (doc.get_object().get(top)) {
     return NotAnObject();
   }
-  Parameters params;
+  JsonParameters params;
   bool has_inputs = false;
   std::vector<std::optional<bool>> output_binary;
   for (simdjson::simdjson_result<od::field> field : top) {

@@ -118,7 +118,7 @@ nlohmann::json ServerMetadata() {
           {"version", "0.1.0"},
           {"extensions",
            {"binary_tensor_data", "logging", "model_configuration", "model_repository",
-            "parameters", "statistics", "trace"}}};
+            "parameters", "statistics", "system_shared_memory", "trace"}}};
 }
 
 int64_t MaxBatchSize(const Manifest& manifest) {

@@ -381,7 +381,7 @@ TEST_CASE("metadata and config of the example MLP") {
   CHECK(config["input"][0]["data_type"] == "TYPE_FP32");
   CHECK(ServerMetadata()["extensions"] ==
         json::array({"binary_tensor_data", "logging", "model_configuration", "model_repository",
-                     "parameters", "statistics", "trace"}));
+                     "parameters", "statistics", "system_shared_memory", "trace"}));
   // A raw binary body is one row of the one input.
   std::string body(784 * 4, '\0');
   Result<ParsedInfer> raw = ParseRawInferRequest(*m, body);
