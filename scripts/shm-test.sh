@@ -12,7 +12,7 @@ ferry_venv "$build"
 ferry_scratch
 mkdir -p "$dir/models"
 cp -r examples/models/mlp "$dir/models/"
-ferry_start_node "$build" "$dir" "shm$$" $'[frontend]\nsystem_shared_memory = true'
+ferry_start_node "$build" "$dir" "shm$$" $'[frontend]\nsystem_shared_memory = true\ntenants = ["acme"]'
 failures=0
 "$venv/bin/python" tests/clients/shm_test.py "$address" "$(ferry_listen grpc)" ||
   failures=$((failures + 1))

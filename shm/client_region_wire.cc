@@ -127,7 +127,7 @@ Result<size_t> ReceivePacket(int socket, void* data, size_t bytes, std::vector<i
     got = recvmsg(socket, &msg, flags | MSG_CMSG_CLOEXEC);
   } while (got < 0 && errno == EINTR);
   if (got < 0) {
-    return errno == EAGAIN ? Unavailable("no packet waiting")
+    return errno == EAGAIN ? Unavailable(kNoPacketWaiting)
                            : Internal(std::string("recvmsg (regions): ") + std::strerror(errno));
   }
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {

@@ -20,8 +20,9 @@
 
 namespace ferry::shm {
 
-// Regions a node holds at once, and the regions one infer request may name.
+// Regions a node holds at once (and the regions one infer request may name), and one tenant.
 inline constexpr uint32_t kMaxClientRegions = 64;
+inline constexpr uint32_t kMaxTenantRegions = 16;
 inline constexpr size_t kMaxRegionNameBytes = 127;
 inline constexpr size_t kMaxRegionKeyBytes = 255;
 
@@ -40,12 +41,13 @@ struct RegionEntry {
 // Register: one entry. Unregister / Status: one entry naming a region, or none for all.
 // Open: the entries to open, by name.
 // `tenant`: the caller's (0: anonymous); a region is seen, used and unregistered only by the
-// tenant that registered it.
+// tenant that registered it. `sequence`: echoed by the reply (a reply to an earlier request,
+// late past its wait, is told apart and dropped).
 struct RegionRequest {
   uint32_t op;
   uint32_t count;
   uint32_t tenant;
-  uint32_t reserved;
+  uint32_t sequence;
   RegionEntry entries[kMaxClientRegions];
 };
 
@@ -54,6 +56,8 @@ struct RegionRequest {
 struct RegionReply {
   uint32_t code;
   uint32_t count;
+  uint32_t sequence;
+  uint32_t reserved;
   char message[512];
   RegionEntry entries[kMaxClientRegions];
 };
@@ -80,6 +84,9 @@ size_t ReplyBytes(uint32_t count);
 // UNAVAILABLE (the peer gone, or its queue full under MSG_DONTWAIT).
 Status SendPacket(int socket, const void* data, size_t bytes, const std::vector<int>& fds = {},
                   int flags = 0);
+// ReceivePacket's UNAVAILABLE message under MSG_DONTWAIT when nothing is waiting.
+inline constexpr const char* kNoPacketWaiting = "no packet waiting";
+
 // Receives one packet into `data` (capacity `bytes`): its size, and the descriptors that came
 // with it in `fds` (owned by the caller from here). A packet larger than `bytes` or with
 // truncated control data is refused and every descriptor it carried closed. `flags`: recvmsg's

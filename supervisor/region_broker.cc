@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -51,9 +52,15 @@ RegionBroker::RegionBroker(bool enabled, std::string directory)
 
 RegionBroker::~RegionBroker() {
   if (thread_.joinable()) {
-    uint64_t one = 1;
-    [[maybe_unused]] ssize_t w = write(wake_fd_, &one, sizeof one);
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    Wake();
     thread_.join();
+  }
+  for (auto& [slot, fd] : attached_) {
+    close(fd);
   }
   for (auto& [name, region] : regions_) {
     close(region.fd);
@@ -79,20 +86,46 @@ Status RegionBroker::Start() {
   event.data.u64 = kWakeTag;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &event);
   thread_ = std::thread([this] { Serve(); });
+  Wake();  // Sockets attached before the thread ran.
   return OkStatus();
 }
 
 void RegionBroker::Attach(uint32_t slot, int fd) {
-  std::lock_guard lock(mu_);
-  if (auto it = sockets_.find(slot); it != sockets_.end()) {
-    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second, nullptr);
-    close(it->second);
+  {
+    std::lock_guard lock(mu_);
+    attached_.emplace_back(slot, fd);
   }
-  sockets_[slot] = fd;
-  epoll_event event{};
-  event.events = EPOLLIN;
-  event.data.u64 = static_cast<uint64_t>(fd);
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event);
+  Wake();
+}
+
+void RegionBroker::Wake() {
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t w = write(wake_fd_, &one, sizeof one);
+}
+
+bool RegionBroker::TakeAttached() {
+  std::vector<std::pair<uint32_t, int>> attached;
+  uint64_t count;
+  [[maybe_unused]] ssize_t r = read(wake_fd_, &count, sizeof count);
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      return false;
+    }
+    attached.swap(attached_);
+  }
+  for (auto [slot, fd] : attached) {
+    if (auto it = sockets_.find(slot); it != sockets_.end()) {
+      epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second, nullptr);
+      close(it->second);
+    }
+    sockets_[slot] = fd;
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = static_cast<uint64_t>(fd);
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event);
+  }
+  return true;
 }
 
 size_t RegionBroker::size() const {
@@ -106,14 +139,29 @@ void RegionBroker::Serve() {
     int n = epoll_wait(epoll_fd_, events, 16, -1);
     for (int i = 0; i < n; ++i) {
       if (events[i].data.u64 == kWakeTag) {
-        return;
+        if (!TakeAttached()) {
+          return;
+        }
+        continue;
       }
       ServeOne(static_cast<int>(events[i].data.u64));
     }
   }
 }
 
+bool RegionBroker::WellFormed(const shm::RegionRequest& request, size_t bytes) {
+  return bytes >= shm::RequestBytes(0) && request.count <= shm::kMaxClientRegions &&
+         bytes == shm::RequestBytes(request.count) &&
+         request.op >= static_cast<uint32_t>(shm::RegionOp::kRegister) &&
+         request.op <= static_cast<uint32_t>(shm::RegionOp::kOpen);
+}
+
 void RegionBroker::ServeOne(int fd) {
+  // An event of this batch for a socket replaced (closed) earlier in it: not ours any more.
+  if (std::none_of(sockets_.begin(), sockets_.end(),
+                   [fd](const auto& slot) { return slot.second == fd; })) {
+    return;
+  }
   auto request = std::make_unique<shm::RegionRequest>();
   std::vector<int> received;
   Result<size_t> got =
@@ -121,24 +169,26 @@ void RegionBroker::ServeOne(int fd) {
   for (int stray : received) {  // A hook host sends no descriptors.
     close(stray);
   }
-  if (!got.ok()) {
-    if (got.error().code == ErrorCode::kInvalidArgument) {
-      spdlog::warn("region socket: {}", got.error().message);
-    } else if (got.error().message != "no packet waiting") {
-      Drop(fd);
-    }
+  if (!got.ok() && got.error().message == shm::kNoPacketWaiting) {
+    return;
+  }
+  // A hook host that sends what no hook host would, or that does not read its replies, is
+  // dropped (its next call fails; a restarted one gets a new socket), never served or waited
+  // on again.
+  if (!got.ok() || !WellFormed(*request, *got)) {
+    spdlog::warn("region socket: {}; dropped",
+                 got.ok() ? "a malformed request" : got.error().message);
+    Drop(fd);
     return;
   }
   std::vector<int> fds;
   auto reply = std::make_unique<shm::RegionReply>(Handle(*request, *got, &fds));
-  // A hook host that does not read its replies is dropped, not waited on.
   if (!shm::SendPacket(fd, reply.get(), shm::ReplyBytes(reply->count), fds, MSG_DONTWAIT).ok()) {
     Drop(fd);
   }
 }
 
 void RegionBroker::Drop(int fd) {
-  std::lock_guard lock(mu_);
   for (auto it = sockets_.begin(); it != sockets_.end(); ++it) {
     if (it->second == fd) {
       epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
@@ -153,11 +203,11 @@ shm::RegionReply RegionBroker::Handle(const shm::RegionRequest& request, size_t 
                                       std::vector<int>* fds) {
   shm::RegionReply reply{};
   fds->clear();
-  if (bytes < shm::RequestBytes(0) || request.count > shm::kMaxClientRegions ||
-      bytes != shm::RequestBytes(request.count)) {
-    shm::SetReplyError(reply, InvalidArgument("a region request of the wrong size"));
+  if (!WellFormed(request, bytes)) {
+    shm::SetReplyError(reply, InvalidArgument("a malformed region request"));
     return reply;
   }
+  reply.sequence = request.sequence;
   Status done = OkStatus();
   switch (static_cast<shm::RegionOp>(request.op)) {
     case shm::RegionOp::kRegister:
@@ -196,16 +246,7 @@ Status RegionBroker::Register(const shm::RegionEntry& entry, uint32_t tenant) {
     return InvalidArgument("region '" + name + "': byte_size must be positive and offset + " +
                            "byte_size must not overflow");
   }
-  {
-    std::lock_guard lock(mu_);
-    if (regions_.count(name) != 0) {
-      return InvalidArgument("region '" + name + "' is already registered (unregister it first)");
-    }
-    if (regions_.size() >= shm::kMaxClientRegions) {
-      return ResourceExhausted("this node holds " + std::to_string(shm::kMaxClientRegions) +
-                               " regions already: unregister one first");
-    }
-  }
+  FERRY_RETURN_IF_ERROR(Room(name, tenant));
   FERRY_ASSIGN_OR_RETURN(auto opened, OpenObject(directory_, key));
   auto [fd, writable] = opened;
   struct stat st {};
@@ -221,12 +262,8 @@ Status RegionBroker::Register(const shm::RegionEntry& entry, uint32_t tenant) {
     close(fd);
     return fits;
   }
-  std::lock_guard lock(mu_);
-  if (regions_.count(name) != 0 || regions_.size() >= shm::kMaxClientRegions) {
-    close(fd);  // Registered by another hook host meanwhile.
-    return InvalidArgument("region '" + name + "' is already registered (unregister it first)");
-  }
-  Region& region = regions_[name];
+  std::lock_guard lock(mu_);  // Only this thread adds: Room's answer still holds.
+  Region& region = regions_[{tenant, name}];
   region.entry = shm::MakeEntry(name, key, entry.offset, entry.byte_size);
   region.entry.writable = writable ? 1 : 0;
   region.entry.tenant = tenant;
@@ -261,10 +298,26 @@ Status RegionBroker::Unregister(const shm::RegionRequest& request) {
   return OkStatus();
 }
 
-std::map<std::string, RegionBroker::Region>::const_iterator RegionBroker::Find(
-    const std::string& name, uint32_t tenant) const {
-  auto it = regions_.find(name);
-  return it != regions_.end() && it->second.entry.tenant == tenant ? it : regions_.end();
+RegionBroker::Regions::const_iterator RegionBroker::Find(const std::string& name,
+                                                         uint32_t tenant) const {
+  return regions_.find({tenant, name});
+}
+
+Status RegionBroker::Room(const std::string& name, uint32_t tenant) const {
+  std::lock_guard lock(mu_);
+  if (regions_.count({tenant, name}) != 0) {
+    return InvalidArgument("region '" + name + "' is already registered (unregister it first)");
+  }
+  size_t own = 0;
+  for (const auto& [key, region] : regions_) {
+    own += key.first == tenant ? 1 : 0;
+  }
+  if (own >= shm::kMaxTenantRegions || regions_.size() >= shm::kMaxClientRegions) {
+    return ResourceExhausted("at most " + std::to_string(shm::kMaxTenantRegions) +
+                             " regions per tenant and " + std::to_string(shm::kMaxClientRegions) +
+                             " per node: unregister one first");
+  }
+  return OkStatus();
 }
 
 void RegionBroker::Describe(const shm::RegionRequest& request, shm::RegionReply* reply) const {

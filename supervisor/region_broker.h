@@ -16,9 +16,10 @@
 // writing when ferryd may, else read-only (outputs then refused).
 //
 // Thread safety: Attach, Handle and the destructor from any thread; the broker's own thread
-// serves the sockets (and is the only caller of Handle outside tests, so a descriptor it sends
-// is never closed under it). A hook host that stops reading its replies is dropped, never
-// waited on.
+// serves the sockets, and alone adds, reads and closes them (so a socket is never closed
+// under a request being served on it) (and is the only caller of Handle outside tests, so a
+// descriptor it sends is never closed under it). A hook host that stops reading its replies is
+// dropped, never waited on.
 #pragma once
 
 #include <map>
@@ -48,7 +49,9 @@ class RegionBroker {
   void Attach(uint32_t slot, int fd);
 
   // One request (`bytes` received) and its reply; `fds`: the descriptors to send with it
-  // (owned by the broker: not to be closed by the caller). Public for tests.
+  // (owned by the broker: not to be closed by the caller, and valid only until the next
+  // Handle). Called by the broker's thread; public for tests, which call it on a broker
+  // whose thread was not started.
   shm::RegionReply Handle(const shm::RegionRequest& request, size_t bytes, std::vector<int>* fds);
   size_t size() const;
 
@@ -60,20 +63,29 @@ class RegionBroker {
   Status Register(const shm::RegionEntry& entry, uint32_t tenant);
   // `name` if `tenant` registered it (another tenant's region is as good as absent to it).
   // REQUIRES: mu_ held.
-  std::map<std::string, Region>::const_iterator Find(const std::string& name,
-                                                     uint32_t tenant) const;
+  using Regions = std::map<std::pair<uint32_t, std::string>, Region>;  // By tenant, name.
+  Regions::const_iterator Find(const std::string& name, uint32_t tenant) const;
+  // INVALID_ARGUMENT when the tenant has `name` already, RESOURCE_EXHAUSTED past the bounds.
+  Status Room(const std::string& name, uint32_t tenant) const;
+  static bool WellFormed(const shm::RegionRequest& request, size_t bytes);
   Status Unregister(const shm::RegionRequest& request);
   void Describe(const shm::RegionRequest& request, shm::RegionReply* reply) const;
   void Open(const shm::RegionRequest& request, shm::RegionReply* reply, std::vector<int>* fds);
   void Serve();
   void ServeOne(int fd);
   void Drop(int fd);
+  void Wake();
+  // The broker's thread: the sockets attached since, each replacing its slot's; false when
+  // stopping.
+  bool TakeAttached();
 
   const bool enabled_;
   const std::string directory_;
   mutable std::mutex mu_;
-  std::map<std::string, Region> regions_;  // By name. Guarded by mu_.
-  std::map<uint32_t, int> sockets_;        // By hook host slot. Guarded by mu_.
+  Regions regions_;  // Guarded by mu_ (changed only by the broker's thread).
+  std::vector<std::pair<uint32_t, int>> attached_;  // Not yet taken. Guarded by mu_.
+  bool stopping_ = false;                           // Guarded by mu_.
+  std::map<uint32_t, int> sockets_;  // By hook host slot. The broker's thread's only.
   int epoll_fd_ = -1;
   int wake_fd_ = -1;  // An eventfd: the destructor stops the thread.
   std::thread thread_;

@@ -59,6 +59,11 @@ struct Rig {
   }
 };
 
+size_t OpenDescriptors() {
+  return static_cast<size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                                           std::filesystem::directory_iterator()));
+}
+
 ErrorCode CodeOf(const Status& s) { return s.ok() ? ErrorCode::kInternal : s.error().code; }
 
 TEST_CASE("register, status, unregister: Triton's rules") {
@@ -131,28 +136,40 @@ TEST_CASE("hostile keys, objects and places are refused by name") {
   CHECK(rig.broker->size() == 0);
 }
 
-TEST_CASE("at most kMaxClientRegions regions; each a tenant's own") {
+TEST_CASE("at most 16 regions a tenant and 64 a node; each region its tenant's own") {
   Rig rig;
   rig.Object("/in", 64);
-  for (uint32_t i = 0; i < shm::kMaxClientRegions; ++i) {
-    REQUIRE(rig.client->Register("r" + std::to_string(i), "/in", 0, 64, i % 2).ok());
+  auto name = [](uint32_t tenant, uint32_t i) {
+    return "t" + std::to_string(tenant) + "_" + std::to_string(i);
+  };
+  for (uint32_t tenant = 0; tenant < 4; ++tenant) {
+    for (uint32_t i = 0; i < shm::kMaxTenantRegions; ++i) {
+      REQUIRE(rig.client->Register(name(tenant, i), "/in", 0, 64, tenant).ok());
+    }
   }
-  CHECK(CodeOf(rig.client->Register("one_more", "/in", 0, 64, 0)) == ErrorCode::kResourceExhausted);
-  // Tenant 1 sees its 32, not tenant 0's; cannot unregister or use them.
-  CHECK(rig.client->Describe("", 1)->size() == shm::kMaxClientRegions / 2);
-  CHECK(!rig.client->Describe("r0", 1).ok());
-  CHECK(rig.client->Unregister("r0", 1).ok());
+  CHECK(CodeOf(rig.client->Register("one_more", "/in", 0, 64, 0)) ==
+        ErrorCode::kResourceExhausted);  // The tenant's bound.
+  CHECK(CodeOf(rig.client->Register("one_more", "/in", 0, 64, 5)) ==
+        ErrorCode::kResourceExhausted);  // The node's.
+  // Tenant 1 sees its own 16, not tenant 0's; cannot unregister or use them.
+  CHECK(rig.client->Describe("", 1)->size() == shm::kMaxTenantRegions);
+  CHECK(!rig.client->Describe(name(0, 0), 1).ok());
+  CHECK(rig.client->Unregister(name(0, 0), 1).ok());
   CHECK(rig.broker->size() == shm::kMaxClientRegions);
   hookhost::InferRequest request;
-  request.tenant = 1;
   request.inputs.push_back({"x", DType::kU8, {8}, {}});
   std::vector<std::vector<uint8_t>> storage;
-  CHECK(CodeOf(rig.client->ReadInputs({{0, SharedTensor{"r0", 0, 8}}}, &request, &storage)) ==
-        ErrorCode::kNotFound);
-  // Unregistering all is the tenant's all.
+  CHECK(CodeOf(rig.client->ReadInputs({{0, SharedTensor{name(0, 0), 0, 8}}}, 1, &request,
+                                      &storage)) == ErrorCode::kNotFound);
+  // Unregistering all is the tenant's all; a name is per tenant, so tenant 1 may take one
+  // tenant 0 uses, and each reads its own.
   CHECK(rig.client->Unregister("", 1).ok());
-  CHECK(rig.broker->size() == shm::kMaxClientRegions / 2);
-  CHECK(rig.client->Describe("", 0)->size() == shm::kMaxClientRegions / 2);
+  CHECK(rig.broker->size() == shm::kMaxClientRegions - shm::kMaxTenantRegions);
+  CHECK(rig.client->Describe("", 0)->size() == shm::kMaxTenantRegions);
+  rig.Object("/other", 64);
+  REQUIRE(rig.client->Register(name(0, 0), "/other", 8, 8, 1).ok());
+  CHECK(rig.client->Describe(name(0, 0), 1)->at(0).key == "/other");
+  CHECK(rig.client->Describe(name(0, 0), 0)->at(0).key == "/in");
 }
 
 TEST_CASE("inputs read from a region; outputs written into one") {
@@ -164,17 +181,17 @@ TEST_CASE("inputs read from a region; outputs written into one") {
   request.inputs.push_back({"b", DType::kU8, {4}, {}});
   std::vector<std::vector<uint8_t>> storage;
   REQUIRE(rig.client
-              ->ReadInputs({{0, SharedTensor{"io", 0, 16}}, {1, SharedTensor{"io", 50, 4}}},
+              ->ReadInputs({{0, SharedTensor{"io", 0, 16}}, {1, SharedTensor{"io", 50, 4}}}, 0,
                            &request, &storage)
               .ok());
   REQUIRE(request.inputs[0].bytes.size() == 16);
   CHECK(request.inputs[0].bytes[0] == 100 % 251);  // The region's offset, then the place's.
   CHECK(request.inputs[1].bytes[0] == 150 % 251);
   // Past the region (not the object): refused.
-  Status past = rig.client->ReadInputs({{0, SharedTensor{"io", 1990, 16}}}, &request, &storage);
+  Status past = rig.client->ReadInputs({{0, SharedTensor{"io", 1990, 16}}}, 0, &request, &storage);
   CHECK(CodeOf(past) == ErrorCode::kInvalidArgument);
   CHECK(past.error().message.find("past its 2000 bytes") != std::string::npos);
-  CHECK(CodeOf(rig.client->ReadInputs({{0, SharedTensor{"io", UINT64_MAX, 16}}}, &request,
+  CHECK(CodeOf(rig.client->ReadInputs({{0, SharedTensor{"io", UINT64_MAX, 16}}}, 0, &request,
                                       &storage)) == ErrorCode::kInvalidArgument);
 
   hookhost::ResponseTensor out{"y", DType::kU8, {3}, {7, 8, 9}};
@@ -202,15 +219,32 @@ TEST_CASE("a region truncated under a request is a short read, refused (no SIGBU
   hookhost::InferRequest request;
   request.inputs.push_back({"a", DType::kU8, {1024}, {}});
   std::vector<std::vector<uint8_t>> storage;
-  Status read = rig.client->ReadInputs({{0, SharedTensor{"s", 0, 1024}}}, &request, &storage);
+  Status read = rig.client->ReadInputs({{0, SharedTensor{"s", 0, 1024}}}, 0, &request, &storage);
   CHECK(CodeOf(read) == ErrorCode::kInvalidArgument);
   CHECK(read.error().message.find("shorter than registered") != std::string::npos);
   // A BYTES input whose serialization lies about its lengths: refused when read.
   rig.Object("/bytes", 64);
   REQUIRE(rig.client->Register("b", "/bytes", 0, 64, 0).ok());
   request.inputs[0] = {"t", DType::kBytes, {1}, {}};
-  CHECK(CodeOf(rig.client->ReadInputs({{0, SharedTensor{"b", 0, 64}}}, &request, &storage)) ==
+  CHECK(CodeOf(rig.client->ReadInputs({{0, SharedTensor{"b", 0, 64}}}, 0, &request, &storage)) ==
         ErrorCode::kInvalidArgument);
+}
+
+TEST_CASE("a restarted hook host's socket replaces its slot's; the registry stays") {
+  Rig rig;
+  rig.Object("/in", 64);
+  REQUIRE(rig.client->Register("kept", "/in", 0, 64, 0).ok());
+  int pair[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
+  rig.broker->Attach(0, pair[0]);
+  ClientRegions successor(pair[1]);
+  Result<std::vector<frontend::RegionStatus>> seen = successor.Describe("", 0);
+  REQUIRE(seen.ok());
+  CHECK(seen->size() == 1);
+  // The predecessor's socket is closed by the broker: its next call fails, not hangs.
+  Result<std::vector<frontend::RegionStatus>> old = rig.client->Describe("", 0);
+  REQUIRE(!old.ok());
+  CHECK(old.error().code == ErrorCode::kUnavailable);
 }
 
 TEST_CASE("malformed packets are refused, their descriptors closed") {
@@ -231,37 +265,115 @@ TEST_CASE("malformed packets are refused, their descriptors closed") {
   CHECK(!shm::ReplyStatus(broker.Handle(*request, shm::RequestBytes(1), &fds)).ok());
   CHECK(broker.size() == 0);
 
-  // A packet carrying descriptors and too large for its buffer: refused, each closed.
+  // A packet carrying descriptors and too large for its buffer: refused, each closed (the
+  // process holds as many descriptors after as before).
   int pair[2];
   REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
   int probe = open("/dev/null", O_RDONLY | O_CLOEXEC);
   std::string big(256, 'x');
-  REQUIRE(shm::SendPacket(pair[0], big.data(), big.size(), {probe}).ok());
+  REQUIRE(shm::SendPacket(pair[0], big.data(), big.size(), {probe, probe, probe}).ok());
+  size_t open_before = OpenDescriptors();
   char small[16];
   Result<size_t> got = shm::ReceivePacket(pair[1], small, sizeof small, &fds);
   CHECK(CodeOf(got.ok() ? OkStatus() : Status(got.error())) == ErrorCode::kInvalidArgument);
   CHECK(fds.empty());
+  CHECK(OpenDescriptors() == open_before);
   close(probe);
   close(pair[0]);
   close(pair[1]);
 }
 
-TEST_CASE("a broker answering wrongly is refused by the client") {
+TEST_CASE("a hook host sending a malformed request is dropped, not served again") {
+  Rig rig;
   int pair[2];
   REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
-  ClientRegions client(pair[1]);
-  // A peer that answers any request with 3 bytes of garbage.
+  rig.broker->Attach(1, pair[0]);
+  std::string junk(7, 'x');  // Shorter than any request.
+  REQUIRE(shm::SendPacket(pair[1], junk.data(), junk.size()).ok());
+  char reply[8];
+  std::vector<int> fds;
+  // The broker closes its end instead of answering: the hook host reads the end of the stream.
+  Result<size_t> got = shm::ReceivePacket(pair[1], reply, sizeof reply, &fds);
+  REQUIRE(!got.ok());
+  CHECK(got.error().code == ErrorCode::kUnavailable);
+  close(pair[1]);
+  CHECK(rig.client->Describe("", 0).ok());  // Another hook host is served as before.
+}
+
+TEST_CASE("a late reply is told apart by its sequence number and dropped") {
+  int pair[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
+  ClientRegions client(pair[1], 100);
+  // A broker that answers the first call after the client gave up, then the second at once.
   std::thread peer([fd = pair[0]] {
-    char in[sizeof(shm::RegionRequest)];
+    auto in = std::make_unique<shm::RegionRequest>();
     std::vector<int> fds;
-    if (shm::ReceivePacket(fd, in, sizeof in, &fds).ok()) {
-      shm::SendPacket(fd, "bad", 3);
+    std::vector<uint32_t> sequences;
+    for (int call = 0; call < 2; ++call) {
+      if (!shm::ReceivePacket(fd, in.get(), sizeof *in, &fds).ok()) {
+        return;
+      }
+      sequences.push_back(in->sequence);
+    }
+    for (uint32_t sequence :
+         sequences) {  // The first call's reply (one region), then the second's.
+      auto reply = std::make_unique<shm::RegionReply>();
+      reply->sequence = sequence;
+      reply->count = sequence == sequences[0] ? 1 : 0;
+      reply->entries[0] = shm::MakeEntry("stale", "/stale", 0, 8);
+      shm::SendPacket(fd, reply.get(), shm::ReplyBytes(reply->count));
     }
   });
-  Result<std::vector<frontend::RegionStatus>> status = client.Describe("", 0);
+  Result<std::vector<frontend::RegionStatus>> first = client.Describe("", 0);
+  REQUIRE(!first.ok());
+  CHECK(first.error().code == ErrorCode::kUnavailable);  // Waited 100 ms, gave up.
+  Result<std::vector<frontend::RegionStatus>> second = client.Describe("", 0);
   peer.join();
-  REQUIRE(!status.ok());
-  CHECK(status.error().code == ErrorCode::kInternal);
+  REQUIRE(second.ok());
+  CHECK(second->empty());  // Its own answer, not the first call's late one.
+  close(pair[0]);
+}
+
+TEST_CASE("a broker answering wrongly is refused by the client, its descriptors closed") {
+  int pair[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
+  ClientRegions client(pair[1], 200);
+  int probe = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  // A peer answering each call wrongly: 3 bytes of garbage (not a reply: dropped, the call
+  // times out); a count the packet does not hold; an Open's reply without its descriptors,
+  // and one with descriptors it did not ask for.
+  std::thread peer([fd = pair[0], probe] {
+    auto in = std::make_unique<shm::RegionRequest>();
+    auto reply = std::make_unique<shm::RegionReply>();
+    std::vector<int> fds;
+    for (int call = 0; call < 4; ++call) {
+      if (!shm::ReceivePacket(fd, in.get(), sizeof *in, &fds).ok()) {
+        return;
+      }
+      *reply = {};
+      reply->sequence = in->sequence;
+      if (call == 0) {
+        shm::SendPacket(fd, "bad", 3);
+      } else if (call == 1) {
+        reply->count = 3;
+        shm::SendPacket(fd, reply.get(), shm::ReplyBytes(1));
+      } else {
+        reply->count = 1;
+        reply->entries[0] = shm::MakeEntry("r", "/r", 0, 8);
+        shm::SendPacket(fd, reply.get(), shm::ReplyBytes(1),
+                        call == 2 ? std::vector<int>{} : std::vector<int>{probe, probe});
+      }
+    }
+  });
+  size_t open_before = OpenDescriptors();
+  CHECK(client.Describe("", 0).error().code == ErrorCode::kUnavailable);
+  CHECK(client.Describe("", 0).error().code == ErrorCode::kInternal);
+  hookhost::ResponseTensor out{"y", DType::kU8, {1}, {1}};
+  CHECK(CodeOf(client.WriteOutputs({{&out, SharedTensor{"r", 0, 1}}}, 0)) == ErrorCode::kInternal);
+  CHECK(CodeOf(client.WriteOutputs({{&out, SharedTensor{"r", 0, 1}}}, 0)) == ErrorCode::kInternal);
+  peer.join();
+  CHECK(OpenDescriptors() == open_before);  // The two sent were closed.
+  close(probe);
   close(pair[0]);
 }
 

@@ -7,13 +7,11 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/clock.h"
 #include "model/dtype.h"
 
 namespace ferry::frontend {
 namespace {
-
-// ferryd answers at once; a broker that does not is as good as gone.
-constexpr int kReplyWaitMs = 5000;
 
 std::string Named(const SharedTensor& place) { return "region '" + place.region + "'"; }
 
@@ -54,7 +52,8 @@ Status WriteAll(int fd, const uint8_t* data, uint64_t bytes, uint64_t at,
 
 }  // namespace
 
-ClientRegions::ClientRegions(int socket) : socket_(socket) {}
+ClientRegions::ClientRegions(int socket, int reply_wait_ms)
+    : socket_(socket), reply_wait_ms_(reply_wait_ms) {}
 
 ClientRegions::~ClientRegions() { close(socket_); }
 
@@ -63,14 +62,25 @@ Result<std::unique_ptr<shm::RegionReply>> ClientRegions::Call(shm::RegionRequest
   auto reply = std::make_unique<shm::RegionReply>();
   std::vector<int> fds;
   std::lock_guard lock(mu_);
+  request.sequence = ++sequence_;
   FERRY_RETURN_IF_ERROR(shm::SendPacket(socket_, &request, shm::RequestBytes(request.count)));
-  pollfd p{socket_, POLLIN, 0};
-  if (poll(&p, 1, kReplyWaitMs) != 1) {
-    return Unavailable("ferryd's region broker did not answer");
+  int64_t until = MonotonicNs() + int64_t{reply_wait_ms_} * 1'000'000;
+  size_t got = 0;
+  for (;;) {  // Replies to earlier calls that gave up waiting are dropped, descriptors closed.
+    int64_t left_ms = (until - MonotonicNs()) / 1'000'000;
+    pollfd p{socket_, POLLIN, 0};
+    if (left_ms <= 0 || poll(&p, 1, static_cast<int>(left_ms)) != 1) {
+      return Unavailable("ferryd's region broker did not answer");
+    }
+    FERRY_ASSIGN_OR_RETURN(got, shm::ReceivePacket(socket_, reply.get(), sizeof *reply, &fds));
+    if (got >= shm::ReplyBytes(0) && reply->sequence == request.sequence) {
+      break;
+    }
+    for (int fd : fds) {
+      close(fd);
+    }
   }
-  FERRY_ASSIGN_OR_RETURN(size_t got, shm::ReceivePacket(socket_, reply.get(), sizeof *reply, &fds));
-  bool sized = got >= shm::ReplyBytes(0) && reply->count <= shm::kMaxClientRegions &&
-               got == shm::ReplyBytes(reply->count);
+  bool sized = reply->count <= shm::kMaxClientRegions && got == shm::ReplyBytes(reply->count);
   bool fds_match = opened != nullptr && reply->code == 0 ? fds.size() == reply->count : fds.empty();
   if (!sized || !fds_match) {
     for (int fd : fds) {
@@ -140,6 +150,10 @@ Result<std::vector<ClientRegions::Opened>> ClientRegions::Open(
   request->tenant = tenant;
   std::vector<std::string> names;
   for (const SharedTensor* place : places) {
+    if (request->count == shm::kMaxClientRegions) {
+      return InvalidArgument("a request may name at most " +
+                             std::to_string(shm::kMaxClientRegions) + " regions");
+    }
     if (!shm::IsRegionName(place->region)) {
       return NotFound("no shared-memory region '" + place->region.substr(0, 128) +
                       "' is registered");
@@ -155,6 +169,10 @@ Result<std::vector<ClientRegions::Opened>> ClientRegions::Open(
   std::vector<Opened> opened;
   for (uint32_t i = 0; i < reply->count; ++i) {
     opened.push_back({reply->entries[i], fds[i]});
+  }
+  if (opened.size() != names.size()) {
+    CloseAll(opened);
+    return Internal("ferryd's region broker answered another number of regions");
   }
   // The broker answers the names asked, in order: anything else is refused.
   for (uint32_t i = 0; i < reply->count; ++i) {
@@ -190,13 +208,13 @@ Result<const ClientRegions::Opened*> ClientRegions::Locate(const std::vector<Ope
 }
 
 Status ClientRegions::ReadInputs(const std::vector<std::pair<size_t, SharedTensor>>& inputs,
-                                 hookhost::InferRequest* request,
+                                 uint32_t tenant, hookhost::InferRequest* request,
                                  std::vector<std::vector<uint8_t>>* storage) {
   std::vector<const SharedTensor*> places;
   for (const auto& [index, place] : inputs) {
     places.push_back(&place);
   }
-  FERRY_ASSIGN_OR_RETURN(std::vector<Opened> opened, Open(places, request->tenant));
+  FERRY_ASSIGN_OR_RETURN(std::vector<Opened> opened, Open(places, tenant));
   Status read = OkStatus();
   for (const auto& [index, place] : inputs) {
     hookhost::ClientTensor& tensor = request->inputs[index];

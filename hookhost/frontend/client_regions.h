@@ -48,7 +48,8 @@ inline constexpr const char* kCudaSharedMemoryRefusal =
 class ClientRegions {
  public:
   // `socket`: the hook host's end of its region socket (--region-fd), owned from here.
-  explicit ClientRegions(int socket);
+  // `reply_wait_ms`: how long a call waits for ferryd's answer (UNAVAILABLE after).
+  explicit ClientRegions(int socket, int reply_wait_ms = 5000);
   ~ClientRegions();
   ClientRegions(const ClientRegions&) = delete;
   ClientRegions& operator=(const ClientRegions&) = delete;
@@ -64,8 +65,8 @@ class ClientRegions {
   // Each of `inputs` (an index into request.inputs and its place) read into a new block of
   // `storage`, its span pointing there. INVALID_ARGUMENT for a place past its region, a size
   // other than its tensor's, a region shorter than registered; NOT_FOUND for a region not
-  // registered (for request->tenant).
-  Status ReadInputs(const std::vector<std::pair<size_t, SharedTensor>>& inputs,
+  // registered (for `tenant`, the caller's as authenticated). At most kMaxClientRegions places.
+  Status ReadInputs(const std::vector<std::pair<size_t, SharedTensor>>& inputs, uint32_t tenant,
                     hookhost::InferRequest* request, std::vector<std::vector<uint8_t>>* storage);
   // `tensor` written at `place`: INVALID_ARGUMENT when it does not fit or the region is
   // read-only; NOT_FOUND when the region is no longer registered.
@@ -89,6 +90,8 @@ class ClientRegions {
 
   std::mutex mu_;
   int socket_;
+  const int reply_wait_ms_;
+  uint32_t sequence_ = 0;  // The last call's. Guarded by mu_.
 };
 
 }  // namespace ferry::frontend

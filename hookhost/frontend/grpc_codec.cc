@@ -175,6 +175,68 @@ Status TakeBytes(const inference::ModelInferRequest& request, int i, int raw, ui
   return OkStatus();
 }
 
+// Input `i` of `request` into `parsed`: its tensor, read from typed contents, from
+// raw_input_contents (`raw`: the request has them; *next_raw the next one) or named in a client
+// region (its bytes read later, ClientRegions::ReadInputs).
+Status ParseGrpcInput(const inference::ModelInferRequest& request, int i, bool raw, int* next_raw,
+                      ParsedInfer* parsed) {
+  const auto& in = request.inputs(i);
+  std::string name = in.name().substr(0, 256);
+  std::optional<DType> dtype = DTypeFromKServe(in.datatype());
+  if (!dtype) {
+    return InvalidArgument("input '" + name + "': unsupported datatype '" +
+                           in.datatype().substr(0, 32) + "'");
+  }
+  if (in.shape_size() > 16) {
+    return InvalidArgument("input '" + name + "': more than 16 dims");
+  }
+  Shape shape(in.shape().begin(), in.shape().end());
+  for (int64_t d : shape) {
+    if (d < 0) {
+      return InvalidArgument("input '" + name + "': shape dims must be >= 0");
+    }
+  }
+  std::optional<uint64_t> count = ElementCount(shape);
+  std::optional<uint64_t> bytes =
+      *dtype == DType::kBytes ? std::optional<uint64_t>(0) : TensorByteSize(*dtype, shape);
+  if (!bytes || !count || *bytes > (uint64_t{1} << 40) || *count > (uint64_t{1} << 40)) {
+    return InvalidArgument("input '" + name + "': shape too large");
+  }
+  hookhost::ClientTensor tensor{name, *dtype, shape, {}};
+  FERRY_ASSIGN_OR_RETURN(std::optional<SharedTensor> place,
+                         GrpcPlace(in.parameters(), "input '" + name + "'", *bytes));
+  if (place) {
+    if (in.has_contents()) {
+      return InvalidArgument("input '" + name + "': both contents and shared_memory_region");
+    }
+    parsed->shm_inputs.emplace_back(static_cast<size_t>(i), std::move(*place));
+  } else if (*dtype == DType::kBytes) {
+    FERRY_RETURN_IF_ERROR(TakeBytes(request, i, raw ? (*next_raw)++ : -1, *count, parsed, &tensor));
+  } else if (raw) {
+    if (in.has_contents()) {
+      return InvalidArgument("input '" + name + "': both contents and raw_input_contents");
+    }
+    const std::string& data = request.raw_input_contents((*next_raw)++);
+    if (data.size() != *bytes) {
+      return InvalidArgument("input '" + name + "': raw_input_contents holds " +
+                             std::to_string(data.size()) + " bytes but shape and datatype make " +
+                             std::to_string(*bytes));
+    }
+    tensor.bytes =
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()), data.size());
+  } else {
+    size_t elem = static_cast<size_t>(DTypeBits(*dtype) / 8);
+    std::vector<uint8_t>& storage = parsed->storage.emplace_back();
+    Status converted = FromContents(in.contents(), *dtype, elem == 0 ? 0 : *bytes / elem, &storage);
+    if (!converted.ok()) {
+      return InvalidArgument("input '" + name + "': " + converted.error().message);
+    }
+    tensor.bytes = storage;
+  }
+  parsed->request.inputs.push_back(std::move(tensor));
+  return OkStatus();
+}
+
 }  // namespace
 
 Result<ParsedInfer> ParseGrpcInfer(const inference::ModelInferRequest& request) {
@@ -203,61 +265,7 @@ Result<ParsedInfer> ParseGrpcInfer(const inference::ModelInferRequest& request) 
   int next_raw = 0;
   parsed.storage.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
-    const auto& in = request.inputs(i);
-    std::string name = in.name().substr(0, 256);
-    std::optional<DType> dtype = DTypeFromKServe(in.datatype());
-    if (!dtype) {
-      return InvalidArgument("input '" + name + "': unsupported datatype '" +
-                             in.datatype().substr(0, 32) + "'");
-    }
-    if (in.shape_size() > 16) {
-      return InvalidArgument("input '" + name + "': more than 16 dims");
-    }
-    Shape shape(in.shape().begin(), in.shape().end());
-    for (int64_t d : shape) {
-      if (d < 0) {
-        return InvalidArgument("input '" + name + "': shape dims must be >= 0");
-      }
-    }
-    std::optional<uint64_t> count = ElementCount(shape);
-    std::optional<uint64_t> bytes =
-        *dtype == DType::kBytes ? std::optional<uint64_t>(0) : TensorByteSize(*dtype, shape);
-    if (!bytes || !count || *bytes > (uint64_t{1} << 40) || *count > (uint64_t{1} << 40)) {
-      return InvalidArgument("input '" + name + "': shape too large");
-    }
-    hookhost::ClientTensor tensor{name, *dtype, shape, {}};
-    FERRY_ASSIGN_OR_RETURN(std::optional<SharedTensor> place,
-                           GrpcPlace(in.parameters(), "input '" + name + "'", *bytes));
-    if (place) {
-      if (in.has_contents()) {
-        return InvalidArgument("input '" + name + "': both contents and shared_memory_region");
-      }
-      parsed.shm_inputs.emplace_back(static_cast<size_t>(i), std::move(*place));
-    } else if (*dtype == DType::kBytes) {
-      FERRY_RETURN_IF_ERROR(TakeBytes(request, i, raw ? next_raw++ : -1, *count, &parsed, &tensor));
-    } else if (raw) {
-      if (in.has_contents()) {
-        return InvalidArgument("input '" + name + "': both contents and raw_input_contents");
-      }
-      const std::string& data = request.raw_input_contents(next_raw++);
-      if (data.size() != *bytes) {
-        return InvalidArgument("input '" + name + "': raw_input_contents holds " +
-                               std::to_string(data.size()) + " bytes but shape and datatype make " +
-                               std::to_string(*bytes));
-      }
-      tensor.bytes =
-          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()), data.size());
-    } else {
-      size_t elem = static_cast<size_t>(DTypeBits(*dtype) / 8);
-      std::vector<uint8_t>& storage = parsed.storage.emplace_back();
-      Status converted =
-          FromContents(in.contents(), *dtype, elem == 0 ? 0 : *bytes / elem, &storage);
-      if (!converted.ok()) {
-        return InvalidArgument("input '" + name + "': " + converted.error().message);
-      }
-      tensor.bytes = storage;
-    }
-    parsed.request.inputs.push_back(std::move(tensor));
+    FERRY_RETURN_IF_ERROR(ParseGrpcInput(request, i, raw, &next_raw, &parsed));
   }
   if (request.outputs_size() > 64) {
     return InvalidArgument("a request may ask for at most 64 outputs");

@@ -52,7 +52,11 @@ struct ParsedInfer {
   int64_t timeout_us = 0;                // "timeout" parameter: 0 = none.
   Priority priority = kDefaultPriority;  // The "priority" parameter (PriorityFromParameter).
   std::string tenant;                    // "tenant" parameter (or header): "" = none.
-  std::string traceparent;               // Echoed on the answer (TraceContext): "" = none.
+  // The caller's tenant as authenticated (its API key or certificate; 0: anonymous), set by
+  // KServeService::ApplyKeyTenant: whose client regions the request may use. Never the
+  // tenant a request merely names.
+  uint32_t caller_tenant = 0;
+  std::string traceparent;  // Echoed on the answer (TraceContext): "" = none.
 };
 
 // A tenant name is kept to this many bytes (it only has to match a declared one).

@@ -159,6 +159,7 @@ std::string KServeService::PeerSubject(const std::string& peer) const {
 }
 
 Status KServeService::ApplyKeyTenant(ParsedInfer& request, uint32_t tenant) const {
+  request.caller_tenant = tenant;
   if (tenant == 0 || auth_ == nullptr) {
     return OkStatus();
   }
@@ -252,11 +253,24 @@ bool KServeService::SharedMemoryStep(const hookhost::HookModel& model,
     done(std::move(refused));
     return true;
   }
+  uint64_t bytes = 0;
+  for (const auto& [index, place] : request->shm_inputs) {
+    bytes += std::min<uint64_t>(place.byte_size, max_request_bytes_ + 1);
+  }
+  if (bytes > max_request_bytes_) {  // As a body would be: the region's size is no bound.
+    Error refused = ResourceExhausted("the inputs in shared memory add up to more than " +
+                                      std::to_string(max_request_bytes_) +
+                                      " bytes ([frontend] max_request_bytes)");
+    host_->CountRefused(&model, refused);
+    done(std::move(refused));
+    return true;
+  }
   if (!request->shm_inputs.empty()) {  // Read on a hook thread, then submitted from there.
     host_->RunOnHookThread([this, &model, request, done = std::move(done)]() mutable {
       auto places = std::move(request->shm_inputs);
       request->shm_inputs.clear();
-      if (Status read = regions_->ReadInputs(places, &request->request, &request->storage);
+      if (Status read = regions_->ReadInputs(places, request->caller_tenant, &request->request,
+                                             &request->storage);
           !read.ok()) {
         CountRefused(&model, read.error());
         done(read.error());
@@ -266,17 +280,24 @@ bool KServeService::SharedMemoryStep(const hookhost::HookModel& model,
     });
     return true;
   }
-  done = [regions = regions_, request, inner = std::move(done)](Result<hookhost::InferResponse> r) {
-    if (r.ok()) {
+  // The answer may come on the transport thread, which must not block: the writes (a round
+  // trip to ferryd and up to max_request_bytes of pwrite) go to a hook thread.
+  done = [host = host_, regions = regions_, request,
+          inner = std::move(done)](Result<hookhost::InferResponse> r) mutable {
+    if (!r.ok()) {
+      inner(std::move(r));
+      return;
+    }
+    host->RunOnHookThread([regions, request, inner = std::move(inner), r = std::move(r)]() mutable {
       auto shared = SharedOutputs(*request, *r);
       Status written =
-          shared.ok() ? regions->WriteOutputs(*shared, request->request.tenant) : shared.error();
+          shared.ok() ? regions->WriteOutputs(*shared, request->caller_tenant) : shared.error();
       if (!written.ok()) {
         inner(written.error());
         return;
       }
-    }
-    inner(std::move(r));
+      inner(std::move(r));
+    });
   };
   return false;
 }

@@ -56,13 +56,14 @@ class Regions:
             shm.destroy_shared_memory_region(h)
 
 
-def shm_infer(client, module, regions, x, in_offset=0, in_size=IN_BYTES, out_size=OUT_BYTES):
+def shm_infer(client, module, regions, x, in_offset=0, in_size=IN_BYTES, out_size=OUT_BYTES,
+              parameters=None):
     shm.set_shared_memory_region(regions.handles[0], [x])
     inp = module.InferInput("input", [ROWS, 784], "FP32")
     inp.set_shared_memory(regions.names[0], in_size, offset=in_offset)
     out = module.InferRequestedOutput("logits")
     out.set_shared_memory(regions.names[1], out_size)
-    return client.infer("mlp", [inp], outputs=[out])
+    return client.infer("mlp", [inp], outputs=[out], parameters=parameters)
 
 
 def round_trip(client, module, label, regions, http):
@@ -149,6 +150,13 @@ def main():
         got = shm.get_contents_as_numpy(made[2].handles[1], np.float32, [ROWS, 10])
         check(np.allclose(got, reference(http, x), atol=1e-5),
               "a region registered over HTTP serves a gRPC request")
+        # A request naming a tenant uses its caller's regions (the anonymous ones here): the
+        # regions' owner is who the caller is, never who a request says it is.
+        x = RNG.standard_normal((ROWS, 784)).astype(np.float32)
+        shm_infer(http, httpclient, made[2], x, parameters={"tenant": "acme"})
+        got = shm.get_contents_as_numpy(made[2].handles[1], np.float32, [ROWS, 10])
+        check(np.allclose(got, reference(http, x), atol=1e-5),
+              "a request naming a tenant reads and writes its caller's regions")
         http.unregister_system_shared_memory()
         truncated(http, made[3])
     finally:
