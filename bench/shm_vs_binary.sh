@@ -6,11 +6,9 @@
 #   bench/shm_vs_binary.sh [BUILD_DIR] [ARGS for shm_vs_binary.py, e.g. --json --rounds 6]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=$(realpath "${1:-build}")
-shift || true
 source scripts/lib/node.sh
-ferry_venv "$build"
-ferry_scratch
+ferry_begin "${1:-build}"
+shift || true
 mkdir -p "$dir/models/wide"
 cat > "$dir/models/wide/manifest.toml" <<'TOML'
 # relu over 1 MiB rows: the least a model can do with a large tensor.

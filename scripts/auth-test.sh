@@ -7,10 +7,8 @@
 #   scripts/auth-test.sh BUILD_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=$(realpath "$1")
 source scripts/lib/node.sh
-ferry_venv "$build"
-ferry_scratch
+ferry_begin "$1"
 mkdir -p "$dir/models" "$dir/keys"
 cp -r examples/models/mlp examples/models/cnn "$dir/models/"
 umask 077

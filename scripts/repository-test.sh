@@ -8,10 +8,8 @@
 #   scripts/repository-test.sh BUILD_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=$(realpath "$1")
 source scripts/lib/node.sh
-ferry_venv "$build"
-ferry_scratch
+ferry_begin "$1"
 mkdir -p "$dir/models" "$dir/keys"
 cp -r examples/models/mlp examples/models/cnn "$dir/models/"
 umask 077

@@ -6,10 +6,8 @@
 #   scripts/shm-test.sh BUILD_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=$(realpath "$1")
 source scripts/lib/node.sh
-ferry_venv "$build"
-ferry_scratch
+ferry_begin "$1"
 mkdir -p "$dir/models"
 cp -r examples/models/mlp "$dir/models/"
 ferry_start_node "$build" "$dir" "shm$$" $'[frontend]\nsystem_shared_memory = true\ntenants = ["acme"]'

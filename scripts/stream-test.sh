@@ -6,10 +6,8 @@
 #   scripts/stream-test.sh BUILD_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=$(realpath "$1")
 source scripts/lib/node.sh
-ferry_venv "$build"
-ferry_scratch
+ferry_begin "$1"
 mkdir -p "$dir/models/row_stream"
 cp -r examples/models/mlp "$dir/models/"
 cp examples/pipelines/row_stream.toml "$dir/models/row_stream/manifest.toml"

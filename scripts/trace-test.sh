@@ -5,10 +5,8 @@
 #   scripts/trace-test.sh BUILD_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=$(realpath "$1")
 source scripts/lib/node.sh
-ferry_venv "$build"
-ferry_scratch
+ferry_begin "$1"
 mkdir -p "$dir/models"
 cp -r examples/models/mlp "$dir/models/"
 "$venv/bin/python" tests/clients/otlp_receiver.py "$dir/port" "$dir/spans" &

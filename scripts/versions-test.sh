@@ -7,10 +7,8 @@
 #   scripts/versions-test.sh BUILD_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=$(realpath "$1")
 source scripts/lib/node.sh
-ferry_venv "$build"
-ferry_scratch
+ferry_begin "$1"
 mkdir -p "$dir/models/mlp"
 cp -r examples/models/cnn "$dir/models/"
 for v in 1 2 3; do

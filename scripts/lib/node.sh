@@ -1,5 +1,6 @@
 # Shell helpers for scripts that start a node of CPU workers on free ports (source it).
 #
+#   ferry_begin BUILD          -> $build (absolute), $venv and $dir: ferry_venv, ferry_scratch
 #   ferry_venv BUILD           -> $venv: a venv with tritonclient and numpy (exit 77 without PyPI)
 #   ferry_scratch              -> $dir: a scratch directory, removed at exit, and the node
 #                                 started in it ($pid) killed if it still runs
@@ -15,6 +16,12 @@
 #                                 when it still runs 60 s later)
 #   ferry_finish WHAT          stops the node; with $failures > 0 or a bad exit, prints the
 #                              end of ferryd's log and exits 1, else says "WHAT tests passed"
+
+ferry_begin() {
+  build=$(realpath "$1")
+  ferry_venv "$build"
+  ferry_scratch
+}
 
 ferry_venv() {
   venv="$1/client-venv"
