@@ -8,18 +8,19 @@
 // to a hook host for each request that names it. A sandboxed hook host opens no file itself.
 //
 // Rules (each refused with a clear error): the extension off unless [frontend]
-// system_shared_memory; at most kMaxClientRegions regions; a key that is not a plain
-// shared-memory name, or is one of ferry's own; an object that is not a regular file (a FIFO,
-// a directory, a link: never followed, never waited on); offset + byte_size past the object's
-// size or overflowing; a name already registered (by any tenant). A region is its registering
-// tenant's: others neither see nor use nor unregister it. The object is opened for reading and
-// writing when ferryd may, else read-only (outputs then refused).
+// system_shared_memory; at most kMaxTenantRegions regions a tenant and kMaxClientRegions a
+// node; a key that is not a plain shared-memory name, or is one of ferry's own; an object that
+// is not a regular file (a FIFO, a directory, a link: never followed, never waited on);
+// offset + byte_size past the object's size or overflowing; a name the tenant has registered
+// already. Regions are keyed by (tenant, name): a region is its registering tenant's, others
+// neither see nor use nor unregister it, and may use the same name for their own. The object
+// is opened for reading and writing when ferryd may, else read-only (outputs then refused).
 //
-// Thread safety: Attach, Handle and the destructor from any thread; the broker's own thread
-// serves the sockets, and alone adds, reads and closes them (so a socket is never closed
-// under a request being served on it) (and is the only caller of Handle outside tests, so a
-// descriptor it sends is never closed under it). A hook host that stops reading its replies is
-// dropped, never waited on.
+// Thread safety: Attach, size and the destructor from any thread. The broker's own thread
+// serves the sockets, alone adds, reads and closes them (a socket is never closed under a
+// request being served on it), and alone calls Handle (a descriptor it sends is never closed
+// under it); tests call Handle on a broker whose thread was not started. A hook host that
+// sends a malformed packet or stops reading its replies is dropped, never waited on.
 #pragma once
 
 #include <map>

@@ -69,7 +69,11 @@ Result<std::unique_ptr<shm::RegionReply>> ClientRegions::Call(shm::RegionRequest
   for (;;) {  // Replies to earlier calls that gave up waiting are dropped, descriptors closed.
     int64_t left_ms = (until - MonotonicNs()) / 1'000'000;
     pollfd p{socket_, POLLIN, 0};
-    if (left_ms <= 0 || poll(&p, 1, static_cast<int>(left_ms)) != 1) {
+    int ready = left_ms <= 0 ? 0 : poll(&p, 1, static_cast<int>(left_ms));
+    if (ready < 0 && errno == EINTR) {
+      continue;  // A signal: wait for what is left of the time.
+    }
+    if (ready != 1) {
       return Unavailable("ferryd's region broker did not answer");
     }
     FERRY_ASSIGN_OR_RETURN(got, shm::ReceivePacket(socket_, reply.get(), sizeof *reply, &fds));
