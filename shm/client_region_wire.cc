@@ -58,8 +58,9 @@ Status CheckRegionKey(std::string_view key) {
 RegionEntry MakeEntry(std::string_view name, std::string_view key, uint64_t offset,
                       uint64_t byte_size) {
   RegionEntry e{};
-  std::memcpy(e.name, name.data(), std::min(name.size(), kMaxRegionNameBytes));
-  std::memcpy(e.key, key.data(), std::min(key.size(), kMaxRegionKeyBytes));
+  // copy_n, not memcpy: an empty view's data() may be null, which memcpy may not be given.
+  std::copy_n(name.data(), std::min(name.size(), kMaxRegionNameBytes), e.name);
+  std::copy_n(key.data(), std::min(key.size(), kMaxRegionKeyBytes), e.key);
   e.offset = offset;
   e.byte_size = byte_size;
   return e;

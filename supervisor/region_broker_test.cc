@@ -321,7 +321,7 @@ TEST_CASE("a late reply is told apart by its sequence number and dropped") {
       reply->sequence = sequence;
       reply->count = sequence == sequences[0] ? 1 : 0;
       reply->entries[0] = shm::MakeEntry("stale", "/stale", 0, 8);
-      shm::SendPacket(fd, reply.get(), shm::ReplyBytes(reply->count));
+      static_cast<void>(shm::SendPacket(fd, reply.get(), shm::ReplyBytes(reply->count)));
     }
   });
   Result<std::vector<frontend::RegionStatus>> first = client.Describe("", 0);
@@ -353,15 +353,16 @@ TEST_CASE("a broker answering wrongly is refused by the client, its descriptors 
       *reply = {};
       reply->sequence = in->sequence;
       if (call == 0) {
-        shm::SendPacket(fd, "bad", 3);
+        static_cast<void>(shm::SendPacket(fd, "bad", 3));
       } else if (call == 1) {
         reply->count = 3;
-        shm::SendPacket(fd, reply.get(), shm::ReplyBytes(1));
+        static_cast<void>(shm::SendPacket(fd, reply.get(), shm::ReplyBytes(1)));
       } else {
         reply->count = 1;
         reply->entries[0] = shm::MakeEntry("r", "/r", 0, 8);
-        shm::SendPacket(fd, reply.get(), shm::ReplyBytes(1),
-                        call == 2 ? std::vector<int>{} : std::vector<int>{probe, probe});
+        static_cast<void>(
+            shm::SendPacket(fd, reply.get(), shm::ReplyBytes(1),
+                            call == 2 ? std::vector<int>{} : std::vector<int>{probe, probe}));
       }
     }
   });
