@@ -141,6 +141,21 @@ Result<std::optional<SharedTensor>> GrpcPlace(const Map& params, std::string_vie
   return std::optional<SharedTensor>(std::move(place));
 }
 
+// A non-zero or non-empty sequence_id, or sequence_start / sequence_end true.
+template <typename Map>
+bool CarriesSequence(const Map& params) {
+  for (const auto& [key, value] : params) {
+    if (key == "sequence_id") {
+      if (value.int64_param() != 0 || value.uint64_param() != 0 || !value.string_param().empty()) {
+        return true;
+      }
+    } else if ((key == "sequence_start" || key == "sequence_end") && value.bool_param()) {
+      return true;
+    }
+  }
+  return false;
+}
+
 bool NamesRegion(const inference::ModelInferRequest::InferInputTensor& in) {
   return in.parameters().find("shared_memory_region") != in.parameters().end();
 }
@@ -249,6 +264,9 @@ Result<ParsedInfer> ParseGrpcInfer(const inference::ModelInferRequest& request) 
   FERRY_ASSIGN_OR_RETURN(int64_t priority, IntParam(request.parameters(), "priority"));
   FERRY_ASSIGN_OR_RETURN(parsed.priority, PriorityFromParameter(priority));
   FERRY_ASSIGN_OR_RETURN(parsed.tenant, StringParam(request.parameters(), "tenant"));
+  if (CarriesSequence(request.parameters())) {
+    return InvalidArgument(kSequenceRefusal);
+  }
   int n = request.inputs_size();
   if (n < 1 || n > 64) {
     return InvalidArgument("a request needs 1 to 64 inputs, got " + std::to_string(n));

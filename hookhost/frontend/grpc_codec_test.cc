@@ -279,5 +279,21 @@ TEST_CASE("shared-memory places: raw contents are the other inputs' in order") {
   CHECK(ErrorOf(many).find("at most 64 outputs") != std::string::npos);
 }
 
+TEST_CASE("a request carrying a sequence is refused by name") {
+  ModelInferRequest r;
+  AddInput(r, "a", "FP32", {1})->mutable_contents()->add_fp32_contents(1);
+  CHECK(ParseGrpcInfer(r).ok());
+  (*r.mutable_parameters())["sequence_id"].set_int64_param(0);
+  (*r.mutable_parameters())["sequence_end"].set_bool_param(false);
+  CHECK(ParseGrpcInfer(r).ok());  // Zero and false: no sequence.
+  (*r.mutable_parameters())["sequence_id"].set_uint64_param(9);
+  CHECK(ErrorOf(r) == kSequenceRefusal);
+  (*r.mutable_parameters())["sequence_id"].set_string_param("corr-1");
+  CHECK(ErrorOf(r) == kSequenceRefusal);
+  (*r.mutable_parameters())["sequence_id"].set_string_param("");
+  (*r.mutable_parameters())["sequence_start"].set_bool_param(true);
+  CHECK(ErrorOf(r) == kSequenceRefusal);
+}
+
 }  // namespace
 }  // namespace ferry::frontend

@@ -61,6 +61,21 @@ Status ReadParameters(od::value& value, JsonParameters* out) {
         return InvalidArgument("parameter \"" + std::string(key) + "\" must be a string");
       }
       (key == "tenant" ? out->tenant : out->shared_memory_region) = Clip(s, kMaxTenantNameBytes);
+    } else if (key == "sequence_id") {
+      od::json_type type;
+      int64_t id = 0;
+      std::string_view text;
+      bool typed =
+          !v.type().get(type) && ((type == od::json_type::number && !v.get_int64().get(id)) ||
+                                  (type == od::json_type::string && !v.get_string().get(text)));
+      if (!typed) {
+        return InvalidArgument("parameter \"sequence_id\" must be an integer or a string");
+      }
+      out->sequence = out->sequence || id != 0 || !text.empty();
+    } else if (key == "sequence_start" || key == "sequence_end") {
+      std::optional<bool> flag;
+      FERRY_RETURN_IF_ERROR(boolean(&flag));
+      out->sequence = out->sequence || *flag;
     } else if (key == "shared_memory_offset") {
       FERRY_RETURN_IF_ERROR(integer(&out->shared_memory_offset));
     } else if (key == "shared_memory_byte_size") {

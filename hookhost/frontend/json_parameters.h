@@ -22,6 +22,9 @@ struct JsonParameters {
   std::optional<int64_t> timeout, priority, binary_data_size;
   std::optional<int64_t> shared_memory_offset, shared_memory_byte_size;
   std::optional<std::string> tenant, shared_memory_region;
+  // A non-zero or non-empty sequence_id, or sequence_start / sequence_end true: the request
+  // belongs to a sequence (kSequenceRefusal).
+  bool sequence = false;
 };
 
 // `value`'s keys into `out`; INVALID_ARGUMENT when it is not an object or a known key has the

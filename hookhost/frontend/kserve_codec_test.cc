@@ -182,6 +182,29 @@ TEST_CASE("shared-memory places: checked when parsed, bytes left to the region's
   CHECK(has(ParseInferRequest(with_data, "").error().message, "with \"data\""));
 }
 
+TEST_CASE("a request carrying a sequence is refused by name; a zero or empty id is none") {
+  auto body = [](const std::string& params) {
+    return R"({"parameters":)" + params +
+           R"(,"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}]})";
+  };
+  for (const char* params :
+       {R"({"sequence_id":7})", R"({"sequence_id":"abc"})",
+        R"({"sequence_id":0,"sequence_start":true})", R"({"sequence_end":true})"}) {
+    CAPTURE(params);
+    Result<ParsedInfer> p = ParseInferRequest(body(params), "");
+    REQUIRE(!p.ok());
+    CHECK(p.error().message == kSequenceRefusal);
+  }
+  for (const char* params : {R"({"sequence_id":0})", R"({"sequence_id":""})",
+                             R"({"sequence_start":false,"sequence_end":false})"}) {
+    CAPTURE(params);
+    CHECK(ParseInferRequest(body(params), "").ok());
+  }
+  Result<ParsedInfer> typed = ParseInferRequest(body(R"({"sequence_id":[1]})"), "");
+  REQUIRE(!typed.ok());
+  CHECK(typed.error().message.find("an integer or a string") != std::string::npos);
+}
+
 TEST_CASE("hostile requests are refused with what was wrong, never crash") {
   struct Case {
     std::string body;

@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from checks import check, failures
+from checks import check, failures, refused
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 
@@ -108,6 +108,7 @@ def main():
     except InferenceServerException as e:
         check(e.status() == "503" and "otlp_endpoint" in str(e),
               f"trace settings refused 503 without [trace] otlp_endpoint ({e.status()} {e})")
+    sequence_checks(client, grpcclient.InferenceServerClient(sys.argv[2]))
     statistics_checks(client, grpcclient.InferenceServerClient(sys.argv[2]))
     logging_checks(client, grpcclient.InferenceServerClient(sys.argv[2]))
     grpc_checks(sys.argv[2])
@@ -115,6 +116,22 @@ def main():
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)
     print("all tritonclient checks passed")
+
+
+def sequence_checks(client, grpc_client):
+    """No model here keeps state: a request of a sequence is refused by name over both
+    protocols (as Triton refuses a correlation ID for a model without a sequence batcher),
+    never served as if it were not one."""
+    x = np.zeros((1, 784), np.float32)
+    for module, c in ((httpclient, client), (grpcclient, grpc_client)):
+        inp = module.InferInput("input", [1, 784], "FP32")
+        inp.set_data_from_numpy(x)
+        for kwargs in ({"sequence_id": 5, "sequence_start": True}, {"sequence_id": "corr-7"},
+                       {"sequence_id": 5, "sequence_end": True}):
+            got = refused(lambda: c.infer("mlp", [inp], **kwargs), "no stateful models")
+            check(got == "no stateful models", f"{module.__name__}: {kwargs} refused: {got[:80]}")
+        check(c.infer("mlp", [inp], sequence_id=0) is not None,
+              f"{module.__name__}: sequence_id 0 (none) served")
 
 
 def statistics_checks(client, grpc_client):
