@@ -321,7 +321,7 @@ Status EncodeGrpcInfer(const std::string& model, int64_t version, const ParsedIn
   std::vector<RequestedOutput> wanted = request.outputs;
   if (wanted.empty()) {
     for (const hookhost::ResponseTensor& r : response.outputs) {
-      wanted.push_back({r.name, true});
+      wanted.push_back({r.name, true, std::nullopt});
     }
   }
   for (const RequestedOutput& w : wanted) {

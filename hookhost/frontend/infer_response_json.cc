@@ -11,7 +11,7 @@ Result<EncodedResponse> EncodeInferResponse(const std::string& model, int64_t ve
   std::vector<RequestedOutput> wanted = request.outputs;
   if (wanted.empty()) {
     for (const hookhost::ResponseTensor& t : response.outputs) {
-      wanted.push_back({t.name, request.binary_default});
+      wanted.push_back({t.name, request.binary_default, std::nullopt});
     }
   }
   std::vector<const hookhost::ResponseTensor*> tensors;
