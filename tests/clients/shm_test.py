@@ -120,6 +120,24 @@ def hostile(client, module, label, regions):
           f"{label}: unregister with no name removes every region")
 
 
+def bounded(client):
+    """16 regions a tenant: the 17th is refused by name (429), and unregistering frees them."""
+    handles = [shm.create_shared_memory_region(f"b{i}", f"/{TAG}_b{i}", 8) for i in range(17)]
+    try:
+        for i in range(16):
+            client.register_system_shared_memory(f"b{i}", f"/{TAG}_b{i}", 8)
+        got = refused(lambda: client.register_system_shared_memory("b16", f"/{TAG}_b16", 8),
+                      "at most 16 regions per tenant")
+        check(got == "at most 16 regions per tenant", f"the 17th region refused: {got[:80]}")
+        client.unregister_system_shared_memory()
+        client.register_system_shared_memory("b16", f"/{TAG}_b16", 8)
+        check(len(client.get_system_shared_memory_status()) == 1, "unregistering freed the room")
+        client.unregister_system_shared_memory()
+    finally:
+        for h in handles:
+            shm.destroy_shared_memory_region(h)
+
+
 def truncated(client, regions):
     """A region whose object shrinks after registration: a short read, refused; the node lives."""
     regions.register(client)
@@ -158,6 +176,7 @@ def main():
         check(np.allclose(got, reference(http, x), atol=1e-5),
               "a request naming a tenant reads and writes its caller's regions")
         http.unregister_system_shared_memory()
+        bounded(http)
         truncated(http, made[3])
     finally:
         for r in made:
