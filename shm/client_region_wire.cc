@@ -128,7 +128,7 @@ Result<size_t> ReceivePacket(int socket, void* data, size_t bytes, std::vector<i
     got = recvmsg(socket, &msg, flags | MSG_CMSG_CLOEXEC);
   } while (got < 0 && errno == EINTR);
   if (got < 0) {
-    return errno == EAGAIN ? Unavailable(kNoPacketWaiting)
+    return errno == EAGAIN ? Result<size_t>(size_t{0})
                            : Internal(std::string("recvmsg (regions): ") + std::strerror(errno));
   }
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {

@@ -84,13 +84,11 @@ size_t ReplyBytes(uint32_t count);
 // UNAVAILABLE (the peer gone, or its queue full under MSG_DONTWAIT).
 Status SendPacket(int socket, const void* data, size_t bytes, const std::vector<int>& fds = {},
                   int flags = 0);
-// ReceivePacket's UNAVAILABLE message under MSG_DONTWAIT when nothing is waiting.
-inline constexpr const char* kNoPacketWaiting = "no packet waiting";
-
 // Receives one packet into `data` (capacity `bytes`): its size, and the descriptors that came
 // with it in `fds` (owned by the caller from here). A packet larger than `bytes` or with
 // truncated control data is refused and every descriptor it carried closed. `flags`: recvmsg's
-// (MSG_DONTWAIT). UNAVAILABLE when the peer is gone.
+// (MSG_DONTWAIT: 0 when nothing is waiting; a packet of no bytes reads as the peer gone).
+// UNAVAILABLE when the peer is gone.
 Result<size_t> ReceivePacket(int socket, void* data, size_t bytes, std::vector<int>* fds,
                              int flags = 0);
 

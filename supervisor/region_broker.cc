@@ -169,8 +169,8 @@ void RegionBroker::ServeOne(int fd) {
   for (int stray : received) {  // A hook host sends no descriptors.
     close(stray);
   }
-  if (!got.ok() && got.error().message == shm::kNoPacketWaiting) {
-    return;
+  if (got.ok() && *got == 0) {
+    return;  // Nothing waiting after all.
   }
   // A hook host that sends what no hook host would, or that does not read its replies, is
   // dropped (its next call fails; a restarted one gets a new socket), never served or waited

@@ -15,25 +15,25 @@ bool KServeService::SharedMemoryStep(const hookhost::HookModel& model,
   if (request->shm_inputs.empty() && !outputs) {
     return false;
   }
-  if (regions_ == nullptr || (model.bundle != nullptr && model.manifest().decoupled)) {
-    Error refused = InvalidArgument(regions_ == nullptr
-                                        ? "system shared memory is not served by this process"
-                                        : "a decoupled model's tensors cannot be in shared memory");
+  auto refuse = [&](Error refused) {
     host_->CountRefused(&model, refused);
     done(std::move(refused));
     return true;
+  };
+  if (regions_ == nullptr) {
+    return refuse(InvalidArgument("system shared memory is not served by this process"));
+  }
+  if (model.bundle != nullptr && model.manifest().decoupled) {
+    return refuse(InvalidArgument("a decoupled model's tensors cannot be in shared memory"));
   }
   uint64_t bytes = 0;
   for (const auto& [index, place] : request->shm_inputs) {
     bytes += std::min<uint64_t>(place.byte_size, max_request_bytes_ + 1);
   }
   if (bytes > max_request_bytes_) {  // As a body would be: the region's size is no bound.
-    Error refused = ResourceExhausted("the inputs in shared memory add up to more than " +
-                                      std::to_string(max_request_bytes_) +
-                                      " bytes ([frontend] max_request_bytes)");
-    host_->CountRefused(&model, refused);
-    done(std::move(refused));
-    return true;
+    return refuse(ResourceExhausted("the inputs in shared memory add up to more than " +
+                                    std::to_string(max_request_bytes_) +
+                                    " bytes ([frontend] max_request_bytes)"));
   }
   if (!request->shm_inputs.empty()) {  // Read on a hook thread, then submitted from there.
     host_->RunOnHookThread([this, &model, request, done = std::move(done)]() mutable {
