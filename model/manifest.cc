@@ -443,6 +443,7 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& source)
     }
     hooks->Finish();
   }
+  manifest_reading::ReadSequence(r, &m);
   if (m.kind == ModelKind::kPipeline && m.hooks.plugin.empty()) {
     r.ErrorAt("hooks", "a pipeline needs [hooks] plugin: the plugin whose run() it is");
   }

@@ -147,6 +147,29 @@ struct ManifestHooks {
 // which calls models (docs/bundles.md, "Pipelines").
 enum class ModelKind { kModel, kPipeline };
 
+// One implicit state of a stateful model (Triton's implicit state management): a program
+// input the worker feeds from the sequence's slot (zeros on the sequence's first request) and
+// the program output it takes back into that slot after each request. Clients never send or
+// see either (docs/bundles.md, "Sequences").
+struct SequenceState {
+  std::string input, output;  // Names in [[inputs]] and [[outputs]].
+};
+
+// [sequence]: a stateful model. Every request carries a sequence_id, of one row; the worker
+// holding the sequence keeps its states between requests.
+struct SequenceSettings {
+  std::vector<SequenceState> states;  // Empty: the model keeps no state.
+  int64_t max_sequences = 1024;       // Live sequences per worker; one more start is refused.
+  int64_t max_idle_us = 60'000'000;   // A sequence unused this long is dropped.
+  // inputs / outputs without the states: what a submission and a completion carry.
+  std::vector<TensorSpec> request_inputs, request_outputs;
+};
+
+inline constexpr size_t kMaxSequenceStates = 8;
+inline constexpr int64_t kMaxSequences = int64_t{1} << 20;
+// max_sequences x the states' bytes per sequence, at most.
+inline constexpr int64_t kMaxSequenceStateBytes = int64_t{4} << 30;
+
 // Which versions of a versioned model the node serves (Triton's version_policy; docs/bundles.md,
 // "Versions"). The newest version directory's manifest decides; a single-version bundle
 // ignores it.
@@ -177,15 +200,25 @@ struct Manifest {
   // [pipeline] decoupled: its run() answers with zero, one or many responses (host->send),
   // served over gRPC ModelStreamInfer only. Its plugin must speak ABI version 3.
   bool decoupled = false;
+  SequenceSettings sequence;
 
   bool pipeline() const { return kind == ModelKind::kPipeline; }
   bool unbatched() const { return batch_sizes.size() == 1 && batch_sizes[0] == 0; }
+  bool stateful() const { return !sequence.states.empty(); }
+  // The model's tensors a submission carries and a completion answers: all of them but the
+  // sequence states, in manifest order.
+  const std::vector<TensorSpec>& request_inputs() const {
+    return stateful() ? sequence.request_inputs : inputs;
+  }
+  const std::vector<TensorSpec>& request_outputs() const {
+    return stateful() ? sequence.request_outputs : outputs;
+  }
   // The tensors clients send and receive: the hook's when declared, else the model's.
   const std::vector<TensorSpec>& client_inputs() const {
-    return hooks.inputs.empty() ? inputs : hooks.inputs;
+    return hooks.inputs.empty() ? request_inputs() : hooks.inputs;
   }
   const std::vector<TensorSpec>& client_outputs() const {
-    return hooks.outputs.empty() ? outputs : hooks.outputs;
+    return hooks.outputs.empty() ? request_outputs() : hooks.outputs;
   }
   // Every input and output has a batch axis (a precondition for coalescing).
   bool all_batched() const;

@@ -27,4 +27,8 @@ inline bool ValidName(const std::string& name) {
 // reporting what is wrong on `r`.
 std::optional<Op> ReadOp(TableReader& r);
 
+// [sequence], when present: its settings and states, each state checked against the
+// model's tensors (manifest_sequence.cc). REQUIRES: inputs, outputs and variants read.
+void ReadSequence(TableReader& r, Manifest* m);
+
 }  // namespace ferry::manifest_reading

@@ -60,6 +60,11 @@ Status ValidateDescriptor(const DescriptorData& d, const DescriptorRules& rules)
     if (d.tenant > kMaxTenants) {
       return InvalidArgument(who() + "tenant " + std::to_string(d.tenant) + " out of range");
     }
+    if ((d.sequence_flags & ~(kSequenceStart | kSequenceEnd)) != 0 ||
+        (d.sequence_id == 0 && d.sequence_flags != 0)) {
+      return InvalidArgument(who() + "sequence flags " + std::to_string(d.sequence_flags) +
+                             " out of range");
+    }
   }
 
   for (uint32_t i = 0; i < d.num_tensors; ++i) {

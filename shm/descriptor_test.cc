@@ -204,7 +204,7 @@ TEST_CASE("a release or completion needs no tensor, and its tensors are checked 
   CHECK_FALSE(ValidateDescriptor(d, rules).ok());
 }
 
-TEST_CASE("a cancel names a model in range and no tensor; a submission's priority and tenant") {
+TEST_CASE("a cancel: a model in range, no tensor; a submission: priority, tenant, sequence") {
   DescriptorData d = Good();
   d.kind = static_cast<uint16_t>(DescriptorKind::kCancel);
   d.num_tensors = 0;
@@ -224,6 +224,16 @@ TEST_CASE("a cancel names a model in range and no tensor; a submission's priorit
   CHECK(ValidateDescriptor(d, Rules()).ok());
   d.tenant = kMaxTenants + 1;
   CHECK(ErrorOf(d) == "descriptor from slot 1 seq 9: tenant 17 out of range");
+  // A sequence's flags: start and end only, and only with an id.
+  d = Good();
+  d.sequence_id = 7;
+  d.sequence_flags = kSequenceStart | kSequenceEnd;
+  CHECK(ValidateDescriptor(d, Rules()).ok());
+  d.sequence_flags = 4;
+  CHECK(ErrorOf(d) == "descriptor from slot 1 seq 9: sequence flags 4 out of range");
+  d.sequence_id = 0;
+  d.sequence_flags = kSequenceStart;
+  CHECK(ErrorOf(d) == "descriptor from slot 1 seq 9: sequence flags 1 out of range");
   d = Good();
   d.kind = static_cast<uint16_t>(DescriptorKind::kCancel);
   d.num_tensors = 0;

@@ -47,7 +47,7 @@ inline constexpr uint64_t kMagic = 0x3179727265664653ULL;  // "SFferry1" little-
 // counters; 11: requests in flight and admitted per tenant (front-end counters, ferryd's copy),
 // requests held and queue waits per tenant and level (status snapshot); 12: the repository
 // mailbox in the front-end counters.
-inline constexpr uint32_t kLayoutVersion = 12;
+inline constexpr uint32_t kLayoutVersion = 13;
 inline constexpr uint64_t kBlockAlignment = 256;  // DMA and cudaHostRegister friendly.
 inline constexpr uint32_t kMaxTensors = 8;
 inline constexpr uint32_t kMaxRank = 8;
@@ -115,6 +115,10 @@ struct CompletionTimingData {
   uint32_t compute_us;  // Its batch's execution (the whole batch's, shared by its members).
 };
 
+// DescriptorData::sequence_flags.
+inline constexpr uint8_t kSequenceStart = 1;  // The sequence's first request: state zeroed.
+inline constexpr uint8_t kSequenceEnd = 2;    // Its last: the state is dropped after it.
+
 // One fixed-size message on a ring. Untrusted when read: see descriptor.h.
 struct DescriptorData {
   uint16_t kind;        // DescriptorKind.
@@ -143,6 +147,11 @@ struct DescriptorData {
   };
   uint64_t trace_id_high;
   uint64_t trace_id_low;
+  // Submissions: the request's sequence (a stateful model's, tenant-scoped), 0 = none, and
+  // its kSequenceStart / kSequenceEnd flags. Zero elsewhere.
+  uint64_t sequence_id;
+  uint8_t sequence_flags;
+  uint8_t reserved[55];
   TensorRefData tensors[kMaxTensors];
 };
 
@@ -169,7 +178,7 @@ struct RingTailData {
 
 static_assert(std::is_standard_layout_v<SegmentHeaderData>);
 static_assert(std::is_trivially_copyable_v<DescriptorData>);
-static_assert(sizeof(DescriptorData) == 768, "descriptors are 12 cache lines");
+static_assert(sizeof(DescriptorData) == 832, "descriptors are 13 cache lines");
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared atomics must be lock-free");
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "shared atomics must be lock-free");
 static_assert(sizeof(std::atomic<uint32_t>) == 4, "futex words are 32-bit");

@@ -46,6 +46,7 @@ void DispatchLoop::Shutdown() {
     planned_.reset();
   }
   // Queued requests are answered too, so no hook host waits on a worker that left.
+  FailSequenced(gone);
   while (scheduler_->queued_requests() > 0) {
     Decision decision = scheduler_->Next(MonotonicNs());
     const Dispatch& d = decision.dispatch;
@@ -56,6 +57,7 @@ void DispatchLoop::Shutdown() {
     for (const QueuedRequest& q : decision.dispatch.requests) {
       FailRequest(static_cast<uint32_t>(q.payload), gone);
     }
+    FailSequenced(gone);  // The next requests of the sequences just answered.
   }
   // Completions wait for ring space a little while (a hook host reading them frees it).
   for (int i = 0; i < 2000 && HasPendingCompletions(); ++i) {
@@ -91,6 +93,7 @@ bool DispatchLoop::Turn() {
   for (auto& [batch, timing] : finished) {
     AnswerBatch(std::move(batch), timing);
   }
+  PromoteSequences(MonotonicNs());
   FlushCompletions();
   if (unhealthy_) {
     return false;
@@ -101,6 +104,7 @@ bool DispatchLoop::Turn() {
   for (uint32_t h = 0; h < submissions_.size(); ++h) {
     DrainSubmissions(h, now);
   }
+  PromoteSequences(now);
   // Decide the next batch while fewer than max(2, MaxInFlight) are decided and unfinished
   // (one ahead of the execution, or as deep as the backend queues), then begin it if the
   // backend has room.
@@ -115,6 +119,7 @@ bool DispatchLoop::Turn() {
       static_cast<int>(inflight_.size()) < max_in_flight_) {
     Launch();
   }
+  PromoteSequences(now);  // After requests dropped or shed while planning and launching.
   FlushCompletions();
   if (unhealthy_) {
     return false;
@@ -147,6 +152,11 @@ void DispatchLoop::CheckHealth() {
 }
 
 void DispatchLoop::Reap() {
+  for (const std::unique_ptr<SequenceTable>& table : sequences_) {
+    if (table != nullptr) {
+      table->Expire(MonotonicNs());
+    }
+  }
   for (auto it = lent_.begin(); it != lent_.end();) {
     if (!shm::IsCurrent(segment_, it->first.slot, it->first.generation)) {
       (void)arena_.Free(it->second);

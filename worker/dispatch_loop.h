@@ -50,6 +50,7 @@
 #include "worker/flow_stats.h"
 #include "worker/scheduler/scheduler.h"
 #include "worker/scheduler/wait_histogram.h"
+#include "worker/sequence_table.h"
 
 namespace ferry::worker {
 
@@ -114,6 +115,9 @@ class DispatchLoop {
     uint64_t block = 0;                // Output block offset, once allocated.
     bool has_block = false;
     int64_t arrival_ns = 0;  // When it was drained from its ring (queue time starts).
+    // A stateful model's request: its sequence's current one (queued or executing), or one
+    // held behind it (not yet handed to the scheduler).
+    enum class Role : uint8_t { kNone, kCurrent, kHeld } role = Role::kNone;
   };
   struct Batch {
     Dispatch dispatch;
@@ -161,6 +165,19 @@ class DispatchLoop {
   // still queued; otherwise nothing happens (it runs, or was answered).
   void Cancel(uint32_t h, const shm::DescriptorData& d);
   Status CheckInputs(const LoopModel& model, const shm::DescriptorData& d) const;
+  // The scheduler takes request `id` (its arrival order now).
+  Status Enqueue(uint32_t id, int64_t now);
+  // Sequences (sequence_table.h): a stateful model's table, or null.
+  SequenceTable* SequencesOf(int model) const;
+  // A request's sequence rules against its model; then it is the sequence's current request
+  // (true: hand it to the scheduler) or held behind it (false).
+  Result<bool> ArriveInSequence(uint32_t id, int64_t now);
+  // Hands the requests whose turn came to the scheduler and fails those orphaned by an end.
+  void PromoteSequences(int64_t now);
+  // The worker stopping: every request held or about to be promoted is answered `error`.
+  void FailSequenced(const Error& error);
+  // A sequenced request of batch `k` ran: its state outputs become its sequence's state.
+  void KeepStates(const Batch& batch, size_t k);
   void Plan(int64_t now);
   void Launch();
   // Takes the oldest batch's result from the backend; AnswerBatch then completes its requests
@@ -221,9 +238,13 @@ class DispatchLoop {
   std::vector<uint64_t> errors_;                            // Per model: backend errors.
   std::vector<uint64_t> late_shed_;   // Per model: deadline passed between planning and launch.
   std::vector<AnswerStats> answers_;  // Per model: what was answered (Triton's statistics).
-  FlowStats flows_;                   // Per tenant and level: held, executed, compute, queue waits.
-  std::deque<std::string> loads_;     // Loads decoded, not yet applied (in index order).
-  std::vector<uint32_t> unloads_;     // Unloaded models whose executables are not freed yet.
+  std::vector<std::unique_ptr<SequenceTable>> sequences_;  // Per model: null when stateless.
+  // Requests whose sequence turn came (to the scheduler next) and requests orphaned by an
+  // end (to fail): filled as requests leave, emptied by PromoteSequences.
+  std::vector<uint32_t> promote_, orphans_;
+  FlowStats flows_;                // Per tenant and level: held, executed, compute, queue waits.
+  std::deque<std::string> loads_;  // Loads decoded, not yet applied (in index order).
+  std::vector<uint32_t> unloads_;  // Unloaded models whose executables are not freed yet.
   std::vector<uint32_t> unload_after_load_;              // Unloads of indices still in loads_.
   std::vector<std::unique_ptr<Bundle>> loaded_bundles_;  // Of the models loaded while running.
 

@@ -113,8 +113,13 @@ void DispatchLoop::Plan(int64_t now) {
     std::span<uint8_t> bytes = arena_.Bytes(*block);
     RequestIo io;
     io.rows = q.rows;
+    SequenceTable* table = r.role == Request::Role::kCurrent ? SequencesOf(r.model) : nullptr;
+    size_t sent = 0;  // The request's own tensors, in manifest order without the states.
     for (size_t i = 0; i < manifest.inputs.size(); ++i) {
-      io.inputs.push_back(shm::TensorBytes(segment_, r.descriptor.tensors[i]));
+      int state = table != nullptr ? table->InputState(i) : -1;
+      io.inputs.push_back(state >= 0 ? table->State({r.descriptor.tenant, r.descriptor.sequence_id},
+                                                    static_cast<size_t>(state))
+                                     : shm::TensorBytes(segment_, r.descriptor.tensors[sent++]));
     }
     uint64_t offset = 0;
     for (size_t o = 0; o < manifest.outputs.size(); ++o) {
@@ -220,8 +225,10 @@ void DispatchLoop::AnswerBatch(std::unique_ptr<Batch> batch,
                           .count();
     AnswerStats& answers = answers_[static_cast<size_t>(batch->dispatch.model)];
     answers.RecordExecution(batch->dispatch.batch_size, compute_ns);
-    for (uint32_t id : batch->members) {
+    for (size_t k = 0; k < batch->members.size(); ++k) {
+      uint32_t id = batch->members[k];
       Request& r = requests_[id];
+      KeepStates(*batch, k);
       double share = timing->compute_seconds * static_cast<double>(r.descriptor.rows) /
                      static_cast<double>(std::max<int64_t>(batch_rows, 1));
       int64_t started = timing->started_ns != 0 ? timing->started_ns : batch->launched_ns;
@@ -269,15 +276,20 @@ void DispatchLoop::CompleteOk(const Request& r, const Batch& batch, const Execut
   int64_t started = timing.started_ns != 0 ? timing.started_ns : batch.launched_ns;
   c.timing.queue_us = SaturatingMicros(static_cast<double>(started - r.arrival_ns) * 1e-3);
   c.timing.compute_us = SaturatingMicros(timing.compute_seconds * 1e6);
-  c.num_tensors = static_cast<uint16_t>(manifest.outputs.size());
+  // Every output but a stateful model's states (which stay in its sequence).
+  c.num_tensors = static_cast<uint16_t>(manifest.request_outputs().size());
+  const SequenceTable* table = SequencesOf(r.model);
   const ShapeVariant& variant = manifest.variants[static_cast<size_t>(d.variant)];
   uint64_t offset = r.block;
+  size_t answered = 0;
   for (size_t o = 0; o < manifest.outputs.size(); ++o) {
     const TensorSpec& spec = manifest.outputs[o];
     offset = r.block + shm::AlignUp(offset - r.block, shm::kBlockAlignment);
     Shape shape = ConcreteShape(variant.outputs.at(spec.name), spec, d.rows);
     uint64_t bytes = OutputBytes(manifest, o, d.variant, d.rows);
-    c.tensors[o] = shm::MakeTensorRef(slot_, offset, bytes, spec.dtype, shape);
+    if (table == nullptr || table->OutputState(o) < 0) {
+      c.tensors[answered++] = shm::MakeTensorRef(slot_, offset, bytes, spec.dtype, shape);
+    }
     offset += bytes;
   }
   if (!lent_.try_emplace({d.slot, d.generation, d.sequence}, r.block).second) {

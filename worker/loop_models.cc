@@ -35,6 +35,14 @@ AnswerStats AnswersFor(const LoopModel& model) {
                                              : std::vector<int64_t>{});
 }
 
+// A stateful model's sequence table; null for any other (or one that failed).
+std::unique_ptr<SequenceTable> SequencesFor(const LoopModel& model) {
+  if (model.bundle == nullptr || !model.bundle->manifest.stateful()) {
+    return nullptr;
+  }
+  return std::make_unique<SequenceTable>(model.bundle->manifest, model.name);
+}
+
 }  // namespace
 
 DispatchLoop::DispatchLoop(const shm::Segment& segment, uint32_t worker_slot, Backend* backend,
@@ -58,6 +66,7 @@ DispatchLoop::DispatchLoop(const shm::Segment& segment, uint32_t worker_slot, Ba
       snapshot_(std::make_unique<shm::StatusSnapshotData>()) {
   for (LoopModel& model : models_) {
     answers_.push_back(AnswersFor(model));
+    sequences_.push_back(SequencesFor(model));
     CountLoad(model);
     RefuseOversizeInterface(model);
   }
@@ -241,6 +250,7 @@ void DispatchLoop::AddModel(LoadedModel loaded) {
   errors_.push_back(0);
   late_shed_.push_back(0);
   answers_.push_back(AnswersFor(models_.back()));
+  sequences_.push_back(SequencesFor(models_.back()));
   for (shm::DescriptorRules& rules : submit_rules_) {
     rules.num_models = static_cast<uint32_t>(models_.size());
   }

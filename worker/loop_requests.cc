@@ -81,16 +81,17 @@ Status DispatchLoop::CheckInputs(const LoopModel& model, const shm::DescriptorDa
   if (d.variant < 0 || static_cast<size_t>(d.variant) >= manifest.variants.size()) {
     return InvalidArgument(where() + "no shape variant " + std::to_string(d.variant));
   }
-  if (d.num_tensors != manifest.inputs.size()) {
-    return InvalidArgument(where() + "expected " + std::to_string(manifest.inputs.size()) +
+  const std::vector<TensorSpec>& inputs = manifest.request_inputs();
+  if (d.num_tensors != inputs.size()) {
+    return InvalidArgument(where() + "expected " + std::to_string(inputs.size()) +
                            " input tensors, got " + std::to_string(d.num_tensors));
   }
   if (manifest.unbatched() && d.rows != 1) {
     return InvalidArgument(where() + "an unbatched model takes one row per request");
   }
   const ShapeVariant& variant = manifest.variants[static_cast<size_t>(d.variant)];
-  for (size_t i = 0; i < manifest.inputs.size(); ++i) {
-    const TensorSpec& spec = manifest.inputs[i];
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorSpec& spec = inputs[i];
     const shm::TensorRefData& t = d.tensors[i];
     if (!Matches(t, variant.inputs.at(spec.name), spec, d.rows)) {
       return InvalidArgument(where() + "input '" + spec.name + "' does not match variant '" +
@@ -135,6 +136,24 @@ void DispatchLoop::Submit(uint32_t h, const shm::DescriptorData& d, int64_t now)
     return;
   }
   uint32_t id = NewRequest(h, static_cast<int>(d.model), d);
+  requests_[id].arrival_ns = std::max(now, last_arrival_ns_ + 1);
+  Result<bool> run = ArriveInSequence(id, now);
+  if (!run.ok()) {
+    FreeRequest(id);  // First: the id must not be live for the message block to be lent.
+    refuse(run.error());
+    return;
+  }
+  Status queued = *run ? Enqueue(id, now) : OkStatus();
+  if (!queued.ok()) {
+    FreeRequest(id);
+    refuse(queued.error());
+    return;
+  }
+  ++outstanding_[d.model];
+}
+
+Status DispatchLoop::Enqueue(uint32_t id, int64_t now) {
+  const shm::DescriptorData& d = requests_[id].descriptor;
   QueuedRequest q;
   q.payload = id;
   q.variant = d.variant;
@@ -146,26 +165,17 @@ void DispatchLoop::Submit(uint32_t h, const shm::DescriptorData& d, int64_t now)
   q.arrival = arrival;
   q.priority = d.priority == 0 ? kDefaultPriority : d.priority;
   q.tenant = d.tenant;
-  requests_[id].arrival_ns = arrival;
   if (d.deadline_ns != 0) {
     q.deadline = d.deadline_ns;
   }
-  Status queued;
   // A pipeline's committed call jumps the scan, one per pipeline run; a second call of the
   // same run queued meanwhile (a pipeline calling models at once) waits like new work.
   uint64_t meta = uint64_t{d.slot} << 48 | uint64_t{d.generation & 0xffff} << 32 | d.meta;
   if (d.meta != 0 && !scheduler_->CommittedPending(meta)) {
     q.meta_id = meta;
-    queued = scheduler_->EnqueueCommitted(static_cast<int>(d.model), q);
-  } else {
-    queued = scheduler_->Enqueue(static_cast<int>(d.model), q);
+    return scheduler_->EnqueueCommitted(static_cast<int>(d.model), q);
   }
-  if (!queued.ok()) {
-    FreeRequest(id);  // First: the id must not be live for the message block to be lent.
-    refuse(queued.error());
-    return;
-  }
-  ++outstanding_[d.model];
+  return scheduler_->Enqueue(static_cast<int>(d.model), q);
 }
 
 void DispatchLoop::Cancel(uint32_t h, const shm::DescriptorData& d) {
@@ -176,7 +186,8 @@ void DispatchLoop::Cancel(uint32_t h, const shm::DescriptorData& d) {
   uint32_t id = it->second;
   const Request& r = requests_[id];
   // The request id is the sender's, but the model must be the one it was queued under.
-  if (r.hookhost != h || r.model != static_cast<int>(d.model) || !scheduler_->Cancel(r.model, id)) {
+  if (r.hookhost != h || r.model != static_cast<int>(d.model) ||
+      (r.role != Request::Role::kHeld && !scheduler_->Cancel(r.model, id))) {
     return;  // Planned or executing: it runs and is answered as usual.
   }
   FailRequest(id, Cancelled("model '" + models_[static_cast<size_t>(r.model)].name +
@@ -197,6 +208,7 @@ uint32_t DispatchLoop::NewRequest(uint32_t h, int model, const shm::DescriptorDa
   r.model = model;
   r.descriptor = d;
   r.has_block = false;
+  r.role = Request::Role::kNone;
   live_.emplace(RequestKey{d.slot, d.generation, d.sequence}, id);
   flows_.Arrived(d.tenant, d.priority);
   return id;
@@ -216,6 +228,20 @@ void DispatchLoop::FreeRequest(uint32_t id) {
   Request& r = requests_[id];
   live_.erase({r.descriptor.slot, r.descriptor.generation, r.descriptor.sequence});
   flows_.Left(r.descriptor.tenant, r.descriptor.priority);
+  if (r.role != Request::Role::kNone) {
+    SequenceTable* table = SequencesOf(r.model);
+    SequenceKey key{r.descriptor.tenant, r.descriptor.sequence_id};
+    if (r.role == Request::Role::kHeld) {
+      table->Unhold(key, id);
+    } else {
+      SequenceTable::Next next = table->Leave(key, r.descriptor.sequence_flags, MonotonicNs());
+      if (next.run) {
+        promote_.push_back(*next.run);
+      }
+      orphans_.insert(orphans_.end(), next.orphans.begin(), next.orphans.end());
+    }
+    r.role = Request::Role::kNone;
+  }
   if (r.has_block) {
     (void)arena_.Free(r.block);
     r.has_block = false;

@@ -65,9 +65,12 @@ class NodeDriver {
   // The sequence number, or RESOURCE_EXHAUSTED (arena) / UNAVAILABLE (ring full).
   Result<uint64_t> Submit(uint32_t model, int variant, int64_t rows,
                           const std::vector<TensorInput>& inputs, int64_t deadline_ns = 0,
-                          uint32_t meta = 0, uint32_t priority = 0, uint32_t tenant = 0) {
+                          uint32_t meta = 0, uint32_t priority = 0, uint32_t tenant = 0,
+                          uint64_t sequence_id = 0, uint8_t sequence_flags = 0) {
     FlushReleases();
     shm::DescriptorData d = Addressed(shm::DescriptorKind::kSubmit, next_sequence_, model);
+    d.sequence_id = sequence_id;
+    d.sequence_flags = sequence_flags;
     d.variant = variant;
     d.rows = static_cast<int32_t>(rows);
     d.deadline_ns = deadline_ns;

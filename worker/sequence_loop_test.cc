@@ -1,0 +1,255 @@
+// Sequences through a real dispatch loop: a stateful model (an accumulator, y = relu(x +
+// state), the state becoming x + state) on the CPU backend over a real segment, the test
+// thread as the hook host.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "model/bundle.h"
+#include "tests/testing/node_driver.h"
+#include "tests/testing/shm_name.h"
+#include "tests/testing/temp_dir.h"
+#include "worker/backends/cpu/cpu_backend.h"
+#include "worker/backends/repository.h"
+#include "worker/dispatch_loop.h"
+
+namespace ferry::worker {
+namespace {
+
+using testing::Completion;
+using testing::NodeDriver;
+
+std::string AccumulatorManifest(int max_sequences, int64_t idle_us) {
+  return R"(name = "acc"
+[[inputs]]
+name = "x"
+dtype = "FP32"
+shape = [-1, 4]
+[[inputs]]
+name = "state_in"
+dtype = "FP32"
+shape = [-1, 4]
+[[outputs]]
+name = "y"
+dtype = "FP32"
+shape = [-1, 4]
+[[outputs]]
+name = "state_out"
+dtype = "FP32"
+shape = [-1, 4]
+[batching]
+sizes = [1, 4]
+[[program]]
+op = "add"
+inputs = ["x", "state_in"]
+output = "state_out"
+[[program]]
+op = "relu"
+input = "state_out"
+output = "y"
+[sequence]
+max_sequences = )" +
+         std::to_string(max_sequences) + "\nmax_sequence_idle_us = " + std::to_string(idle_us) +
+         R"(
+[[sequence.state]]
+input = "state_in"
+output = "state_out"
+)";
+}
+
+struct Fixture {
+  testing::TempDir dir;
+  std::string name = testing::UniqueShmName("seq");
+  shm::Segment segment = shm::Segment::Create(name, {1, 1, 64, 16 << 20}).value();
+  std::vector<RepositoryModel> repo;
+  CpuBackend backend{CpuOptions{CpuMode::kFast, 1}};
+  std::optional<Scheduler> scheduler;
+  std::unique_ptr<DispatchLoop> loop;
+  std::thread thread;
+
+  explicit Fixture(int max_sequences = 8, int64_t idle_us = 60'000'000) {
+    std::filesystem::create_directories(dir / "models/acc");
+    testing::WriteFile(dir / "models/acc/manifest.toml",
+                       AccumulatorManifest(max_sequences, idle_us));
+    testing::WriteFile(dir / "models/acc/weights.safetensors", testing::SafetensorsBytes("{}", ""));
+    repo = LoadRepository(dir / "models").value();
+    std::vector<LoopModel> models;
+    std::vector<ModelSpec> specs;
+    for (const RepositoryModel& m : repo) {
+      models.push_back({m.name, m.bundle.get(), backend.Load(*m.bundle).value(), std::nullopt});
+      specs.push_back(SpecForModel(m));
+    }
+    scheduler.emplace(Scheduler::Create({}, std::move(specs)).value());
+    DispatchLoopOptions options;
+    options.status_interval_ns = 1'000'000;
+    loop = std::make_unique<DispatchLoop>(segment, segment.WorkerSlot(0), &backend, &*scheduler,
+                                          std::move(models), options);
+    thread = std::thread([this] { loop->Run(); });
+  }
+  ~Fixture() {
+    testing::SendControl(segment, segment.WorkerSlot(0), {shm::ControlCode::kStop, 0, 0, 0});
+    thread.join();
+    shm::Segment::Remove(name);
+  }
+};
+
+std::vector<uint8_t> Row(float v) {
+  std::vector<uint8_t> bytes(16);
+  float row[4] = {v, 2 * v, -v, 0};
+  std::memcpy(bytes.data(), row, sizeof(row));
+  return bytes;
+}
+
+// Submits one row of sequence `id`; returns the request's sequence number.
+uint64_t Send(NodeDriver& driver, uint64_t id, uint8_t flags, float v, uint32_t tenant = 0,
+              int64_t rows = 1) {
+  std::vector<uint8_t> bytes;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<uint8_t> row = Row(v);
+    bytes.insert(bytes.end(), row.begin(), row.end());
+  }
+  Result<uint64_t> sent =
+      driver.Submit(0, 0, rows, {{DType::kF32, {rows, 4}, bytes}}, 0, 0, 0, tenant, id, flags);
+  REQUIRE(sent.ok());
+  return *sent;
+}
+
+// Waits for `n` completions, in the order they arrive.
+std::vector<Completion> Collect(NodeDriver& driver, size_t n) {
+  std::vector<Completion> done;
+  for (int i = 0; i < 10000 && done.size() < n; ++i) {
+    driver.Wait(1'000'000);
+    driver.Poll(&done);
+  }
+  REQUIRE(done.size() == n);
+  return done;
+}
+
+// The first element of an answer's only output (y[0] = relu of the running sum's first).
+float First(const Completion& c) {
+  REQUIRE(c.status == 0);
+  REQUIRE(c.outputs.size() == 1);  // The state output is never answered.
+  float v;
+  std::memcpy(&v, c.outputs[0].data(), sizeof(v));
+  return v;
+}
+
+const Completion& Of(const std::vector<Completion>& done, uint64_t sequence) {
+  for (const Completion& c : done) {
+    if (c.sequence == sequence) {
+      return c;
+    }
+  }
+  FAIL("no completion for request " << sequence);
+  return done.front();
+}
+
+TEST_CASE("five requests of a sequence sent at once each see the state the one before left") {
+  Fixture f;
+  NodeDriver driver(f.segment, 0);
+  std::vector<uint64_t> sent;
+  for (int k = 0; k < 5; ++k) {
+    uint8_t flags = k == 0 ? shm::kSequenceStart : k == 4 ? shm::kSequenceEnd : 0;
+    sent.push_back(Send(driver, 7, flags, 1.5f, 0));
+  }
+  std::vector<Completion> done = Collect(driver, 5);
+  for (int k = 0; k < 5; ++k) {
+    const Completion& c = Of(done, sent[static_cast<size_t>(k)]);
+    CHECK(First(c) == doctest::Approx(1.5 * (k + 1)));
+    CHECK(c.batch_size == 1);  // Never two requests of one sequence in one batch.
+    CHECK(c.shapes[0] == Shape{1, 4});
+  }
+  // Ended: the id is not live any more until started anew.
+  uint64_t late = Send(driver, 7, 0, 1.0f);
+  std::vector<Completion> refused = Collect(driver, 1);
+  CHECK(refused[0].sequence == late);
+  CHECK(refused[0].code() == ErrorCode::kInvalidArgument);
+  CHECK(refused[0].message.find("sequence 7 is not live") != std::string::npos);
+  uint64_t again = Send(driver, 7, shm::kSequenceStart, 2.0f);
+  CHECK(First(Of(Collect(driver, 1), again)) == doctest::Approx(2.0));
+}
+
+TEST_CASE("sequences batch together, one row each, and a tenant cannot reach another's") {
+  Fixture f;
+  NodeDriver driver(f.segment, 0);
+  std::vector<uint64_t> a, b, c;
+  for (int k = 0; k < 3; ++k) {
+    uint8_t flags = k == 0 ? shm::kSequenceStart : 0;
+    a.push_back(Send(driver, 1, flags, 1.0f, 1));
+    b.push_back(Send(driver, 1, flags, 10.0f, 2));  // The same id under another tenant.
+    c.push_back(Send(driver, 2, flags, 100.0f, 1));
+  }
+  std::vector<Completion> done = Collect(driver, 9);
+  for (size_t k = 0; k < 3; ++k) {
+    CHECK(First(Of(done, a[k])) == doctest::Approx(1.0 * (k + 1)));
+    CHECK(First(Of(done, b[k])) == doctest::Approx(10.0 * (k + 1)));
+    CHECK(First(Of(done, c[k])) == doctest::Approx(100.0 * (k + 1)));
+  }
+  // Tenant 3 never started sequence 1: refused, and tenant 1's state is untouched.
+  uint64_t stranger = Send(driver, 1, 0, 5.0f, 3);
+  CHECK(Collect(driver, 1)[0].code() == ErrorCode::kInvalidArgument);
+  (void)stranger;
+  uint64_t next = Send(driver, 1, 0, 1.0f, 1);
+  CHECK(First(Of(Collect(driver, 1), next)) == doctest::Approx(4.0));
+}
+
+TEST_CASE("past max_sequences a start is refused until one ends or idles out") {
+  Fixture f(2, 100'000);  // Two live at most; idle after 100 ms.
+  NodeDriver driver(f.segment, 0);
+  Send(driver, 1, shm::kSequenceStart, 1.0f);
+  Send(driver, 2, shm::kSequenceStart, 1.0f);
+  for (const Completion& c : Collect(driver, 2)) {
+    CHECK(c.status == 0);
+  }
+  Send(driver, 3, shm::kSequenceStart, 1.0f);
+  Completion full = Collect(driver, 1)[0];
+  CHECK(full.code() == ErrorCode::kResourceExhausted);
+  CHECK(full.message.find("max_sequences") != std::string::npos);
+  // Sequence 1 ends: room for one more.
+  Send(driver, 1, shm::kSequenceEnd, 1.0f);
+  CHECK(Collect(driver, 1)[0].status == 0);
+  Send(driver, 3, shm::kSequenceStart, 1.0f);
+  CHECK(Collect(driver, 1)[0].status == 0);
+  // Both idle past 100 ms: dropped, so a fresh start fits and the old ids are not live.
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  Send(driver, 4, shm::kSequenceStart, 1.0f);
+  Send(driver, 5, shm::kSequenceStart, 1.0f);
+  for (const Completion& c : Collect(driver, 2)) {
+    CHECK(c.status == 0);
+  }
+  Send(driver, 2, 0, 1.0f);
+  Completion gone = Collect(driver, 1)[0];
+  CHECK(gone.code() == ErrorCode::kInvalidArgument);
+  CHECK(gone.message.find("idle past max_sequence_idle_us") != std::string::npos);
+}
+
+TEST_CASE("a stateful model refuses a request without a sequence, of two rows, or orphaned") {
+  Fixture f;
+  NodeDriver driver(f.segment, 0);
+  Send(driver, 0, 0, 1.0f);
+  Completion none = Collect(driver, 1)[0];
+  CHECK(none.code() == ErrorCode::kInvalidArgument);
+  CHECK(none.message.find("needs a sequence_id") != std::string::npos);
+  Send(driver, 9, shm::kSequenceStart, 1.0f, 0, 2);
+  Completion rows = Collect(driver, 1)[0];
+  CHECK(rows.code() == ErrorCode::kInvalidArgument);
+  CHECK(rows.message.find("one row") != std::string::npos);
+  // A start and end, then one more without a start, sent at once: the third follows an end.
+  Send(driver, 9, shm::kSequenceStart | shm::kSequenceEnd, 1.0f);
+  uint64_t after = Send(driver, 9, 0, 1.0f);
+  std::vector<Completion> done = Collect(driver, 2);
+  const Completion& orphan = Of(done, after);
+  CHECK(orphan.code() == ErrorCode::kInvalidArgument);
+  CHECK(orphan.message.find("sequence_start") != std::string::npos);
+  // A start while its sequence is live begins it again from zeros.
+  Send(driver, 9, shm::kSequenceStart, 1.0f);
+  CHECK(First(Collect(driver, 1)[0]) == doctest::Approx(1.0));
+  Send(driver, 9, 0, 1.0f);
+  CHECK(First(Collect(driver, 1)[0]) == doctest::Approx(2.0));
+  Send(driver, 9, shm::kSequenceStart, 1.0f);
+  CHECK(First(Collect(driver, 1)[0]) == doctest::Approx(1.0));
+}
+
+}  // namespace
+}  // namespace ferry::worker
