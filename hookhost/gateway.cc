@@ -2,10 +2,58 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 namespace ferry::hookhost {
 
 Gateway::Gateway(GatewayMode mode, size_t num_models) : mode_(mode), placement_(num_models, -1) {}
+
+namespace {
+
+uint64_t Mix(uint64_t x) {  // splitmix64's finalizer.
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+Result<size_t> Gateway::ChooseForSequence(std::string_view model_name, uint64_t key,
+                                          uint64_t output_bytes,
+                                          std::span<const WorkerView> workers,
+                                          std::span<const uint32_t> slots) {
+  std::optional<size_t> best;
+  uint64_t best_score = 0;
+  for (size_t w = 0; w < workers.size(); ++w) {
+    if (!workers[w].failure.empty()) {
+      continue;
+    }
+    uint64_t score = Mix(key ^ Mix(slots[w] + 0x9e3779b97f4a7c15ULL));
+    if (!best || score > best_score) {
+      best = w;
+      best_score = score;
+    }
+  }
+  std::string model_text = "model '" + std::string(model_name) + "'";
+  if (!best) {
+    return Unavailable(model_text + " is loaded on no worker");
+  }
+  const WorkerView& v = workers[*best];
+  std::string holder =
+      "the worker holding this sequence (slot " + std::to_string(slots[*best]) + ")";
+  if (!v.ready || !v.has_model) {
+    return Unavailable(model_text + ": " + holder + " is not serving it now (retry in " +
+                       std::to_string(kRetryAfterMs) + " ms)");
+  }
+  if (v.queue_depth >= v.max_queue_depth || v.arena_free < output_bytes) {
+    return ResourceExhausted(model_text + ": " + holder + " has a full " +
+                             (v.queue_depth >= v.max_queue_depth ? "queue" : "arena") +
+                             " (retry in " + std::to_string(kRetryAfterMs) + " ms)");
+  }
+  return *best;
+}
 
 Result<size_t> Gateway::Choose(int model, std::string_view model_name, uint64_t output_bytes,
                                std::span<const WorkerView> workers) {

@@ -55,6 +55,17 @@ class Gateway {
   Result<size_t> Choose(int model, std::string_view model_name, uint64_t output_bytes,
                         std::span<const WorkerView> workers);
 
+  // The worker that holds sequence `key` (a tenant's sequence id, hashed by the caller) of a
+  // stateful model: rendezvous hashing of (key, worker slot) over the workers where the model
+  // did not fail, so every hook host picks the same one and a worker leaving moves only its
+  // own sequences. `slots[w]` is workers[w]'s segment slot. That worker must take it: not
+  // ready, without the model or full, the request is refused as Choose refuses (the state
+  // is there and nowhere else). REQUIRES: slots.size() == workers.size().
+  static Result<size_t> ChooseForSequence(std::string_view model_name, uint64_t key,
+                                          uint64_t output_bytes,
+                                          std::span<const WorkerView> workers,
+                                          std::span<const uint32_t> slots);
+
   // lpt_packing: places every model on one of `num_workers` workers, heaviest first, each on
   // the worker with the least load placed so far (ties: fewer models, then the lowest index).
   // `load[m]` is model m's measured GPU time per second.

@@ -167,5 +167,57 @@ TEST_CASE("lpt_packing places heaviest first on the lightest worker and serves t
   CHECK(g.placed(3) == 0);
 }
 
+TEST_CASE("a sequence goes to one worker whatever the load, and moves only with its worker") {
+  std::vector<WorkerView> w = {Ready(), Ready(), Ready(), Ready()};
+  std::vector<uint32_t> slots = {5, 6, 7, 8};
+  std::vector<size_t> chosen;
+  std::vector<int> per_worker(4, 0);
+  for (uint64_t key = 1; key <= 400; ++key) {
+    Result<size_t> c = Gateway::ChooseForSequence("m", key, 1, w, slots);
+    REQUIRE(c.ok());
+    chosen.push_back(*c);
+    ++per_worker[*c];
+    w[*c].outstanding += 100;  // Load does not move a sequence.
+    CHECK(*Gateway::ChooseForSequence("m", key, 1, w, slots) == *c);
+  }
+  for (int n : per_worker) {
+    CHECK(n > 50);  // Spread: about 100 each.
+  }
+  // The same slots in another order (another hook host's list): the same workers by slot.
+  std::vector<uint32_t> reversed = {8, 7, 6, 5};
+  for (uint64_t key = 1; key <= 400; ++key) {
+    size_t c = *Gateway::ChooseForSequence("m", key, 1, w, reversed);
+    CHECK(reversed[c] == slots[chosen[key - 1]]);
+  }
+  // Worker 2's model fails: only its sequences move.
+  w[2].failure = "out of memory";
+  for (uint64_t key = 1; key <= 400; ++key) {
+    size_t c = *Gateway::ChooseForSequence("m", key, 1, w, slots);
+    if (chosen[key - 1] != 2) {
+      CHECK(c == chosen[key - 1]);
+    } else {
+      CHECK(c != 2);
+    }
+  }
+}
+
+TEST_CASE("a sequence's worker not ready or full: refused, never sent elsewhere") {
+  std::vector<WorkerView> w = {Ready(), Ready()};
+  std::vector<uint32_t> slots = {3, 4};
+  size_t home = *Gateway::ChooseForSequence("m", 42, 1, w, slots);
+  w[home].ready = false;
+  Result<size_t> down = Gateway::ChooseForSequence("m", 42, 1, w, slots);
+  REQUIRE_FALSE(down.ok());
+  CHECK(down.error().code == ErrorCode::kUnavailable);
+  CHECK(down.error().message.find("slot " + std::to_string(slots[home])) != std::string::npos);
+  w[home].ready = true;
+  w[home].queue_depth = w[home].max_queue_depth;
+  Result<size_t> full = Gateway::ChooseForSequence("m", 42, 1, w, slots);
+  REQUIRE_FALSE(full.ok());
+  CHECK(full.error().code == ErrorCode::kResourceExhausted);
+  w[0].failure = w[1].failure = "bad weights";
+  CHECK(Gateway::ChooseForSequence("m", 42, 1, w, slots).error().code == ErrorCode::kUnavailable);
+}
+
 }  // namespace
 }  // namespace ferry::hookhost

@@ -234,6 +234,31 @@ std::future<Result<InferResponse>> HookHost::Submit(InferRequest request) {
   return future;
 }
 
+namespace {
+
+// A sequence only for a stateful model, and always for one (before any work is spent on it).
+Status CheckSequence(const Pending& p, const HookModel& model) {
+  bool carries = p.sequence_id != 0 || p.sequence_flags != 0;
+  if (!model.manifest().stateful()) {
+    if (carries) {
+      return InvalidArgument("model '" + model.name +
+                             "' keeps no state: a request to it may "
+                             "not carry a sequence (sequence_id, sequence_start or "
+                             "sequence_end)");
+    }
+    return OkStatus();
+  }
+  if (p.sequence_id == 0) {
+    return InvalidArgument("model '" + model.name +
+                           "' is stateful: every request needs a "
+                           "non-zero integer sequence_id (and sequence_start on a sequence's "
+                           "first)");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 Status HookHost::Impl::Admit(const PendingPtr& p, const HookModel* model) {
   if (pending_count.fetch_add(1, std::memory_order_relaxed) >= options.max_pending) {
     return ResourceExhausted("hook host: " + std::to_string(options.max_pending) +
@@ -256,6 +281,7 @@ Status HookHost::Impl::Admit(const PendingPtr& p, const HookModel* model) {
     p->tenant = 0;  // Counted under no tenant.
     return InvalidArgument("model '" + model->name + "': out of range: " + what);
   }
+  FERRY_RETURN_IF_ERROR(CheckSequence(*p, *model));
   if (model->manifest().decoupled && !p->on_response) {  // Before a rate token is spent.
     return InvalidArgument("model '" + model->name +
                            "' is decoupled (many responses per request): call it over gRPC "
@@ -271,7 +297,7 @@ void HookHost::Impl::Accept(const PendingPtr& p, std::span<const ClientTensor> i
   bool pipeline = model->pipeline();  // Its client tensors are its [[inputs]], for its run().
   bool preprocess = pipeline || (model->plugin != nullptr && model->plugin->has_preprocess());
   const std::vector<TensorSpec>& specs =
-      preprocess ? model->manifest().client_inputs() : model->manifest().inputs;
+      preprocess ? model->manifest().client_inputs() : model->manifest().request_inputs();
   std::vector<TensorMeta> given;
   for (const ClientTensor& t : inputs) {
     given.push_back({t.name, t.dtype, t.shape, t.bytes.size()});
@@ -377,6 +403,9 @@ void HookHost::Submit(InferRequest request, InferCallback done) {
   p->trace_low = request.trace_id_low;
   p->priority = request.priority;
   p->tenant = request.tenant;
+  p->sequence_id = request.sequence_id;
+  p->sequence_flags = static_cast<uint8_t>((request.sequence_start ? shm::kSequenceStart : 0) |
+                                           (request.sequence_end ? shm::kSequenceEnd : 0));
   p->on_response = std::move(request.on_response);
   if (Status admitted = impl.Admit(p, request.model); !admitted.ok()) {
     impl.Answer(p, admitted.error());

@@ -88,6 +88,12 @@ struct InferRequest {
   // The node's tenant number (1-based into [frontend] tenants), 0 = none. Beyond
   // shm::kMaxTenants: INVALID_ARGUMENT.
   uint32_t tenant = 0;
+  // Triton's sequence_id (0: none), sequence_start and sequence_end: a request of a stateful
+  // model's sequence (Manifest::stateful), sent to the worker holding that sequence. Refused
+  // (INVALID_ARGUMENT) for any other model, and a stateful model's request needs one.
+  uint64_t sequence_id = 0;
+  bool sequence_start = false;
+  bool sequence_end = false;
   // Fired when the client leaves: the request is answered CANCELLED at once, and its pieces
   // still queued at a worker are taken out of the queue there (counted as cancelled).
   std::shared_ptr<CancelSignal> cancel;

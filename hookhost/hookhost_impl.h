@@ -66,6 +66,8 @@ struct Pending {
   uint64_t trace_high = 0, trace_low = 0;
   Priority priority = kDefaultPriority;  // DescriptorData::priority.
   uint32_t tenant = 0;                   // DescriptorData::tenant.
+  uint64_t sequence_id = 0;              // DescriptorData::sequence_id (0: none).
+  uint8_t sequence_flags = 0;            // DescriptorData::sequence_flags.
   bool in_flight = false;                // Admitted by the limiter: released when answered.
   std::vector<Piece> pieces;
   uint64_t output_bytes = 0;  // Of the largest piece, in the worker's arena.
@@ -139,6 +141,7 @@ struct HookHost::Impl {
       state.slot = segment.WorkerSlot(w);
       state.generation = segment.generation(state.slot).load(std::memory_order_acquire);
       workers.push_back(state);
+      worker_slots.push_back(state.slot);
     }
     notices.resize(workers.size());
     abandoned.resize(workers.size());
@@ -213,6 +216,7 @@ struct HookHost::Impl {
   std::vector<shm::RingProducer> submit;
   std::vector<shm::RingConsumer> complete;
   std::vector<WorkerState> workers;
+  std::vector<uint32_t> worker_slots;  // workers[w].slot: a sequence's worker is hashed by it.
   std::vector<std::vector<WorkerView>> views;  // [model][worker], every 5 ms.
   // Per worker: releases and cancels waiting for submission-ring space.
   std::vector<std::deque<shm::DescriptorData>> notices;
@@ -294,7 +298,7 @@ struct HookHost::Impl {
   // A block of exactly `bytes` for a tensor whose size is its data's (BYTES).
   std::optional<AllocatedTensor> AllocateBlock(DType dtype, const Shape& shape, uint64_t bytes);
 
-  // Copies the model-input tensors (ordered as manifest.inputs, each a whole block) into one
+  // Copies the model-input tensors (ordered as request_inputs(), each a whole block) into one
   // block per piece and input; fills p->pieces. The source blocks are not freed.
   Status MakePieces(Pending& p, std::span<const TensorMeta> inputs,
                     std::span<const std::span<const uint8_t>> bytes,
@@ -303,7 +307,7 @@ struct HookHost::Impl {
   // The outputs' bytes of the largest piece in the worker's arena; the piece count.
   void SetOutputBytes(Pending& p, const std::vector<int64_t>& piece_rows);
 
-  // Model inputs ready (in `inputs`, ordered as manifest.inputs): variant, split, hand off.
+  // Model inputs ready (in `inputs`, ordered as request_inputs()): variant, split, hand off.
   // `adopt`: arena blocks already holding `inputs` (a plugin's outputs); a request sent in one
   // piece then uses them as they are (*adopted set: the pieces own them now), else they are
   // copied into the pieces' blocks and stay the caller's.

@@ -179,10 +179,10 @@ Result<int> MatchVariant(std::string_view model, const Manifest& manifest,
   std::optional<Error> first;
   for (size_t v = 0; v < manifest.variants.size(); ++v) {
     std::vector<Shape> declared;
-    for (const TensorSpec& spec : manifest.inputs) {
+    for (const TensorSpec& spec : manifest.request_inputs()) {
       declared.push_back(manifest.variants[v].inputs.at(spec.name));
     }
-    Status s = CheckTensors(model, manifest.inputs, declared, tensors, rows);
+    Status s = CheckTensors(model, manifest.request_inputs(), declared, tensors, rows);
     if (s.ok()) {
       return static_cast<int>(v);
     }

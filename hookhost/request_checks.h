@@ -42,7 +42,7 @@ Status CheckTensors(std::string_view model, const std::vector<TensorSpec>& specs
                     std::span<const Shape> declared, std::span<const TensorMeta> tensors,
                     int64_t* rows);
 
-// The first shape variant whose input shapes `tensors` (ordered as manifest.inputs) have; sets
+// The first shape variant whose input shapes `tensors` (ordered as request_inputs()) have; sets
 // *rows. An unbatched model takes exactly 1 row. INVALID_ARGUMENT as above, naming the
 // variants when none matches.
 Result<int> MatchVariant(std::string_view model, const Manifest& manifest,

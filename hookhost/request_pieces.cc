@@ -33,12 +33,12 @@ std::optional<AllocatedTensor> HookHost::Impl::AllocateBlock(DType dtype, const 
   return AllocatedTensor{dtype, shape, arena.Bytes(*block).first(bytes), block->offset};
 }
 
-// Copies the model-input tensors (ordered as manifest.inputs, each a whole block) into one
+// Copies the model-input tensors (ordered as request_inputs(), each a whole block) into one
 // block per piece and input; fills p->pieces. The source blocks are not freed.
 Status HookHost::Impl::MakePieces(Pending& p, std::span<const TensorMeta> inputs,
                                   std::span<const std::span<const uint8_t>> bytes,
                                   const std::vector<int64_t>& piece_rows) {
-  const Manifest& m = p.model->manifest();
+  const std::vector<TensorSpec>& specs = p.model->manifest().request_inputs();
   int64_t first_row = 0;
   for (int64_t rows : piece_rows) {
     Piece piece;
@@ -46,13 +46,12 @@ Status HookHost::Impl::MakePieces(Pending& p, std::span<const TensorMeta> inputs
     for (size_t i = 0; i < inputs.size(); ++i) {
       Shape shape(inputs[i].shape.begin(), inputs[i].shape.end());
       uint64_t row_bytes = 0, offset = 0;
-      if (m.inputs[i].batch_axis) {  // Axis 0 whenever there is more than one piece.
+      if (specs[i].batch_axis) {  // Axis 0 whenever there is more than one piece.
         row_bytes = inputs[i].bytes / static_cast<uint64_t>(p.model_rows);
-        shape[static_cast<size_t>(*m.inputs[i].batch_axis)] = rows;
+        shape[static_cast<size_t>(*specs[i].batch_axis)] = rows;
         offset = static_cast<uint64_t>(first_row) * row_bytes;
       }
-      uint64_t n =
-          m.inputs[i].batch_axis ? row_bytes * static_cast<uint64_t>(rows) : inputs[i].bytes;
+      uint64_t n = specs[i].batch_axis ? row_bytes * static_cast<uint64_t>(rows) : inputs[i].bytes;
       std::optional<AllocatedTensor> block = AllocateTensor(inputs[i].dtype, shape);
       if (!block) {
         for (Piece& made : p.pieces) {
@@ -91,7 +90,7 @@ void HookHost::Impl::SetOutputBytes(Pending& p, const std::vector<int64_t>& piec
   p.timings.pieces = static_cast<int>(p.pieces.size());
 }
 
-// Model inputs ready (in `inputs`, ordered as manifest.inputs): variant, split, hand off.
+// Model inputs ready (in `inputs`, ordered as request_inputs()): variant, split, hand off.
 // `adopt`: arena blocks already holding `inputs` (a plugin's outputs); a request sent in one
 // piece then uses them as they are (*adopted set: the pieces own them now), else they are
 // copied into the pieces' blocks and stay the caller's.
@@ -101,7 +100,7 @@ Status HookHost::Impl::Route(const PendingPtr& p, std::span<const TensorMeta> in
   const HookModel& model = *p->model;
   int64_t rows = 0;
   FERRY_ASSIGN_OR_RETURN(p->variant, MatchVariant(model.name, model.manifest(), inputs, &rows));
-  FERRY_RETURN_IF_ERROR(CheckRanges(model.name, model.manifest().inputs, inputs, bytes));
+  FERRY_RETURN_IF_ERROR(CheckRanges(model.name, model.manifest().request_inputs(), inputs, bytes));
   p->model_rows = rows;
   bool preserved = p->subcall || model.plugin == nullptr || !model.plugin->has_preprocess() ||
                    (model.plugin->preserves_rows() && model.manifest().hooks.preserves_rows);
@@ -230,8 +229,9 @@ Result<InferResponse> HookHost::Impl::Collect(Pending& p) {
     total_rows += piece.rows;
   }
   uint32_t worker_slot = workers_slot(p.worker);
-  for (size_t o = 0; o < m.outputs.size(); ++o) {
-    const TensorSpec& spec = m.outputs[o];
+  const std::vector<TensorSpec>& outputs = m.request_outputs();  // A stateful model's: no state.
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    const TensorSpec& spec = outputs[o];
     ResponseTensor out;
     out.name = spec.name;
     out.dtype = spec.dtype;
@@ -246,7 +246,7 @@ Result<InferResponse> HookHost::Impl::Collect(Pending& p) {
         want[static_cast<size_t>(*spec.batch_axis)] = piece.rows;
       }
       const shm::TensorRefData& t = c.tensors[o];
-      if (c.num_tensors != m.outputs.size() || t.dtype != static_cast<uint16_t>(spec.dtype) ||
+      if (c.num_tensors != outputs.size() || t.dtype != static_cast<uint16_t>(spec.dtype) ||
           t.rank != want.size() || !std::equal(want.begin(), want.end(), t.shape)) {
         return Internal("model '" + p.model->name + "': the worker's output '" + spec.name +
                         "' is not " + DescribeTensor(spec.dtype, want));

@@ -13,6 +13,14 @@
 #include "shm/recovery.h"
 
 namespace ferry::hookhost {
+namespace {
+
+// What a sequence's worker is hashed by: its id within its tenant.
+uint64_t SequenceKey(const Pending& p) {
+  return p.sequence_id ^ (uint64_t{p.tenant} << 56 | uint64_t{p.tenant} * 0x9e3779b97f4a7c15ULL);
+}
+
+}  // namespace
 
 // --- Transport thread ---
 void HookHost::Impl::TransportLoop() {
@@ -236,7 +244,10 @@ bool HookHost::Impl::SendWaiting(int64_t now) {
       }
     }
     Result<size_t> chosen =
-        gateway.Choose(static_cast<int>(model), p->model->name, p->output_bytes, candidates);
+        p->sequence_id != 0
+            ? Gateway::ChooseForSequence(p->model->name, SequenceKey(*p), p->output_bytes,
+                                         candidates, worker_slots)
+            : gateway.Choose(static_cast<int>(model), p->model->name, p->output_bytes, candidates);
     if (!chosen.ok()) {
       // UNAVAILABLE (none ready, or none ready has the model) may only mean a worker not yet
       // seen; RESOURCE_EXHAUSTED is a full queue or arena, answered as such.
@@ -262,6 +273,8 @@ bool HookHost::Impl::SendWaiting(int64_t now) {
       d.tenant = static_cast<uint16_t>(p->tenant);
       d.trace_id_high = p->trace_high;
       d.trace_id_low = p->trace_low;
+      d.sequence_id = p->sequence_id;
+      d.sequence_flags = p->sequence_flags;
       d.num_tensors = static_cast<uint8_t>(piece.tensors.size());
       std::copy(piece.tensors.begin(), piece.tensors.end(), d.tensors);
       inflight[piece.sequence] = {p, i};
@@ -454,8 +467,9 @@ void HookHost::Impl::RerouteStalled(int64_t now) {
         elsewhere |= other != w && v.ready && v.responsive && v.has_model;
       }
       // Only whole requests: one with a piece answered stays (its answer is being joined).
-      if (!elsewhere || p->reroutes >= kMaxReroutes || sequences.size() != p->pieces.size() ||
-          p->answered.load()) {
+      // A sequence's request stays with its state.
+      if (!elsewhere || p->sequence_id != 0 || p->reroutes >= kMaxReroutes ||
+          sequences.size() != p->pieces.size() || p->answered.load()) {
         continue;
       }
       for (uint64_t sequence : sequences) {

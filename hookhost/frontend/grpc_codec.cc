@@ -141,19 +141,39 @@ Result<std::optional<SharedTensor>> GrpcPlace(const Map& params, std::string_vie
   return std::optional<SharedTensor>(std::move(place));
 }
 
-// A non-zero or non-empty sequence_id, or sequence_start / sequence_end true.
+// Triton's sequence_id (int64 >= 0 or uint64; "" is none, another string refused) and flags.
 template <typename Map>
-bool CarriesSequence(const Map& params) {
+Status ReadSequence(const Map& params, hookhost::InferRequest* request) {
+  using P = inference::InferParameter;
   for (const auto& [key, value] : params) {
     if (key == "sequence_id") {
-      if (value.int64_param() != 0 || value.uint64_param() != 0 || !value.string_param().empty()) {
-        return true;
+      switch (value.parameter_choice_case()) {
+        case P::kInt64Param:
+          if (value.int64_param() < 0) {
+            return InvalidArgument("parameter \"sequence_id\" must be >= 0");
+          }
+          request->sequence_id = static_cast<uint64_t>(value.int64_param());
+          break;
+        case P::kUint64Param:
+          request->sequence_id = value.uint64_param();
+          break;
+        case P::kStringParam:
+          if (!value.string_param().empty()) {
+            return InvalidArgument(kSequenceIdText);
+          }
+          break;
+        default:
+          return InvalidArgument("parameter \"sequence_id\" must be an unsigned integer");
       }
-    } else if ((key == "sequence_start" || key == "sequence_end") && value.bool_param()) {
-      return true;
+    } else if (key == "sequence_start" || key == "sequence_end") {
+      if (value.parameter_choice_case() != P::kBoolParam) {
+        return InvalidArgument("parameter \"" + key + "\" must be a boolean");
+      }
+      (key == "sequence_start" ? request->sequence_start : request->sequence_end) =
+          value.bool_param();
     }
   }
-  return false;
+  return OkStatus();
 }
 
 bool NamesRegion(const inference::ModelInferRequest::InferInputTensor& in) {
@@ -264,9 +284,7 @@ Result<ParsedInfer> ParseGrpcInfer(const inference::ModelInferRequest& request) 
   FERRY_ASSIGN_OR_RETURN(int64_t priority, IntParam(request.parameters(), "priority"));
   FERRY_ASSIGN_OR_RETURN(parsed.priority, PriorityFromParameter(priority));
   FERRY_ASSIGN_OR_RETURN(parsed.tenant, StringParam(request.parameters(), "tenant"));
-  if (CarriesSequence(request.parameters())) {
-    return InvalidArgument(kSequenceRefusal);
-  }
+  FERRY_RETURN_IF_ERROR(ReadSequence(request.parameters(), &parsed.request));
   int n = request.inputs_size();
   if (n < 1 || n > 64) {
     return InvalidArgument("a request needs 1 to 64 inputs, got " + std::to_string(n));

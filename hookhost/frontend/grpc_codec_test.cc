@@ -279,20 +279,33 @@ TEST_CASE("shared-memory places: raw contents are the other inputs' in order") {
   CHECK(ErrorOf(many).find("at most 64 outputs") != std::string::npos);
 }
 
-TEST_CASE("a request carrying a sequence is refused by name") {
+TEST_CASE("a sequence's id and flags are read; a string id, a negative one refused") {
   ModelInferRequest r;
   AddInput(r, "a", "FP32", {1})->mutable_contents()->add_fp32_contents(1);
-  CHECK(ParseGrpcInfer(r).ok());
+  CHECK(ParseGrpcInfer(r)->request.sequence_id == 0);
   (*r.mutable_parameters())["sequence_id"].set_int64_param(0);
   (*r.mutable_parameters())["sequence_end"].set_bool_param(false);
   CHECK(ParseGrpcInfer(r).ok());  // Zero and false: no sequence.
-  (*r.mutable_parameters())["sequence_id"].set_uint64_param(9);
-  CHECK(ErrorOf(r) == kSequenceRefusal);
-  (*r.mutable_parameters())["sequence_id"].set_string_param("corr-1");
-  CHECK(ErrorOf(r) == kSequenceRefusal);
-  (*r.mutable_parameters())["sequence_id"].set_string_param("");
+  (*r.mutable_parameters())["sequence_id"].set_uint64_param(UINT64_MAX);
   (*r.mutable_parameters())["sequence_start"].set_bool_param(true);
-  CHECK(ErrorOf(r) == kSequenceRefusal);
+  Result<ParsedInfer> p = ParseGrpcInfer(r);
+  REQUIRE(p.ok());
+  CHECK(p->request.sequence_id == UINT64_MAX);
+  CHECK(p->request.sequence_start);
+  CHECK_FALSE(p->request.sequence_end);
+  (*r.mutable_parameters())["sequence_id"].set_int64_param(9);
+  CHECK(ParseGrpcInfer(r)->request.sequence_id == 9);
+  (*r.mutable_parameters())["sequence_id"].set_int64_param(-9);
+  CHECK(ErrorOf(r).find(">= 0") != std::string::npos);
+  (*r.mutable_parameters())["sequence_id"].set_string_param("corr-1");
+  CHECK(ErrorOf(r) == kSequenceIdText);
+  (*r.mutable_parameters())["sequence_id"].set_string_param("");
+  CHECK(ParseGrpcInfer(r)->request.sequence_id == 0);
+  (*r.mutable_parameters())["sequence_id"].set_bool_param(true);
+  CHECK(ErrorOf(r).find("unsigned integer") != std::string::npos);
+  (*r.mutable_parameters())["sequence_id"].set_int64_param(3);
+  (*r.mutable_parameters())["sequence_end"].set_int64_param(1);
+  CHECK(ErrorOf(r).find("boolean") != std::string::npos);
 }
 
 }  // namespace

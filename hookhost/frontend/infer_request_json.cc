@@ -492,9 +492,9 @@ Status ReadDocument(od::document& doc, size_t text_bytes, std::string_view binar
   if (!has_inputs) {
     return InvalidArgument("\"inputs\" must be an array of 1 to 64 tensors");
   }
-  if (params.sequence) {
-    return InvalidArgument(kSequenceRefusal);
-  }
+  parsed->request.sequence_id = params.sequence_id;
+  parsed->request.sequence_start = params.sequence_start;
+  parsed->request.sequence_end = params.sequence_end;
   parsed->binary_default = params.binary_data_output.value_or(false);
   for (size_t i = 0; i < parsed->outputs.size(); ++i) {
     parsed->outputs[i].binary = output_binary[i].value_or(parsed->binary_default);

@@ -18,6 +18,30 @@ std::string Clip(std::string_view s, size_t max) {
   return std::string(s.substr(0, end));
 }
 
+namespace {
+
+// An unsigned integer, or "" for none; a string id is refused by name (kSequenceIdText).
+Status ReadSequenceId(od::value& v, uint64_t* out) {
+  od::json_type type;
+  if (v.type().get(type)) {
+    return InvalidArgument("parameter \"sequence_id\" is not valid JSON");
+  }
+  std::string_view text;
+  if (type == od::json_type::string && !v.get_string().get(text)) {
+    if (!text.empty()) {
+      return InvalidArgument(kSequenceIdText);
+    }
+    *out = 0;
+    return OkStatus();
+  }
+  if (type != od::json_type::number || v.get_uint64().get(*out)) {
+    return InvalidArgument("parameter \"sequence_id\" must be an unsigned 64-bit integer");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 Status ReadParameters(od::value& value, JsonParameters* out) {
   od::object object;
   if (value.get_object().get(object)) {
@@ -62,20 +86,11 @@ Status ReadParameters(od::value& value, JsonParameters* out) {
       }
       (key == "tenant" ? out->tenant : out->shared_memory_region) = Clip(s, kMaxTenantNameBytes);
     } else if (key == "sequence_id") {
-      od::json_type type;
-      int64_t id = 0;
-      std::string_view text;
-      bool typed =
-          !v.type().get(type) && ((type == od::json_type::number && !v.get_int64().get(id)) ||
-                                  (type == od::json_type::string && !v.get_string().get(text)));
-      if (!typed) {
-        return InvalidArgument("parameter \"sequence_id\" must be an integer or a string");
-      }
-      out->sequence = out->sequence || id != 0 || !text.empty();
+      FERRY_RETURN_IF_ERROR(ReadSequenceId(v, &out->sequence_id));
     } else if (key == "sequence_start" || key == "sequence_end") {
       std::optional<bool> flag;
       FERRY_RETURN_IF_ERROR(boolean(&flag));
-      out->sequence = out->sequence || *flag;
+      (key == "sequence_start" ? out->sequence_start : out->sequence_end) = *flag;
     } else if (key == "shared_memory_offset") {
       FERRY_RETURN_IF_ERROR(integer(&out->shared_memory_offset));
     } else if (key == "shared_memory_byte_size") {

@@ -22,9 +22,9 @@ struct JsonParameters {
   std::optional<int64_t> timeout, priority, binary_data_size;
   std::optional<int64_t> shared_memory_offset, shared_memory_byte_size;
   std::optional<std::string> tenant, shared_memory_region;
-  // A non-zero or non-empty sequence_id, or sequence_start / sequence_end true: the request
-  // belongs to a sequence (kSequenceRefusal).
-  bool sequence = false;
+  // Triton's sequence_id (an unsigned integer; 0 or "" is none) and its flags.
+  uint64_t sequence_id = 0;
+  bool sequence_start = false, sequence_end = false;
 };
 
 // `value`'s keys into `out`; INVALID_ARGUMENT when it is not an object or a known key has the

@@ -59,13 +59,10 @@ struct ParsedInfer {
   std::string traceparent;  // Echoed on the answer (TraceContext): "" = none.
 };
 
-// A request carrying a sequence (Triton's sequence_id, sequence_start, sequence_end) is
-// refused, as Triton refuses a correlation ID for a model without a sequence batcher: no
-// model ferry serves keeps state between requests yet, and serving one as if it did would
-// answer wrongly without a word.
-inline constexpr const char* kSequenceRefusal =
-    "this node serves no stateful models: a request may not carry a sequence (sequence_id, "
-    "sequence_start or sequence_end)";
+// Triton also takes a string sequence_id (a model's CONTROL_SEQUENCE_CORRID of type
+// TYPE_STRING); ferry keys sequences by a 64-bit integer and refuses a string one by name.
+inline constexpr const char* kSequenceIdText =
+    "parameter \"sequence_id\": this node takes unsigned integer sequence ids, not strings";
 
 // A tenant name is kept to this many bytes (it only has to match a declared one).
 inline constexpr size_t kMaxTenantNameBytes = 256;

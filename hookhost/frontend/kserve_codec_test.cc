@@ -182,27 +182,40 @@ TEST_CASE("shared-memory places: checked when parsed, bytes left to the region's
   CHECK(has(ParseInferRequest(with_data, "").error().message, "with \"data\""));
 }
 
-TEST_CASE("a request carrying a sequence is refused by name; a zero or empty id is none") {
+TEST_CASE("a sequence's id and flags are read; a zero or empty id is none; others refused") {
   auto body = [](const std::string& params) {
     return R"({"parameters":)" + params +
            R"(,"inputs":[{"name":"x","datatype":"FP32","shape":[1],"data":[1]}]})";
   };
-  for (const char* params :
-       {R"({"sequence_id":7})", R"({"sequence_id":"abc"})",
-        R"({"sequence_id":0,"sequence_start":true})", R"({"sequence_end":true})"}) {
-    CAPTURE(params);
-    Result<ParsedInfer> p = ParseInferRequest(body(params), "");
-    REQUIRE(!p.ok());
-    CHECK(p.error().message == kSequenceRefusal);
-  }
+  Result<ParsedInfer> p =
+      ParseInferRequest(body(R"({"sequence_id":18446744073709551615,"sequence_start":true})"), "");
+  REQUIRE(p.ok());
+  CHECK(p->request.sequence_id == UINT64_MAX);
+  CHECK(p->request.sequence_start);
+  CHECK_FALSE(p->request.sequence_end);
+  p = ParseInferRequest(body(R"({"sequence_id":7,"sequence_end":true})"), "");
+  REQUIRE(p.ok());
+  CHECK(p->request.sequence_id == 7);
+  CHECK(p->request.sequence_end);
   for (const char* params : {R"({"sequence_id":0})", R"({"sequence_id":""})",
                              R"({"sequence_start":false,"sequence_end":false})"}) {
     CAPTURE(params);
-    CHECK(ParseInferRequest(body(params), "").ok());
+    p = ParseInferRequest(body(params), "");
+    REQUIRE(p.ok());
+    CHECK(p->request.sequence_id == 0);
   }
-  Result<ParsedInfer> typed = ParseInferRequest(body(R"({"sequence_id":[1]})"), "");
-  REQUIRE(!typed.ok());
-  CHECK(typed.error().message.find("an integer or a string") != std::string::npos);
+  auto error = [&](const char* params) {
+    Result<ParsedInfer> r = ParseInferRequest(body(params), "");
+    REQUIRE(!r.ok());
+    return r.error().message;
+  };
+  CHECK(error(R"({"sequence_id":"corr-1"})") == kSequenceIdText);
+  for (const char* params : {R"({"sequence_id":[1]})", R"({"sequence_id":-1})",
+                             R"({"sequence_id":1.5})", R"({"sequence_id":18446744073709551616})"}) {
+    CAPTURE(params);
+    CHECK(error(params).find("unsigned 64-bit integer") != std::string::npos);
+  }
+  CHECK(error(R"({"sequence_start":1})").find("boolean") != std::string::npos);
 }
 
 TEST_CASE("hostile requests are refused with what was wrong, never crash") {

@@ -119,17 +119,19 @@ def main():
 
 
 def sequence_checks(client, grpc_client):
-    """No model here keeps state: a request of a sequence is refused by name over both
+    """The mlp keeps no state: a request of a sequence to it is refused by name over both
     protocols (as Triton refuses a correlation ID for a model without a sequence batcher),
-    never served as if it were not one."""
+    never served as if it were not one; a string id is refused by any model
+    (tests/clients/sequence_test.py serves a stateful one)."""
     x = np.zeros((1, 784), np.float32)
     for module, c in ((httpclient, client), (grpcclient, grpc_client)):
         inp = module.InferInput("input", [1, 784], "FP32")
         inp.set_data_from_numpy(x)
-        for kwargs in ({"sequence_id": 5, "sequence_start": True}, {"sequence_id": "corr-7"},
-                       {"sequence_id": 5, "sequence_end": True}):
-            got = refused(lambda: c.infer("mlp", [inp], **kwargs), "no stateful models")
-            check(got == "no stateful models", f"{module.__name__}: {kwargs} refused: {got[:80]}")
+        for kwargs, want in (({"sequence_id": 5, "sequence_start": True}, "keeps no state"),
+                             ({"sequence_id": "corr-7"}, "not strings"),
+                             ({"sequence_id": 5, "sequence_end": True}, "keeps no state")):
+            got = refused(lambda: c.infer("mlp", [inp], **kwargs), want)
+            check(got == want, f"{module.__name__}: {kwargs} refused: {got[:80]}")
         check(c.infer("mlp", [inp], sequence_id=0) is not None,
               f"{module.__name__}: sequence_id 0 (none) served")
 
