@@ -243,6 +243,11 @@ std::future<Result<InferResponse>> HookHost::Impl::SubmitCall(const PendingPtr& 
            Unavailable("model '" + target.name + "' failed to load: " + target.failure->message));
     return future;
   }
+  if (target.manifest().stateful()) {
+    Answer(p, InvalidArgument("model '" + target.name +
+                              "' is stateful: a pipeline's call carries no sequence"));
+    return future;
+  }
   std::vector<TensorMeta> given;
   for (const TensorView& t : call.inputs) {
     given.push_back({t.name, t.dtype, t.shape, t.bytes.size()});  // Valid during the call.

@@ -100,6 +100,12 @@ Status HookHost::Impl::Route(const PendingPtr& p, std::span<const TensorMeta> in
   const HookModel& model = *p->model;
   int64_t rows = 0;
   FERRY_ASSIGN_OR_RETURN(p->variant, MatchVariant(model.name, model.manifest(), inputs, &rows));
+  if (model.manifest().stateful() && rows != 1) {  // Before any split: pieces would share it.
+    return InvalidArgument("model '" + model.name +
+                           "' is stateful: a request is one row of its "
+                           "sequence, got " +
+                           std::to_string(rows));
+  }
   FERRY_RETURN_IF_ERROR(CheckRanges(model.name, model.manifest().request_inputs(), inputs, bytes));
   p->model_rows = rows;
   bool preserved = p->subcall || model.plugin == nullptr || !model.plugin->has_preprocess() ||

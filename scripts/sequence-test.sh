@@ -17,6 +17,7 @@ sed -e 's/^name = "accumulator"/name = "tight"/' -e 's/^max_sequences = 64 /max_
     examples/sequences/accumulator/manifest.toml > "$dir/models/tight/manifest.toml"
 ferry_start_node "$build" "$dir" "seq$$" ""
 failures=0
-"$venv/bin/python" tests/clients/sequence_test.py "$address" "$(ferry_listen grpc)" ||
+"$venv/bin/python" tests/clients/sequence_test.py "$address" "$(ferry_listen grpc)" \
+  "$(ferry_listen metrics)" ||
   failures=$((failures + 1))
 ferry_finish sequences

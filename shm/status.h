@@ -109,6 +109,10 @@ struct ModelStatusData {
   uint64_t failed;
   uint64_t cancelled;  // Taken out of the queue because their client left.
   uint64_t errors;     // Requests failed by a backend error.
+  // A stateful model's sequences live on this worker now, and its max_sequences (0: the
+  // model keeps no state).
+  uint64_t live_sequences;
+  uint64_t max_sequences;
   int64_t queue_wait_p50_ns;
   int64_t queue_wait_p99_ns;
   int64_t effective_max_batch;

@@ -339,6 +339,10 @@ void Scrape::RenderQueues() {
            [](const shm::ModelStatusData& d) { return static_cast<double>(d.queue_depth); });
   PerModel("ferry_outstanding_requests", "gauge", "Requests queued or executing.",
            [](const shm::ModelStatusData& d) { return static_cast<double>(d.outstanding); });
+  PerModel("ferry_live_sequences", "gauge",
+           "A stateful model's sequences live on the worker (its max_sequences bounds them; 0 "
+           "for a model that keeps no state).",
+           [](const shm::ModelStatusData& d) { return static_cast<double>(d.live_sequences); });
   PerModel("ferry_queue_wait_p50_seconds", "gauge",
            "Median time a request waited in the queue, over the recent window.",
            [](const shm::ModelStatusData& d) {

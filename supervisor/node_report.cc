@@ -55,6 +55,8 @@ nlohmann::json ModelMetricsJson(const shm::ModelStatusData& m) {
           {"failed", m.failed},
           {"cancelled", m.cancelled},
           {"errors", m.errors},
+          {"live_sequences", m.live_sequences},
+          {"max_sequences", m.max_sequences},
           {"compute_seconds", m.total_compute_seconds},
           {"recent_compute_share", m.recent_compute},
           {"queue_wait_p50_us", m.queue_wait_p50_ns / 1000},

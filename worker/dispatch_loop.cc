@@ -309,6 +309,10 @@ void DispatchLoop::PublishStatus(shm::ProcessState state) {
     m.failed = mm.failed;
     m.cancelled = mm.cancelled;
     m.errors = errors_[i];
+    if (sequences_[i] != nullptr) {
+      m.live_sequences = sequences_[i]->live();
+      m.max_sequences = static_cast<uint64_t>(models_[i].bundle->manifest.sequence.max_sequences);
+    }
     m.queue_wait_p50_ns = mm.queue_wait_p50_ns;
     m.queue_wait_p99_ns = mm.queue_wait_p99_ns;
     for (size_t b = 0; b < shm::kQueueWaitBuckets && b < mm.queue_wait_le.size(); ++b) {

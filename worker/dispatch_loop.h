@@ -115,9 +115,10 @@ class DispatchLoop {
     uint64_t block = 0;                // Output block offset, once allocated.
     bool has_block = false;
     int64_t arrival_ns = 0;  // When it was drained from its ring (queue time starts).
-    // A stateful model's request: its sequence's current one (queued or executing), or one
-    // held behind it (not yet handed to the scheduler).
-    enum class Role : uint8_t { kNone, kCurrent, kHeld } role = Role::kNone;
+    // A stateful model's request: its sequence's current one (queued or executing), current
+    // but not yet handed to the scheduler (in promote_), or held behind the current one.
+    enum class Role : uint8_t { kNone, kCurrent, kPromoting, kHeld } role = Role::kNone;
+    bool succeeded = false;  // Ran and answered OK (a sequence's state was kept).
   };
   struct Batch {
     Dispatch dispatch;
@@ -174,6 +175,9 @@ class DispatchLoop {
   Result<bool> ArriveInSequence(uint32_t id, int64_t now);
   // Hands the requests whose turn came to the scheduler and fails those orphaned by an end.
   void PromoteSequences(int64_t now);
+  // Request `id` leaves its sequence (FreeRequest): taken out of the held ones, or, as the
+  // current one, its successor marked kPromoting for PromoteSequences, orphans noted.
+  void LeaveSequence(uint32_t id);
   // The worker stopping: every request held or about to be promoted is answered `error`.
   void FailSequenced(const Error& error);
   // A sequenced request of batch `k` ran: its state outputs become its sequence's state.

@@ -113,12 +113,12 @@ void DispatchLoop::Plan(int64_t now) {
     std::span<uint8_t> bytes = arena_.Bytes(*block);
     RequestIo io;
     io.rows = q.rows;
-    SequenceTable* table = r.role == Request::Role::kCurrent ? SequencesOf(r.model) : nullptr;
+    SequenceTable* table = SequencesOf(r.model);  // Its state inputs are the table's.
     size_t sent = 0;  // The request's own tensors, in manifest order without the states.
     for (size_t i = 0; i < manifest.inputs.size(); ++i) {
       int state = table != nullptr ? table->InputState(i) : -1;
-      io.inputs.push_back(state >= 0 ? table->State({r.descriptor.tenant, r.descriptor.sequence_id},
-                                                    static_cast<size_t>(state))
+      io.inputs.push_back(state >= 0 ? table->Input({r.descriptor.tenant, r.descriptor.sequence_id},
+                                                    id, static_cast<size_t>(state))
                                      : shm::TensorBytes(segment_, r.descriptor.tensors[sent++]));
     }
     uint64_t offset = 0;
@@ -229,6 +229,7 @@ void DispatchLoop::AnswerBatch(std::unique_ptr<Batch> batch,
       uint32_t id = batch->members[k];
       Request& r = requests_[id];
       KeepStates(*batch, k);
+      r.succeeded = true;
       double share = timing->compute_seconds * static_cast<double>(r.descriptor.rows) /
                      static_cast<double>(std::max<int64_t>(batch_rows, 1));
       int64_t started = timing->started_ns != 0 ? timing->started_ns : batch->launched_ns;

@@ -204,6 +204,7 @@ void DispatchLoop::ApplyModelChanges() {
         options_.residency->Remove(static_cast<int>(*it));
       }
     }
+    sequences_[*it].reset();  // Nothing of it is queued or held: its states go.
     spdlog::info("worker slot {}: model index {} freed", slot_, *it);
     it = unloads_.erase(it);
   }

@@ -187,7 +187,8 @@ void DispatchLoop::Cancel(uint32_t h, const shm::DescriptorData& d) {
   const Request& r = requests_[id];
   // The request id is the sender's, but the model must be the one it was queued under.
   if (r.hookhost != h || r.model != static_cast<int>(d.model) ||
-      (r.role != Request::Role::kHeld && !scheduler_->Cancel(r.model, id))) {
+      (r.role != Request::Role::kHeld && r.role != Request::Role::kPromoting &&
+       !scheduler_->Cancel(r.model, id))) {
     return;  // Planned or executing: it runs and is answered as usual.
   }
   FailRequest(id, Cancelled("model '" + models_[static_cast<size_t>(r.model)].name +
@@ -209,6 +210,7 @@ uint32_t DispatchLoop::NewRequest(uint32_t h, int model, const shm::DescriptorDa
   r.descriptor = d;
   r.has_block = false;
   r.role = Request::Role::kNone;
+  r.succeeded = false;
   live_.emplace(RequestKey{d.slot, d.generation, d.sequence}, id);
   flows_.Arrived(d.tenant, d.priority);
   return id;
@@ -229,18 +231,7 @@ void DispatchLoop::FreeRequest(uint32_t id) {
   live_.erase({r.descriptor.slot, r.descriptor.generation, r.descriptor.sequence});
   flows_.Left(r.descriptor.tenant, r.descriptor.priority);
   if (r.role != Request::Role::kNone) {
-    SequenceTable* table = SequencesOf(r.model);
-    SequenceKey key{r.descriptor.tenant, r.descriptor.sequence_id};
-    if (r.role == Request::Role::kHeld) {
-      table->Unhold(key, id);
-    } else {
-      SequenceTable::Next next = table->Leave(key, r.descriptor.sequence_flags, MonotonicNs());
-      if (next.run) {
-        promote_.push_back(*next.run);
-      }
-      orphans_.insert(orphans_.end(), next.orphans.begin(), next.orphans.end());
-    }
-    r.role = Request::Role::kNone;
+    LeaveSequence(id);
   }
   if (r.has_block) {
     (void)arena_.Free(r.block);

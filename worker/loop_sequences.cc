@@ -41,6 +41,29 @@ Result<bool> DispatchLoop::ArriveInSequence(uint32_t id, int64_t now) {
   return arrival == SequenceTable::Arrival::kRun;
 }
 
+void DispatchLoop::LeaveSequence(uint32_t id) {
+  Request& r = requests_[id];
+  SequenceTable* table = SequencesOf(r.model);
+  SequenceKey key{r.descriptor.tenant, r.descriptor.sequence_id};
+  if (r.role == Request::Role::kHeld) {
+    table->Unhold(key, id);
+  } else {
+    if (r.role == Request::Role::kPromoting) {
+      std::erase(promote_, id);  // Cancelled before its turn reached the scheduler.
+    }
+    SequenceTable::Next next = table->Leave(key, id, r.succeeded, MonotonicNs());
+    if (next.run) {
+      requests_[*next.run].role = Request::Role::kPromoting;
+      promote_.push_back(*next.run);
+    }
+    for (uint32_t orphan : next.orphans) {
+      requests_[orphan].role = Request::Role::kNone;  // Out of the table.
+      orphans_.push_back(orphan);
+    }
+  }
+  r.role = Request::Role::kNone;
+}
+
 void DispatchLoop::PromoteSequences(int64_t now) {
   // Failing a request can hand its sequence's next one over: loop until nothing is left.
   while (!promote_.empty() || !orphans_.empty()) {
@@ -48,7 +71,6 @@ void DispatchLoop::PromoteSequences(int64_t now) {
     orphans_.clear();
     for (uint32_t id : orphans) {
       const Request& r = requests_[id];
-      requests_[id].role = Request::Role::kNone;  // Out of the table already.
       FailRequest(
           id, InvalidArgument("model '" + models_[static_cast<size_t>(r.model)].name +
                               "': sequence " + std::to_string(r.descriptor.sequence_id) +
@@ -58,7 +80,7 @@ void DispatchLoop::PromoteSequences(int64_t now) {
     std::vector<uint32_t> promote = std::move(promote_);
     promote_.clear();
     for (uint32_t id : promote) {
-      requests_[id].role = Request::Role::kCurrent;  // The table made it current.
+      requests_[id].role = Request::Role::kCurrent;  // The table made it current (kPromoting).
       if (Status queued = Enqueue(id, now); !queued.ok()) {
         FailRequest(id, queued.error());
       }
@@ -68,21 +90,26 @@ void DispatchLoop::PromoteSequences(int64_t now) {
 
 void DispatchLoop::FailSequenced(const Error& error) {
   for (;;) {
+    // Promoted ones leave as current (their successors come next round); the rest are out
+    // of the table already.
     std::vector<uint32_t> ids = std::move(promote_);
     promote_.clear();
-    ids.insert(ids.end(), orphans_.begin(), orphans_.end());
+    std::vector<uint32_t> out = std::move(orphans_);
     orphans_.clear();
     for (const std::unique_ptr<SequenceTable>& table : sequences_) {
       if (table != nullptr) {
         std::vector<uint32_t> held = table->TakeHeld();
-        ids.insert(ids.end(), held.begin(), held.end());
+        out.insert(out.end(), held.begin(), held.end());
       }
     }
-    if (ids.empty()) {
+    for (uint32_t id : out) {
+      requests_[id].role = Request::Role::kNone;
+    }
+    if (ids.empty() && out.empty()) {
       return;
     }
+    ids.insert(ids.end(), out.begin(), out.end());
     for (uint32_t id : ids) {
-      requests_[id].role = Request::Role::kNone;  // Out of the table's hands already.
       FailRequest(id, error);
     }
   }
@@ -99,8 +126,7 @@ void DispatchLoop::KeepStates(const Batch& batch, size_t k) {
   for (size_t o = 0; o < io.outputs.size(); ++o) {
     int state = table->OutputState(o);
     if (state >= 0) {
-      std::span<uint8_t> row = table->State(key, static_cast<size_t>(state));
-      std::memcpy(row.data(), io.outputs[o].data(), std::min(row.size(), io.outputs[o].size()));
+      table->Keep(key, batch.members[k], static_cast<size_t>(state), io.outputs[o]);
     }
   }
 }

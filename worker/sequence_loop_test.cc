@@ -68,7 +68,8 @@ struct Fixture {
   std::unique_ptr<DispatchLoop> loop;
   std::thread thread;
 
-  explicit Fixture(int max_sequences = 8, int64_t idle_us = 60'000'000) {
+  // `start`: run the loop now; else Start() does, after the test filled the rings.
+  explicit Fixture(int max_sequences = 8, int64_t idle_us = 60'000'000, bool start = true) {
     std::filesystem::create_directories(dir / "models/acc");
     testing::WriteFile(dir / "models/acc/manifest.toml",
                        AccumulatorManifest(max_sequences, idle_us));
@@ -85,6 +86,11 @@ struct Fixture {
     options.status_interval_ns = 1'000'000;
     loop = std::make_unique<DispatchLoop>(segment, segment.WorkerSlot(0), &backend, &*scheduler,
                                           std::move(models), options);
+    if (start) {
+      Start();
+    }
+  }
+  void Start() {
     thread = std::thread([this] { loop->Run(); });
   }
   ~Fixture() {
@@ -103,14 +109,14 @@ std::vector<uint8_t> Row(float v) {
 
 // Submits one row of sequence `id`; returns the request's sequence number.
 uint64_t Send(NodeDriver& driver, uint64_t id, uint8_t flags, float v, uint32_t tenant = 0,
-              int64_t rows = 1) {
+              int64_t rows = 1, int64_t deadline_ns = 0) {
   std::vector<uint8_t> bytes;
   for (int64_t r = 0; r < rows; ++r) {
     std::vector<uint8_t> row = Row(v);
     bytes.insert(bytes.end(), row.begin(), row.end());
   }
-  Result<uint64_t> sent =
-      driver.Submit(0, 0, rows, {{DType::kF32, {rows, 4}, bytes}}, 0, 0, 0, tenant, id, flags);
+  Result<uint64_t> sent = driver.Submit(0, 0, rows, {{DType::kF32, {rows, 4}, bytes}}, deadline_ns,
+                                        0, 0, tenant, id, flags);
   REQUIRE(sent.ok());
   return *sent;
 }
@@ -249,6 +255,41 @@ TEST_CASE("a stateful model refuses a request without a sequence, of two rows, o
   CHECK(First(Collect(driver, 1)[0]) == doctest::Approx(2.0));
   Send(driver, 9, shm::kSequenceStart, 1.0f);
   CHECK(First(Collect(driver, 1)[0]) == doctest::Approx(1.0));
+}
+
+TEST_CASE("a sequence's current request and its successor cancelled in one drain: once each") {
+  Fixture f(8, 60'000'000, false);  // The loop starts once the ring holds all of it.
+  NodeDriver driver(f.segment, 0);
+  uint64_t a = Send(driver, 3, shm::kSequenceStart, 1.0f);
+  uint64_t b = Send(driver, 3, 0, 1.0f);  // Held behind a.
+  uint64_t c = Send(driver, 3, 0, 1.0f);  // Held behind b.
+  REQUIRE(driver.Cancel(0, a));           // a leaves the queue: b's turn...
+  REQUIRE(driver.Cancel(0, b));           // ...and b leaves before reaching the scheduler.
+  f.Start();
+  std::vector<Completion> done = Collect(driver, 3);
+  CHECK(Of(done, a).code() == ErrorCode::kCancelled);
+  CHECK(Of(done, b).code() == ErrorCode::kCancelled);
+  CHECK(First(Of(done, c)) == doctest::Approx(1.0));  // Nothing before it ran: zeros.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  driver.Poll(&done);
+  CHECK(done.size() == 3);  // Nobody answered twice.
+  CHECK(driver.invalid_completions() == 0);
+  uint64_t d = Send(driver, 3, 0, 1.0f);  // The sequence is not stuck busy.
+  CHECK(First(Of(Collect(driver, 1), d)) == doctest::Approx(2.0));
+}
+
+TEST_CASE("a start or an end that never ran leaves the sequence as it was") {
+  Fixture f;
+  NodeDriver driver(f.segment, 0);
+  Send(driver, 4, shm::kSequenceStart, 1.0f);
+  CHECK(First(Collect(driver, 1)[0]) == doctest::Approx(1.0));
+  // Deadlines long past: shed before execution.
+  Send(driver, 4, shm::kSequenceStart, 1.0f, 0, 1, 1);
+  CHECK(Collect(driver, 1)[0].code() == ErrorCode::kDeadlineExceeded);
+  Send(driver, 4, shm::kSequenceEnd, 1.0f, 0, 1, 1);
+  CHECK(Collect(driver, 1)[0].code() == ErrorCode::kDeadlineExceeded);
+  Send(driver, 4, 0, 1.0f);  // Neither zeroed nor dropped it.
+  CHECK(First(Collect(driver, 1)[0]) == doctest::Approx(2.0));
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 #include "worker/sequence_table.h"
 
 #include <algorithm>
+#include <cstring>
+#include <random>
 
 #include "shm/layout.h"
 
@@ -22,35 +24,47 @@ std::string Describe(SequenceKey key) {
          (key.tenant != 0 ? " of tenant " + std::to_string(key.tenant) : "");
 }
 
+uint64_t Mix(uint64_t x) {  // splitmix64's finalizer.
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
 }  // namespace
+
+size_t SequenceTable::KeyHash::operator()(const SequenceKey& k) const {
+  return static_cast<size_t>(Mix(k.id ^ seed) ^ Mix(seed + k.tenant));
+}
 
 SequenceTable::SequenceTable(const Manifest& manifest, std::string model)
     : model_(std::move(model)),
       max_sequences_(manifest.sequence.max_sequences),
-      max_idle_ns_(manifest.sequence.max_idle_us * 1000) {
+      max_idle_ns_(manifest.sequence.max_idle_us * 1000),
+      sequences_(16,
+                 KeyHash{std::random_device{}() * 0x9e3779b97f4a7c15ULL ^ std::random_device{}()}) {
   const std::vector<SequenceState>& states = manifest.sequence.states;
+  state_bytes_.resize(states.size(), 0);
   for (const TensorSpec& t : manifest.inputs) {
     int k = IndexOf(states, t.name, true);
     input_state_.push_back(k);
-    if (k >= 0) {
-      // Checked by ParseManifest: one row of a state fits.
-      state_bytes_.resize(std::max(state_bytes_.size(), static_cast<size_t>(k) + 1));
+    if (k >= 0) {  // ParseManifest checked that one row of a state has a size, and fits.
       state_bytes_[static_cast<size_t>(k)] = TensorByteSize(t.dtype, t.At(1)).value_or(0);
     }
   }
   for (const TensorSpec& t : manifest.outputs) {
     output_state_.push_back(IndexOf(states, t.name, false));
   }
+  for (uint64_t bytes : state_bytes_) {
+    zeros_.emplace_back(bytes, uint8_t{0});
+  }
 }
 
-void SequenceTable::Begin(Sequence& s, uint8_t flags) {
+void SequenceTable::Begin(Sequence& s, uint32_t request, uint8_t flags) {
   s.busy = true;
-  s.ended = (flags & shm::kSequenceEnd) != 0;
-  if ((flags & shm::kSequenceStart) != 0) {
-    for (std::vector<uint8_t>& row : s.state) {
-      std::fill(row.begin(), row.end(), uint8_t{0});
-    }
-  }
+  s.current = request;
+  s.flags = flags;
 }
 
 Result<SequenceTable::Arrival> SequenceTable::Arrive(SequenceKey key, uint8_t flags,
@@ -70,45 +84,48 @@ Result<SequenceTable::Arrival> SequenceTable::Arrive(SequenceKey key, uint8_t fl
                                "idle one to time out");
     }
     Sequence fresh;
-    for (uint64_t bytes : state_bytes_) {
-      fresh.state.emplace_back(bytes, uint8_t{0});
-    }
+    fresh.state = zeros_;
     it = sequences_.emplace(key, std::move(fresh)).first;
   }
   Sequence& s = it->second;
   s.last_used_ns = now_ns;
   if (!s.busy) {
-    Begin(s, flags);
+    Begin(s, request, flags);
     return Arrival::kRun;
   }
-  if (s.held.size() >= kMaxHeldPerSequence) {
-    return ResourceExhausted("model '" + model_ + "': " + Describe(key) + " already has " +
-                             std::to_string(kMaxHeldPerSequence) +
-                             " requests waiting: send its next one after an answer");
+  if (s.held.size() >= kMaxHeldPerSequence || held_ >= kMaxHeldPerModel) {
+    return ResourceExhausted("model '" + model_ + "': " + Describe(key) + " has " +
+                             std::to_string(s.held.size()) + " requests waiting (at most " +
+                             std::to_string(kMaxHeldPerSequence) + ", and " +
+                             std::to_string(kMaxHeldPerModel) +
+                             " over the model's sequences): send its next one after an answer");
   }
   s.held.emplace_back(request, flags);
+  ++held_;
   return Arrival::kHeld;
 }
 
-SequenceTable::Next SequenceTable::Leave(SequenceKey key, uint8_t flags, int64_t now_ns) {
+SequenceTable::Next SequenceTable::Leave(SequenceKey key, uint32_t request, bool succeeded,
+                                         int64_t now_ns) {
   Next next;
   auto it = sequences_.find(key);
-  if (it == sequences_.end()) {
+  if (it == sequences_.end() || !it->second.busy || it->second.current != request) {
     return next;
   }
   Sequence& s = it->second;
   s.busy = false;
   s.last_used_ns = now_ns;
-  bool ended = s.ended || (flags & shm::kSequenceEnd) != 0;
+  bool ended = succeeded && (s.flags & shm::kSequenceEnd) != 0;
   while (!s.held.empty()) {
-    auto [request, held_flags] = s.held.front();
+    auto [held, held_flags] = s.held.front();
     s.held.pop_front();
+    --held_;
     if (ended && (held_flags & shm::kSequenceStart) == 0) {
-      next.orphans.push_back(request);
+      next.orphans.push_back(held);
       continue;
     }
-    Begin(s, held_flags);
-    next.run = request;
+    Begin(s, held, held_flags);
+    next.run = held;
     return next;
   }
   if (ended) {
@@ -123,13 +140,38 @@ void SequenceTable::Unhold(SequenceKey key, uint32_t request) {
     return;
   }
   auto& held = it->second.held;
+  size_t before = held.size();
   held.erase(std::remove_if(held.begin(), held.end(),
                             [&](const auto& entry) { return entry.first == request; }),
              held.end());
+  held_ -= before - held.size();
 }
 
-std::span<uint8_t> SequenceTable::State(SequenceKey key, size_t k) {
-  return sequences_.at(key).state.at(k);
+const SequenceTable::Sequence* SequenceTable::Current(SequenceKey key, uint32_t request) const {
+  auto it = sequences_.find(key);
+  if (it == sequences_.end() || !it->second.busy || it->second.current != request) {
+    return nullptr;
+  }
+  return &it->second;
+}
+
+std::span<const uint8_t> SequenceTable::Input(SequenceKey key, uint32_t request, size_t k) const {
+  const Sequence* s = Current(key, request);
+  if (s == nullptr || k >= zeros_.size()) {
+    return {};
+  }
+  return (s->flags & shm::kSequenceStart) != 0 ? zeros_[k] : s->state[k];
+}
+
+void SequenceTable::Keep(SequenceKey key, uint32_t request, size_t k,
+                         std::span<const uint8_t> row) {
+  auto it = sequences_.find(key);
+  if (it == sequences_.end() || !it->second.busy || it->second.current != request ||
+      k >= it->second.state.size()) {
+    return;
+  }
+  std::vector<uint8_t>& state = it->second.state[k];
+  std::memcpy(state.data(), row.data(), std::min(row.size(), state.size()));
 }
 
 size_t SequenceTable::Expire(int64_t now_ns) {
@@ -147,6 +189,7 @@ std::vector<uint32_t> SequenceTable::TakeHeld() {
     }
     s.held.clear();
   }
+  held_ = 0;
   return held;
 }
 

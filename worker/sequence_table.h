@@ -9,6 +9,10 @@
 // Requests of different sequences batch together, one row each (Triton's direct strategy,
 // without slots: any row of any batch may be any sequence).
 //
+// A request changes its sequence only by succeeding: a start reads zeros and its outputs
+// become the state (Keep), an end drops the sequence once it succeeded. A request refused,
+// shed, cancelled or failed leaves the state as it was.
+//
 // Sequences are keyed by (tenant, id): a tenant cannot reach another's state.
 //
 // Thread safety: none; the dispatch loop's thread owns it.
@@ -18,6 +22,7 @@
 #include <deque>
 #include <optional>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -32,8 +37,10 @@ struct SequenceKey {
   bool operator==(const SequenceKey&) const = default;
 };
 
-// At most this many requests of one sequence wait behind its current one.
+// At most this many requests of one sequence wait behind its current one, and this many of
+// all of a model's sequences together (held requests are outside the scheduler's queue bound).
 inline constexpr size_t kMaxHeldPerSequence = 64;
+inline constexpr size_t kMaxHeldPerModel = 4096;
 
 class SequenceTable {
  public:
@@ -43,26 +50,32 @@ class SequenceTable {
   // What became of an arriving request.
   enum class Arrival { kRun, kHeld };
   // Request `request` of sequence `key` arrived with `flags` (shm::kSequenceStart/End). kRun:
-  // it is the sequence's current request (its state zeroed on a start): hand it to the
-  // scheduler. kHeld: it waits behind the current one (Leave hands it over). Refused:
-  // INVALID_ARGUMENT for a sequence that is not live without a start; RESOURCE_EXHAUSTED
-  // past max_sequences (after dropping idle ones) or kMaxHeldPerSequence.
+  // it is the sequence's current request: hand it to the scheduler. kHeld: it waits behind
+  // the current one (Leave hands it over). Refused: INVALID_ARGUMENT for a sequence that is
+  // not live without a start; RESOURCE_EXHAUSTED past max_sequences (after dropping idle
+  // ones), kMaxHeldPerSequence or kMaxHeldPerModel.
   Result<Arrival> Arrive(SequenceKey key, uint8_t flags, uint32_t request, int64_t now_ns);
 
-  // What follows the current request leaving: the next request to hand to the scheduler,
-  // and requests to fail (they followed an end without starting anew).
+  // What follows the current request leaving: the next request to hand to the scheduler (the
+  // sequence's current one from now), and requests to fail (they followed an end without
+  // starting anew; out of the table).
   struct Next {
     std::optional<uint32_t> run;
     std::vector<uint32_t> orphans;
   };
-  // The current request of `key` left; `flags` were its own. An end drops the sequence once
-  // nothing of it waits. REQUIRES: `key` is live with a current request.
-  Next Leave(SequenceKey key, uint8_t flags, int64_t now_ns);
+  // The current request of `key`, `request`, left; `succeeded`: it ran and its states were
+  // kept. An end that succeeded drops the sequence once nothing of it waits. No-op when
+  // `request` is not the current one of a live sequence.
+  Next Leave(SequenceKey key, uint32_t request, bool succeeded, int64_t now_ns);
   // A held request left before its turn (cancelled; the worker stopping). No-op if not held.
   void Unhold(SequenceKey key, uint32_t request);
 
-  // State `k`'s row for the sequence. REQUIRES: `key` is live. Valid until it is dropped.
-  std::span<uint8_t> State(SequenceKey key, size_t k);
+  // What request `request` (the current one of `key`) reads as state `k`: zeros when it starts
+  // the sequence, else the sequence's row. Valid while it is current. Empty when it is not
+  // current (the backend then refuses the batch for its sizes).
+  std::span<const uint8_t> Input(SequenceKey key, uint32_t request, size_t k) const;
+  // After request `request` (current) ran: `row` becomes state `k`. No-op otherwise.
+  void Keep(SequenceKey key, uint32_t request, size_t k, std::span<const uint8_t> row);
   // For manifest input i (output o): the state it is, or -1 for a request's own tensor.
   int InputState(size_t i) const { return input_state_[i]; }
   int OutputState(size_t o) const { return output_state_[o]; }
@@ -75,26 +88,29 @@ class SequenceTable {
   size_t live() const { return sequences_.size(); }
 
  private:
+  // Seeded per table: clients choose ids, and must not be able to choose them to collide.
   struct KeyHash {
-    size_t operator()(const SequenceKey& k) const {
-      return std::hash<uint64_t>()(k.id * 0x9e3779b97f4a7c15ULL ^ k.tenant);
-    }
+    uint64_t seed = 0;
+    size_t operator()(const SequenceKey& k) const;
   };
   struct Sequence {
     std::vector<std::vector<uint8_t>> state;  // One row per state.
     int64_t last_used_ns = 0;
     bool busy = false;                              // A current request is queued or runs.
+    uint32_t current = 0;                           // That request, while busy,
+    uint8_t flags = 0;                              //   and its flags.
     std::deque<std::pair<uint32_t, uint8_t>> held;  // Request ids and their flags.
-    bool ended = false;                             // Its current request carried an end.
   };
-  // Makes `request` current: busy, its state zeroed on a start.
-  static void Begin(Sequence& s, uint8_t flags);
+  static void Begin(Sequence& s, uint32_t request, uint8_t flags);
+  const Sequence* Current(SequenceKey key, uint32_t request) const;
 
   std::string model_;
-  std::vector<uint64_t> state_bytes_;  // Per state, one row.
+  std::vector<uint64_t> state_bytes_;        // Per state, one row.
+  std::vector<std::vector<uint8_t>> zeros_;  // Per state: what a start reads.
   std::vector<int> input_state_, output_state_;
   int64_t max_sequences_;
   int64_t max_idle_ns_;
+  size_t held_ = 0;  // Requests held, over every sequence.
   std::unordered_map<SequenceKey, Sequence, KeyHash> sequences_;
 };
 

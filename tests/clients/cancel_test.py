@@ -9,7 +9,6 @@ and the worker executes only the others.
     cancel_test.py HTTP_ADDRESS GRPC_ADDRESS METRICS_ADDRESS
 """
 import queue
-import re
 import subprocess
 import sys
 import time
@@ -18,18 +17,7 @@ import urllib.request
 import numpy as np
 import tritonclient.grpc as grpcclient
 
-from checks import check, failures
-
-
-def metric_sum(text, name, **labels):
-    total = 0.0
-    for line in text.splitlines():
-        if not line.startswith(name + "{"):
-            continue
-        got = dict(re.findall(r'(\w+)="([^"]*)"', line[:line.index("}")]))
-        if all(got.get(k) == v for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+from checks import check, failures, metric_sum
 
 
 def main():

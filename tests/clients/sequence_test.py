@@ -3,25 +3,26 @@
 (scripts/sequence-test.sh starts the node: two CPU workers, two hook hosts, the example
 accumulator, and "tight": the same model bounded to 2 live sequences per worker and 1 s idle).
 
-    sequence_test.py HTTP_HOST:PORT GRPC_HOST:PORT
+    sequence_test.py HTTP_HOST:PORT GRPC_HOST:PORT METRICS_HOST:PORT
 
 Checks: a sequence of 5 requests sees each request's running sum, its protocol switching
 mid-sequence (so its requests reach either hook host); 24 sequences interleaved step by step,
 spread over both workers, each keeping its own sum; the state hidden from the model's
 metadata; a gRPC stream's sequence; and the refusals, by name: a request without a sequence,
 one continuing a sequence never started or already ended, a string id, two rows, starts past
-max_sequences, and a sequence idle past max_sequence_idle_us.
+max_sequences, and a sequence idle past max_sequence_idle_us; /metrics counts the live ones.
 """
 import os
 import queue
 import sys
 import time
+import urllib.request
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from checks import check, failures, refused
+from checks import check, failures, metric_sum, refused
 
 BASE = (os.getpid() % 1000) * 1_000_000  # Ids apart from an earlier run's on a reused node.
 
@@ -100,17 +101,35 @@ def refusals(clients):
         for kwargs, want in cases:
             got = refused(lambda: infer(client, module, "accumulator", row(1), **kwargs), want)
             check(got == want, f"{name}: {kwargs} refused by name: {got[:100]}")
-        two = np.concatenate([row(1), row(2)])
-        got = refused(lambda: infer(client, module, "accumulator", two, sequence_id=BASE + 901,
-                                    sequence_start=True), "one row")
-        check(got == "one row", f"{name}: two rows in one sequence request refused: {got[:100]}")
+        # 2 rows, and 17 (past the largest compiled size, 16: refused before any split, so
+        # no piece of it starts the sequence).
+        for rows in (2, 17):
+            x = np.concatenate([row(r) for r in range(rows)])
+            got = refused(lambda: infer(client, module, "accumulator", x, sequence_id=BASE + 901,
+                                        sequence_start=True), "one row")
+            check(got == "one row", f"{name}: {rows} rows in a sequence request refused: {got[:90]}")
+        got = refused(lambda: infer(client, module, "accumulator", row(1), sequence_id=BASE + 901),
+                      "is not live")
+        check(got == "is not live", f"{name}: no piece of those started the sequence: {got[:90]}")
     meta = clients[0][0].get_model_metadata("accumulator")
     check([t["name"] for t in meta["inputs"]] == ["x"] and
           [t["name"] for t in meta["outputs"]] == ["y"],
           f"the state is hidden from the model's metadata: {meta['inputs']} {meta['outputs']}")
 
 
-def bound_and_idle(clients):
+def live_sequences(metrics, model, want):
+    """ferry_live_sequences for `model` summed over the workers, once it equals `want` (the
+    workers publish their status every few milliseconds) or after 5 s."""
+    deadline = time.time() + 5
+    while True:
+        text = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10).read().decode()
+        live = metric_sum(text, "ferry_live_sequences", model=model)
+        if live == want or time.time() > deadline:
+            return live
+        time.sleep(0.05)
+
+
+def bound_and_idle(clients, metrics):
     """"tight": 2 live sequences per worker, 4 on the node at most; idle after 1 s."""
     client, module = clients[0]
     served, full = [], 0
@@ -124,6 +143,8 @@ def bound_and_idle(clients):
             full += 1
     check(2 <= len(served) <= 4 and full == 12 - len(served),
           f"past max_sequences a start is refused 429: {len(served)} served, {full} refused")
+    live = live_sequences(metrics, "tight", len(served))
+    check(live == len(served), f"/metrics counts {len(served)} live sequences (got {live:g})")
     time.sleep(1.6)  # Past max_sequence_idle_us: each live sequence is dropped.
     got = refused(lambda: infer(client, module, "tight", row(1), sequence_id=served[0]),
                   "is not live")
@@ -141,7 +162,7 @@ def main():
     interleaved(clients)
     stream(sys.argv[2])
     refusals(clients)
-    bound_and_idle(clients)
+    bound_and_idle(clients, sys.argv[3])
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)
