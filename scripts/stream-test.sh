@@ -12,7 +12,7 @@ mkdir -p "$dir/models/row_stream"
 cp -r examples/models/mlp "$dir/models/"
 cp examples/pipelines/row_stream.toml "$dir/models/row_stream/manifest.toml"
 cp "$build/examples/hooks/row_stream.so" "$dir/models/row_stream/"
-ferry_start_node "$build" "$dir" "stream$$" ""
+ferry_start_node "$build" "$dir" "stream$$" $'[frontend]\nsystem_shared_memory = true'
 failures=0
 "$venv/bin/python" tests/clients/stream_test.py "$address" "$(ferry_listen grpc)" ||
   failures=$((failures + 1))

@@ -7,8 +7,10 @@ answers one response per row, examples/hooks/row_stream.c).
 
 Checks: N responses per request, in order, each the MLP's answer for its row, then the empty
 final response when asked for; requests one after another on one stream; the decoupled model
-refused over HTTP and unary gRPC; a stream cancelled mid-request stops the work.
+refused over HTTP and unary gRPC, and with its input in client shared memory; a stream
+cancelled mid-request stops the work.
 """
+import os
 import queue
 import sys
 import time
@@ -16,6 +18,7 @@ import time
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+import tritonclient.utils.shared_memory as shm
 
 from checks import check, failures, refused
 
@@ -101,6 +104,34 @@ def refused_elsewhere(h, g):
     check("INVALID_ARGUMENT" in r and "ModelStreamInfer" in r, f"unary gRPC refuses it: {r[:100]}")
 
 
+def shared_memory_refused(h, g):
+    """A decoupled model's tensors cannot be in client shared memory: refused by name over the
+    stream and over HTTP, the region untouched (the node has system_shared_memory on)."""
+    key = f"/streamtest{os.getpid()}"
+    handle = shm.create_shared_memory_region("rows", key, 784 * 4)
+    try:
+        x = RNG.standard_normal((1, 784)).astype(np.float32)
+        shm.set_shared_memory_region(handle, [x])
+        h.register_system_shared_memory("rows", key, 784 * 4)
+        answers = queue.Queue()
+        g.start_stream(callback=lambda result, error: answers.put((result, error)))
+        inp = grpcclient.InferInput("input", [1, 784], "FP32")
+        inp.set_shared_memory("rows", 784 * 4)
+        g.async_stream_infer("row_stream", [inp], request_id="shm")
+        got = collect(answers, 1)
+        g.stop_stream()
+        error = str(got[0][1]) if got and got[0][1] is not None else "no error"
+        check("decoupled model's tensors cannot be in shared memory" in error,
+              f"a stream's request with its input in shared memory refused: {error[:100]}")
+        inp = httpclient.InferInput("input", [1, 784], "FP32")
+        inp.set_shared_memory("rows", 784 * 4)
+        r = refused(lambda: h.infer("row_stream", [inp]), "cannot be in shared memory")
+        check(r == "cannot be in shared memory", f"and over HTTP: {r[:100]}")
+        h.unregister_system_shared_memory("rows")
+    finally:
+        shm.destroy_shared_memory_region(handle)
+
+
 def mlp_count(h):
     stats = h.get_inference_statistics("mlp")["model_stats"][0]
     return stats["inference_stats"]["success"]["count"]
@@ -138,6 +169,7 @@ def main():
     streamed(grpcclient.InferenceServerClient(grpc_address))
     described(h, grpcclient.InferenceServerClient(grpc_address))
     refused_elsewhere(h, grpcclient.InferenceServerClient(grpc_address))
+    shared_memory_refused(h, grpcclient.InferenceServerClient(grpc_address))
     cancelled(h, grpcclient.InferenceServerClient(grpc_address))
     print(f"{len(failures)} failure(s)")
     sys.exit(1 if failures else 0)
