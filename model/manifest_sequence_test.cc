@@ -4,40 +4,17 @@
 #include <string>
 
 #include "model/manifest.h"
+#include "tests/testing/temp_dir.h"
 
 namespace ferry {
 namespace {
 
-// An accumulator: y = x + state, and the state becomes y.
-const std::string kAccumulator = R"(
-name = "acc"
-[[inputs]]
-name = "x"
-dtype = "FP32"
-shape = [-1, 4]
-[[inputs]]
-name = "state_in"
-dtype = "FP32"
-shape = [-1, 4]
-[[outputs]]
-name = "y"
-dtype = "FP32"
-shape = [-1, 4]
-[[outputs]]
-name = "state_out"
-dtype = "FP32"
-shape = [-1, 4]
-[batching]
-sizes = [1, 8]
-[[program]]
-op = "add"
-inputs = ["x", "state_in"]
-output = "state_out"
-[[program]]
-op = "relu"
-input = "state_out"
-output = "y"
-)";
+// The example accumulator (y = relu(x + state), the state becoming x + state) up to its
+// [sequence] table: each case adds its own.
+const std::string kAccumulator = [] {
+  std::string text = testing::ReadFile("examples/sequences/accumulator/manifest.toml");
+  return text.substr(0, text.find("[sequence]"));
+}();
 
 std::string ErrorOf(const std::string& text) {
   Result<Manifest> result = ParseManifest(text, "manifest.toml");

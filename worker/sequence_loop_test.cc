@@ -20,42 +20,14 @@ namespace {
 using testing::Completion;
 using testing::NodeDriver;
 
+// The example accumulator (y = relu(x + state), the state becoming x + state) with these
+// bounds.
 std::string AccumulatorManifest(int max_sequences, int64_t idle_us) {
-  return R"(name = "acc"
-[[inputs]]
-name = "x"
-dtype = "FP32"
-shape = [-1, 4]
-[[inputs]]
-name = "state_in"
-dtype = "FP32"
-shape = [-1, 4]
-[[outputs]]
-name = "y"
-dtype = "FP32"
-shape = [-1, 4]
-[[outputs]]
-name = "state_out"
-dtype = "FP32"
-shape = [-1, 4]
-[batching]
-sizes = [1, 4]
-[[program]]
-op = "add"
-inputs = ["x", "state_in"]
-output = "state_out"
-[[program]]
-op = "relu"
-input = "state_out"
-output = "y"
-[sequence]
-max_sequences = )" +
-         std::to_string(max_sequences) + "\nmax_sequence_idle_us = " + std::to_string(idle_us) +
-         R"(
-[[sequence.state]]
-input = "state_in"
-output = "state_out"
-)";
+  std::string text = testing::ReadFile("examples/sequences/accumulator/manifest.toml");
+  return text.substr(0, text.find("[sequence]")) +
+         "[sequence]\nmax_sequences = " + std::to_string(max_sequences) +
+         "\nmax_sequence_idle_us = " + std::to_string(idle_us) +
+         "\n[[sequence.state]]\ninput = \"state_in\"\noutput = \"state_out\"\n";
 }
 
 struct Fixture {
@@ -70,10 +42,11 @@ struct Fixture {
 
   // `start`: run the loop now; else Start() does, after the test filled the rings.
   explicit Fixture(int max_sequences = 8, int64_t idle_us = 60'000'000, bool start = true) {
-    std::filesystem::create_directories(dir / "models/acc");
-    testing::WriteFile(dir / "models/acc/manifest.toml",
+    std::filesystem::create_directories(dir / "models/accumulator");
+    testing::WriteFile(dir / "models/accumulator/manifest.toml",
                        AccumulatorManifest(max_sequences, idle_us));
-    testing::WriteFile(dir / "models/acc/weights.safetensors", testing::SafetensorsBytes("{}", ""));
+    testing::WriteFile(dir / "models/accumulator/weights.safetensors",
+                       testing::SafetensorsBytes("{}", ""));
     repo = LoadRepository(dir / "models").value();
     std::vector<LoopModel> models;
     std::vector<ModelSpec> specs;

@@ -203,10 +203,7 @@ inline bool ProcessGone(pid_t pid) {
   return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
 }
 
-inline std::string ReadFileText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+inline std::string ReadFileText(const std::string& path) { return ReadFile(path); }
 
 inline bool ShmExists(const std::string& object) {
   return std::filesystem::exists("/dev/shm/" + object);

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "hookhost/hookhost.h"
+#include "tests/testing/temp_dir.h"
 
 namespace ferry::testing {
 
@@ -24,11 +25,6 @@ inline Result<hookhost::InferResponse> Get(std::future<Result<hookhost::InferRes
   return Get(std::move(future));
 }
 
-inline std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+inline std::string ReadAll(const std::string& path) { return ReadFile(path); }
 
 }  // namespace ferry::testing

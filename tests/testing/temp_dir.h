@@ -37,6 +37,12 @@ inline void WriteFile(const std::string& path, std::string_view bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+// The whole file's bytes ("" when it cannot be read).
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 // A safetensors file: 8-byte little-endian header length, `header`, then `data`.
 inline std::string SafetensorsBytes(std::string_view header, std::string_view data) {
   std::string out(8, '\0');
