@@ -245,7 +245,8 @@ class DispatchLoop {
   std::vector<std::unique_ptr<SequenceTable>> sequences_;  // Per model: null when stateless.
   // Requests whose sequence turn came (to the scheduler next) and requests orphaned by an
   // end (to fail): filled as requests leave, emptied by PromoteSequences.
-  std::vector<uint32_t> promote_, orphans_;
+  std::vector<uint32_t> promote_;
+  std::vector<std::pair<uint32_t, bool>> orphans_;  // And whether a start (not an end) failed.
   FlowStats flows_;                // Per tenant and level: held, executed, compute, queue waits.
   std::deque<std::string> loads_;  // Loads decoded, not yet applied (in index order).
   std::vector<uint32_t> unloads_;  // Unloaded models whose executables are not freed yet.

@@ -58,7 +58,7 @@ void DispatchLoop::LeaveSequence(uint32_t id) {
     }
     for (uint32_t orphan : next.orphans) {
       requests_[orphan].role = Request::Role::kNone;  // Out of the table.
-      orphans_.push_back(orphan);
+      orphans_.emplace_back(orphan, next.start_failed);
     }
   }
   r.role = Request::Role::kNone;
@@ -67,15 +67,19 @@ void DispatchLoop::LeaveSequence(uint32_t id) {
 void DispatchLoop::PromoteSequences(int64_t now) {
   // Failing a request can hand its sequence's next one over: loop until nothing is left.
   while (!promote_.empty() || !orphans_.empty()) {
-    std::vector<uint32_t> orphans = std::move(orphans_);
+    std::vector<std::pair<uint32_t, bool>> orphans = std::move(orphans_);
     orphans_.clear();
-    for (uint32_t id : orphans) {
+    for (auto [id, start_failed] : orphans) {
       const Request& r = requests_[id];
-      FailRequest(
-          id, InvalidArgument("model '" + models_[static_cast<size_t>(r.model)].name +
-                              "': sequence " + std::to_string(r.descriptor.sequence_id) +
-                              " ended before this request (sequence_end on an earlier one): start "
-                              "it anew with sequence_start"));
+      std::string what = "model '" + models_[static_cast<size_t>(r.model)].name + "': sequence " +
+                         std::to_string(r.descriptor.sequence_id);
+      FailRequest(id,
+                  InvalidArgument(what +
+                                  (start_failed ? ": the start this request followed did not run "
+                                                  "(refused, shed, cancelled or failed)"
+                                                : " ended before this request (sequence_end on an "
+                                                  "earlier one)") +
+                                  ": start it anew with sequence_start"));
     }
     std::vector<uint32_t> promote = std::move(promote_);
     promote_.clear();
@@ -94,7 +98,10 @@ void DispatchLoop::FailSequenced(const Error& error) {
     // of the table already.
     std::vector<uint32_t> ids = std::move(promote_);
     promote_.clear();
-    std::vector<uint32_t> out = std::move(orphans_);
+    std::vector<uint32_t> out;
+    for (auto [id, start_failed] : orphans_) {
+      out.push_back(id);
+    }
     orphans_.clear();
     for (const std::unique_ptr<SequenceTable>& table : sequences_) {
       if (table != nullptr) {

@@ -234,20 +234,20 @@ TEST_CASE("a sequence's current request and its successor cancelled in one drain
   Fixture f(8, 60'000'000, false);  // The loop starts once the ring holds all of it.
   NodeDriver driver(f.segment, 0);
   uint64_t a = Send(driver, 3, shm::kSequenceStart, 1.0f);
-  uint64_t b = Send(driver, 3, 0, 1.0f);  // Held behind a.
-  uint64_t c = Send(driver, 3, 0, 1.0f);  // Held behind b.
-  REQUIRE(driver.Cancel(0, a));           // a leaves the queue: b's turn...
-  REQUIRE(driver.Cancel(0, b));           // ...and b leaves before reaching the scheduler.
+  uint64_t b = Send(driver, 3, shm::kSequenceStart, 1.0f);  // Held behind a; starts anew.
+  uint64_t c = Send(driver, 3, 0, 1.0f);                    // Held behind b.
+  REQUIRE(driver.Cancel(0, a));                             // a leaves the queue: b's turn...
+  REQUIRE(driver.Cancel(0, b));  // ...and b leaves before reaching the scheduler.
   f.Start();
   std::vector<Completion> done = Collect(driver, 3);
   CHECK(Of(done, a).code() == ErrorCode::kCancelled);
   CHECK(Of(done, b).code() == ErrorCode::kCancelled);
-  CHECK(First(Of(done, c)) == doctest::Approx(1.0));  // Nothing before it ran: zeros.
+  CHECK(Of(done, c).message.find("did not run") != std::string::npos);  // It followed b.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   driver.Poll(&done);
   CHECK(done.size() == 3);  // Nobody answered twice.
   CHECK(driver.invalid_completions() == 0);
-  uint64_t d = Send(driver, 3, 0, 1.0f);  // The sequence is not stuck busy.
+  uint64_t d = Send(driver, 3, shm::kSequenceStart, 2.0f);  // The sequence is not stuck busy.
   CHECK(First(Of(Collect(driver, 1), d)) == doctest::Approx(2.0));
 }
 
@@ -263,6 +263,41 @@ TEST_CASE("a start or an end that never ran leaves the sequence as it was") {
   CHECK(Collect(driver, 1)[0].code() == ErrorCode::kDeadlineExceeded);
   Send(driver, 4, 0, 1.0f);  // Neither zeroed nor dropped it.
   CHECK(First(Collect(driver, 1)[0]) == doctest::Approx(2.0));
+}
+
+TEST_CASE("a start that did not run cuts off what followed it, and a new sequence is not live") {
+  Fixture f(8, 60'000'000, false);
+  NodeDriver driver(f.segment, 0);
+  // A new sequence whose start is shed, a request following it, and one starting it anew.
+  uint64_t start = Send(driver, 5, shm::kSequenceStart, 1.0f, 0, 1, 1);
+  uint64_t follow = Send(driver, 5, 0, 1.0f);
+  f.Start();
+  std::vector<Completion> done = Collect(driver, 2);
+  CHECK(Of(done, start).code() == ErrorCode::kDeadlineExceeded);
+  const Completion& cut = Of(done, follow);
+  CHECK(cut.code() == ErrorCode::kInvalidArgument);
+  CHECK(cut.message.find("did not run") != std::string::npos);
+  Send(driver, 5, 0, 1.0f);  // Nothing of it ran: it never became live.
+  Completion gone = Collect(driver, 1)[0];
+  CHECK(gone.code() == ErrorCode::kInvalidArgument);
+  CHECK(gone.message.find("is not live") != std::string::npos);
+}
+
+TEST_CASE("a restart that did not run: the old state stays, but not for what followed it") {
+  Fixture f(8, 60'000'000, false);  // All of it waits in the ring: each is held in turn.
+  NodeDriver driver(f.segment, 0);
+  uint64_t first = Send(driver, 6, shm::kSequenceStart, 1.0f);
+  uint64_t restart = Send(driver, 6, shm::kSequenceStart, 1.0f, 0, 1, 1);  // Shed.
+  uint64_t after = Send(driver, 6, 0, 1.0f);                               // Meant to follow it.
+  uint64_t anew = Send(driver, 6, shm::kSequenceStart, 3.0f);
+  uint64_t next = Send(driver, 6, 0, 1.0f);
+  f.Start();
+  std::vector<Completion> done = Collect(driver, 5);
+  CHECK(First(Of(done, first)) == doctest::Approx(1.0));
+  CHECK(Of(done, restart).status != 0);  // Refused or shed, by when it was seen.
+  CHECK(Of(done, after).message.find("did not run") != std::string::npos);
+  CHECK(First(Of(done, anew)) == doctest::Approx(3.0));
+  CHECK(First(Of(done, next)) == doctest::Approx(4.0));
 }
 
 }  // namespace

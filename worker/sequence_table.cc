@@ -115,12 +115,14 @@ SequenceTable::Next SequenceTable::Leave(SequenceKey key, uint32_t request, bool
   Sequence& s = it->second;
   s.busy = false;
   s.last_used_ns = now_ns;
+  s.ran = s.ran || succeeded;
   bool ended = succeeded && (s.flags & shm::kSequenceEnd) != 0;
+  next.start_failed = !succeeded && (s.flags & shm::kSequenceStart) != 0;
   while (!s.held.empty()) {
     auto [held, held_flags] = s.held.front();
     s.held.pop_front();
     --held_;
-    if (ended && (held_flags & shm::kSequenceStart) == 0) {
+    if ((ended || next.start_failed) && (held_flags & shm::kSequenceStart) == 0) {
       next.orphans.push_back(held);
       continue;
     }
@@ -128,7 +130,7 @@ SequenceTable::Next SequenceTable::Leave(SequenceKey key, uint32_t request, bool
     next.run = held;
     return next;
   }
-  if (ended) {
+  if (ended || !s.ran) {
     sequences_.erase(it);
   }
   return next;

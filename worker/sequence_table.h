@@ -11,7 +11,9 @@
 //
 // A request changes its sequence only by succeeding: a start reads zeros and its outputs
 // become the state (Keep), an end drops the sequence once it succeeded. A request refused,
-// shed, cancelled or failed leaves the state as it was.
+// shed, cancelled or failed leaves the state as it was; a start that did not run also cuts
+// off the requests waiting behind it without a start of their own (they meant to follow it),
+// and a sequence that no request of ran is dropped.
 //
 // Sequences are keyed by (tenant, id): a tenant cannot reach another's state.
 //
@@ -57,15 +59,17 @@ class SequenceTable {
   Result<Arrival> Arrive(SequenceKey key, uint8_t flags, uint32_t request, int64_t now_ns);
 
   // What follows the current request leaving: the next request to hand to the scheduler (the
-  // sequence's current one from now), and requests to fail (they followed an end without
-  // starting anew; out of the table).
+  // sequence's current one from now), and requests to fail, out of the table already: they
+  // followed an end (or a start that did not run: `start_failed`) without starting anew.
   struct Next {
     std::optional<uint32_t> run;
     std::vector<uint32_t> orphans;
+    bool start_failed = false;
   };
   // The current request of `key`, `request`, left; `succeeded`: it ran and its states were
-  // kept. An end that succeeded drops the sequence once nothing of it waits. No-op when
-  // `request` is not the current one of a live sequence.
+  // kept. An end that succeeded drops the sequence once nothing of it waits, and so does a
+  // start that did not run on a sequence nothing ran of. No-op when `request` is not the
+  // current one of a live sequence.
   Next Leave(SequenceKey key, uint32_t request, bool succeeded, int64_t now_ns);
   // A held request left before its turn (cancelled; the worker stopping). No-op if not held.
   void Unhold(SequenceKey key, uint32_t request);
@@ -99,6 +103,7 @@ class SequenceTable {
     bool busy = false;                              // A current request is queued or runs.
     uint32_t current = 0;                           // That request, while busy,
     uint8_t flags = 0;                              //   and its flags.
+    bool ran = false;                               // A request of it succeeded.
     std::deque<std::pair<uint32_t, uint8_t>> held;  // Request ids and their flags.
   };
   static void Begin(Sequence& s, uint32_t request, uint8_t flags);
