@@ -300,5 +300,21 @@ TEST_CASE("a restart that did not run: the old state stays, but not for what fol
   CHECK(First(Of(done, next)) == doctest::Approx(4.0));
 }
 
+TEST_CASE("requests of different sequences share a batch, one row each") {
+  Fixture f(8, 60'000'000, false);  // Four starts wait in the ring: one drain, one batch.
+  NodeDriver driver(f.segment, 0);
+  std::vector<uint64_t> sent;
+  for (uint64_t id = 1; id <= 4; ++id) {
+    sent.push_back(Send(driver, id, shm::kSequenceStart, static_cast<float>(id)));
+  }
+  f.Start();
+  std::vector<Completion> done = Collect(driver, 4);
+  for (uint64_t id = 1; id <= 4; ++id) {
+    const Completion& c = Of(done, sent[id - 1]);
+    CHECK(c.batch_size == 4);  // The compiled size 4, all four sequences in it.
+    CHECK(First(c) == doctest::Approx(static_cast<double>(id)));
+  }
+}
+
 }  // namespace
 }  // namespace ferry::worker
