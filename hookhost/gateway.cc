@@ -4,21 +4,11 @@
 #include <numeric>
 #include <optional>
 
+#include "common/mix.h"
+
 namespace ferry::hookhost {
 
 Gateway::Gateway(GatewayMode mode, size_t num_models) : mode_(mode), placement_(num_models, -1) {}
-
-namespace {
-
-uint64_t Mix(uint64_t x) {  // splitmix64's finalizer.
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 Result<size_t> Gateway::ChooseForSequence(std::string_view model_name, uint64_t key,
                                           uint64_t output_bytes,
@@ -30,7 +20,7 @@ Result<size_t> Gateway::ChooseForSequence(std::string_view model_name, uint64_t 
     if (!workers[w].failure.empty()) {
       continue;
     }
-    uint64_t score = Mix(key ^ Mix(slots[w] + 0x9e3779b97f4a7c15ULL));
+    uint64_t score = Mix64(key ^ Mix64(slots[w] + 0x9e3779b97f4a7c15ULL));
     if (!best || score > best_score) {
       best = w;
       best_score = score;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "common/mix.h"
 #include "shm/layout.h"
 
 namespace ferry::worker {
@@ -24,18 +25,10 @@ std::string Describe(SequenceKey key) {
          (key.tenant != 0 ? " of tenant " + std::to_string(key.tenant) : "");
 }
 
-uint64_t Mix(uint64_t x) {  // splitmix64's finalizer.
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 }  // namespace
 
 size_t SequenceTable::KeyHash::operator()(const SequenceKey& k) const {
-  return static_cast<size_t>(Mix(k.id ^ seed) ^ Mix(seed + k.tenant));
+  return static_cast<size_t>(Mix64(k.id ^ seed) ^ Mix64(seed + k.tenant));
 }
 
 SequenceTable::SequenceTable(const Manifest& manifest, std::string model)
