@@ -134,7 +134,9 @@ TEST_CASE("a value of the wrong type is reported with the type it has") {
       {"k = {a = 1}", "got table"},      {"k = 1979-05-27", "got date/time"},
       {"k = 07:32:00", "got date/time"}, {"k = 1979-05-27T07:32:00Z", "got date/time"},
   };
-  for (const auto& [text, expected] : cases) {
+  for (const auto& one_case : cases) {
+    const char* text = one_case.first;  // Named, not a structured binding: CAPTURE takes it.
+    const char* expected = one_case.second;
     CAPTURE(text);
     std::string error = ReadError(text, as_string);
     CHECK(error.find(std::string("t.toml:1:5: k: expected a string, ") + expected) !=

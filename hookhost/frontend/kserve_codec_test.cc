@@ -105,7 +105,10 @@ TEST_CASE("BYTES inputs: JSON strings and binary data, serialized and checked el
       {header(huge.size(), 1), huge, 1, "claims 4294967295 bytes"},
       {header(binary.size() + 1, 3), binary, 3, "truncated"},
   };
-  for (const auto& [json, data, count, want] : bad) {
+  for (const auto& one_case : bad) {
+    // Named, not structured bindings: CAPTURE's and CHECK's lambdas take them.
+    const auto& [json, data, count, want_bound] = one_case;
+    const std::string& want = want_bound;
     CAPTURE(want);
     Result<ParsedInfer> r = ParseInferRequest(json, data);
     REQUIRE_FALSE(r.ok());

@@ -28,7 +28,7 @@ TEST_CASE("settings merge Triton's keys and refuse everything else, naming the k
                                          {"log_error", true},
                                          {"log_verbose_level", 2},
                                          {"log_format", "ISO8601"}});
-  for (const auto& [bad, named] : std::vector<std::pair<json, std::string>>{
+  for (const auto& one_case : std::vector<std::pair<json, std::string>>{
            {json{{"log_verbose_level", -1}}, "log_verbose_level"},
            {json{{"log_verbose_level", 256}}, "log_verbose_level"},
            {json{{"log_verbose_level", 1.5}}, "log_verbose_level"},
@@ -42,6 +42,9 @@ TEST_CASE("settings merge Triton's keys and refuse everything else, naming the k
            {json{{std::string(10000, 'k'), true}}, "is not a log setting"},
            {json::array({1, 2}), "JSON object"},
            {json("log_info"), "JSON object"}}) {
+    // Named, not structured bindings: CHECK's lambda takes them.
+    const json& bad = one_case.first;
+    const std::string& named = one_case.second;
     CAPTURE(bad.dump().substr(0, 80));
     Result<LogSettings> r = MergeLogSettings(base, bad);
     REQUIRE_FALSE(r.ok());

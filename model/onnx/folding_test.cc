@@ -164,11 +164,13 @@ TEST_CASE("x[:, 1] and x[:, 2:5] of a computed tensor become slices") {
 }
 
 TEST_CASE("Pow by 0.5, 2 and 3 are sqrt and products; another exponent is refused") {
-  for (auto [power, kinds] :
+  for (const auto& one_case :
        std::vector<std::pair<float, std::vector<OpKind>>>{{0.5f, {OpKind::kSqrt}},
                                                           {2.0f, {OpKind::kMul}},
                                                           {3.0f, {OpKind::kMul, OpKind::kMul}},
                                                           {-1.0f, {OpKind::kDiv}}}) {
+    float power = one_case.first;  // Named, not a structured binding: CAPTURE takes it.
+    const std::vector<OpKind>& kinds = one_case.second;
     CAPTURE(power);
     onnx::ModelProto m = Model({3});
     Init(m, "e", {}, {power});

@@ -197,8 +197,13 @@ TEST_CASE("tensors share an executable's buffer only when their lifetimes do not
   std::map<std::string, std::pair<int, int>> live = {{"x", {-1, 7}}, {"a", {0, 2}}, {"b", {1, 8}},
                                                      {"c", {2, 4}},  {"d", {3, 5}}, {"e", {4, 6}},
                                                      {"f", {5, 7}},  {"y", {6, 9}}, {"z", {7, 9}}};
-  for (const auto& [p, pl] : live) {
-    for (const auto& [q, ql] : live) {
+  for (const auto& p_live : live) {
+    for (const auto& q_live : live) {
+      // Named, not structured bindings: CHECK_MESSAGE's lambda takes them.
+      const std::string& p = p_live.first;
+      const std::string& q = q_live.first;
+      const auto& pl = p_live.second;
+      const auto& ql = q_live.second;
       bool overlap_in_time = p < q && pl.first <= ql.second && ql.first <= pl.second;
       if (overlap_in_time) {
         uint64_t pa = plan.offsets.at(p), qa = plan.offsets.at(q);
