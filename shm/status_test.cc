@@ -38,12 +38,16 @@ StatusSnapshotData Filled(uint64_t n) {
   return s;
 }
 
+// Only the first num_models entries of a snapshot read are defined (ReadStatus copies no
+// more), and the writer lists them all: before its first publish there are none.
 bool Consistent(const StatusSnapshotData& s) {
   uint64_t n = s.dispatches;
-  if (s.state != static_cast<uint32_t>(n) || s.host_gap_samples != n) {
+  if (s.state != static_cast<uint32_t>(n) || s.host_gap_samples != n ||
+      s.num_models != (n == 0 ? 0 : kMaxStatusModels)) {
     return false;
   }
-  for (const auto& m : s.models) {
+  for (uint32_t i = 0; i < s.num_models; ++i) {
+    const ModelStatusData& m = s.models[i];
     if (m.dispatch_count != n || m.requests_served != n ||
         m.effective_max_batch != static_cast<int64_t>(n) || m.weight != static_cast<double>(n)) {
       return false;
