@@ -1,31 +1,43 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang (ASan + UBSan, -Wthread-safety) into build-fuzz/ and
-# runs each for
-# SECONDS (default 15), starting from its seed corpus. A crash fails the script and leaves
-# the reproducer in build-fuzz/.
-#   scripts/fuzz.sh [SECONDS]
+# Builds the libFuzzer targets with clang (ASan + UBSan with no recovery, libstdc++'s
+# assertions, -Wthread-safety) into BUILD_DIR (default build-fuzz/) and runs each for SECONDS
+# (default 15; 0 builds only), starting from its seed corpus. A crash fails the script and
+# leaves the reproducer in BUILD_DIR.
+#   scripts/fuzz.sh [SECONDS] [BUILD_DIR]
+#   FERRY_FUZZ_ALL=1 scripts/fuzz.sh ...   builds every target in BUILD_DIR, not only the fuzz
+#                                          targets: scripts/test.sh's sanitizer pass runs its
+#                                          tests in the same build (one build for both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-15}
-CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DFERRY_FUZZ=ON -DFERRY_CUDA=OFF \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" >/dev/null
-cmake --build build-fuzz -j "$(nproc)" --target safetensors_fuzz manifest_fuzz node_config_fuzz ferry_backends \
-  ferry_hookhost descriptor_fuzz kserve_infer_fuzz grpc_infer_fuzz control_request_fuzz onnx_import_fuzz
+build=${2:-build-fuzz}
+sanitize_extra="-fno-sanitize-recover=undefined -D_GLIBCXX_ASSERTIONS"
+CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DFERRY_FUZZ=ON -DFERRY_CUDA=OFF \
+  -DFERRY_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS="$sanitize_extra" >/dev/null
+targets=(safetensors manifest node_config descriptor kserve_infer grpc_infer control_request
+         onnx_import)
+if [[ "${FERRY_FUZZ_ALL:-0}" == 1 ]]; then
+  cmake --build "$build" -j "$(nproc)"
+else
+  cmake --build "$build" -j "$(nproc)" --target "${targets[@]/%/_fuzz}"
+fi
 # max_len reaches the crafted large inputs' classes (deep nesting, thousands of tensors);
 # dictionaries give the mutator TOML and JSON structure; -timeout fails an input over 3 s of
 # wall time (the CTest corpus replay holds each input to 1 s of CPU).
 declare -A dict=([safetensors]=json.dict [manifest]=toml.dict [node_config]=toml.dict
                  [kserve_infer]=json.dict [control_request]=json.dict)
-for target in safetensors manifest node_config descriptor kserve_infer grpc_infer control_request \
-              onnx_import; do
-  work=build-fuzz/corpus-$target
+[[ "$seconds" == 0 ]] && exit 0
+source_dir=$(pwd)
+for target in "${targets[@]}"; do
+  work=$build/corpus-$target
   mkdir -p "$work"
   args=(-max_total_time="$seconds" -max_len=262144 -timeout=3 -rss_limit_mb=2048 -print_final_stats=1)
   if [[ -n "${dict[$target]:-}" ]]; then
-    args+=(-dict="../tests/fuzz/${dict[$target]}")
+    args+=(-dict="$source_dir/tests/fuzz/${dict[$target]}")
   fi
   echo "fuzz: $target for ${seconds}s"
-  (cd build-fuzz && "./tests/fuzz/${target}_fuzz" "${args[@]}" "corpus-$target" \
-      "../tests/fuzz/corpus/$target" 2>&1 | tail -n 3)
+  (cd "$build" && "./tests/fuzz/${target}_fuzz" "${args[@]}" "corpus-$target" \
+      "$source_dir/tests/fuzz/corpus/$target" 2>&1 | tail -n 3)
 done
