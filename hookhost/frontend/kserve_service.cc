@@ -172,6 +172,8 @@ Status KServeService::ApplyKeyTenant(ParsedInfer& request, uint32_t tenant) cons
   return OkStatus();
 }
 
+KServeService::~KServeService() { SetDraining(); }
+
 void KServeService::SetDraining() {
   // Dekker-style with Submit (both sequentially consistent): a Submit that read draining_
   // false had raised submitting_ first, so this wait sees it and outlasts its host call.
@@ -429,18 +431,19 @@ void KServeService::Infer(const hookhost::HookModel& model, net::HttpRequest&& r
     ParseAndSubmit(model, std::move(request), trace, tenant, std::move(respond));
     return;
   }
-  // As Submit: counted before the draining check, so the host outlives the task.
+  // As Submit: counted before the draining check, so the host outlives the task. The count
+  // drops when the task is done with, run or not (its last copy is destroyed), so neither
+  // SetDraining nor the destructor waits for a task that will never run.
   submitting_.fetch_add(1);
+  std::shared_ptr<void> leave(nullptr, [this](void*) { submitting_.fetch_sub(1); });
   if (draining_.load()) {
-    submitting_.fetch_sub(1);
     respond(ErrorResponse(Unavailable("this hook host is draining; retry on another")));
     return;
   }
   auto moved = std::make_shared<net::HttpRequest>(std::move(request));
   host_->RunOnHookThread(
-      [this, &model, moved, trace, tenant, respond = std::move(respond)]() mutable {
+      [this, &model, moved, trace, tenant, respond = std::move(respond), leave]() mutable {
         ParseAndSubmit(model, std::move(*moved), trace, tenant, std::move(respond));
-        submitting_.fetch_sub(1);
       });
 }
 

@@ -62,6 +62,10 @@ class KServeService {
                 hookhost::HookHost* host, const FrontendSettings& settings,
                 const Authenticator* auth = nullptr, shm::TraceStore* traces = nullptr,
                 ClientRegions* regions = nullptr);
+  // Waits as SetDraining does. A large or compressed body is parsed on a hook thread, which
+  // touches this service last just after the request's answer was handed over: the caller
+  // may have its answer, and destroy the service, before that thread has left.
+  ~KServeService();
 
   void Handle(net::HttpRequest&& request, net::Responder respond);
 
