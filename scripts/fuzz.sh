@@ -30,14 +30,41 @@ declare -A dict=([safetensors]=json.dict [manifest]=toml.dict [node_config]=toml
                  [kserve_infer]=json.dict [control_request]=json.dict)
 [[ "$seconds" == 0 ]] && exit 0
 source_dir=$(pwd)
-for target in "${targets[@]}"; do
-  work=$build/corpus-$target
-  mkdir -p "$work"
-  args=(-max_total_time="$seconds" -max_len=262144 -timeout=3 -rss_limit_mb=2048 -print_final_stats=1)
+# fuzz TARGET: runs one target for SECONDS; its output goes to BUILD_DIR/fuzz-TARGET.log.
+fuzz() {
+  local target=$1
+  mkdir -p "$build/corpus-$target"
+  local args=(-max_total_time="$seconds" -max_len=262144 -timeout=3 -rss_limit_mb=2048
+              -print_final_stats=1)
   if [[ -n "${dict[$target]:-}" ]]; then
     args+=(-dict="$source_dir/tests/fuzz/${dict[$target]}")
   fi
-  echo "fuzz: $target for ${seconds}s"
   (cd "$build" && "./tests/fuzz/${target}_fuzz" "${args[@]}" "corpus-$target" \
-      "$source_dir/tests/fuzz/corpus/$target" 2>&1 | tail -n 3)
+      "$source_dir/tests/fuzz/corpus/$target") > "$build/fuzz-$target.log" 2>&1
+}
+# One target per CPU at a time (each libFuzzer run is one process on one CPU); a failed one
+# fails the script once all have run, with its log's end.
+failed=()
+for ((i = 0; i < ${#targets[@]}; i += $(nproc))); do
+  batch=("${targets[@]:i:$(nproc)}")
+  pids=()
+  for target in "${batch[@]}"; do
+    echo "fuzz: $target for ${seconds}s"
+    fuzz "$target" &
+    pids+=($!)
+  done
+  for j in "${!batch[@]}"; do
+    if ! wait "${pids[$j]}"; then
+      failed+=("${batch[$j]}")
+    fi
+    echo "fuzz: ${batch[$j]} done"
+    tail -n 3 "$build/fuzz-${batch[$j]}.log" | sed 's/^/  /'
+  done
 done
+if ((${#failed[@]} > 0)); then
+  for target in "${failed[@]}"; do
+    echo "fuzz: $target FAILED (reproducer in $build/; the log's end:)"
+    tail -n 40 "$build/fuzz-$target.log"
+  done
+  exit 1
+fi
