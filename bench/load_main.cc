@@ -74,6 +74,10 @@ std::unique_ptr<inference::GRPCInferenceService::Stub> GrpcStub(const std::strin
 struct Sample {
   double latency_us;
   double overhead_us;  // < 0 when the server does not report it.
+  // The overhead's parts the server reports: its checks and routing (validate_us), the wait
+  // in the worker's queue (queue_us); the rest is the hand-offs both ways and the join.
+  double validate_us = -1;
+  double queue_us = -1;
   int64_t batch;
   size_t model = 0;  // Index into the payloads.
 };
@@ -269,6 +273,8 @@ std::variant<Sample, std::string> SendHttp(Connection& c, const std::string& url
     const json& params = doc["parameters"];
     if (params.contains("total_server_us") && params.contains("compute_us")) {
       s.overhead_us = params["total_server_us"].get<double>() - params["compute_us"].get<double>();
+      s.validate_us = params.value("validate_us", -1.0);
+      s.queue_us = params.value("queue_us", -1.0);
     }
     s.batch = params.value("batch_size", int64_t{0});
   }
@@ -296,6 +302,12 @@ std::variant<Sample, std::string> SendGrpc(Connection& c, const std::string& url
   if (total != params.end() && compute != params.end()) {
     s.overhead_us =
         static_cast<double>(total->second.int64_param() - compute->second.int64_param());
+    if (auto v = params.find("validate_us"); v != params.end()) {
+      s.validate_us = static_cast<double>(v->second.int64_param());
+    }
+    if (auto q = params.find("queue_us"); q != params.end()) {
+      s.queue_us = static_cast<double>(q->second.int64_param());
+    }
   }
   if (auto batch = params.find("batch_size"); batch != params.end()) {
     s.batch = batch->second.int64_param();
@@ -413,12 +425,17 @@ Level Run(const std::string& url, bool grpc, const std::vector<Payload>& payload
 }
 
 json Report(const Level& level, const std::vector<Payload>& payloads, bool per_model) {
-  std::vector<double> latency, overhead;
+  std::vector<double> latency, overhead, validate, queue, hand_offs;
   std::map<int64_t, uint64_t> batches;
   for (const Sample& s : level.samples) {
     latency.push_back(s.latency_us);
     if (s.overhead_us >= 0) {
       overhead.push_back(s.overhead_us);
+    }
+    if (s.overhead_us >= 0 && s.validate_us >= 0 && s.queue_us >= 0) {
+      validate.push_back(s.validate_us);
+      queue.push_back(s.queue_us);
+      hand_offs.push_back(s.overhead_us - s.validate_us - s.queue_us);
     }
     if (s.batch > 0) {
       ++batches[s.batch];
@@ -438,6 +455,11 @@ json Report(const Level& level, const std::vector<Payload>& payloads, bool per_m
   if (!overhead.empty()) {
     out["overhead_us_p50"] = Percentile(overhead, 0.50);
     out["overhead_us_p99"] = Percentile(overhead, 0.99);
+  }
+  if (!hand_offs.empty()) {  // Medians of each part: they need not add up to the overhead's.
+    out["overhead_parts_us_p50"] = {{"validate", Percentile(validate, 0.50)},
+                                    {"queue", Percentile(queue, 0.50)},
+                                    {"hand_offs_and_join", Percentile(hand_offs, 0.50)}};
   }
   json hist = json::object();
   for (auto [b, n] : batches) {

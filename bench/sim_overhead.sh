@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # ferry's server overhead per request on the simulated backend: ferryd with one sim worker
 # (every dispatch a fixed 100 us) and one hook host, ferry-load at one request in flight over
-# HTTP; overhead = the answer's total server time minus its compute time (the issue's measure:
-# HTTP parse, checks, the copy into the arena, the ring hops and wake-ups both ways, the join,
-# the answer's encoding).
+# HTTP; overhead = the answer's total server time minus its compute time: from the hook host's
+# Submit (after the request's parse) to the answer joined (before its encoding), that is the
+# checks, the copy into the arena, the ring hops and wake-ups both ways and the join. The
+# parse and the encoding show in the latency, which the client measures.
 #   bench/sim_overhead.sh [BUILD_DIR] [SECONDS] [RUNS] [--check]
 #   FERRY_SPIN_US=200 bench/sim_overhead.sh ...   sets [hooks] spin_us (default: absent, so the
 #                                                 hook host decides by its CPUs)
@@ -11,7 +12,10 @@
 #   FERRY_ENCODING=json bench/sim_overhead.sh ...  KServe JSON bodies both ways (sim_overhead_json.json)
 # A run with any failed request exits 1: its figures would measure nothing.
 # Prints each run's overhead p50 / p99 and the median of the p50s; JSON in
-# BUILD_DIR/bench-results/sim_overhead.json. --check exits 1 when that median is over 100 us.
+# BUILD_DIR/bench-results/sim_overhead.json. --check exits 1 when that median is over 50 us
+# (issue 35's target). Each run also prints the medians of the overhead's parts the server
+# reports: its checks and routing (validate), the worker's queue, and the rest (the hand-offs
+# both ways and the join).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(realpath "${1:-build}")
@@ -78,9 +82,12 @@ if failed or any("overhead_us_p50" not in l for l in levels):
 for l in levels:
     print(f"overhead p50 {l['overhead_us_p50']:.0f} us  p99 {l['overhead_us_p99']:.0f} us  "
           f"latency p50 {l['latency_us_p50']:.0f} us  {l['throughput_rps']:.0f} req/s")
+    if "overhead_parts_us_p50" in l:
+        parts = l["overhead_parts_us_p50"]
+        print("  parts p50: " + "  ".join(f"{k} {v:.0f} us" for k, v in parts.items()))
 median = statistics.median(l["overhead_us_p50"] for l in levels)
-summary = {"overhead_us_p50_median": median, "target_us": 100, "met": median <= 100}
+summary = {"overhead_us_p50_median": median, "target_us": 50, "met": median <= 50}
 print(json.dumps(summary))
 json.dump({"runs": levels, "summary": summary}, open(out, "w"), indent=1)
-sys.exit(1 if check == "--check" and median > 100 else 0)
+sys.exit(1 if check == "--check" and median > 50 else 0)
 PY
