@@ -20,8 +20,8 @@ sanitize=${FERRY_SANITIZE:-1}
 # aborts a test instead of reading garbage. Unit and multi-process tests alike; CUDA off (no
 # device). The chaos soak runs once, in the normal build (its load is Python's; the sanitizers
 # add nothing to what it checks but time), and so do the Debian package's checks (a package
-# of sanitizer builds is not one anyone installs). -O1 and line tables only (-g1: a sanitizer's report
-# still names file and line) and no benchmark programs.
+# of sanitizer builds is not one anyone installs). -O1 and line tables only (-g1: a
+# sanitizer's report still names file and line) and no benchmark programs.
 # With clang (scripts/setup.sh installs it) this is one build with the libFuzzer targets:
 # scripts/fuzz.sh builds everything into build-asan and fuzzes each target briefly, and the
 # tests run in that build. One sanitizer build instead of two saves about a third of this
