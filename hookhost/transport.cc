@@ -249,9 +249,17 @@ bool HookHost::Impl::SendWaiting(int64_t now) {
                                          candidates, worker_slots)
             : gateway.Choose(static_cast<int>(model), p->model->name, p->output_bytes, candidates);
     if (!chosen.ok()) {
+      bool unavailable = chosen.error().code == ErrorCode::kUnavailable;
+      if (unavailable && views_at < p->start_ns) {
+        // Views read before the request arrived may predate a worker's readiness (which a
+        // client may have seen, through ferryd, within the refresh interval): refused only
+        // on a view read since. The fresh clock is past start_ns, so this repeats once.
+        RefreshViews(MonotonicNs());
+        continue;
+      }
       // UNAVAILABLE (none ready, or none ready has the model) may only mean a worker not yet
       // seen; RESOURCE_EXHAUSTED is a full queue or arena, answered as such.
-      if (ring_full || (unseen && chosen.error().code == ErrorCode::kUnavailable)) {
+      if (ring_full || (unseen && unavailable)) {
         ++it;  // Waits for ring space, or a first whole status (or its deadline).
       } else {
         drop(chosen.error());

@@ -197,6 +197,41 @@ TEST_CASE("a worker caught mid-publish keeps its last view; one that stays torn 
   CHECK_MESSAGE(served.ok(), (served.ok() ? "" : served.error().message));
 }
 
+// Writes the state of the (stopped) worker's status as a publish would.
+void PublishState(std::atomic<uint64_t>& sequence, shm::StatusSnapshotData& snapshot,
+                  shm::ProcessState state) {
+  uint64_t even = sequence.load();
+  sequence.store(even + 1);
+  snapshot.state = static_cast<uint32_t>(state);
+  sequence.store(even + 2);
+}
+
+// A client that saw the worker ready (through ferryd) and sent at once may reach a hook host
+// whose view, read within the last refresh interval, still says starting: that view predates
+// the request, so the request is decided on a fresh one rather than refused (the CI flake of
+// node_tenants_test, a 503 "no worker is ready" with the worker up). Each round refreshes
+// the view while the worker says starting, then sends just after it says ready; about one
+// round in four catches a view under 5 ms old, which failed before.
+TEST_CASE("a request is refused for no ready worker only on a view read after it arrived") {
+  FlowNode node(1);
+  Host host(node, GatewayMode::kLeastOutstanding, 2, 0, kTestStaleNs);
+  std::vector<uint8_t> input(784 * 4);
+  REQUIRE(Get(host.host->Submit(Request(*host.host, "mlp", {1, 784}, input, "input"))).ok());
+  uint32_t slot = node.segment.WorkerSlot(0);
+  shm::StatusData& status = node.segment.status(slot);
+  for (int round = 0; round < 40; ++round) {
+    CAPTURE(round);
+    StopOutsidePublish(node.pids[0], status.sequence);
+    PublishState(status.sequence, status.snapshot, shm::ProcessState::kStarting);
+    std::this_thread::sleep_for(std::chrono::milliseconds(25 + round % 7));
+    PublishState(status.sequence, status.snapshot, shm::ProcessState::kReady);
+    kill(node.pids[0], SIGCONT);
+    Result<InferResponse> served =
+        Get(host.host->Submit(Request(*host.host, "mlp", {1, 784}, input, "input")));
+    REQUIRE_MESSAGE(served.ok(), (served.ok() ? "" : served.error().message));
+  }
+}
+
 // A hook host that starts while its worker is caught mid-publish (a writer preempted between
 // its two stores, common on a busy 2-CPU host) has never seen the worker: its requests wait for
 // a first whole status instead of being refused "no worker is ready" (the CI flake of
