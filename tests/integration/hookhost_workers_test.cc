@@ -122,6 +122,11 @@ TEST_CASE("requests a worker holds when it stops are sent again to the other one
   for (int i = 0; i < 2; ++i) {  // One each.
     REQUIRE(Get(host.host->Submit(Request(*host.host, "mlp", {1, 784}, input, "input"))).ok());
   }
+  // The counts are published every 5 ms, after the answers: wait until both show.
+  for (int i = 0; i < 400 && node.Served(0, kMlp) + node.Served(1, kMlp) < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE(node.Served(0, kMlp) + node.Served(1, kMlp) == 2);
   uint64_t before = node.Served(1, kMlp);
   StopAndWait(node.pids[1]);
   // Sent at once, before the stall shows: round_robin gives the stopped worker half.
