@@ -373,9 +373,6 @@ struct HookHost::Impl {
   // --- Transport thread ---
   void TransportLoop();
 
-  // Polls HasWork for up to options.spin_ns; true when work came.
-  bool SpinForWork();
-
   bool HasWork();
 
   bool TakeHandoff();

@@ -1,7 +1,6 @@
 #include "hookhost/hookhost_process.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -12,6 +11,7 @@
 
 #include "common/clock.h"
 #include "common/log_settings.h"
+#include "common/poll.h"
 #include "config/node_config.h"
 #include "hookhost/frontend/front_end.h"
 #include "hookhost/hookhost.h"
@@ -33,19 +33,6 @@ constexpr auto kControlPoll = std::chrono::milliseconds(20);
 // How long a hook host that asked for a restart answers what it has taken before it exits
 // (a plugin call past its limit may be burning a core all the while).
 constexpr int64_t kRestartDrainNs = 2'000'000'000;
-
-// [hooks] spin_us, or when absent (-1) 200 us where this process may run on 4 or more CPUs:
-// with fewer, polling would take a core the worker and the client need (measured: fewer
-// requests/s at 2-4 in flight on a 2-CPU machine, docs/hookhost.md "Threads").
-int64_t SpinMicros(int64_t configured) {
-  if (configured >= 0) {
-    return configured;
-  }
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  int usable = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  return usable >= 4 ? 200 : 0;
-}
 
 // `fault_model`: the wire index of the model whose plugin call made this host ask for a
 // restart (-1: none), for ferryd (StatusSnapshotData::fault_model).
@@ -196,7 +183,7 @@ void LoadAndSeal(const HookHostProcessArgs& args, Running& r, int64_t* spin_us) 
       spdlog::error("model '{}' unusable: {}", m.name, m.failure->ToString());
     }
   }
-  *spin_us = SpinMicros(r.config.hooks.spin_us);  // Before the sandbox: it reads affinity.
+  *spin_us = PollMicros(r.config.hooks.spin_us);  // Before the sandbox: it reads affinity.
   if (!strict) {
     spdlog::warn("hook host slot {}: [hooks] sandbox = \"off\": plugins run unconfined", args.slot);
     return;

@@ -43,7 +43,7 @@ void HookHost::Impl::TransportLoop() {
     CheckCallTimeouts(now);
     ReturnToken();
     if (!busy && options.spin_ns > 0 && pending_count.load(std::memory_order_relaxed) == 1 &&
-        SpinForWork()) {
+        shm::SpinUntil([this] { return HasWork(); }, options.spin_ns)) {
       continue;  // The answer of the only request pending, caught without sleeping.
     }
     if (!busy) {
@@ -55,20 +55,6 @@ void HookHost::Impl::TransportLoop() {
       transport_idle.store(false, std::memory_order_relaxed);
     }
   }
-}
-
-// Polls HasWork for up to options.spin_ns; true when work came.
-bool HookHost::Impl::SpinForWork() {
-  int64_t until = MonotonicNs() + options.spin_ns;
-  while (MonotonicNs() < until) {
-    if (HasWork()) {
-      return true;
-    }
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-  }
-  return HasWork();
 }
 
 bool HookHost::Impl::HasWork() {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/clock.h"
 #include "shm/futex.h"
 
 namespace ferry::shm {
@@ -220,6 +221,19 @@ RingStatus RingConsumer::TryPop(DescriptorData* out) {
 }
 
 void SetWaitHooksForTest(WaitHooks* hooks) { wait_hooks = hooks; }
+
+bool SpinUntil(const std::function<bool()>& ready, int64_t spin_ns) {
+  int64_t until = MonotonicNs() + spin_ns;
+  while (MonotonicNs() < until) {
+    if (ready()) {
+      return true;
+    }
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  return ready();
+}
 
 bool WaitForWork(const Segment& segment, uint32_t slot, const std::function<bool()>& ready,
                  int64_t timeout_ns, int spin_iterations) {

@@ -126,6 +126,11 @@ void RingDoorbell(const Segment& segment, uint32_t slot);
 bool WaitForWork(const Segment& segment, uint32_t slot, const std::function<bool()>& ready,
                  int64_t timeout_ns, int spin_iterations = 2000);
 
+// Polls `ready()` for up to `spin_ns` (CLOCK_MONOTONIC) without sleeping; ready()'s last value.
+// For a thread that expects work within microseconds and would rather burn them than pay a
+// wake-up (common/poll.h says when).
+bool SpinUntil(const std::function<bool()>& ready, int64_t spin_ns);
+
 // Tests only: code run by WaitForWork on this thread at the two points where a publication
 // by a peer is the dangerous race: after the wake-up words are read but before `sleeping` is
 // announced (only the re-check can see it), and after the re-check but before the futex wait
