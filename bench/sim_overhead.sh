@@ -8,6 +8,8 @@
 #   bench/sim_overhead.sh [BUILD_DIR] [SECONDS] [RUNS] [--check]
 #   FERRY_SPIN_US=200 bench/sim_overhead.sh ...   sets [hooks] spin_us (default: absent, so the
 #                                                 hook host decides by its CPUs)
+#   FERRY_WORKER_SPIN_US=200 bench/sim_overhead.sh ...  sets [worker] spin_us (default: absent,
+#                                                 so the worker decides by its CPUs)
 #   FERRY_PROTOCOL=grpc bench/sim_overhead.sh ...  over gRPC ModelInfer (JSON: sim_overhead_grpc.json)
 #   FERRY_ENCODING=json bench/sim_overhead.sh ...  KServe JSON bodies both ways (sim_overhead_json.json)
 # A run with any failed request exits 1: its figures would measure nothing.
@@ -54,6 +56,8 @@ per_row_us = 0
 [hooks]
 threads = 2
 ${FERRY_SPIN_US:+spin_us = $FERRY_SPIN_US}
+[worker]
+${FERRY_WORKER_SPIN_US:+spin_us = $FERRY_WORKER_SPIN_US}
 TOML
 "$build/supervisor/ferryd" --config "$dir/node.toml" > "$dir/ferryd.log" 2>&1 &
 pid=$!

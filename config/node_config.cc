@@ -517,6 +517,7 @@ Result<NodeConfig> ParseNodeConfig(std::string_view text, const std::string& sou
           {{"lru", WorkerSettings::Eviction::kLru}, {"all", WorkerSettings::Eviction::kAll}});
       worker->Double("max_load_fraction", &config.worker.max_load_fraction,
                      {0.0, 1.0, true, false});
+      worker->Int("spin_us", &config.worker.spin_us, 0, 10'000);
       worker->Finish();
     }
     if (auto sim = reader.Table("sim")) {

@@ -153,6 +153,10 @@ struct WorkerSettings {
   // cores as execution, so this bounds what they take from resident models (and how fast
   // models that do not fit are cycled through). (0, 1]. Default 0.25.
   double max_load_fraction = 0.25;
+  // With nothing in flight or queued after its work, how long (microseconds) the dispatch loop
+  // polls its rings before it sleeps, so that a request following at once finds it awake.
+  // 0..10000; 0 never polls; -1 (absent): PollMicros's default (common/poll.h).
+  int64_t spin_us = -1;
 };
 
 // SimBackend's cost model ([node] backend = "sim"): a dispatch at compiled size s takes

@@ -352,6 +352,11 @@ TEST_CASE("hooks: threads, call_timeout_ms and max_pending at both edges") {
   CHECK(Parse("[hooks]\nspin_us = 10000\n").value().hooks.spin_us == 10000);
   CHECK(Contains(ErrorOf("[hooks]\nspin_us = -1\n"), "hooks.spin_us"));
   CHECK(Contains(ErrorOf("[hooks]\nspin_us = 10001\n"), "hooks.spin_us"));
+  CHECK(defaults.worker.spin_us == -1);  // Absent: the worker decides by its CPUs.
+  CHECK(Parse("[worker]\nspin_us = 0\n").value().worker.spin_us == 0);
+  CHECK(Parse("[worker]\nspin_us = 10000\n").value().worker.spin_us == 10000);
+  CHECK(Contains(ErrorOf("[worker]\nspin_us = -1\n"), "worker.spin_us"));
+  CHECK(Contains(ErrorOf("[worker]\nspin_us = 10001\n"), "worker.spin_us"));
 }
 
 TEST_CASE("cpu threads 0 to 1024 and [sim.models] costs are read") {

@@ -192,6 +192,16 @@ bool DispatchLoop::HasCompletionSpace() const {
 void DispatchLoop::Sleep() {
   // A full completion ring is waited on like work: the hook host's pop wakes this loop
   // (ring.h), so no short retry timeout is needed.
+  auto woken = [this] {
+    return HasRingWork() || HasCompletionSpace() || (!inflight_.empty() && backend_->Ready()) ||
+           (options_.residency != nullptr && options_.residency->LoadFinished());
+  };
+  // Just idle after work (not after a quiet wake: an idle loop never polls): the next request
+  // of a client at light load follows within microseconds, sooner than a sleep and wake-up.
+  if (options_.spin_ns > 0 && quiet_wakes_ == 0 && inflight_.empty() && planned_ == nullptr &&
+      scheduler_->queued_requests() == 0 && shm::SpinUntil(woken, options_.spin_ns)) {
+    return;
+  }
   int64_t timeout = options_.idle_sleep_ns;
   int spins = options_.spin_iterations;
   if (!inflight_.empty()) {
@@ -231,13 +241,7 @@ void DispatchLoop::Sleep() {
       timeout = std::max(timeout, options_.rest_sleep_ns);  // Idle: heartbeat less often.
     }
   }
-  bool ready = shm::WaitForWork(
-      segment_, slot_,
-      [this] {
-        return HasRingWork() || HasCompletionSpace() || (!inflight_.empty() && backend_->Ready()) ||
-               (options_.residency != nullptr && options_.residency->LoadFinished());
-      },
-      timeout, spins);
+  bool ready = shm::WaitForWork(segment_, slot_, woken, timeout, spins);
   quiet_wakes_ = ready ? 0 : quiet_wakes_ + 1;
 }
 

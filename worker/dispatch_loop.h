@@ -84,8 +84,11 @@ struct DispatchLoopOptions {
   // still wakes it at once).
   int64_t rest_sleep_ns = 100'000'000;
   int spin_iterations = 2000;  // Ring checks before sleeping.
-  bool plan_ahead = true;      // Plan batch k+1 while batch k executes.
-  ModelLoader loader;          // For kLoadModel; null: loads are refused.
+  // With nothing in flight or queued after work, how long the loop polls its rings before it
+  // sleeps (a request that follows at once is then taken without a wake-up); 0: never.
+  int64_t spin_ns = 0;
+  bool plan_ahead = true;  // Plan batch k+1 while batch k executes.
+  ModelLoader loader;      // For kLoadModel; null: loads are refused.
   // The worker's weight budget (weight_residency.h), when it has one: outlives the loop.
   WeightResidency* residency = nullptr;
 };

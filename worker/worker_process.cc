@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "common/log_settings.h"
+#include "common/poll.h"
 #include "config/node_config.h"
 #include "shm/ring.h"
 #include "shm/segment.h"
@@ -281,6 +282,7 @@ int RunWorkerProcess(const WorkerProcessArgs& args) {
   options.rest_sleep_ns = std::clamp<int64_t>(stall_limit_ns / 10, 1'000'000, 100'000'000);
   options.idle_sleep_ns = std::min(options.idle_sleep_ns, options.rest_sleep_ns);
   options.residency = s.residency.get();
+  options.spin_ns = PollMicros(s.config.worker.spin_us) * 1000;
   Backend* running = s.backend.get();
   options.loader = [running, dir = s.config.node.model_repository](const std::string& name) {
     LoadedModel loaded;
