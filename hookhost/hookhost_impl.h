@@ -38,10 +38,13 @@ static_assert(kMaxTenants == shm::kMaxTenants, "the node file's tenants fit shar
 inline constexpr int64_t kViewRefreshNs = 5'000'000;  // Workers publish their status every 5 ms.
 inline constexpr int64_t kRepackNs = 1'000'000'000;   // lpt_packing re-placed every second.
 inline constexpr int64_t kIdleWaitNs = 1'000'000;  // The transport's sleep with requests pending.
-// With nothing pending it sleeps longer (a hand-off or completion wakes it at once); it still
-// re-reads the workers' status every so often, so a view is never older than a quarter of
-// stale_status_ns when a request arrives.
-inline constexpr int64_t kQuietWaitNs = 20'000'000;
+// With nothing pending it sleeps longer (a hand-off or completion wakes it at once). Nothing
+// needs it sooner: a request's turn re-reads views older than kViewRefreshNs before it is
+// sent, a refusal for no ready worker is decided on a view read after the request came, and
+// a torn status counts as stale by how long it has been seen torn, not by how long ago it
+// was last read whole. Each of its wake-ups costs an idle node CPU (docs/benchmarks.md, "An
+// idle node").
+inline constexpr int64_t kQuietWaitNs = 100'000'000;
 // Answers up to this many output bytes, with no postprocess to run, are joined and answered
 // on the transport thread (their callback's encoding is short).
 inline constexpr uint64_t kInlineAnswerBytes = 4096;
@@ -207,6 +210,8 @@ struct HookHost::Impl {
     uint32_t generation = 0;
     uint32_t view_generation = 0;  // The incarnation the last status read described.
     int64_t read_ok_ns = 0;        // When its status was last read whole (0: never yet).
+    int64_t torn_since_ns = 0;     // The first of the torn reads since (0: the last was whole).
+    int64_t read_at_ns = 0;        // The last read, whole or torn.
     uint64_t heartbeat = 0;        // Its heartbeat as last read, and when it last advanced.
     int64_t beat_ns = 0;
     double last_compute[shm::kMaxStatusModels] = {};

@@ -49,9 +49,8 @@ void HookHost::Impl::TransportLoop() {
     if (!busy) {
       transport_idle.store(true, std::memory_order_relaxed);
       bool quiet = pending_count.load(std::memory_order_relaxed) == 0;
-      int64_t wait = quiet ? std::min(kQuietWaitNs, options.stale_status_ns / 4) : kIdleWaitNs;
       shm::WaitForWork(
-          segment, slot, [this] { return HasWork(); }, std::max(wait, kIdleWaitNs), 200);
+          segment, slot, [this] { return HasWork(); }, quiet ? kQuietWaitNs : kIdleWaitNs, 200);
       transport_idle.store(false, std::memory_order_relaxed);
     }
   }
@@ -125,15 +124,21 @@ void HookHost::Impl::RefreshViews(int64_t now) {
     uint32_t current = segment.generation(ws.slot).load(std::memory_order_acquire);
     // A torn read is no state: the worker is publishing (or was preempted while it did, on a
     // busy host). Its last view stands; one never read whole is waited for (Unseen) rather
-    // than taken for not ready, for up to options.stale_status_ns either way.
+    // than taken for not ready, for up to options.stale_status_ns either way: seen torn at
+    // every read for that long, the reads no further apart than half of it (a quiet
+    // transport's long sleep between two torn reads is no evidence of one long write).
+    if (st.ok()) {
+      ws.read_ok_ns = now;
+      ws.torn_since_ns = 0;
+    } else if (ws.torn_since_ns == 0 || now - ws.read_at_ns > options.stale_status_ns / 2) {
+      ws.torn_since_ns = now;
+    }
+    ws.read_at_ns = now;
     bool settling = ws.read_ok_ns != 0 ? current == ws.view_generation &&
-                                             now - ws.read_ok_ns < options.stale_status_ns
+                                             now - ws.torn_since_ns < options.stale_status_ns
                                        : now - first_view_ns < options.stale_status_ns;
     if (!st.ok() && settling) {
       continue;
-    }
-    if (st.ok()) {
-      ws.read_ok_ns = now;
     }
     bool ready = st.ok() && st->state == static_cast<uint32_t>(shm::ProcessState::kReady) &&
                  st->generation == current;

@@ -237,6 +237,41 @@ TEST_CASE("a request is refused for no ready worker only on a view read after it
   }
 }
 
+// The transport sleeps 100 ms with nothing pending, longer than this window: a status found
+// torn when a request comes after such a sleep counts as stale by how long it has been seen
+// torn (from now), not by how long ago it was last read whole (up to 100 ms). Before, most
+// such requests were refused "no worker is ready" with the worker's last view ready.
+TEST_CASE("a status torn when a request comes after a quiet sleep keeps its last view") {
+  FlowNode node(1);
+  Host host(node, GatewayMode::kLeastOutstanding, 2, 0, 30'000'000);
+  std::vector<uint8_t> input(784 * 4);
+  uint32_t slot = node.segment.WorkerSlot(0);
+  std::atomic<uint64_t>& sequence = node.segment.status(slot).sequence;
+  int clean = 0;
+  for (int round = 0; round < 40 && clean < 8; ++round) {
+    CAPTURE(round);
+    REQUIRE(Get(host.host->Submit(Request(*host.host, "mlp", {1, 784}, input, "input"))).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(40 + 10 * (round % 8)));  // Quiet.
+    StopAndWait(node.pids[0]);
+    uint64_t even = sequence.load();
+    if ((even & 1) != 0) {  // Stopped mid-publish: the host may have seen it torn already.
+      kill(node.pids[0], SIGCONT);
+      continue;
+    }
+    ++clean;
+    sequence.store(even + 1);
+    std::future<Result<InferResponse>> sent =
+        host.host->Submit(Request(*host.host, "mlp", {1, 784}, input, "input"));
+    // Sent to the stopped worker, it waits (a refusal would be ready at once).
+    CHECK(sent.wait_for(std::chrono::milliseconds(20)) == std::future_status::timeout);
+    sequence.store(even);
+    kill(node.pids[0], SIGCONT);
+    Result<InferResponse> served = Get(sent);
+    REQUIRE_MESSAGE(served.ok(), (served.ok() ? "" : served.error().message));
+  }
+  CHECK(clean == 8);
+}
+
 // A hook host that starts while its worker is caught mid-publish (a writer preempted between
 // its two stores, common on a busy 2-CPU host) has never seen the worker: its requests wait for
 // a first whole status instead of being refused "no worker is ready" (the CI flake of
