@@ -6,6 +6,8 @@
 # BUILD_DIR/triton or FERRY_TRITON_DIR), the same is measured for it in the same run: the
 # tritonserver process and its python backend stub, the same model, the same burst.
 #   bench/idle_cost.sh [BUILD_DIR] [SECONDS] [--check]
+#   FERRY_SPIN_US=200 FERRY_WORKER_SPIN_US=200 bench/idle_cost.sh ...  sets [hooks] and
+#   [worker] spin_us (absent by default: both decide by their CPUs, polling with 4 or more)
 # JSON in BUILD_DIR/bench-results/idle_cost.json; --check exits 1 when ferry idles above 1%
 # of a core or, with Triton measured, above Triton's RSS.
 set -euo pipefail
@@ -77,6 +79,10 @@ control_socket = "$dir/control.sock"
 [cpu]
 threads = 1
 pin = false
+[hooks]
+${FERRY_SPIN_US:+spin_us = $FERRY_SPIN_US}
+[worker]
+${FERRY_WORKER_SPIN_US:+spin_us = $FERRY_WORKER_SPIN_US}
 TOML
 "$build/supervisor/ferryd" --config "$dir/node.toml" > "$dir/ferryd.log" 2>&1 &
 ferryd=$!
