@@ -42,7 +42,7 @@ inline constexpr int64_t kIdleWaitNs = 1'000'000;  // The transport's sleep with
 // needs it sooner: a request's turn re-reads views older than kViewRefreshNs before it is
 // sent, a refusal for no ready worker is decided on a view read after the request came, and
 // a torn status counts as stale by how long it has been seen torn, not by how long ago it
-// was last read whole. Each of its wake-ups costs an idle node CPU (docs/benchmarks.md, "An
+// was last read whole. Each of its wake-ups costs an idle node CPU time (docs/benchmarks.md, "An
 // idle node").
 inline constexpr int64_t kQuietWaitNs = 100'000'000;
 // Answers up to this many output bytes, with no postprocess to run, are joined and answered
@@ -209,7 +209,7 @@ struct HookHost::Impl {
     uint32_t slot = 0;
     uint32_t generation = 0;
     uint32_t view_generation = 0;  // The incarnation the last status read described.
-    int64_t read_ok_ns = 0;        // When its status was last read whole (0: never yet).
+    bool read_whole = false;       // Its status has been read whole at least once.
     int64_t torn_since_ns = 0;     // The first of the torn reads since (0: the last was whole).
     int64_t read_at_ns = 0;        // The last read, whole or torn.
     uint64_t heartbeat = 0;        // Its heartbeat as last read, and when it last advanced.

@@ -106,7 +106,7 @@ shm::DescriptorData HookHost::Impl::Addressed(shm::DescriptorKind kind, uint64_t
 bool HookHost::Impl::Unseen(int64_t now) const {
   return now - first_view_ns < options.stale_status_ns &&
          std::any_of(workers.begin(), workers.end(),
-                     [](const WorkerState& w) { return w.read_ok_ns == 0; });
+                     [](const WorkerState& w) { return !w.read_whole; });
 }
 
 void HookHost::Impl::RefreshViews(int64_t now) {
@@ -128,15 +128,15 @@ void HookHost::Impl::RefreshViews(int64_t now) {
     // every read for that long, the reads no further apart than half of it (a quiet
     // transport's long sleep between two torn reads is no evidence of one long write).
     if (st.ok()) {
-      ws.read_ok_ns = now;
+      ws.read_whole = true;
       ws.torn_since_ns = 0;
     } else if (ws.torn_since_ns == 0 || now - ws.read_at_ns > options.stale_status_ns / 2) {
       ws.torn_since_ns = now;
     }
     ws.read_at_ns = now;
-    bool settling = ws.read_ok_ns != 0 ? current == ws.view_generation &&
-                                             now - ws.torn_since_ns < options.stale_status_ns
-                                       : now - first_view_ns < options.stale_status_ns;
+    bool settling = ws.read_whole ? current == ws.view_generation &&
+                                        now - ws.torn_since_ns < options.stale_status_ns
+                                  : now - first_view_ns < options.stale_status_ns;
     if (!st.ok() && settling) {
       continue;
     }
