@@ -16,17 +16,22 @@ namespace ferry {
 
 inline constexpr int64_t kDefaultPollMicros = 200;
 
-// `configured` when it is set (>= 0); when absent (-1), kDefaultPollMicros where this process
-// may run on 4 or more CPUs (its affinity), else 0. Call it before a sandbox that hides the
-// affinity.
-inline int64_t PollMicros(int64_t configured) {
+// `configured` when it is set (>= 0); when absent (-1), kDefaultPollMicros with `usable_cpus`
+// of 4 or more, else 0.
+inline constexpr int64_t PollMicrosFor(int64_t configured, int usable_cpus) {
   if (configured >= 0) {
     return configured;
   }
+  return usable_cpus >= 4 ? kDefaultPollMicros : 0;
+}
+
+// PollMicrosFor the CPUs the calling thread may run on (its affinity). Call it before a
+// sandbox that hides the affinity.
+inline int64_t PollMicros(int64_t configured) {
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   int usable = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  return usable >= 4 ? kDefaultPollMicros : 0;
+  return PollMicrosFor(configured, usable);
 }
 
 }  // namespace ferry
