@@ -1,7 +1,8 @@
 // ferry-load: a KServe v2 load generator, over HTTP (binary tensors or, with --encoding json,
 // JSON bodies whose floats carry full precision; keep-alive connections) or
-// gRPC (raw_input_contents, one channel per connection), for any server that speaks the
-// protocol: ferry, and Triton in the same run for comparison.
+// gRPC (raw_input_contents, one channel per connection; the closed loop's calls driven on
+// completion queues, load_grpc.h), for any server that speaks the protocol: ferry, and Triton
+// in the same run for comparison.
 //
 //   ferry-load --url 127.0.0.1:8000 --model mlp --concurrency 1,8,32 --seconds 5 [--json]
 //   ferry-load --url ... --model mlp --rate 2000 --seconds 5      (open loop)
@@ -41,45 +42,28 @@
 #include <thread>
 #include <variant>
 
+#include "bench/load.h"
+#include "bench/load_grpc.h"
 #include "client/kserve_client.h"
 #include "hookhost/frontend/proto/inference.grpc.pb.h"
 #include "net/http_client.h"
 
 namespace {
 
+using ferry::bench::Clock;
+using ferry::bench::GrpcSample;
+using ferry::bench::GrpcStub;
+using ferry::bench::Level;
+using ferry::bench::Payload;
+using ferry::bench::Sample;
 using ferry::net::HttpClient;
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
-struct Payload {
-  std::string model;
-  ferry::client::InferBody body;      // HTTP.
-  inference::ModelInferRequest grpc;  // gRPC.
-};
-
-// One connection to the server: an HTTP keep-alive connection or a gRPC channel of its own.
+// One connection to the server: an HTTP keep-alive connection or a gRPC channel of its own
+// (gRPC here with --zipf only; otherwise both loops over gRPC run in load_grpc.h).
 struct Connection {
   std::optional<ferry::net::HttpClient> http;
   std::unique_ptr<inference::GRPCInferenceService::Stub> grpc;
-};
-
-std::unique_ptr<inference::GRPCInferenceService::Stub> GrpcStub(const std::string& url) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // Its own TCP connection.
-  return inference::GRPCInferenceService::NewStub(
-      grpc::CreateCustomChannel(url, grpc::InsecureChannelCredentials(), args));
-}
-
-struct Sample {
-  double latency_us;
-  double overhead_us;  // < 0 when the server does not report it.
-  // The overhead's parts the server reports: its checks and routing (validate_us), the wait
-  // in the worker's queue (queue_us); the rest is the hand-offs both ways and the join.
-  double validate_us = -1;
-  double queue_us = -1;
-  int64_t batch;
-  size_t model = 0;  // Index into the payloads.
 };
 
 // What a run does besides sending: which model each request goes to, and checking answers.
@@ -89,14 +73,6 @@ struct Mix {
   // Per request body (its hash): the first answer's output bytes (HTTP binary), under mu.
   std::map<size_t, std::vector<uint8_t>> first;
   std::mutex mu;
-};
-
-struct Level {
-  std::string mode;
-  double offered = 0;  // Concurrency, or requests/s for open loop.
-  double seconds = 0;
-  std::vector<Sample> samples;
-  std::map<std::string, uint64_t> errors;  // "http 503", "grpc 14", "connection" -> count.
 };
 
 double Percentile(std::vector<double> v, double p) {
@@ -261,7 +237,7 @@ std::variant<Sample, std::string> SendHttp(Connection& c, const std::string& url
   if (check != nullptr && !Consistent(*check, p, *a)) {
     return std::string("mismatch");
   }
-  Sample s{std::chrono::duration<double, std::micro>(done - due).count(), -1, 0};
+  Sample s{std::chrono::duration<double, std::micro>(done - due).count(), -1, -1, -1, 0};
   // The parameters only: the JSON part of the body.
   size_t json_bytes = a->body.size();
   if (const std::string* h = a->Header("Inference-Header-Content-Length")) {
@@ -295,24 +271,7 @@ std::variant<Sample, std::string> SendGrpc(Connection& c, const std::string& url
   if (!status.ok()) {
     return "grpc " + std::to_string(status.error_code());
   }
-  Sample s{std::chrono::duration<double, std::micro>(done - due).count(), -1, 0};
-  const auto& params = response.parameters();
-  auto total = params.find("total_server_us");
-  auto compute = params.find("compute_us");
-  if (total != params.end() && compute != params.end()) {
-    s.overhead_us =
-        static_cast<double>(total->second.int64_param() - compute->second.int64_param());
-    if (auto v = params.find("validate_us"); v != params.end()) {
-      s.validate_us = static_cast<double>(v->second.int64_param());
-    }
-    if (auto q = params.find("queue_us"); q != params.end()) {
-      s.queue_us = static_cast<double>(q->second.int64_param());
-    }
-  }
-  if (auto batch = params.find("batch_size"); batch != params.end()) {
-    s.batch = batch->second.int64_param();
-  }
-  return s;
+  return GrpcSample(response, due, done);
 }
 
 // Open loop with --zipf: each model its own stream at its share of the rate, over its own
@@ -515,6 +474,11 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "unmeasured seconds before each level")->capture_default_str();
   app.add_option("--label", label, "names the server in the output")->capture_default_str();
   app.add_flag("--json", as_json, "one JSON object");
+  int grpc_threads = 1;
+  app.add_option("--grpc-threads", grpc_threads,
+                 "closed loop over gRPC: threads, each with a completion queue")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   Mix mix;
   app.add_option("--zipf", mix.zipf,
                  "pick models by Zipf popularity with this exponent (0: alternate)")
@@ -531,13 +495,18 @@ int main(int argc, char** argv) {
   json levels = json::array();
   bool per_model = payloads->size() > 1;
   if (rate > 0) {
-    levels.push_back(
-        Report(Run(url, grpc, *payloads, true, rate, connections, seconds, warmup, mix), *payloads,
-               per_model));
+    Level level =
+        grpc && mix.zipf == 0
+            ? ferry::bench::RunGrpcOpenLoop(url, *payloads, rate, connections, seconds, warmup)
+            : Run(url, grpc, *payloads, true, rate, connections, seconds, warmup, mix);
+    levels.push_back(Report(level, *payloads, per_model));
   } else {
     for (int c : concurrency) {
-      levels.push_back(Report(Run(url, grpc, *payloads, false, c, 0, seconds, warmup, mix),
-                              *payloads, per_model));
+      Level level =
+          grpc && mix.zipf == 0
+              ? ferry::bench::RunGrpcClosedLoop(url, *payloads, c, grpc_threads, seconds, warmup)
+              : Run(url, grpc, *payloads, false, c, 0, seconds, warmup, mix);
+      levels.push_back(Report(level, *payloads, per_model));
     }
   }
   json out = {{"server", label},  {"url", url},   {"protocol", protocol}, {"encoding", encoding},

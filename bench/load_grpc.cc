@@ -1,0 +1,219 @@
+#include "bench/load_grpc.h"
+
+#include <absl/synchronization/mutex.h>
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <mutex>
+#include <thread>
+
+namespace ferry::bench {
+namespace {
+
+// One call's answer, filled in by gRPC when the call's tag comes back.
+struct GrpcAnswer {
+  std::unique_ptr<grpc::ClientContext> context;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<inference::ModelInferResponse>> call;
+  inference::ModelInferResponse response;
+  grpc::Status status;
+};
+
+// Starts a call of `payload` on `stub` into `answer` (its earlier call done), tagged `tag`.
+void Start(inference::GRPCInferenceService::Stub& stub, const Payload& payload,
+           grpc::CompletionQueue* queue, GrpcAnswer& answer, void* tag) {
+  answer.context = std::make_unique<grpc::ClientContext>();
+  answer.context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  answer.response.Clear();
+  answer.call = stub.AsyncModelInfer(answer.context.get(), payload.grpc, queue);
+  answer.call->Finish(&answer.response, &answer.status, tag);
+}
+
+// Adds the answer to a call due at `due` (of payload `model`) to `level`'s samples, or its
+// failure to its errors, when it was due at or after `measure_from`.
+void Record(bool ok, const GrpcAnswer& answer, Clock::time_point due, size_t model,
+            Clock::time_point measure_from, Level& level) {
+  if (due < measure_from) {
+    return;
+  }
+  if (!ok) {
+    ++level.errors["grpc queue"];
+  } else if (!answer.status.ok()) {
+    ++level.errors["grpc " + std::to_string(answer.status.error_code())];
+  } else {
+    Sample s = GrpcSample(answer.response, due, Clock::now());
+    s.model = model;
+    level.samples.push_back(s);
+  }
+}
+
+// The closed loop's simulated client: its channel and the call it has outstanding.
+struct GrpcSlot {
+  size_t index = 0;  // Its place among the in-flight calls.
+  uint64_t sent = 0;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> stub;
+  GrpcAnswer answer;
+  Clock::time_point due;
+  size_t model = 0;
+};
+
+// Starts `slot`'s next call on `queue`; its tag is the slot.
+void Send(GrpcSlot& slot, const std::vector<Payload>& payloads, grpc::CompletionQueue* queue) {
+  slot.model = (slot.index + slot.sent++) % payloads.size();
+  slot.due = Clock::now();
+  Start(*slot.stub, payloads[slot.model], queue, slot.answer, &slot);
+}
+
+// The open loop's call: one per request, as a channel may carry several at once.
+struct GrpcCall {
+  GrpcAnswer answer;
+  Clock::time_point due;
+  size_t model = 0;
+};
+
+// Shuts `queue` down and takes what is left (its calls all answered).
+void Drain(grpc::CompletionQueue& queue) {
+  queue.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (queue.Next(&tag, &ok)) {
+  }
+}
+
+Clock::time_point After(Clock::time_point from, double seconds) {
+  return from + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+}  // namespace
+
+std::unique_ptr<inference::GRPCInferenceService::Stub> GrpcStub(const std::string& url) {
+  // Debian's absl records every lock gRPC takes in a process-wide deadlock graph (the hook
+  // host turns it off too, grpc_service.cc): a debugging aid that cost this client 2-3%.
+  static std::once_flag quiet;
+  std::call_once(quiet,
+                 [] { absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore); });
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // Its own TCP connection.
+  return inference::GRPCInferenceService::NewStub(
+      grpc::CreateCustomChannel(url, grpc::InsecureChannelCredentials(), args));
+}
+
+Sample GrpcSample(const inference::ModelInferResponse& response, Clock::time_point due,
+                  Clock::time_point done) {
+  Sample s{std::chrono::duration<double, std::micro>(done - due).count(), -1, -1, -1, 0};
+  const auto& params = response.parameters();
+  auto total = params.find("total_server_us");
+  auto compute = params.find("compute_us");
+  if (total != params.end() && compute != params.end()) {
+    s.overhead_us =
+        static_cast<double>(total->second.int64_param() - compute->second.int64_param());
+    if (auto v = params.find("validate_us"); v != params.end()) {
+      s.validate_us = static_cast<double>(v->second.int64_param());
+    }
+    if (auto q = params.find("queue_us"); q != params.end()) {
+      s.queue_us = static_cast<double>(q->second.int64_param());
+    }
+  }
+  if (auto batch = params.find("batch_size"); batch != params.end()) {
+    s.batch = batch->second.int64_param();
+  }
+  return s;
+}
+
+Level RunGrpcClosedLoop(const std::string& url, const std::vector<Payload>& payloads, int in_flight,
+                        int threads, double seconds, double warmup) {
+  Level level;
+  level.mode = "concurrency";
+  level.offered = in_flight;
+  level.seconds = seconds;
+  auto measure_from = After(Clock::now(), warmup);
+  auto end = After(measure_from, seconds);
+  std::mutex mu;
+  std::vector<std::thread> pool;
+  threads = std::min(threads, in_flight);
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      grpc::CompletionQueue queue;
+      std::vector<GrpcSlot> slots;
+      for (int i = t; i < in_flight; i += threads) {
+        GrpcSlot& slot = slots.emplace_back();
+        slot.index = static_cast<size_t>(i);
+        slot.stub = GrpcStub(url);
+      }
+      for (GrpcSlot& slot : slots) {
+        Send(slot, payloads, &queue);
+      }
+      Level mine;
+      size_t outstanding = slots.size();
+      void* tag = nullptr;
+      bool ok = false;
+      while (outstanding > 0 && queue.Next(&tag, &ok)) {
+        auto& slot = *static_cast<GrpcSlot*>(tag);
+        Record(ok, slot.answer, slot.due, slot.model, measure_from, mine);
+        if (Clock::now() < end) {
+          Send(slot, payloads, &queue);
+        } else {
+          --outstanding;
+        }
+      }
+      Drain(queue);
+      std::lock_guard<std::mutex> lock(mu);
+      level.samples.insert(level.samples.end(), mine.samples.begin(), mine.samples.end());
+      for (const auto& [what, n] : mine.errors) {
+        level.errors[what] += n;
+      }
+    });
+  }
+  for (std::thread& t : pool) {
+    t.join();
+  }
+  return level;
+}
+
+Level RunGrpcOpenLoop(const std::string& url, const std::vector<Payload>& payloads, double rate,
+                      int connections, double seconds, double warmup) {
+  Level level;
+  level.mode = "rate";
+  level.offered = rate;
+  level.seconds = seconds;
+  std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs;
+  for (int i = 0; i < connections; ++i) {
+    stubs.push_back(GrpcStub(url));
+  }
+  grpc::CompletionQueue queue;
+  auto start = Clock::now();
+  auto measure_from = After(start, warmup);
+  auto end = After(measure_from, seconds);
+  size_t outstanding = 0;
+  for (uint64_t k = 0;;) {
+    auto due = After(start, static_cast<double>(k) / rate);
+    if (due < end && Clock::now() >= due) {  // Due: started now, late or not.
+      auto* call = new GrpcCall{{}, due, k % payloads.size()};
+      Start(*stubs[k % stubs.size()], payloads[call->model], &queue, call->answer, call);
+      ++outstanding;
+      ++k;
+      continue;
+    }
+    if (due >= end && outstanding == 0) {
+      break;
+    }
+    // An answer, or the next request's due time (after the last: the answers' deadline).
+    auto wait_until = due < end ? due : end + std::chrono::seconds(31);
+    auto deadline = std::chrono::system_clock::now() + (wait_until - Clock::now());
+    void* tag = nullptr;
+    bool ok = false;
+    if (queue.AsyncNext(&tag, &ok, deadline) != grpc::CompletionQueue::GOT_EVENT) {
+      if (due >= end) {
+        break;  // Past every call's deadline: gRPC would have answered each by now.
+      }
+      continue;
+    }
+    std::unique_ptr<GrpcCall> call(static_cast<GrpcCall*>(tag));
+    Record(ok, call->answer, call->due, call->model, measure_from, level);
+    --outstanding;
+  }
+  Drain(queue);
+  return level;
+}
+
+}  // namespace ferry::bench
