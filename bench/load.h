@@ -15,6 +15,11 @@ namespace ferry::bench {
 
 using Clock = std::chrono::steady_clock;
 
+// `seconds` after `from`.
+inline Clock::time_point After(Clock::time_point from, double seconds) {
+  return from + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 // One model's request, in both protocols' forms.
 struct Payload {
   std::string model;
@@ -30,7 +35,7 @@ struct Sample {
   // in the worker's queue (queue_us); the rest is the hand-offs both ways and the join.
   double validate_us = -1;
   double queue_us = -1;
-  int64_t batch;
+  int64_t batch = 0;
   size_t model = 0;  // Index into the payloads.
 };
 
@@ -39,8 +44,8 @@ struct Level {
   std::string mode;
   double offered = 0;  // Concurrency, or requests/s for open loop.
   double seconds = 0;
-  std::vector<Sample> samples;
-  std::map<std::string, uint64_t> errors;  // "http 503", "grpc 14", "connection" -> count.
+  std::vector<Sample> samples = {};
+  std::map<std::string, uint64_t> errors = {};  // "http 503", "grpc 14", "connection" -> count.
 };
 
 }  // namespace ferry::bench

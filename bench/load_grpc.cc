@@ -70,17 +70,16 @@ struct GrpcCall {
   size_t model = 0;
 };
 
-// Shuts `queue` down and takes what is left (its calls all answered).
-void Drain(grpc::CompletionQueue& queue) {
+// Shuts `queue` down and waits for what is left on it (calls gRPC ends by their deadline),
+// handing each tag to `left` (the open loop's calls are its to delete).
+template <typename Left>
+void Drain(grpc::CompletionQueue& queue, Left left) {
   queue.Shutdown();
   void* tag = nullptr;
   bool ok = false;
   while (queue.Next(&tag, &ok)) {
+    left(tag);
   }
-}
-
-Clock::time_point After(Clock::time_point from, double seconds) {
-  return from + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
 }  // namespace
@@ -122,10 +121,7 @@ Sample GrpcSample(const inference::ModelInferResponse& response, Clock::time_poi
 
 Level RunGrpcClosedLoop(const std::string& url, const std::vector<Payload>& payloads, int in_flight,
                         int threads, double seconds, double warmup) {
-  Level level;
-  level.mode = "concurrency";
-  level.offered = in_flight;
-  level.seconds = seconds;
+  Level level{.mode = "concurrency", .offered = static_cast<double>(in_flight), .seconds = seconds};
   auto measure_from = After(Clock::now(), warmup);
   auto end = After(measure_from, seconds);
   std::mutex mu;
@@ -156,7 +152,7 @@ Level RunGrpcClosedLoop(const std::string& url, const std::vector<Payload>& payl
           --outstanding;
         }
       }
-      Drain(queue);
+      Drain(queue, [](void*) {});  // The slots own their calls.
       std::lock_guard<std::mutex> lock(mu);
       level.samples.insert(level.samples.end(), mine.samples.begin(), mine.samples.end());
       for (const auto& [what, n] : mine.errors) {
@@ -172,10 +168,7 @@ Level RunGrpcClosedLoop(const std::string& url, const std::vector<Payload>& payl
 
 Level RunGrpcOpenLoop(const std::string& url, const std::vector<Payload>& payloads, double rate,
                       int connections, double seconds, double warmup) {
-  Level level;
-  level.mode = "rate";
-  level.offered = rate;
-  level.seconds = seconds;
+  Level level{.mode = "rate", .offered = rate, .seconds = seconds};
   std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> stubs;
   for (int i = 0; i < connections; ++i) {
     stubs.push_back(GrpcStub(url));
@@ -212,7 +205,7 @@ Level RunGrpcOpenLoop(const std::string& url, const std::vector<Payload>& payloa
     Record(ok, call->answer, call->due, call->model, measure_from, level);
     --outstanding;
   }
-  Drain(queue);
+  Drain(queue, [](void* tag) { delete static_cast<GrpcCall*>(tag); });
   return level;
 }
 

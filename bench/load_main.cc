@@ -50,6 +50,7 @@
 
 namespace {
 
+using ferry::bench::After;
 using ferry::bench::Clock;
 using ferry::bench::GrpcSample;
 using ferry::bench::GrpcStub;
@@ -318,10 +319,8 @@ Level Run(const std::string& url, bool grpc, const std::vector<Payload>& payload
   const std::vector<int>& stream_index = s.index;
   std::mutex mu;
   auto start = Clock::now();
-  auto measure_from =
-      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(warmup));
-  auto end = measure_from +
-             std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  auto measure_from = After(start, warmup);
+  auto end = After(measure_from, seconds);
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
@@ -333,19 +332,17 @@ Level Run(const std::string& url, bool grpc, const std::vector<Payload>& payload
       // Open loop: this connection's share of the schedule, due every threads/rate seconds
       // (with streams: its model's threads over the model's share of the rate).
       double period = open_loop ? static_cast<double>(threads) / offered : 0;
-      auto offset = std::chrono::duration<double>(period * t / threads);
+      double offset = period * t / threads;
       if (streams) {
         size_t model = stream_model[static_cast<size_t>(t)];
         int n = stream_threads[model];
         period = n / (offered * popularity[model] / total_popularity);
-        offset = std::chrono::duration<double>(period * stream_index[static_cast<size_t>(t)] / n);
+        offset = period * stream_index[static_cast<size_t>(t)] / n;
       }
       for (uint64_t k = 0;; ++k) {
         Clock::time_point due = Clock::now();
         if (open_loop) {
-          due =
-              start + std::chrono::duration_cast<Clock::duration>(
-                          offset + std::chrono::duration<double>(period * static_cast<double>(k)));
+          due = After(start, offset + period * static_cast<double>(k));
           std::this_thread::sleep_until(due);
         }
         if (due >= end) {
