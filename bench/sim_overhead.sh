@@ -12,6 +12,8 @@
 #                                                 so the worker decides by its CPUs)
 #   FERRY_PROTOCOL=grpc bench/sim_overhead.sh ...  over gRPC ModelInfer (JSON: sim_overhead_grpc.json)
 #   FERRY_ENCODING=json bench/sim_overhead.sh ...  KServe JSON bodies both ways (sim_overhead_json.json)
+#   FERRY_RATE=200 bench/sim_overhead.sh ...  open loop at this many requests/s instead of one in
+#                                             flight; a run that falls under half the rate fails
 # A run with any failed request exits 1: its figures would measure nothing.
 # Prints each run's overhead p50 / p99 and the median of the p50s; JSON in
 # BUILD_DIR/bench-results/sim_overhead.json. --check exits 1 when that median is over 50 us
@@ -71,17 +73,22 @@ done
 [[ -n $address ]] || { echo "ferryd did not become ready"; cat "$dir/ferryd.log"; exit 1; }
 for i in $(seq "$runs"); do
   "$build/bench/ferry-load" --protocol "$protocol" --encoding "$encoding" --url "$address" \
-    --model mlp --concurrency 1 \
+    --model mlp --concurrency 1 ${FERRY_RATE:+--rate $FERRY_RATE --connections 4} \
     --warmup 1 --seconds "$seconds" --json > "$dir/run$i.json"
 done
-name=sim_overhead$([[ $protocol == grpc ]] && echo _grpc || true)$([[ $encoding == json ]] && echo _json || true)
-python3 - "$dir" "$runs" "$out/$name.json" "$check" <<'PY'
+name=sim_overhead$([[ $protocol == grpc ]] && echo _grpc || true)$([[ $encoding == json ]] && echo _json || true)$([[ -n ${FERRY_RATE:-} ]] && echo _rate || true)
+python3 - "$dir" "$runs" "$out/$name.json" "$check" "${FERRY_RATE:-0}" <<'PY'
 import json, statistics, sys
 d, runs, out, check = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+rate = float(sys.argv[5])
 levels = [json.load(open(f"{d}/run{i + 1}.json"))["levels"][0] for i in range(runs)]
 failed = sum(sum(l["errors"].values()) for l in levels)
 if failed or any("overhead_us_p50" not in l for l in levels):
     print(f"{failed} request(s) failed, or the server reported no timings: nothing measured")
+    sys.exit(1)
+if rate and any(l["throughput_rps"] < rate / 2 for l in levels):
+    print(f"the open loop did not hold {rate:.0f} requests/s: "
+          + ", ".join(f"{l['throughput_rps']:.0f}" for l in levels))
     sys.exit(1)
 for l in levels:
     print(f"overhead p50 {l['overhead_us_p50']:.0f} us  p99 {l['overhead_us_p99']:.0f} us  "
