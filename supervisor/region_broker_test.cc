@@ -6,8 +6,10 @@
 
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -57,6 +59,27 @@ struct Rig {
     REQUIRE(write(fd, bytes.data(), size) == static_cast<ssize_t>(size));
     close(fd);
   }
+};
+
+// Takes CAP_DAC_OVERRIDE out of this thread's effective set for its lifetime, and so out of
+// the threads it starts meanwhile (the broker's): root opens a file for writing whatever its
+// mode, so without this a mode-0444 object would be writable to a broker run as root (CI).
+// Nothing to take for a user without it.
+class NoDacOverride {
+ public:
+  NoDacOverride() {
+    REQUIRE(syscall(SYS_capget, &header_, saved_) == 0);
+    __user_cap_data_struct cut[2] = {saved_[0], saved_[1]};
+    cut[0].effective &= ~(1u << CAP_DAC_OVERRIDE);
+    REQUIRE(syscall(SYS_capset, &header_, cut) == 0);
+  }
+  ~NoDacOverride() { syscall(SYS_capset, &header_, saved_); }
+  NoDacOverride(const NoDacOverride&) = delete;
+  NoDacOverride& operator=(const NoDacOverride&) = delete;
+
+ private:
+  __user_cap_header_struct header_{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct saved_[2] = {};
 };
 
 size_t OpenDescriptors() {
@@ -209,6 +232,32 @@ TEST_CASE("inputs read from a region; outputs written into one") {
   REQUIRE(rig.client->Unregister("io", 0).ok());
   CHECK(CodeOf(rig.client->WriteOutputs({{&out, SharedTensor{"io", 10, 3}}}, 0)) ==
         ErrorCode::kNotFound);
+}
+
+TEST_CASE("an object ferryd may only read registers read-only: inputs read, outputs refused") {
+  NoDacOverride dropped;  // Before the rig: its broker's thread opens the objects.
+  Rig rig;
+  rig.Object("/ro", 256);
+  REQUIRE(chmod((rig.dir + "/ro").c_str(), 0444) == 0);
+  REQUIRE(open((rig.dir + "/ro").c_str(), O_RDWR) < 0);  // The premise: not writable here.
+  Status registered = rig.client->Register("ro", "/ro", 32, 128, 0);
+  REQUIRE_MESSAGE(registered.ok(), registered.error().ToString());
+  hookhost::InferRequest request;
+  request.inputs.push_back({"a", DType::kU8, {8}, {}});
+  std::vector<std::vector<uint8_t>> storage;
+  REQUIRE(rig.client->ReadInputs({{0, SharedTensor{"ro", 4, 8}}}, 0, &request, &storage).ok());
+  CHECK(request.inputs[0].bytes[0] == 36);  // The region's offset, then the place's.
+
+  hookhost::ResponseTensor out{"y", DType::kU8, {3}, {7, 8, 9}};
+  Status written = rig.client->WriteOutputs({{&out, SharedTensor{"ro", 0, 3}}}, 0);
+  CHECK(CodeOf(written) == ErrorCode::kInvalidArgument);
+  CHECK(written.error().message.find("read-only to ferry") != std::string::npos);
+  int fd = open((rig.dir + "/ro").c_str(), O_RDONLY);
+  uint8_t back[3] = {};
+  REQUIRE(pread(fd, back, 3, 32) == 3);
+  close(fd);
+  CHECK(back[0] == 32);  // Unchanged.
+  CHECK(back[2] == 34);
 }
 
 TEST_CASE("a region truncated under a request is a short read, refused (no SIGBUS)") {
