@@ -35,11 +35,9 @@ if command -v clang++ >/dev/null; then
     scripts/fuzz.sh "$fuzz_seconds"
   fi
 elif [[ "$sanitize" != 0 ]]; then
-  flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_CUDA=OFF \
-    -DFERRY_BENCH=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-    -DCMAKE_CXX_FLAGS="$flags -D_GLIBCXX_ASSERTIONS" -DCMAKE_EXE_LINKER_FLAGS="$flags" >/dev/null
+    -DFERRY_BENCH=OFF -DFERRY_SANITIZE=ON -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" >/dev/null
   cmake --build build-asan -j "$jobs"
 fi
 if [[ "$sanitize" != 0 ]]; then
