@@ -82,15 +82,13 @@ Result<uint32_t> AuthorizeCall(const KServeService* kserve, const grpc::ServerCo
   return kserve->Authorize(&value, subject, endpoint, model);
 }
 
-grpc::ServerUnaryReactor* LogSettingsMethod(KServeService* kserve,
-                                            grpc::CallbackServerContext* call,
-                                            const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
-  return ReplyInline<inference::LogSettingsRequest, inference::LogSettingsResponse>(
-      call, in, out,
+void LogSettingsMethod(KServeService* kserve, UnaryCall& call) {
+  ReplyInline<inference::LogSettingsRequest, inference::LogSettingsResponse>(
+      call,
       [&](const inference::LogSettingsRequest* request,
           inference::LogSettingsResponse* response) -> grpc::Status {
         Endpoint endpoint = request->settings().empty() ? Endpoint::kMetadata : Endpoint::kAdmin;
-        if (Result<uint32_t> t = AuthorizeCall(kserve, *call, endpoint, {}); !t.ok()) {
+        if (Result<uint32_t> t = AuthorizeCall(kserve, call.context(), endpoint, {}); !t.ok()) {
           return ToGrpc(t.error());
         }
         Result<nlohmann::json> settings = kserve->LogSettingsCall(SettingsJson(*request));
@@ -111,16 +109,15 @@ grpc::ServerUnaryReactor* LogSettingsMethod(KServeService* kserve,
       });
 }
 
-grpc::ServerUnaryReactor* TraceSettingMethod(KServeService* kserve,
-                                             grpc::CallbackServerContext* call,
-                                             const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
-  return ReplyInline<inference::TraceSettingRequest, inference::TraceSettingResponse>(
-      call, in, out,
+void TraceSettingMethod(KServeService* kserve, UnaryCall& call) {
+  ReplyInline<inference::TraceSettingRequest, inference::TraceSettingResponse>(
+      call,
       [&](const inference::TraceSettingRequest* request,
           inference::TraceSettingResponse* response) -> grpc::Status {
         Endpoint endpoint = request->settings().empty() ? Endpoint::kMetadata : Endpoint::kAdmin;
         // A model's settings are read as its metadata is: only by who may see the model.
-        if (Result<uint32_t> t = AuthorizeCall(kserve, *call, endpoint, request->model_name());
+        if (Result<uint32_t> t =
+                AuthorizeCall(kserve, call.context(), endpoint, request->model_name());
             !t.ok()) {
           return ToGrpc(t.error());
         }
@@ -160,40 +157,38 @@ grpc::ServerUnaryReactor* TraceSettingMethod(KServeService* kserve,
       });
 }
 
-grpc::ServerUnaryReactor* RepositoryChangeMethod(KServeService* kserve, shm::RepositoryOp op,
-                                                 grpc::CallbackServerContext* call,
-                                                 const grpc::ByteBuffer* in,
-                                                 grpc::ByteBuffer* out) {
-  grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
-  Result<uint32_t> tenant = AuthorizeCall(kserve, *call, Endpoint::kAdmin, {});
+void RepositoryChangeMethod(KServeService* kserve, shm::RepositoryOp op, UnaryCall& call) {
+  Result<uint32_t> tenant = AuthorizeCall(kserve, call.context(), Endpoint::kAdmin, {});
   if (!tenant.ok()) {  // Before the message is read: who asks comes first.
-    reactor->Finish(ToGrpc(tenant.error()));
-    return reactor;
+    call.Finish(ToGrpc(tenant.error()));
+    return;
   }
   std::string model;
   nlohmann::json parameters;
-  grpc::Status read =
-      op == shm::RepositoryOp::kLoad
-          ? ReadChange<inference::RepositoryModelLoadRequest>(*in, &model, &parameters)
-          : ReadChange<inference::RepositoryModelUnloadRequest>(*in, &model, &parameters);
+  grpc::Status read = op == shm::RepositoryOp::kLoad
+                          ? ReadChange<inference::RepositoryModelLoadRequest>(call.request_bytes(),
+                                                                              &model, &parameters)
+                          : ReadChange<inference::RepositoryModelUnloadRequest>(
+                                call.request_bytes(), &model, &parameters);
   if (!read.ok()) {
-    reactor->Finish(read);
-    return reactor;
+    call.Finish(read);
+    return;
   }
   Result<int64_t> cap = KServeService::LoadParameters(op, model, parameters);
   if (!cap.ok() || kserve == nullptr) {
-    reactor->Finish(cap.ok() ? grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no repository")
-                             : ToGrpc(cap.error()));
-    return reactor;
+    call.Finish(cap.ok() ? grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no repository")
+                         : ToGrpc(cap.error()));
+    return;
   }
-  kserve->RepositoryChange(op, model, *cap, [reactor, out, op](const Status& status) {
-    grpc::Status answer = !status.ok() ? ToGrpc(status.error())
-                          : op == shm::RepositoryOp::kLoad
-                              ? WriteMessage(inference::RepositoryModelLoadResponse(), out)
-                              : WriteMessage(inference::RepositoryModelUnloadResponse(), out);
-    reactor->Finish(answer);
+  // The call lives until it is finished.
+  kserve->RepositoryChange(op, model, *cap, [&call, op](const Status& status) {
+    grpc::Status answer =
+        !status.ok() ? ToGrpc(status.error())
+        : op == shm::RepositoryOp::kLoad
+            ? WriteMessage(inference::RepositoryModelLoadResponse(), call.response_bytes())
+            : WriteMessage(inference::RepositoryModelUnloadResponse(), call.response_bytes());
+    call.Finish(answer);
   });
-  return reactor;
 }
 
 namespace {
@@ -201,13 +196,10 @@ namespace {
 // A method of the system shared-memory extension: `body` with the caller's tenant and the
 // hook host's region client.
 template <typename Request, typename Response, typename Body>
-grpc::ServerUnaryReactor* SystemMethod(KServeService* kserve, grpc::CallbackServerContext* call,
-                                       const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
-                                       Body body) {
-  return ReplyInline<
-      Request,
-      Response>(call, in, out, [&](const Request* request, Response* response) -> grpc::Status {
-    Result<uint32_t> tenant = AuthorizeCall(kserve, *call, Endpoint::kInfer, {});
+void SystemMethod(KServeService* kserve, UnaryCall& call, Body body) {
+  ReplyInline<Request,
+              Response>(call, [&](const Request* request, Response* response) -> grpc::Status {
+    Result<uint32_t> tenant = AuthorizeCall(kserve, call.context(), Endpoint::kInfer, {});
     if (!tenant.ok()) {
       return ToGrpc(tenant.error());
     }
@@ -221,28 +213,23 @@ grpc::ServerUnaryReactor* SystemMethod(KServeService* kserve, grpc::CallbackServ
 }
 
 template <typename Request, typename Response>
-grpc::ServerUnaryReactor* CudaMethod(KServeService* kserve, grpc::CallbackServerContext* call,
-                                     const grpc::ByteBuffer* in, grpc::ByteBuffer* out,
-                                     bool refuse) {
-  return ReplyInline<Request, Response>(
-      call, in, out, [&](const Request*, Response*) -> grpc::Status {
-        if (Result<uint32_t> t = AuthorizeCall(kserve, *call, Endpoint::kInfer, {}); !t.ok()) {
-          return ToGrpc(t.error());
-        }
-        return refuse ? grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kCudaSharedMemoryRefusal)
-                      : grpc::Status::OK;
-      });
+void CudaMethod(KServeService* kserve, UnaryCall& call, bool refuse) {
+  ReplyInline<Request, Response>(call, [&](const Request*, Response*) -> grpc::Status {
+    if (Result<uint32_t> t = AuthorizeCall(kserve, call.context(), Endpoint::kInfer, {}); !t.ok()) {
+      return ToGrpc(t.error());
+    }
+    return refuse ? grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, kCudaSharedMemoryRefusal)
+                  : grpc::Status::OK;
+  });
 }
 
 }  // namespace
 
-grpc::ServerUnaryReactor* SharedMemoryMethod(KServeService* kserve, std::string_view method,
-                                             grpc::CallbackServerContext* call,
-                                             const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+void SharedMemoryMethod(KServeService* kserve, std::string_view method, UnaryCall& call) {
   using namespace inference;  // NOLINT: Triton's message names, one per line below.
   if (method == "SystemSharedMemoryStatus") {
     return SystemMethod<SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse>(
-        kserve, call, in, out,
+        kserve, call,
         [](ClientRegions& regions, const SystemSharedMemoryStatusRequest& request,
            SystemSharedMemoryStatusResponse& response, uint32_t tenant) -> Status {
           FERRY_ASSIGN_OR_RETURN(std::vector<RegionStatus> status,
@@ -259,7 +246,7 @@ grpc::ServerUnaryReactor* SharedMemoryMethod(KServeService* kserve, std::string_
   }
   if (method == "SystemSharedMemoryRegister") {
     return SystemMethod<SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse>(
-        kserve, call, in, out,
+        kserve, call,
         [](ClientRegions& regions, const SystemSharedMemoryRegisterRequest& request,
            SystemSharedMemoryRegisterResponse&, uint32_t tenant) {
           return regions.Register(request.name(), request.key(), request.offset(),
@@ -268,21 +255,21 @@ grpc::ServerUnaryReactor* SharedMemoryMethod(KServeService* kserve, std::string_
   }
   if (method == "SystemSharedMemoryUnregister") {
     return SystemMethod<SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse>(
-        kserve, call, in, out,
+        kserve, call,
         [](ClientRegions& regions, const SystemSharedMemoryUnregisterRequest& request,
            SystemSharedMemoryUnregisterResponse&,
            uint32_t tenant) { return regions.Unregister(request.name(), tenant); });
   }
   if (method == "CudaSharedMemoryStatus") {
-    return CudaMethod<CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse>(
-        kserve, call, in, out, false);
+    return CudaMethod<CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse>(kserve, call,
+                                                                                     false);
   }
   if (method == "CudaSharedMemoryRegister") {
     return CudaMethod<CudaSharedMemoryRegisterRequest, CudaSharedMemoryRegisterResponse>(
-        kserve, call, in, out, true);
+        kserve, call, true);
   }
   return CudaMethod<CudaSharedMemoryUnregisterRequest, CudaSharedMemoryUnregisterResponse>(
-      kserve, call, in, out, false);
+      kserve, call, false);
 }
 
 }  // namespace ferry::frontend

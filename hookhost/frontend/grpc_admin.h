@@ -3,14 +3,15 @@
 // (the repository extension, docs/frontend.md "Repository"), and the authorization every
 // method of the service checks first.
 //
-// Thread safety: gRPC's threads call these; a load or unload is finished later, from the
-// RepositoryControl's thread, through the call's default reactor (no gRPC thread waits).
+// Thread safety: any thread calls these (the queue's or the call lane's, grpc_calls.h); a load
+// or unload is finished later, from the RepositoryControl's thread (no thread waits for it).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
 #include <string_view>
 
+#include "hookhost/frontend/grpc_calls.h"
 #include "hookhost/frontend/kserve_service.h"
 #include "shm/repository_mailbox.h"
 
@@ -22,27 +23,19 @@ Result<uint32_t> AuthorizeCall(const KServeService* kserve, const grpc::ServerCo
                                Endpoint endpoint, std::string_view model);
 
 // LogSettings: no settings asks for the node's; some change them (an admin's).
-grpc::ServerUnaryReactor* LogSettingsMethod(KServeService* kserve,
-                                            grpc::CallbackServerContext* call,
-                                            const grpc::ByteBuffer* in, grpc::ByteBuffer* out);
+void LogSettingsMethod(KServeService* kserve, UnaryCall& call);
 
 // TraceSetting: no settings asks for the node's (a model's name: the same, the node's apply
 // to every model); some change them (an admin's, the node's only).
-grpc::ServerUnaryReactor* TraceSettingMethod(KServeService* kserve,
-                                             grpc::CallbackServerContext* call,
-                                             const grpc::ByteBuffer* in, grpc::ByteBuffer* out);
+void TraceSettingMethod(KServeService* kserve, UnaryCall& call);
 
 // RepositoryModelLoad (kLoad) or RepositoryModelUnload (kUnload): an admin's; finished when
-// ferryd answers. REQUIRES: `out` lives until the call is finished (gRPC's buffer does).
-grpc::ServerUnaryReactor* RepositoryChangeMethod(KServeService* kserve, shm::RepositoryOp op,
-                                                 grpc::CallbackServerContext* call,
-                                                 const grpc::ByteBuffer* in, grpc::ByteBuffer* out);
+// ferryd answers.
+void RepositoryChangeMethod(KServeService* kserve, shm::RepositoryOp op, UnaryCall& call);
 
 // The shared-memory extensions' six methods by name ("SystemSharedMemoryStatus",
 // "...Register", "...Unregister", "CudaSharedMemory..."), with HTTP's rules
 // (shared_memory_http.h): a caller's own regions; CUDA registration refused.
-grpc::ServerUnaryReactor* SharedMemoryMethod(KServeService* kserve, std::string_view method,
-                                             grpc::CallbackServerContext* call,
-                                             const grpc::ByteBuffer* in, grpc::ByteBuffer* out);
+void SharedMemoryMethod(KServeService* kserve, std::string_view method, UnaryCall& call);
 
 }  // namespace ferry::frontend

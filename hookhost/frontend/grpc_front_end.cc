@@ -13,10 +13,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "hookhost/frontend/grpc_calls.h"
 #include "hookhost/frontend/grpc_service.h"
 #include "net/open_connections.h"
 
@@ -27,6 +30,9 @@ constexpr int kMaxGrpcThreads = 64;
 // A connection with no data either way for this long may be closed to admit a new one at the
 // cap (the HTTP server's rule too).
 constexpr uint32_t kEvictIdleMs = 1000;
+// ModelInfer calls the queue keeps asked for: a burst of calls this large is matched at once,
+// without waiting for a call to be asked for again (gRPC holds the rest until one is).
+constexpr int kPendingInferCalls = 64;
 
 }  // namespace
 
@@ -37,8 +43,13 @@ struct GrpcFrontEnd::Impl {
   net::OpenConnections open;  // The accept thread's.
   std::atomic<uint64_t> refused{0};
   std::atomic<uint64_t> evicted{0};
-  std::unique_ptr<grpc::Service> service;
+  std::unique_ptr<InferenceService> service;
   std::unique_ptr<grpc::Server> server;
+  // Every call's events, run by one thread (grpc_calls.h says why one); the methods that may
+  // wait on ferryd run on the lane.
+  std::unique_ptr<grpc::ServerCompletionQueue> queue;
+  std::thread queue_thread;
+  std::unique_ptr<CallLane> lane;
   std::thread acceptor;
   int accept_epoll = -1;  // The accept thread's; the listening socket leaves it on Drain.
   std::atomic<bool> accepting{true};
@@ -91,13 +102,14 @@ Status GrpcFrontEnd::Start() {
   Impl& s = *impl_;
   s.service = MakeInferenceService(s.kserve);
   grpc::ServerBuilder builder;
-  builder.RegisterService(s.service.get());
+  builder.RegisterService(s.service->grpc_service());
+  s.queue = builder.AddCompletionQueue();
   int limit = static_cast<int>(std::min<size_t>(s.options.max_message_bytes, INT32_MAX));
   builder.SetMaxReceiveMessageSize(limit);
   builder.SetMaxSendMessageSize(INT32_MAX);
-  // No call or stream holds a thread while it waits (callback API); the callback executor is
-  // gRPC's own, sized by gRPC from the CPUs. The quota bounds any further threads gRPC's
-  // server would start for calls.
+  // Every call runs on this front end's queue thread (grpc_calls.h): the server has no
+  // synchronous or callback method, so gRPC starts no thread of its own for calls. The quota
+  // bounds any it would start anyway.
   grpc::ResourceQuota quota("ferry-hookhost");
   quota.SetMaxThreads(kMaxGrpcThreads);
   builder.SetResourceQuota(quota);
@@ -109,6 +121,9 @@ Status GrpcFrontEnd::Start() {
   if (s.server == nullptr) {
     return Internal("the gRPC server did not start");
   }
+  s.lane = std::make_unique<CallLane>();
+  s.service->Serve(s.queue.get(), s.lane.get(), kPendingInferCalls);
+  s.queue_thread = std::thread(RunCompletionQueue, s.queue.get());
   if (s.listen_fd < 0) {
     return OkStatus();  // Connections come through Adopt.
   }
@@ -197,7 +212,18 @@ void GrpcFrontEnd::Stop(int deadline_ms) {
     s.server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
   }
   s.server->Wait();
+  // After the server's shutdown, which waited for every call to end (the queue's thread
+  // running their events meanwhile): the lane has nothing left to answer; the queue returns
+  // what is left (calls asked for that never came), then ends.
+  s.lane.reset();
+  if (s.queue != nullptr) {
+    s.queue->Shutdown();
+  }
+  if (s.queue_thread.joinable()) {
+    s.queue_thread.join();
+  }
   s.server.reset();
+  s.queue.reset();
 }
 
 }  // namespace ferry::frontend

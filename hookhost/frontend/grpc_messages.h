@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "hookhost/frontend/grpc_calls.h"
 
 namespace ferry::frontend {
 
@@ -35,24 +36,20 @@ grpc::Status WriteMessage(const Message& message, grpc::ByteBuffer* bytes) {
   return grpc::SerializationTraits<Message>::Serialize(message, bytes, &own);
 }
 
-// Answers a quick unary method inline on the call's default reactor: its request parsed from
-// `in`, `fn(&request, &response)` fills the response and returns the call's status, the
-// response serialized into `out`.
+// Answers a unary call inline: its request parsed from the call's bytes, `fn(&request,
+// &response)` fills the response and returns the call's status, the response serialized.
 template <typename Request, typename Response, typename Fn>
-grpc::ServerUnaryReactor* ReplyInline(grpc::CallbackServerContext* call, const grpc::ByteBuffer* in,
-                                      grpc::ByteBuffer* out, Fn&& fn) {
+void ReplyInline(UnaryCall& call, Fn&& fn) {
   Request request;
   Response response;
-  grpc::Status status = ReadMessage(*in, &request);
+  grpc::Status status = ReadMessage(call.request_bytes(), &request);
   if (status.ok()) {
     status = fn(&request, &response);
   }
   if (status.ok()) {
-    status = WriteMessage(response, out);
+    status = WriteMessage(response, call.response_bytes());
   }
-  grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
-  reactor->Finish(status);
-  return reactor;
+  call.Finish(status);
 }
 
 }  // namespace ferry::frontend

@@ -1,5 +1,6 @@
-// The generated KServe v2 gRPC service with every method taken as raw bytes
-// (grpc_service.cc implements them).
+// The generated KServe v2 gRPC service with every method taken as raw bytes, every one on the
+// completion-queue API (grpc_calls.h; grpc_service.cc implements them). A method left on the
+// callback API would bring grpc++'s own polling threads back (grpc_calls.h says why not).
 //
 // Every method takes its message as bytes and parses it itself (ReadMessage), so that a
 // message that is not valid protobuf is answered INVALID_ARGUMENT with what was wrong: the
@@ -11,22 +12,17 @@
 namespace ferry::frontend {
 
 using Grpc = inference::GRPCInferenceService;
-using SharedMemoryMethods = Grpc::WithRawCallbackMethod_SystemSharedMemoryStatus<
-    Grpc::WithRawCallbackMethod_SystemSharedMemoryRegister<
-        Grpc::WithRawCallbackMethod_SystemSharedMemoryUnregister<
-            Grpc::WithRawCallbackMethod_CudaSharedMemoryStatus<
-                Grpc::WithRawCallbackMethod_CudaSharedMemoryRegister<
-                    Grpc::WithRawCallbackMethod_CudaSharedMemoryUnregister<Grpc::Service>>>>>>;
-using RawService = Grpc::WithRawCallbackMethod_ServerLive<
-    Grpc::WithRawCallbackMethod_ServerReady<Grpc::WithRawCallbackMethod_ModelReady<
-        Grpc::WithRawCallbackMethod_ServerMetadata<Grpc::WithRawCallbackMethod_ModelMetadata<
-            Grpc::WithRawCallbackMethod_ModelInfer<Grpc::WithRawCallbackMethod_ModelStreamInfer<
-                Grpc::WithRawCallbackMethod_ModelConfig<Grpc::WithRawCallbackMethod_RepositoryIndex<
-                    Grpc::WithRawCallbackMethod_RepositoryModelLoad<
-                        Grpc::WithRawCallbackMethod_RepositoryModelUnload<
-                            Grpc::WithRawCallbackMethod_ModelStatistics<
-                                Grpc::WithRawCallbackMethod_LogSettings<
-                                    Grpc::WithRawCallbackMethod_TraceSetting<
-                                        SharedMemoryMethods>>>>>>>>>>>>>>;
+using SharedMemoryMethods = Grpc::WithRawMethod_SystemSharedMemoryStatus<
+    Grpc::WithRawMethod_SystemSharedMemoryRegister<Grpc::WithRawMethod_SystemSharedMemoryUnregister<
+        Grpc::WithRawMethod_CudaSharedMemoryStatus<Grpc::WithRawMethod_CudaSharedMemoryRegister<
+            Grpc::WithRawMethod_CudaSharedMemoryUnregister<Grpc::Service>>>>>>;
+using RawService = Grpc::WithRawMethod_ServerLive<Grpc::WithRawMethod_ServerReady<
+    Grpc::WithRawMethod_ModelReady<Grpc::WithRawMethod_ServerMetadata<
+        Grpc::WithRawMethod_ModelMetadata<Grpc::WithRawMethod_ModelInfer<
+            Grpc::WithRawMethod_ModelStreamInfer<Grpc::WithRawMethod_ModelConfig<
+                Grpc::WithRawMethod_RepositoryIndex<Grpc::WithRawMethod_RepositoryModelLoad<
+                    Grpc::WithRawMethod_RepositoryModelUnload<
+                        Grpc::WithRawMethod_ModelStatistics<Grpc::WithRawMethod_LogSettings<
+                            Grpc::WithRawMethod_TraceSetting<SharedMemoryMethods>>>>>>>>>>>>>>;
 
 }  // namespace ferry::frontend

@@ -17,6 +17,7 @@
 
 #include "common/clock.h"
 #include "hookhost/frontend/grpc_admin.h"
+#include "hookhost/frontend/grpc_calls.h"
 #include "hookhost/frontend/grpc_messages.h"
 #include "hookhost/frontend/grpc_raw_service.h"
 #include "hookhost/frontend/grpc_stream_sink.h"
@@ -43,68 +44,46 @@ inference::DataType ConfigType(DType dtype) {
   return t;
 }
 
-// One ModelInfer call: answered when the hook host answers, no thread waiting for it. A call
-// the client cancels (or whose connection drops) cancels its request, which is then answered
-// CANCELLED at once. Deletes itself when gRPC is done with the call.
-class InferReactor final : public grpc::ServerUnaryReactor {
- public:
-  explicit InferReactor(std::shared_ptr<CancelSignal> cancel) : cancel_(std::move(cancel)) {}
-  void OnCancel() override { cancel_->Fire(); }
-  void OnDone() override { delete this; }
-
-  inference::ModelInferRequest in;  // Parsed from the call's bytes; its request points into it.
-  inference::ModelInferResponse out;
-
- private:
-  std::shared_ptr<CancelSignal> cancel_;
-};
-
 class StreamReactor;
 
-// Every method on gRPC's callback API: no call or stream holds a thread while it waits, and
-// the server has no synchronous completion queues (throughput measured unchanged against the
-// previous server, docs/benchmarks.md; a synchronous stream held one of gRPC's threads). The
-// quick methods answer inline through the call's default reactor (Reply).
-class Service final : public RawService {
+// Every method on the completion-queue API (grpc_calls.h): no call or stream holds a thread
+// while it waits. The quick methods answer inline (ReplyInline) on the queue's thread; those
+// that may wait on ferryd (shared memory, log and trace settings) on the call lane.
+class Service final : public RawService, public InferenceService {
  public:
   explicit Service(KServeService* kserve) : kserve_(kserve) {}
 
-  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* call,
-                                       const grpc::ByteBuffer* in_bytes,
-                                       grpc::ByteBuffer* out_bytes) override {
-    return ReplyInline<inference::ServerLiveRequest, inference::ServerLiveResponse>(
-        call, in_bytes, out_bytes,
+  void OnServerLive(UnaryCall& call) {
+    ReplyInline<inference::ServerLiveRequest, inference::ServerLiveResponse>(
+        call,
         [&](const inference::ServerLiveRequest* in,
             inference::ServerLiveResponse* out) -> grpc::Status {
-          if (Result<uint32_t> t = Authorize(*call, Endpoint::kHealth, {}); !t.ok()) {
+          if (Result<uint32_t> t = Authorize(call.context(), Endpoint::kHealth, {}); !t.ok()) {
             return ToGrpc(t.error());
           }
           out->set_live(true);
           return grpc::Status::OK;
         });
   }
-  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* call,
-                                        const grpc::ByteBuffer* in_bytes,
-                                        grpc::ByteBuffer* out_bytes) override {
-    return ReplyInline<inference::ServerReadyRequest, inference::ServerReadyResponse>(
-        call, in_bytes, out_bytes,
+  void OnServerReady(UnaryCall& call) {
+    ReplyInline<inference::ServerReadyRequest, inference::ServerReadyResponse>(
+        call,
         [&](const inference::ServerReadyRequest* in,
             inference::ServerReadyResponse* out) -> grpc::Status {
-          if (Result<uint32_t> t = Authorize(*call, Endpoint::kHealth, {}); !t.ok()) {
+          if (Result<uint32_t> t = Authorize(call.context(), Endpoint::kHealth, {}); !t.ok()) {
             return ToGrpc(t.error());
           }
           out->set_ready(kserve_->ServerReady());
           return grpc::Status::OK;
         });
   }
-  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* call,
-                                       const grpc::ByteBuffer* in_bytes,
-                                       grpc::ByteBuffer* out_bytes) override {
-    return ReplyInline<inference::ModelReadyRequest, inference::ModelReadyResponse>(
-        call, in_bytes, out_bytes,
+  void OnModelReady(UnaryCall& call) {
+    ReplyInline<inference::ModelReadyRequest, inference::ModelReadyResponse>(
+        call,
         [&](const inference::ModelReadyRequest* in,
             inference::ModelReadyResponse* out) -> grpc::Status {
-          if (Result<uint32_t> t = Authorize(*call, Endpoint::kHealth, in->name()); !t.ok()) {
+          if (Result<uint32_t> t = Authorize(call.context(), Endpoint::kHealth, in->name());
+              !t.ok()) {
             return ToGrpc(t.error());
           }
           Result<const hookhost::HookModel*> model = Lookup(in->name(), in->version(), true);
@@ -115,14 +94,12 @@ class Service final : public RawService {
           return grpc::Status::OK;
         });
   }
-  grpc::ServerUnaryReactor* RepositoryIndex(grpc::CallbackServerContext* call,
-                                            const grpc::ByteBuffer* in_bytes,
-                                            grpc::ByteBuffer* out_bytes) override {
-    return ReplyInline<inference::RepositoryIndexRequest, inference::RepositoryIndexResponse>(
-        call, in_bytes, out_bytes,
+  void OnRepositoryIndex(UnaryCall& call) {
+    ReplyInline<inference::RepositoryIndexRequest, inference::RepositoryIndexResponse>(
+        call,
         [&](const inference::RepositoryIndexRequest* in,
             inference::RepositoryIndexResponse* out) -> grpc::Status {
-          Result<uint32_t> t = Authorize(*call, Endpoint::kMetadata, {});
+          Result<uint32_t> t = Authorize(call.context(), Endpoint::kMetadata, {});
           if (!t.ok()) {
             return ToGrpc(t.error());
           }
@@ -136,14 +113,12 @@ class Service final : public RawService {
           return grpc::Status::OK;
         });
   }
-  grpc::ServerUnaryReactor* ModelStatistics(grpc::CallbackServerContext* call,
-                                            const grpc::ByteBuffer* in_bytes,
-                                            grpc::ByteBuffer* out_bytes) override {
-    return ReplyInline<inference::ModelStatisticsRequest, inference::ModelStatisticsResponse>(
-        call, in_bytes, out_bytes,
+  void OnModelStatistics(UnaryCall& call) {
+    ReplyInline<inference::ModelStatisticsRequest, inference::ModelStatisticsResponse>(
+        call,
         [&](const inference::ModelStatisticsRequest* in,
             inference::ModelStatisticsResponse* out) -> grpc::Status {
-          Result<uint32_t> t = Authorize(*call, Endpoint::kStatistics, in->name());
+          Result<uint32_t> t = Authorize(call.context(), Endpoint::kStatistics, in->name());
           if (!t.ok()) {
             return ToGrpc(t.error());
           }
@@ -156,46 +131,20 @@ class Service final : public RawService {
           return grpc::Status::OK;
         });
   }
-  grpc::ServerUnaryReactor* RepositoryModelLoad(grpc::CallbackServerContext* call,
-                                                const grpc::ByteBuffer* in_bytes,
-                                                grpc::ByteBuffer* out_bytes) override {
-    return RepositoryChangeMethod(kserve_, shm::RepositoryOp::kLoad, call, in_bytes, out_bytes);
+  void OnRepositoryModelLoad(UnaryCall& call) {
+    RepositoryChangeMethod(kserve_, shm::RepositoryOp::kLoad, call);
   }
-  grpc::ServerUnaryReactor* RepositoryModelUnload(grpc::CallbackServerContext* call,
-                                                  const grpc::ByteBuffer* in_bytes,
-                                                  grpc::ByteBuffer* out_bytes) override {
-    return RepositoryChangeMethod(kserve_, shm::RepositoryOp::kUnload, call, in_bytes, out_bytes);
+  void OnRepositoryModelUnload(UnaryCall& call) {
+    RepositoryChangeMethod(kserve_, shm::RepositoryOp::kUnload, call);
   }
-  grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* call,
-                                        const grpc::ByteBuffer* in_bytes,
-                                        grpc::ByteBuffer* out_bytes) override {
-    return LogSettingsMethod(kserve_, call, in_bytes, out_bytes);
-  }
-#define FERRY_SHARED_MEMORY_METHOD(M)                                                        \
-  grpc::ServerUnaryReactor* M(grpc::CallbackServerContext* call, const grpc::ByteBuffer* in, \
-                              grpc::ByteBuffer* out) override {                              \
-    return SharedMemoryMethod(kserve_, #M, call, in, out);                                   \
-  }
-  FERRY_SHARED_MEMORY_METHOD(SystemSharedMemoryStatus)
-  FERRY_SHARED_MEMORY_METHOD(SystemSharedMemoryRegister)
-  FERRY_SHARED_MEMORY_METHOD(SystemSharedMemoryUnregister)
-  FERRY_SHARED_MEMORY_METHOD(CudaSharedMemoryStatus)
-  FERRY_SHARED_MEMORY_METHOD(CudaSharedMemoryRegister)
-  FERRY_SHARED_MEMORY_METHOD(CudaSharedMemoryUnregister)
-#undef FERRY_SHARED_MEMORY_METHOD
-  grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* call,
-                                         const grpc::ByteBuffer* in_bytes,
-                                         grpc::ByteBuffer* out_bytes) override {
-    return TraceSettingMethod(kserve_, call, in_bytes, out_bytes);
-  }
-  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* call,
-                                           const grpc::ByteBuffer* in_bytes,
-                                           grpc::ByteBuffer* out_bytes) override {
-    return ReplyInline<inference::ServerMetadataRequest, inference::ServerMetadataResponse>(
-        call, in_bytes, out_bytes,
+  void OnLogSettings(UnaryCall& call) { LogSettingsMethod(kserve_, call); }
+  void OnTraceSetting(UnaryCall& call) { TraceSettingMethod(kserve_, call); }
+  void OnServerMetadata(UnaryCall& call) {
+    ReplyInline<inference::ServerMetadataRequest, inference::ServerMetadataResponse>(
+        call,
         [&](const inference::ServerMetadataRequest* in,
             inference::ServerMetadataResponse* out) -> grpc::Status {
-          if (Result<uint32_t> t = Authorize(*call, Endpoint::kMetadata, {}); !t.ok()) {
+          if (Result<uint32_t> t = Authorize(call.context(), Endpoint::kMetadata, {}); !t.ok()) {
             return ToGrpc(t.error());
           }
           nlohmann::json meta = frontend::ServerMetadata();
@@ -207,14 +156,13 @@ class Service final : public RawService {
           return grpc::Status::OK;
         });
   }
-  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* call,
-                                          const grpc::ByteBuffer* in_bytes,
-                                          grpc::ByteBuffer* out_bytes) override {
-    return ReplyInline<inference::ModelMetadataRequest, inference::ModelMetadataResponse>(
-        call, in_bytes, out_bytes,
+  void OnModelMetadata(UnaryCall& call) {
+    ReplyInline<inference::ModelMetadataRequest, inference::ModelMetadataResponse>(
+        call,
         [&](const inference::ModelMetadataRequest* in,
             inference::ModelMetadataResponse* out) -> grpc::Status {
-          if (Result<uint32_t> t = Authorize(*call, Endpoint::kMetadata, in->name()); !t.ok()) {
+          if (Result<uint32_t> t = Authorize(call.context(), Endpoint::kMetadata, in->name());
+              !t.ok()) {
             return ToGrpc(t.error());
           }
           Result<const hookhost::HookModel*> found = Lookup(in->name(), in->version());
@@ -237,14 +185,13 @@ class Service final : public RawService {
           return grpc::Status::OK;
         });
   }
-  grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* call,
-                                        const grpc::ByteBuffer* in_bytes,
-                                        grpc::ByteBuffer* out_bytes) override {
-    return ReplyInline<inference::ModelConfigRequest, inference::ModelConfigResponse>(
-        call, in_bytes, out_bytes,
+  void OnModelConfig(UnaryCall& call) {
+    ReplyInline<inference::ModelConfigRequest, inference::ModelConfigResponse>(
+        call,
         [&](const inference::ModelConfigRequest* in,
             inference::ModelConfigResponse* out) -> grpc::Status {
-          if (Result<uint32_t> t = Authorize(*call, Endpoint::kMetadata, in->name()); !t.ok()) {
+          if (Result<uint32_t> t = Authorize(call.context(), Endpoint::kMetadata, in->name());
+              !t.ok()) {
             return ToGrpc(t.error());
           }
           Result<const hookhost::HookModel*> found = Lookup(in->name(), in->version());
@@ -269,32 +216,51 @@ class Service final : public RawService {
           return grpc::Status::OK;
         });
   }
-  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
-                                       const grpc::ByteBuffer* in_bytes,
-                                       grpc::ByteBuffer* out_bytes) override {
-    auto cancel = std::make_shared<CancelSignal>();
-    auto* reactor = new InferReactor(cancel);
+  // A ModelInfer call: answered when the hook host answers. A call the client cancels (or
+  // whose connection drops) cancels its request, which is then answered CANCELLED at once.
+  void OnModelInfer(UnaryCall& call) {
     // The traceparent in the initial metadata too (none is sent yet), so refusals carry it.
-    std::optional<TraceContext> trace = CallTrace(*context);
+    std::optional<TraceContext> trace = CallTrace(call.context());
     if (trace) {
-      context->AddInitialMetadata("traceparent", trace->header);
+      call.context().AddInitialMetadata("traceparent", trace->header);
     }
-    if (grpc::Status read = ReadMessage(*in_bytes, &reactor->in); !read.ok()) {
+    if (grpc::Status read = ReadMessage(call.request_bytes(), &call.infer_in); !read.ok()) {
       kserve_->CountRefused(nullptr, InvalidArgument(read.error_message()));
-      reactor->Finish(read);
-      return reactor;
+      call.Finish(read);
+      return;
     }
-    // The reactor's messages and `out_bytes` live until it is done, which is after Finish.
-    Infer(context, reactor->in, std::move(cancel), trace, &reactor->out,
-          [reactor, out_bytes](const Status& answered) {
-            grpc::Status status =
-                answered.ok() ? WriteMessage(reactor->out, out_bytes) : ToGrpc(answered.error());
-            reactor->Finish(status);
+    // The call and its messages live until it is answered.
+    Infer(&call.context(), call.infer_in, call.cancel(), trace, &call.infer_out,
+          [&call](const Status& answered) {
+            grpc::Status status = answered.ok()
+                                      ? WriteMessage(call.infer_out, call.response_bytes())
+                                      : ToGrpc(answered.error());
+            call.Finish(status);
           });
-    return reactor;
   }
-  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* ModelStreamInfer(
-      grpc::CallbackServerContext* call) override;
+
+  // The shared-memory extensions' methods (grpc_admin.h).
+  void OnSystemSharedMemoryStatus(UnaryCall& c) {
+    SharedMemoryMethod(kserve_, "SystemSharedMemoryStatus", c);
+  }
+  void OnSystemSharedMemoryRegister(UnaryCall& c) {
+    SharedMemoryMethod(kserve_, "SystemSharedMemoryRegister", c);
+  }
+  void OnSystemSharedMemoryUnregister(UnaryCall& c) {
+    SharedMemoryMethod(kserve_, "SystemSharedMemoryUnregister", c);
+  }
+  void OnCudaSharedMemoryStatus(UnaryCall& c) {
+    SharedMemoryMethod(kserve_, "CudaSharedMemoryStatus", c);
+  }
+  void OnCudaSharedMemoryRegister(UnaryCall& c) {
+    SharedMemoryMethod(kserve_, "CudaSharedMemoryRegister", c);
+  }
+  void OnCudaSharedMemoryUnregister(UnaryCall& c) {
+    SharedMemoryMethod(kserve_, "CudaSharedMemoryUnregister", c);
+  }
+
+  grpc::Service* grpc_service() override { return this; }
+  void Serve(grpc::ServerCompletionQueue* cq, CallLane* lane, int infer_calls) override;
 
  private:
   friend class StreamReactor;
@@ -308,7 +274,7 @@ class Service final : public RawService {
   // `partial` first (none given: the model is refused). REQUIRES: `in` and `out` outlive
   // `done`.
   template <typename Done>
-  void Infer(grpc::CallbackServerContext* call, const inference::ModelInferRequest& in,
+  void Infer(grpc::ServerContextBase* call, const inference::ModelInferRequest& in,
              std::shared_ptr<CancelSignal> cancel, const std::optional<TraceContext>& trace,
              inference::ModelInferResponse* out, Done done, PartialWriter partial = nullptr) {
     Result<Prepared> prepared = Prepare(call, in, std::move(cancel), trace);
@@ -425,6 +391,8 @@ class Service final : public RawService {
   }
 
   KServeService* kserve_;
+  std::deque<UnaryCall::Method> methods_;  // Serve's; stable addresses for the calls.
+  StreamCall::Requester stream_requester_;
 };
 
 // A ModelStreamInfer stream: one request at a time, answered in order, the next read only
@@ -437,13 +405,13 @@ class Service final : public RawService {
 // answered CANCELLED at once (a decoupled model's next send() fails); the stream ends when
 // the client closes its side or a write fails. Deletes itself when gRPC is done with the
 // stream (OnDone, after Finish).
-class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+class StreamReactor final : public StreamCall {
  public:
-  StreamReactor(Service* service, grpc::CallbackServerContext* call)
-      : service_(service),
-        call_(call),
-        trace_(CallTrace(*call)),
-        sink_(std::make_shared<StreamSink>(this)) {
+  explicit StreamReactor(Service* service)
+      : service_(service), sink_(std::make_shared<StreamSink>(this)) {}
+
+  void OnStart() override {
+    trace_ = CallTrace(context());
     StartRead(&in_bytes_);
   }
 
@@ -490,7 +458,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     // is written. The hook host reads a request's bytes only inside Submit (hookhost.h), and
     // answers before Submit returns only a request it refused or one cancelled.
     service_->Infer(
-        call_, in_, std::move(cancel), trace_, answer_.mutable_infer_response(),
+        &context(), in_, std::move(cancel), trace_, answer_.mutable_infer_response(),
         [this, sink = sink_, decoupled, empty_final](const Status& answered) {
           // The stream stays unfinished until EndRequest (so this reactor lives until then);
           // `sink` is held because EndRequest may finish it, and OnDone delete the reactor.
@@ -555,7 +523,6 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   }
 
   Service* service_;
-  grpc::CallbackServerContext* call_;
   std::optional<TraceContext> trace_;  // The stream's traceparent: on every answer.
   grpc::ByteBuffer in_bytes_;
   inference::ModelInferRequest in_;  // Parsed from in_bytes_; the request in flight reads it.
@@ -566,14 +533,58 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   bool cancelled_ = false;
 };
 
-grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Service::ModelStreamInfer(
-    grpc::CallbackServerContext* call) {
-  return new StreamReactor(this, call);
+void Service::Serve(grpc::ServerCompletionQueue* cq, CallLane* lane, int infer_calls) {
+  using Handler = void (Service::*)(UnaryCall&);
+  // `calls` of a method asked for at once, answered on the queue's thread (or on `lane`).
+  auto method = [&](auto request, Handler handler, bool on_lane = false, int calls = 1) {
+    UnaryCall::Handler handle = [this, handler](UnaryCall& call) { (this->*handler)(call); };
+    if (on_lane) {
+      handle = [this, handler, lane](UnaryCall& call) {
+        if (!lane->Post([this, handler, &call] { (this->*handler)(call); })) {
+          call.Finish({grpc::StatusCode::RESOURCE_EXHAUSTED,
+                       "too many shared-memory and settings calls are waiting; try again"});
+        }
+      };
+    }
+    methods_.push_back(
+        {[this, request](grpc::ServerContext* context, grpc::ByteBuffer* in,
+                         RawResponder* responder, grpc::ServerCompletionQueue* q,
+                         void* tag) { (this->*request)(context, in, responder, q, q, tag); },
+         std::move(handle)});
+    for (int i = 0; i < calls; ++i) {
+      UnaryCall::Await(&methods_.back(), cq);
+    }
+  };
+  method(&Service::RequestModelInfer, &Service::OnModelInfer, false, std::max(infer_calls, 1));
+  method(&Service::RequestServerLive, &Service::OnServerLive);
+  method(&Service::RequestServerReady, &Service::OnServerReady);
+  method(&Service::RequestModelReady, &Service::OnModelReady);
+  method(&Service::RequestServerMetadata, &Service::OnServerMetadata);
+  method(&Service::RequestModelMetadata, &Service::OnModelMetadata);
+  method(&Service::RequestModelConfig, &Service::OnModelConfig);
+  method(&Service::RequestModelStatistics, &Service::OnModelStatistics);
+  method(&Service::RequestRepositoryIndex, &Service::OnRepositoryIndex);
+  method(&Service::RequestRepositoryModelLoad, &Service::OnRepositoryModelLoad);
+  method(&Service::RequestRepositoryModelUnload, &Service::OnRepositoryModelUnload);
+  method(&Service::RequestLogSettings, &Service::OnLogSettings, true);
+  method(&Service::RequestTraceSetting, &Service::OnTraceSetting, true);
+  method(&Service::RequestSystemSharedMemoryStatus, &Service::OnSystemSharedMemoryStatus, true);
+  method(&Service::RequestSystemSharedMemoryRegister, &Service::OnSystemSharedMemoryRegister, true);
+  method(&Service::RequestSystemSharedMemoryUnregister, &Service::OnSystemSharedMemoryUnregister,
+         true);
+  method(&Service::RequestCudaSharedMemoryStatus, &Service::OnCudaSharedMemoryStatus);
+  method(&Service::RequestCudaSharedMemoryRegister, &Service::OnCudaSharedMemoryRegister);
+  method(&Service::RequestCudaSharedMemoryUnregister, &Service::OnCudaSharedMemoryUnregister);
+  stream_requester_ = [this](grpc::ServerContext* context, RawStream* stream,
+                             grpc::ServerCompletionQueue* q,
+                             void* tag) { RequestModelStreamInfer(context, stream, q, q, tag); };
+  auto make = [this]() -> StreamCall* { return new StreamReactor(this); };
+  StreamCall::Await(make(), &stream_requester_, make, cq);
 }
 
 }  // namespace
 
-std::unique_ptr<grpc::Service> MakeInferenceService(KServeService* service) {
+std::unique_ptr<InferenceService> MakeInferenceService(KServeService* service) {
   // Debian builds absl with its mutex deadlock detection on: every lock gRPC takes is recorded
   // in one process-wide graph under one global lock (GraphCycles in a profile of the hook host
   // under gRPC load). A debugging aid, not a guard: off for this process (nothing of ferry's

@@ -5,10 +5,10 @@
 //
 // Tensors travel as raw_input_contents / raw_output_contents (what tritonclient sends and
 // reads) or typed contents on input. Errors map to gRPC status codes of the same names; a
-// gRPC deadline becomes the request's deadline. Every method runs on gRPC's callback API: no
-// call or stream holds a thread while it waits. Every method takes its message as bytes and
-// parses it itself: a message that is not valid protobuf is INVALID_ARGUMENT naming its type
-// (in a stream, answered in its place).
+// gRPC deadline becomes the request's deadline. Every method runs on the completion-queue API
+// (grpc_calls.h), driven by the front end's one thread: no call or stream holds a thread while
+// it waits. Every method takes its message as bytes and parses it itself: a message that is
+// not valid protobuf is INVALID_ARGUMENT naming its type (in a stream, answered in its place).
 //
 // Thread safety: the functions are pure; the service is gRPC's to call from its threads.
 #pragma once
@@ -21,9 +21,12 @@
 
 namespace grpc {
 class Service;
+class ServerCompletionQueue;
 }  // namespace grpc
 
 namespace ferry::frontend {
+
+class CallLane;
 
 // ModelInferRequest -> the flow's request. The returned spans point into `request` (raw
 // contents) or the result's storage (typed contents). INVALID_ARGUMENT naming the tensor.
@@ -35,8 +38,20 @@ Status EncodeGrpcInfer(const std::string& model, int64_t version, const ParsedIn
                        const hookhost::InferResponse& response, inference::ModelInferResponse* out,
                        bool partial = false);
 
-// inference.GRPCInferenceService over `service` (which outlives it), for GrpcFrontEnd's server.
+// inference.GRPCInferenceService over a KServeService, for GrpcFrontEnd's server.
+class InferenceService {
+ public:
+  virtual ~InferenceService() = default;
+  // What the server registers.
+  virtual grpc::Service* grpc_service() = 0;
+  // Starts taking every method's calls on `cq` (`infer_calls` ModelInfer calls asked for at
+  // any time, one of each other method); the methods that may wait on ferryd run on `lane`.
+  // Once. REQUIRES: the server is started; `cq`'s events run by RunCompletionQueue
+  // (grpc_calls.h) until the queue is drained; this service and `lane` outlive them.
+  virtual void Serve(grpc::ServerCompletionQueue* cq, CallLane* lane, int infer_calls) = 0;
+};
 
-std::unique_ptr<grpc::Service> MakeInferenceService(KServeService* service);
+// The service over `service` (which outlives it).
+std::unique_ptr<InferenceService> MakeInferenceService(KServeService* service);
 
 }  // namespace ferry::frontend

@@ -4,7 +4,7 @@
 // finished, and the next request is read only once every answer of the one in flight is
 // written (a stream answers its requests in order).
 //
-// Thread safety: every method may be called from any thread. The reactor must outlive the
+// Thread safety: every method may be called from any thread. The stream must outlive the
 // sink's calls into it: Finish is called once, never while a request is in flight (between
 // BeginRequest and EndRequest: the reactor's answer callback still needs it), and after it no
 // call reaches the reactor (Write answers CANCELLED), so the reactor may delete itself in
@@ -19,12 +19,13 @@
 #include <mutex>
 
 #include "common/result.h"
+#include "hookhost/frontend/grpc_calls.h"
 
 namespace ferry::frontend {
 
 class StreamSink {
  public:
-  using Reactor = grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>;
+  using Reactor = StreamCall;
   // Responses queued at most; a decoupled model's sender waits for room (a slow reader holds
   // it back rather than filling memory), at most kMaxWaitNs at a time.
   static constexpr size_t kMaxQueued = 64;

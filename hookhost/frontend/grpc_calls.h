@@ -1,0 +1,191 @@
+// The gRPC service's calls on grpc++'s completion-queue API, driven by one thread of the front
+// end's own (RunCompletionQueue), with no callback method on the server.
+//
+// Why not the callback API: grpc++ 1.51 serves callback methods on Linux from a completion
+// queue of its own, polled by two threads that hand the connections' events to each other
+// (one waits in epoll while the other runs what it found). That hand-off, a futex wake and a
+// context switch or more per request, made a gRPC request cost the hook host about twice an
+// HTTP one; one thread polling one queue runs every event where it finds it
+// (docs/benchmarks.md, "The gRPC server on one completion queue").
+//
+// UnaryCall and StreamCall own one call each, from the moment it is asked for until gRPC is
+// done with it, then delete themselves. Their operations (Finish, StartRead, StartWrite) may
+// be called from any thread; their events run on the queue's thread.
+//
+// Thread safety: as above. Lifetimes: the service and methods outlive the queue's events
+// (GrpcFrontEnd stops the server, then drains the queue).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/async_stream.h>
+#include <grpcpp/support/async_unary_call.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "common/cancel_signal.h"
+#include "hookhost/frontend/proto/inference.pb.h"
+
+namespace ferry::frontend {
+
+// What a completion queue's tag points to: one kind of event of one call.
+class CompletionEvent {
+ public:
+  virtual void Complete(bool ok) = 0;
+
+ protected:
+  ~CompletionEvent() = default;
+};
+
+// Runs the events of `cq` on the calling thread until the queue is shut down and drained.
+// REQUIRES: every tag on `cq` is a CompletionEvent.
+void RunCompletionQueue(grpc::ServerCompletionQueue* cq);
+
+// A thread for the methods that may wait (a socket round trip to ferryd), so that none holds
+// the queue's thread. At most kMaxQueued calls wait; Post refuses more.
+class CallLane {
+ public:
+  static constexpr size_t kMaxQueued = 256;
+  CallLane();
+  ~CallLane();  // Runs what is queued, then ends.
+  CallLane(const CallLane&) = delete;
+  CallLane& operator=(const CallLane&) = delete;
+  // False when kMaxQueued are waiting (the task is dropped).
+  bool Post(std::function<void()> task);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> tasks_;  // Guarded by mu_.
+  bool stopping_ = false;                    // Guarded by mu_.
+  std::thread thread_;
+};
+
+using RawResponder = grpc::ServerAsyncResponseWriter<grpc::ByteBuffer>;
+using RawStream = grpc::ServerAsyncReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
+
+// One call of a unary method, its messages as bytes.
+class UnaryCall {
+ public:
+  using Handler = std::function<void(UnaryCall&)>;
+  // Asks gRPC for one call of a method (the generated service's RequestX, bound).
+  using Requester = std::function<void(grpc::ServerContext*, grpc::ByteBuffer*, RawResponder*,
+                                       grpc::ServerCompletionQueue*, void* tag)>;
+  struct Method {
+    Requester request;
+    Handler handler;  // Answers the call, once, through Finish, from any thread.
+  };
+
+  // Asks for the next call of `method` on `cq`. A call that comes asks for the next one before
+  // it is handled, so `cq` keeps as many asked for as it was given. REQUIRES: the server is
+  // started; `method` outlives `cq`'s events.
+  static void Await(const Method* method, grpc::ServerCompletionQueue* cq);
+
+  grpc::ServerContext& context() { return context_; }
+  const grpc::ByteBuffer& request_bytes() const { return in_bytes_; }
+  grpc::ByteBuffer* response_bytes() { return &out_bytes_; }
+  // Fired when the client cancels or its connection drops.
+  const std::shared_ptr<CancelSignal>& cancel() const { return cancel_; }
+
+  // Ends the call: `status`, with response_bytes() when it is OK. Once, from any thread.
+  void Finish(const grpc::Status& status);
+
+  // ModelInfer's messages, which its request points into until it is answered.
+  inference::ModelInferRequest infer_in;
+  inference::ModelInferResponse infer_out;
+
+ private:
+  class Event final : public CompletionEvent {
+   public:
+    Event(UnaryCall* call, void (UnaryCall::*on)(bool)) : call_(call), on_(on) {}
+    void Complete(bool ok) override { (call_->*on_)(ok); }
+
+   private:
+    UnaryCall* call_;
+    void (UnaryCall::*on_)(bool);
+  };
+
+  UnaryCall(const Method* method, grpc::ServerCompletionQueue* cq);
+  void Arrived(bool ok);   // The call came (ok), or the server is shutting down.
+  void Answered(bool ok);  // gRPC is done with Finish's status.
+  void Ended(bool ok);     // The call is over: answered, cancelled or its connection gone.
+  void Release();          // Deletes the call when both Answered and Ended have run.
+
+  const Method* method_;
+  grpc::ServerCompletionQueue* cq_;
+  grpc::ServerContext context_;
+  RawResponder responder_;
+  grpc::ByteBuffer in_bytes_;
+  grpc::ByteBuffer out_bytes_;
+  std::shared_ptr<CancelSignal> cancel_ = std::make_shared<CancelSignal>();
+  Event arrived_{this, &UnaryCall::Arrived};
+  Event answered_{this, &UnaryCall::Answered};
+  Event ended_{this, &UnaryCall::Ended};
+  std::atomic<int> refs_{2};  // Answered and Ended.
+};
+
+// One bidirectional stream, its messages as bytes: what grpc++'s ServerBidiReactor offers,
+// over the completion queue. At most one read and one write in flight at a time; Finish once,
+// with no write in flight, also after a cancel (as with the reactor). OnDone runs last, once
+// Finish is done, no operation is in flight and the call is over; the stream may delete
+// itself there.
+class StreamCall {
+ public:
+  using Requester = std::function<void(grpc::ServerContext*, RawStream*,
+                                       grpc::ServerCompletionQueue*, void* tag)>;
+  virtual ~StreamCall() = default;
+
+  // Asks gRPC for the next stream on `cq` into `stream` (new, owned by its events from here);
+  // `next` makes the one to ask for after it. REQUIRES: the server is started.
+  static void Await(StreamCall* stream, const Requester* request, std::function<StreamCall*()> next,
+                    grpc::ServerCompletionQueue* cq);
+
+  void StartRead(grpc::ByteBuffer* into);
+  void StartWrite(const grpc::ByteBuffer* message);
+  void Finish(const grpc::Status& status);
+
+ protected:
+  grpc::ServerContext& context() { return context_; }
+  virtual void OnStart() = 0;  // The stream came.
+  virtual void OnReadDone(bool ok) = 0;
+  virtual void OnWriteDone(bool ok) = 0;
+  virtual void OnCancel() = 0;  // The client cancelled or its connection dropped.
+  virtual void OnDone() = 0;
+
+ private:
+  class Event final : public CompletionEvent {
+   public:
+    Event(StreamCall* call, void (StreamCall::*on)(bool)) : call_(call), on_(on) {}
+    void Complete(bool ok) override { (call_->*on_)(ok); }
+
+   private:
+    StreamCall* call_;
+    void (StreamCall::*on_)(bool);
+  };
+
+  void Arrived(bool ok);
+  void ReadDone(bool ok);
+  void WriteDone(bool ok);
+  void Finished(bool ok);
+  void Ended(bool ok);
+  void Release();  // An operation (or the call's end) done: OnDone after the last.
+
+  grpc::ServerContext context_;
+  RawStream stream_{&context_};
+  std::function<StreamCall*()> next_;
+  const Requester* request_ = nullptr;
+  grpc::ServerCompletionQueue* cq_ = nullptr;
+  Event arrived_{this, &StreamCall::Arrived};
+  Event read_{this, &StreamCall::ReadDone};
+  Event write_{this, &StreamCall::WriteDone};
+  Event finished_{this, &StreamCall::Finished};
+  Event ended_{this, &StreamCall::Ended};
+  std::atomic<int> refs_{2};  // The call's end, Finish's, and each operation in flight.
+};
+
+}  // namespace ferry::frontend

@@ -1,0 +1,142 @@
+// The gRPC service's completion-queue plumbing: the call lane's order and bound, and a
+// GrpcFrontEnd whose one queue thread serves calls and streams and ends them all at Stop
+// (a stream left open, a burst of calls on one connection).
+#include "hookhost/frontend/grpc_calls.h"
+
+#include <doctest/doctest.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hookhost/frontend/grpc_front_end.h"
+
+namespace ferry::frontend {
+namespace {
+
+TEST_CASE("the call lane runs tasks in order on its own thread") {
+  std::vector<int> order;
+  std::thread::id ran_on;
+  {
+    CallLane lane;
+    for (int i = 0; i < 5; ++i) {
+      REQUIRE(lane.Post([&, i] {
+        order.push_back(i);
+        ran_on = std::this_thread::get_id();
+      }));
+    }
+  }  // The destructor runs what is queued.
+  CHECK(order == std::vector<int>{0, 1, 2, 3, 4});
+  CHECK(ran_on != std::this_thread::get_id());
+}
+
+TEST_CASE("the call lane holds at most kMaxQueued waiting; the rest are refused, not queued") {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> ran{0};
+  std::promise<void> started;
+  {
+    CallLane lane;
+    REQUIRE(lane.Post([&] {
+      started.set_value();
+      released.wait();  // Holds the lane, as a call waiting on ferryd would.
+    }));
+    started.get_future().wait();
+    for (size_t i = 0; i < CallLane::kMaxQueued; ++i) {
+      REQUIRE(lane.Post([&] { ran.fetch_add(1); }));
+    }
+    CHECK_FALSE(lane.Post([&] { ran.fetch_add(1000); }));
+    release.set_value();
+  }
+  CHECK(ran.load() == static_cast<int>(CallLane::kMaxQueued));
+}
+
+int Listen(uint16_t* port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(listen(fd, 64) == 0);
+  socklen_t len = sizeof(addr);
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
+TEST_CASE("one connection's burst of calls is answered whole by the one queue thread") {
+  uint16_t port = 0;
+  int listener = Listen(&port);
+  GrpcFrontEnd front(nullptr, listener, GrpcOptions{});  // ServerLive needs no service.
+  REQUIRE(front.Start().ok());
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  // More at once than calls of a method are asked for (one): gRPC holds the rest until the
+  // queue thread asks again, and none is lost or answered twice.
+  constexpr int kCalls = 300;
+  std::vector<grpc::ClientContext> contexts(kCalls);
+  std::vector<grpc::ByteBuffer> responses(kCalls);
+  std::atomic<int> ok{0}, failed{0};
+  std::promise<void> all;
+  std::atomic<int> left{kCalls};
+  for (int i = 0; i < kCalls; ++i) {
+    grpc::Slice empty("");  // The empty message: a valid ServerLiveRequest.
+    grpc::ByteBuffer request(&empty, 1);
+    stub.UnaryCall(&contexts[i], "/inference.GRPCInferenceService/ServerLive", grpc::StubOptions(),
+                   &request, &responses[i], [&](grpc::Status s) {
+                     (s.ok() ? ok : failed).fetch_add(1);
+                     if (left.fetch_sub(1) == 1) {
+                       all.set_value();
+                     }
+                   });
+  }
+  REQUIRE(all.get_future().wait_for(std::chrono::seconds(20)) == std::future_status::ready);
+  CHECK(ok.load() == kCalls);
+  CHECK(failed.load() == 0);
+  front.Stop(0);
+  close(listener);
+}
+
+TEST_CASE("a stream left open and a call in flight end at Stop; Stop returns") {
+  uint16_t port = 0;
+  int listener = Listen(&port);
+  GrpcFrontEnd front(nullptr, listener, GrpcOptions{});
+  REQUIRE(front.Start().ok());
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  // A stream that sends nothing: its reader waits on the server's queue until Stop.
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> stream =
+      stub.PrepareCall(&context, "/inference.GRPCInferenceService/ModelStreamInfer", &cq);
+  stream->StartCall(reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  REQUIRE(cq.Next(&tag, &ok));
+  REQUIRE(ok);  // The stream is open.
+  auto started = std::chrono::steady_clock::now();
+  front.Stop(100);
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(10));
+  grpc::Status status;
+  stream->Finish(&status, reinterpret_cast<void*>(2));
+  REQUIRE(cq.Next(&tag, &ok));
+  CHECK(tag == reinterpret_cast<void*>(2));
+  CHECK_FALSE(status.ok());  // Cancelled or unavailable: the server went away.
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  close(listener);
+}
+
+}  // namespace
+}  // namespace ferry::frontend
