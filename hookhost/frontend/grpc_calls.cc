@@ -2,12 +2,58 @@
 
 namespace ferry::frontend {
 
-void RunCompletionQueue(grpc::ServerCompletionQueue* cq) {
-  void* tag = nullptr;
-  bool ok = false;
-  while (cq->Next(&tag, &ok)) {
-    static_cast<CompletionEvent*>(tag)->Complete(ok);
+// --- CallQueue ---
+CallQueue::~CallQueue() {
+  if (thread_.joinable()) {
+    thread_.detach();  // ShutdownWhenEmpty gave up: the process is ending.
   }
+}
+
+void CallQueue::Start() {
+  thread_ = std::thread([this] {
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq_->Next(&tag, &ok)) {
+      static_cast<CompletionEvent*>(tag)->Complete(ok);
+    }
+  });
+}
+
+void CallQueue::Add() {
+  std::lock_guard lock(mu_);
+  ++calls_;
+}
+
+void CallQueue::Remove() {
+  std::lock_guard lock(mu_);
+  if (--calls_ == 0) {
+    none_left_.notify_all();
+  }
+}
+
+size_t CallQueue::calls() {
+  std::lock_guard lock(mu_);
+  return calls_;
+}
+
+bool CallQueue::ShutdownWhenEmpty(int64_t wait_ms) {
+  {
+    std::unique_lock lock(mu_);
+    if (!none_left_.wait_for(lock, std::chrono::milliseconds(wait_ms),
+                             [this] { return calls_ == 0; })) {
+      return false;
+    }
+  }
+  cq_->Shutdown();
+  if (thread_.joinable()) {
+    thread_.join();
+  } else {
+    void* tag = nullptr;  // Never started: drained here.
+    bool ok = false;
+    while (cq_->Next(&tag, &ok)) {
+    }
+  }
+  return true;
 }
 
 // --- CallLane ---
@@ -50,14 +96,15 @@ bool CallLane::Post(std::function<void()> task) {
 }
 
 // --- UnaryCall ---
-void UnaryCall::Await(const Method* method, grpc::ServerCompletionQueue* cq) {
-  new UnaryCall(method, cq);  // Owned by its events from here.
+void UnaryCall::Await(const Method* method, CallQueue* queue) {
+  new UnaryCall(method, queue);  // Owned by its events from here.
 }
 
-UnaryCall::UnaryCall(const Method* method, grpc::ServerCompletionQueue* cq)
-    : method_(method), cq_(cq), responder_(&context_) {
-  context_.AsyncNotifyWhenDone(&ended_);  // Delivered only for a call that came.
-  method_->request(&context_, &in_bytes_, &responder_, cq_, &arrived_);
+UnaryCall::UnaryCall(const Method* method, CallQueue* queue)
+    : method_(method), queue_(queue), responder_(&context_) {
+  queue_->Add();
+  context_.AsyncNotifyWhenDone(Tag(&ended_));  // Delivered only for a call that came.
+  method_->request(&context_, &in_bytes_, &responder_, queue_->cq(), Tag(&arrived_));
 }
 
 void UnaryCall::Arrived(bool ok) {
@@ -65,15 +112,15 @@ void UnaryCall::Arrived(bool ok) {
     delete this;  // The server is shutting down: no call came, and no end will be delivered.
     return;
   }
-  Await(method_, cq_);
+  Await(method_, queue_);
   method_->handler(*this);
 }
 
 void UnaryCall::Finish(const grpc::Status& status) {
   if (status.ok()) {
-    responder_.Finish(out_bytes_, status, &answered_);
+    responder_.Finish(out_bytes_, status, Tag(&answered_));
   } else {
-    responder_.FinishWithError(status, &answered_);
+    responder_.FinishWithError(status, Tag(&answered_));
   }
 }
 
@@ -93,33 +140,40 @@ void UnaryCall::Release() {
 }
 
 // --- StreamCall ---
+StreamCall::~StreamCall() {
+  if (queue_ != nullptr) {
+    queue_->Remove();
+  }
+}
+
 void StreamCall::Await(StreamCall* stream, const Requester* request,
-                       std::function<StreamCall*()> next, grpc::ServerCompletionQueue* cq) {
+                       std::function<StreamCall*()> next, CallQueue* queue) {
+  queue->Add();
   stream->request_ = request;
   stream->next_ = std::move(next);
-  stream->cq_ = cq;
-  stream->context_.AsyncNotifyWhenDone(&stream->ended_);
-  (*request)(&stream->context_, &stream->stream_, cq, &stream->arrived_);
+  stream->queue_ = queue;
+  stream->context_.AsyncNotifyWhenDone(Tag(&stream->ended_));
+  (*request)(&stream->context_, &stream->stream_, queue->cq(), Tag(&stream->arrived_));
 }
 
 void StreamCall::StartRead(grpc::ByteBuffer* into) {
   refs_.fetch_add(1, std::memory_order_relaxed);
-  stream_.Read(into, &read_);
+  stream_.Read(into, Tag(&read_));
 }
 
 void StreamCall::StartWrite(const grpc::ByteBuffer* message) {
   refs_.fetch_add(1, std::memory_order_relaxed);
-  stream_.Write(*message, &write_);
+  stream_.Write(*message, Tag(&write_));
 }
 
-void StreamCall::Finish(const grpc::Status& status) { stream_.Finish(status, &finished_); }
+void StreamCall::Finish(const grpc::Status& status) { stream_.Finish(status, Tag(&finished_)); }
 
 void StreamCall::Arrived(bool ok) {
   if (!ok) {
     delete this;  // Shutting down: no stream came, and no end will be delivered.
     return;
   }
-  Await(next_(), request_, next_, cq_);
+  Await(next_(), request_, next_, queue_);
   refs_.fetch_add(1, std::memory_order_relaxed);  // OnStart's, so no reaction ends it early.
   OnStart();
   Release();

@@ -1,5 +1,5 @@
 // The gRPC service's calls on grpc++'s completion-queue API, driven by one thread of the front
-// end's own (RunCompletionQueue), with no callback method on the server.
+// end's own (CallQueue), with no callback method on the server.
 //
 // Why not the callback API: grpc++ 1.51 serves callback methods on Linux from a completion
 // queue of its own, polled by two threads that hand the connections' events to each other
@@ -12,8 +12,8 @@
 // done with it, then delete themselves. Their operations (Finish, StartRead, StartWrite) may
 // be called from any thread; their events run on the queue's thread.
 //
-// Thread safety: as above. Lifetimes: the service and methods outlive the queue's events
-// (GrpcFrontEnd stops the server, then drains the queue).
+// Thread safety: as above. Lifetimes: the service, the methods and the CallQueue outlive every
+// call (GrpcFrontEnd stops the server, waits for the calls to end, then drains the queue).
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -42,9 +42,41 @@ class CompletionEvent {
   ~CompletionEvent() = default;
 };
 
-// Runs the events of `cq` on the calling thread until the queue is shut down and drained.
-// REQUIRES: every tag on `cq` is a CompletionEvent.
-void RunCompletionQueue(grpc::ServerCompletionQueue* cq);
+// `event` as a tag (CallQueue's thread casts the tag back to a CompletionEvent).
+inline void* Tag(CompletionEvent* event) { return event; }
+
+// The completion queue every call's events go to, the thread that runs them, and the count of
+// calls on it: asked for, in progress or finishing. Until a call is deleted an operation of
+// its may start from any thread (the hook host's late answer, a stream's last read, the next
+// call asked for), and gRPC aborts on one started on a queue already shut down; a server's
+// shutdown does not wait for that. So the queue is shut down only once no call is left.
+class CallQueue {
+ public:
+  // REQUIRES: every tag on `cq` is a CompletionEvent.
+  explicit CallQueue(std::unique_ptr<grpc::ServerCompletionQueue> cq) : cq_(std::move(cq)) {}
+  ~CallQueue();  // REQUIRES: ShutdownWhenEmpty returned true, or Start was never called.
+  CallQueue(const CallQueue&) = delete;
+  CallQueue& operator=(const CallQueue&) = delete;
+
+  grpc::ServerCompletionQueue* cq() { return cq_.get(); }
+  // Starts the thread that runs the queue's events. Once.
+  void Start();
+  // A call made, and deleted. Any thread.
+  void Add();
+  void Remove();
+  size_t calls();
+  // Waits up to `wait_ms` for no call to be left, then shuts the queue down and joins its
+  // thread: true. False when calls are still left: the queue and its thread run on (the
+  // caller leaks what those calls point to rather than free it under them).
+  bool ShutdownWhenEmpty(int64_t wait_ms);
+
+ private:
+  std::unique_ptr<grpc::ServerCompletionQueue> cq_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable none_left_;
+  size_t calls_ = 0;  // Guarded by mu_.
+};
 
 // A thread for the methods that may wait (a socket round trip to ferryd), so that none holds
 // the queue's thread. At most kMaxQueued calls wait; Post refuses more.
@@ -84,7 +116,7 @@ class UnaryCall {
   // Asks for the next call of `method` on `cq`. A call that comes asks for the next one before
   // it is handled, so `cq` keeps as many asked for as it was given. REQUIRES: the server is
   // started; `method` outlives `cq`'s events.
-  static void Await(const Method* method, grpc::ServerCompletionQueue* cq);
+  static void Await(const Method* method, CallQueue* queue);
 
   grpc::ServerContext& context() { return context_; }
   const grpc::ByteBuffer& request_bytes() const { return in_bytes_; }
@@ -110,14 +142,15 @@ class UnaryCall {
     void (UnaryCall::*on_)(bool);
   };
 
-  UnaryCall(const Method* method, grpc::ServerCompletionQueue* cq);
+  UnaryCall(const Method* method, CallQueue* queue);
+  ~UnaryCall() { queue_->Remove(); }
   void Arrived(bool ok);   // The call came (ok), or the server is shutting down.
   void Answered(bool ok);  // gRPC is done with Finish's status.
   void Ended(bool ok);     // The call is over: answered, cancelled or its connection gone.
   void Release();          // Deletes the call when both Answered and Ended have run.
 
   const Method* method_;
-  grpc::ServerCompletionQueue* cq_;
+  CallQueue* queue_;
   grpc::ServerContext context_;
   RawResponder responder_;
   grpc::ByteBuffer in_bytes_;
@@ -138,12 +171,12 @@ class StreamCall {
  public:
   using Requester = std::function<void(grpc::ServerContext*, RawStream*,
                                        grpc::ServerCompletionQueue*, void* tag)>;
-  virtual ~StreamCall() = default;
+  virtual ~StreamCall();
 
-  // Asks gRPC for the next stream on `cq` into `stream` (new, owned by its events from here);
-  // `next` makes the one to ask for after it. REQUIRES: the server is started.
+  // Asks gRPC for the next stream on `queue` into `stream` (new, owned by its events from
+  // here); `next` makes the one to ask for after it. REQUIRES: the server is started.
   static void Await(StreamCall* stream, const Requester* request, std::function<StreamCall*()> next,
-                    grpc::ServerCompletionQueue* cq);
+                    CallQueue* queue);
 
   void StartRead(grpc::ByteBuffer* into);
   void StartWrite(const grpc::ByteBuffer* message);
@@ -179,7 +212,7 @@ class StreamCall {
   RawStream stream_{&context_};
   std::function<StreamCall*()> next_;
   const Requester* request_ = nullptr;
-  grpc::ServerCompletionQueue* cq_ = nullptr;
+  CallQueue* queue_ = nullptr;
   Event arrived_{this, &StreamCall::Arrived};
   Event read_{this, &StreamCall::ReadDone};
   Event write_{this, &StreamCall::WriteDone};

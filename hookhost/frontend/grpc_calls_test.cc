@@ -1,4 +1,5 @@
-// The gRPC service's completion-queue plumbing: the call lane's order and bound, and a
+// The gRPC service's completion-queue plumbing: the call lane's order and bound, a queue that
+// is shut down only once its calls are gone (a late answer after the server stopped), and a
 // GrpcFrontEnd whose one queue thread serves calls and streams and ends them all at Stop
 // (a stream left open, a burst of calls on one connection).
 #include "hookhost/frontend/grpc_calls.h"
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "hookhost/frontend/grpc_front_end.h"
+#include "hookhost/frontend/proto/inference.grpc.pb.h"
 
 namespace ferry::frontend {
 namespace {
@@ -57,6 +59,52 @@ TEST_CASE("the call lane holds at most kMaxQueued waiting; the rest are refused,
     release.set_value();
   }
   CHECK(ran.load() == static_cast<int>(CallLane::kMaxQueued));
+}
+
+TEST_CASE("the queue is shut down only once its calls are gone, a late answer included") {
+  using LiveOnly = inference::GRPCInferenceService::WithRawMethod_ServerLive<
+      inference::GRPCInferenceService::Service>;
+  LiveOnly service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  CallQueue queue(builder.AddCompletionQueue());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  REQUIRE(server != nullptr);
+  std::promise<UnaryCall*> arrived;
+  UnaryCall::Method method{
+      [&](grpc::ServerContext* context, grpc::ByteBuffer* in, RawResponder* responder,
+          grpc::ServerCompletionQueue* q,
+          void* tag) { service.RequestServerLive(context, in, responder, q, q, tag); },
+      [&](UnaryCall& call) { arrived.set_value(&call); }};  // Not answered: held open.
+  UnaryCall::Await(&method, &queue);
+  queue.Start();
+
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::Slice empty("");
+  grpc::ByteBuffer request(&empty, 1), response;
+  grpc::ClientContext context;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, "/inference.GRPCInferenceService/ServerLive", grpc::StubOptions(),
+                 &request, &response, [&](grpc::Status s) { done.set_value(s); });
+  std::future<UnaryCall*> came = arrived.get_future();
+  REQUIRE(came.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  UnaryCall* call = came.get();
+
+  // The server stops (the open call cancelled after 50 ms) while the call is still ours.
+  std::thread stopper(
+      [&] { server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(50)); });
+  CHECK_FALSE(queue.ShutdownWhenEmpty(300));  // Not while the call lives.
+  CHECK(queue.calls() >= 1);
+  call->Finish(grpc::Status::OK);  // The late answer: an operation on the queue.
+  stopper.join();
+  server->Wait();
+  CHECK(queue.ShutdownWhenEmpty(5000));
+  CHECK(queue.calls() == 0);
+  CHECK_FALSE(done.get_future().get().ok());  // Cancelled by the server's stop.
 }
 
 int Listen(uint16_t* port) {

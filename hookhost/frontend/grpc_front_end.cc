@@ -7,17 +7,16 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/codegen/service_type.h>
 #include <grpcpp/server_posix.h>
+#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "hookhost/frontend/grpc_calls.h"
 #include "hookhost/frontend/grpc_service.h"
@@ -33,6 +32,9 @@ constexpr uint32_t kEvictIdleMs = 1000;
 // ModelInfer calls the queue keeps asked for: a burst of calls this large is matched at once,
 // without waiting for a call to be asked for again (gRPC holds the rest until one is).
 constexpr int kPendingInferCalls = 64;
+// How long Stop waits, after the server stopped, for the calls it took to be answered (each is
+// cancelled by then, and the hook host answers a cancelled request at once).
+constexpr int64_t kCallsEndMs = 10'000;
 
 }  // namespace
 
@@ -47,8 +49,7 @@ struct GrpcFrontEnd::Impl {
   std::unique_ptr<grpc::Server> server;
   // Every call's events, run by one thread (grpc_calls.h says why one); the methods that may
   // wait on ferryd run on the lane.
-  std::unique_ptr<grpc::ServerCompletionQueue> queue;
-  std::thread queue_thread;
+  std::unique_ptr<CallQueue> queue;
   std::unique_ptr<CallLane> lane;
   std::thread acceptor;
   int accept_epoll = -1;  // The accept thread's; the listening socket leaves it on Drain.
@@ -103,7 +104,7 @@ Status GrpcFrontEnd::Start() {
   s.service = MakeInferenceService(s.kserve);
   grpc::ServerBuilder builder;
   builder.RegisterService(s.service->grpc_service());
-  s.queue = builder.AddCompletionQueue();
+  s.queue = std::make_unique<CallQueue>(builder.AddCompletionQueue());
   int limit = static_cast<int>(std::min<size_t>(s.options.max_message_bytes, INT32_MAX));
   builder.SetMaxReceiveMessageSize(limit);
   builder.SetMaxSendMessageSize(INT32_MAX);
@@ -123,7 +124,7 @@ Status GrpcFrontEnd::Start() {
   }
   s.lane = std::make_unique<CallLane>();
   s.service->Serve(s.queue.get(), s.lane.get(), kPendingInferCalls);
-  s.queue_thread = std::thread(RunCompletionQueue, s.queue.get());
+  s.queue->Start();
   if (s.listen_fd < 0) {
     return OkStatus();  // Connections come through Adopt.
   }
@@ -212,16 +213,22 @@ void GrpcFrontEnd::Stop(int deadline_ms) {
     s.server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
   }
   s.server->Wait();
-  // After the server's shutdown, which waited for every call to end (the queue's thread
-  // running their events meanwhile): the lane has nothing left to answer; the queue returns
-  // what is left (calls asked for that never came), then ends.
+  // The server takes no more calls, but those it took may still start operations (a late
+  // answer, a stream's last read, a call waiting on the lane): the queue is shut down once
+  // every call is gone, its thread and the lane running meanwhile (grpc_calls.h, CallQueue).
+  if (!s.queue->ShutdownWhenEmpty(kCallsEndMs)) {
+    spdlog::error(
+        "gRPC front end: {} call(s) still open {} ms after the server stopped; left "
+        "to the process's exit",
+        s.queue->calls(), kCallsEndMs);
+    // Their operations point into these: leaked rather than freed under them.
+    (void)s.lane.release();
+    (void)s.queue.release();
+    (void)s.server.release();
+    (void)s.service.release();
+    return;
+  }
   s.lane.reset();
-  if (s.queue != nullptr) {
-    s.queue->Shutdown();
-  }
-  if (s.queue_thread.joinable()) {
-    s.queue_thread.join();
-  }
   s.server.reset();
   s.queue.reset();
 }

@@ -260,7 +260,7 @@ class Service final : public RawService, public InferenceService {
   }
 
   grpc::Service* grpc_service() override { return this; }
-  void Serve(grpc::ServerCompletionQueue* cq, CallLane* lane, int infer_calls) override;
+  void Serve(CallQueue* queue, CallLane* lane, int infer_calls) override;
 
  private:
   friend class StreamReactor;
@@ -533,7 +533,7 @@ class StreamReactor final : public StreamCall {
   bool cancelled_ = false;
 };
 
-void Service::Serve(grpc::ServerCompletionQueue* cq, CallLane* lane, int infer_calls) {
+void Service::Serve(CallQueue* queue, CallLane* lane, int infer_calls) {
   using Handler = void (Service::*)(UnaryCall&);
   // `calls` of a method asked for at once, answered on the queue's thread (or on `lane`).
   auto method = [&](auto request, Handler handler, bool on_lane = false, int calls = 1) {
@@ -552,7 +552,7 @@ void Service::Serve(grpc::ServerCompletionQueue* cq, CallLane* lane, int infer_c
                          void* tag) { (this->*request)(context, in, responder, q, q, tag); },
          std::move(handle)});
     for (int i = 0; i < calls; ++i) {
-      UnaryCall::Await(&methods_.back(), cq);
+      UnaryCall::Await(&methods_.back(), queue);
     }
   };
   method(&Service::RequestModelInfer, &Service::OnModelInfer, false, std::max(infer_calls, 1));
@@ -579,7 +579,7 @@ void Service::Serve(grpc::ServerCompletionQueue* cq, CallLane* lane, int infer_c
                              grpc::ServerCompletionQueue* q,
                              void* tag) { RequestModelStreamInfer(context, stream, q, q, tag); };
   auto make = [this]() -> StreamCall* { return new StreamReactor(this); };
-  StreamCall::Await(make(), &stream_requester_, make, cq);
+  StreamCall::Await(make(), &stream_requester_, make, queue);
 }
 
 }  // namespace

@@ -21,12 +21,12 @@
 
 namespace grpc {
 class Service;
-class ServerCompletionQueue;
 }  // namespace grpc
 
 namespace ferry::frontend {
 
 class CallLane;
+class CallQueue;
 
 // ModelInferRequest -> the flow's request. The returned spans point into `request` (raw
 // contents) or the result's storage (typed contents). INVALID_ARGUMENT naming the tensor.
@@ -44,11 +44,11 @@ class InferenceService {
   virtual ~InferenceService() = default;
   // What the server registers.
   virtual grpc::Service* grpc_service() = 0;
-  // Starts taking every method's calls on `cq` (`infer_calls` ModelInfer calls asked for at
-  // any time, one of each other method); the methods that may wait on ferryd run on `lane`.
-  // Once. REQUIRES: the server is started; `cq`'s events run by RunCompletionQueue
-  // (grpc_calls.h) until the queue is drained; this service and `lane` outlive them.
-  virtual void Serve(grpc::ServerCompletionQueue* cq, CallLane* lane, int infer_calls) = 0;
+  // Starts taking every method's calls on `queue` (`infer_calls` ModelInfer calls asked for
+  // at any time, one of each other method); the methods that may wait on ferryd run on
+  // `lane`. Once. REQUIRES: the server is started; this service, `queue` and `lane` outlive
+  // every call (CallQueue::ShutdownWhenEmpty).
+  virtual void Serve(CallQueue* queue, CallLane* lane, int infer_calls) = 0;
 };
 
 // The service over `service` (which outlives it).
