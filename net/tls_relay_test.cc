@@ -19,6 +19,7 @@
 #include <mutex>
 #include <thread>
 
+#include "tests/testing/loopback.h"
 #include "tests/testing/test_certs.h"
 
 namespace ferry::net {
@@ -27,16 +28,10 @@ namespace {
 using ferry::testing::TestIdentity;
 using ferry::testing::TestPki;
 
+// A listening socket on 127.0.0.1 at a free port (tests/testing/loopback.h).
 int Listen(uint16_t* port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  REQUIRE(listen(fd, 64) == 0);
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  *port = ntohs(addr.sin_port);
+  int fd = testing::ListenLoopback(port);
+  REQUIRE(fd >= 0);
   return fd;
 }
 

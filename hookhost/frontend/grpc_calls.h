@@ -45,6 +45,18 @@ class CompletionEvent {
 // `event` as a tag (CallQueue's thread casts the tag back to a CompletionEvent).
 inline void* Tag(CompletionEvent* event) { return event; }
 
+// An event of `Owner`'s: runs `on` with the event's outcome.
+template <typename Owner>
+class MemberEvent final : public CompletionEvent {
+ public:
+  MemberEvent(Owner* owner, void (Owner::*on)(bool)) : owner_(owner), on_(on) {}
+  void Complete(bool ok) override { (owner_->*on_)(ok); }
+
+ private:
+  Owner* owner_;
+  void (Owner::*on_)(bool);
+};
+
 // The completion queue every call's events go to, the thread that runs them, and the count of
 // calls on it: asked for, in progress or finishing. Until a call is deleted an operation of
 // its may start from any thread (the hook host's late answer, a stream's last read, the next
@@ -132,16 +144,7 @@ class UnaryCall {
   inference::ModelInferResponse infer_out;
 
  private:
-  class Event final : public CompletionEvent {
-   public:
-    Event(UnaryCall* call, void (UnaryCall::*on)(bool)) : call_(call), on_(on) {}
-    void Complete(bool ok) override { (call_->*on_)(ok); }
-
-   private:
-    UnaryCall* call_;
-    void (UnaryCall::*on_)(bool);
-  };
-
+  using Event = MemberEvent<UnaryCall>;
   UnaryCall(const Method* method, CallQueue* queue);
   ~UnaryCall() { queue_->Remove(); }
   void Arrived(bool ok);   // The call came (ok), or the server is shutting down.
@@ -191,16 +194,7 @@ class StreamCall {
   virtual void OnDone() = 0;
 
  private:
-  class Event final : public CompletionEvent {
-   public:
-    Event(StreamCall* call, void (StreamCall::*on)(bool)) : call_(call), on_(on) {}
-    void Complete(bool ok) override { (call_->*on_)(ok); }
-
-   private:
-    StreamCall* call_;
-    void (StreamCall::*on_)(bool);
-  };
-
+  using Event = MemberEvent<StreamCall>;
   void Arrived(bool ok);
   void ReadDone(bool ok);
   void WriteDone(bool ok);

@@ -20,6 +20,7 @@
 
 #include "hookhost/frontend/grpc_front_end.h"
 #include "hookhost/frontend/proto/inference.grpc.pb.h"
+#include "tests/testing/loopback.h"
 
 namespace ferry::frontend {
 namespace {
@@ -107,16 +108,10 @@ TEST_CASE("the queue is shut down only once its calls are gone, a late answer in
   CHECK_FALSE(done.get_future().get().ok());  // Cancelled by the server's stop.
 }
 
+// A listening socket on 127.0.0.1 at a free port (tests/testing/loopback.h).
 int Listen(uint16_t* port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  REQUIRE(listen(fd, 64) == 0);
-  socklen_t len = sizeof(addr);
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  *port = ntohs(addr.sin_port);
+  int fd = testing::ListenLoopback(port);
+  REQUIRE(fd >= 0);
   return fd;
 }
 

@@ -18,6 +18,7 @@
 
 #include "hookhost/frontend/grpc_front_end.h"
 #include "net/open_connections.h"
+#include "tests/testing/loopback.h"
 
 namespace ferry::frontend {
 namespace {
@@ -44,16 +45,10 @@ TEST_CASE("OpenConnections forgets closed descriptors and numbers reused for oth
 }
 
 // A listening socket on 127.0.0.1, port 0; its port in *port.
+// A listening socket on 127.0.0.1 at a free port (tests/testing/loopback.h).
 int Listen(uint16_t* port) {
-  int fd = TcpSocket();
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  REQUIRE(listen(fd, 64) == 0);
-  socklen_t length = sizeof(addr);
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0);
-  *port = ntohs(addr.sin_port);
+  int fd = testing::ListenLoopback(port);
+  REQUIRE(fd >= 0);
   return fd;
 }
 

@@ -239,26 +239,6 @@ class Service final : public RawService, public InferenceService {
           });
   }
 
-  // The shared-memory extensions' methods (grpc_admin.h).
-  void OnSystemSharedMemoryStatus(UnaryCall& c) {
-    SharedMemoryMethod(kserve_, "SystemSharedMemoryStatus", c);
-  }
-  void OnSystemSharedMemoryRegister(UnaryCall& c) {
-    SharedMemoryMethod(kserve_, "SystemSharedMemoryRegister", c);
-  }
-  void OnSystemSharedMemoryUnregister(UnaryCall& c) {
-    SharedMemoryMethod(kserve_, "SystemSharedMemoryUnregister", c);
-  }
-  void OnCudaSharedMemoryStatus(UnaryCall& c) {
-    SharedMemoryMethod(kserve_, "CudaSharedMemoryStatus", c);
-  }
-  void OnCudaSharedMemoryRegister(UnaryCall& c) {
-    SharedMemoryMethod(kserve_, "CudaSharedMemoryRegister", c);
-  }
-  void OnCudaSharedMemoryUnregister(UnaryCall& c) {
-    SharedMemoryMethod(kserve_, "CudaSharedMemoryUnregister", c);
-  }
-
   grpc::Service* grpc_service() override { return this; }
   void Serve(CallQueue* queue, CallLane* lane, int infer_calls) override;
 
@@ -534,13 +514,18 @@ class StreamReactor final : public StreamCall {
 };
 
 void Service::Serve(CallQueue* queue, CallLane* lane, int infer_calls) {
-  using Handler = void (Service::*)(UnaryCall&);
+  // A method's handler, and the shared-memory extensions' (grpc_admin.h), by name.
+  auto on = [this](void (Service::*handler)(UnaryCall&)) -> UnaryCall::Handler {
+    return [this, handler](UnaryCall& call) { (this->*handler)(call); };
+  };
+  auto shared_memory = [this](const char* name) -> UnaryCall::Handler {
+    return [this, name](UnaryCall& call) { SharedMemoryMethod(kserve_, name, call); };
+  };
   // `calls` of a method asked for at once, answered on the queue's thread (or on `lane`).
-  auto method = [&](auto request, Handler handler, bool on_lane = false, int calls = 1) {
-    UnaryCall::Handler handle = [this, handler](UnaryCall& call) { (this->*handler)(call); };
+  auto method = [&](auto request, UnaryCall::Handler handle, bool on_lane = false, int calls = 1) {
     if (on_lane) {
-      handle = [this, handler, lane](UnaryCall& call) {
-        if (!lane->Post([this, handler, &call] { (this->*handler)(call); })) {
+      handle = [handle, lane](UnaryCall& call) {
+        if (!lane->Post([handle, &call] { handle(call); })) {
           call.Finish({grpc::StatusCode::RESOURCE_EXHAUSTED,
                        "too many shared-memory and settings calls are waiting; try again"});
         }
@@ -555,26 +540,28 @@ void Service::Serve(CallQueue* queue, CallLane* lane, int infer_calls) {
       UnaryCall::Await(&methods_.back(), queue);
     }
   };
-  method(&Service::RequestModelInfer, &Service::OnModelInfer, false, std::max(infer_calls, 1));
-  method(&Service::RequestServerLive, &Service::OnServerLive);
-  method(&Service::RequestServerReady, &Service::OnServerReady);
-  method(&Service::RequestModelReady, &Service::OnModelReady);
-  method(&Service::RequestServerMetadata, &Service::OnServerMetadata);
-  method(&Service::RequestModelMetadata, &Service::OnModelMetadata);
-  method(&Service::RequestModelConfig, &Service::OnModelConfig);
-  method(&Service::RequestModelStatistics, &Service::OnModelStatistics);
-  method(&Service::RequestRepositoryIndex, &Service::OnRepositoryIndex);
-  method(&Service::RequestRepositoryModelLoad, &Service::OnRepositoryModelLoad);
-  method(&Service::RequestRepositoryModelUnload, &Service::OnRepositoryModelUnload);
-  method(&Service::RequestLogSettings, &Service::OnLogSettings, true);
-  method(&Service::RequestTraceSetting, &Service::OnTraceSetting, true);
-  method(&Service::RequestSystemSharedMemoryStatus, &Service::OnSystemSharedMemoryStatus, true);
-  method(&Service::RequestSystemSharedMemoryRegister, &Service::OnSystemSharedMemoryRegister, true);
-  method(&Service::RequestSystemSharedMemoryUnregister, &Service::OnSystemSharedMemoryUnregister,
+  method(&Service::RequestModelInfer, on(&Service::OnModelInfer), false, std::max(infer_calls, 1));
+  method(&Service::RequestServerLive, on(&Service::OnServerLive));
+  method(&Service::RequestServerReady, on(&Service::OnServerReady));
+  method(&Service::RequestModelReady, on(&Service::OnModelReady));
+  method(&Service::RequestServerMetadata, on(&Service::OnServerMetadata));
+  method(&Service::RequestModelMetadata, on(&Service::OnModelMetadata));
+  method(&Service::RequestModelConfig, on(&Service::OnModelConfig));
+  method(&Service::RequestModelStatistics, on(&Service::OnModelStatistics));
+  method(&Service::RequestRepositoryIndex, on(&Service::OnRepositoryIndex));
+  method(&Service::RequestRepositoryModelLoad, on(&Service::OnRepositoryModelLoad));
+  method(&Service::RequestRepositoryModelUnload, on(&Service::OnRepositoryModelUnload));
+  method(&Service::RequestLogSettings, on(&Service::OnLogSettings), true);
+  method(&Service::RequestTraceSetting, on(&Service::OnTraceSetting), true);
+  method(&Service::RequestSystemSharedMemoryStatus, shared_memory("SystemSharedMemoryStatus"),
          true);
-  method(&Service::RequestCudaSharedMemoryStatus, &Service::OnCudaSharedMemoryStatus);
-  method(&Service::RequestCudaSharedMemoryRegister, &Service::OnCudaSharedMemoryRegister);
-  method(&Service::RequestCudaSharedMemoryUnregister, &Service::OnCudaSharedMemoryUnregister);
+  method(&Service::RequestSystemSharedMemoryRegister, shared_memory("SystemSharedMemoryRegister"),
+         true);
+  method(&Service::RequestSystemSharedMemoryUnregister,
+         shared_memory("SystemSharedMemoryUnregister"), true);
+  method(&Service::RequestCudaSharedMemoryStatus, shared_memory("CudaSharedMemoryStatus"));
+  method(&Service::RequestCudaSharedMemoryRegister, shared_memory("CudaSharedMemoryRegister"));
+  method(&Service::RequestCudaSharedMemoryUnregister, shared_memory("CudaSharedMemoryUnregister"));
   stream_requester_ = [this](grpc::ServerContext* context, RawStream* stream,
                              grpc::ServerCompletionQueue* q,
                              void* tag) { RequestModelStreamInfer(context, stream, q, q, tag); };
