@@ -125,9 +125,9 @@ class UnaryCall {
     Handler handler;  // Answers the call, once, through Finish, from any thread.
   };
 
-  // Asks for the next call of `method` on `cq`. A call that comes asks for the next one before
-  // it is handled, so `cq` keeps as many asked for as it was given. REQUIRES: the server is
-  // started; `method` outlives `cq`'s events.
+  // Asks for the next call of `method` on `queue`. A call that comes asks for the next one
+  // before it is handled, so `queue` keeps as many asked for as it was given. REQUIRES: the
+  // server is started; `method` and `queue` outlive the call (CallQueue::ShutdownWhenEmpty).
   static void Await(const Method* method, CallQueue* queue);
 
   grpc::ServerContext& context() { return context_; }
