@@ -9,6 +9,13 @@ namespace ferry::frontend {
 
 namespace {
 
+inference::DataType ConfigType(DType dtype) {
+  std::string name = "TYPE_" + std::string(KServeName(dtype));
+  inference::DataType t = inference::TYPE_INVALID;
+  inference::DataType_Parse(name, &t);
+  return t;
+}
+
 // A LogSettings request's settings as the JSON object the HTTP endpoint takes.
 nlohmann::json SettingsJson(const inference::LogSettingsRequest& in) {
   nlohmann::json changes = nlohmann::json::object();
@@ -270,6 +277,38 @@ void SharedMemoryMethod(KServeService* kserve, std::string_view method, UnaryCal
   }
   return CudaMethod<CudaSharedMemoryUnregisterRequest, CudaSharedMemoryUnregisterResponse>(
       kserve, call, false);
+}
+
+void DescribeModel(const KServeService& kserve, const Manifest& m,
+                   inference::ModelMetadataResponse* out) {
+  out->set_name(m.name);
+  for (const std::string& v : kserve.Versions(m.name)) {
+    out->add_versions(v);
+  }
+  out->set_platform("ferry");
+  auto describe = [](const TensorSpec& t, auto* x) {  // An input or an output alike.
+    x->set_name(t.name);
+    x->set_datatype(std::string(KServeName(t.dtype)));
+    for (int64_t d : t.shape) x->add_shape(d);
+  };
+  for (const TensorSpec& t : m.client_inputs()) describe(t, out->add_inputs());
+  for (const TensorSpec& t : m.client_outputs()) describe(t, out->add_outputs());
+}
+
+void DescribeConfig(const Manifest& m, inference::ModelConfig* out) {
+  int64_t max_batch = MaxBatchSize(m);
+  out->set_name(m.name);
+  out->set_platform("ferry");
+  out->set_backend("ferry");
+  out->set_max_batch_size(static_cast<int32_t>(max_batch));
+  out->mutable_model_transaction_policy()->set_decoupled(m.decoupled);
+  auto describe = [max_batch](const TensorSpec& t, auto* x) {  // Dims without the batch.
+    x->set_name(t.name);
+    x->set_data_type(ConfigType(t.dtype));
+    for (size_t i = max_batch > 0 ? 1 : 0; i < t.shape.size(); ++i) x->add_dims(t.shape[i]);
+  };
+  for (const TensorSpec& t : m.client_inputs()) describe(t, out->add_input());
+  for (const TensorSpec& t : m.client_outputs()) describe(t, out->add_output());
 }
 
 }  // namespace ferry::frontend

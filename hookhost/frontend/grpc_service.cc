@@ -1,18 +1,11 @@
 #include "hookhost/frontend/grpc_service.h"
 
 #include <absl/synchronization/mutex.h>
-#include <errno.h>
 #include <grpc/grpc.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/server_posix.h>
-#include <spdlog/spdlog.h>
-#include <sys/epoll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <mutex>
 
 #include "common/clock.h"
@@ -22,7 +15,6 @@
 #include "hookhost/frontend/grpc_raw_service.h"
 #include "hookhost/frontend/grpc_stream_sink.h"
 #include "hookhost/frontend/proto/inference.grpc.pb.h"
-#include "net/open_connections.h"
 
 namespace ferry::frontend {
 namespace {
@@ -35,13 +27,6 @@ std::optional<TraceContext> CallTrace(const grpc::ServerContextBase& context) {
     return std::nullopt;
   }
   return ParseTraceparent({tp->second.data(), tp->second.size()});
-}
-
-inference::DataType ConfigType(DType dtype) {
-  std::string name = "TYPE_" + std::string(KServeName(dtype));
-  inference::DataType t = inference::TYPE_INVALID;
-  inference::DataType_Parse(name, &t);
-  return t;
 }
 
 class StreamReactor;
@@ -169,19 +154,7 @@ class Service final : public RawService, public InferenceService {
           if (!found.ok()) {
             return ToGrpc(found.error());
           }
-          const Manifest& m = (*found)->manifest();
-          out->set_name(m.name);
-          for (const std::string& v : kserve_->Versions(m.name)) {
-            out->add_versions(v);
-          }
-          out->set_platform("ferry");
-          auto describe = [](const TensorSpec& t, auto* x) {  // An input or an output alike.
-            x->set_name(t.name);
-            x->set_datatype(std::string(KServeName(t.dtype)));
-            for (int64_t d : t.shape) x->add_shape(d);
-          };
-          for (const TensorSpec& t : m.client_inputs()) describe(t, out->add_inputs());
-          for (const TensorSpec& t : m.client_outputs()) describe(t, out->add_outputs());
+          DescribeModel(*kserve_, (*found)->manifest(), out);
           return grpc::Status::OK;
         });
   }
@@ -198,21 +171,7 @@ class Service final : public RawService, public InferenceService {
           if (!found.ok()) {
             return ToGrpc(found.error());
           }
-          const Manifest& m = (*found)->manifest();
-          int64_t max_batch = MaxBatchSize(m);
-          auto* c = out->mutable_config();
-          c->set_name(m.name);
-          c->set_platform("ferry");
-          c->set_backend("ferry");
-          c->set_max_batch_size(static_cast<int32_t>(max_batch));
-          c->mutable_model_transaction_policy()->set_decoupled(m.decoupled);
-          auto describe = [max_batch](const TensorSpec& t, auto* x) {  // Dims without the batch.
-            x->set_name(t.name);
-            x->set_data_type(ConfigType(t.dtype));
-            for (size_t i = max_batch > 0 ? 1 : 0; i < t.shape.size(); ++i) x->add_dims(t.shape[i]);
-          };
-          for (const TensorSpec& t : m.client_inputs()) describe(t, c->add_input());
-          for (const TensorSpec& t : m.client_outputs()) describe(t, c->add_output());
+          DescribeConfig((*found)->manifest(), out->mutable_config());
           return grpc::Status::OK;
         });
   }
