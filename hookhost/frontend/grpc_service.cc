@@ -183,6 +183,22 @@ class Service final : public RawService, public InferenceService {
     if (trace) {
       call.context().AddInitialMetadata("traceparent", trace->header);
     }
+    if (call.request_bytes().Length() <= KServeService::kInlineParseBytes) {
+      ParseAndInfer(call, trace);  // Parsing costs less than a hand-off would.
+      return;
+    }
+    // A large request is parsed on a hook thread: the queue thread serves every other call.
+    kserve_->Offload([this, &call, trace](bool draining) {
+      if (draining) {
+        call.Finish(ToGrpc(KServeService::DrainingError()));
+        return;
+      }
+      ParseAndInfer(call, trace);
+    });
+  }
+
+  // ModelInfer's request parsed, inferred and answered.
+  void ParseAndInfer(UnaryCall& call, const std::optional<TraceContext>& trace) {
     if (grpc::Status read = ReadMessage(call.request_bytes(), &call.infer_in); !read.ok()) {
       kserve_->CountRefused(nullptr, InvalidArgument(read.error_message()));
       call.Finish(read);
@@ -359,6 +375,26 @@ class StreamReactor final : public StreamCall {
       sink_->Finish(grpc::Status::OK);  // The client closed its side; nothing is in flight.
       return;
     }
+    if (in_bytes_.Length() <= KServeService::kInlineParseBytes) {
+      HandleRequest();
+      return;
+    }
+    // A large request is parsed on a hook thread, as OnModelInfer's. It is in flight from
+    // here, so the stream is not finished (nor this reactor deleted) under that thread.
+    sink_->BeginRequest();
+    service_->kserve_->Offload([this](bool draining) {
+      if (!draining) {
+        HandleRequest();
+        return;
+      }
+      in_.Clear();
+      WriteError(KServeService::DrainingError());
+      sink_->EndRequest(&in_bytes_);
+    });
+  }
+
+  // The request read into in_bytes_: parsed, submitted, and its answers written in turn.
+  void HandleRequest() {
     in_.Clear();
     if (grpc::Status read = ReadMessage(in_bytes_, &in_); !read.ok()) {
       service_->kserve_->CountRefused(nullptr, InvalidArgument(read.error_message()));

@@ -192,7 +192,7 @@ void KServeService::Submit(const hookhost::HookModel& model,
     ~Leave() { n->fetch_sub(1); }
   } leave{&submitting_};
   if (draining_.load()) {  // The host may be gone already: not counted.
-    done(Unavailable("this hook host is draining; retry on another"));
+    done(DrainingError());
     return;
   }
   auto refuse = [&](Error error) {
@@ -422,7 +422,7 @@ void KServeService::Infer(const hookhost::HookModel& model, net::HttpRequest&& r
                           const std::optional<TraceContext>& trace, uint32_t tenant,
                           net::Responder respond) {
   if (draining_.load()) {
-    respond(ErrorResponse(Unavailable("this hook host is draining; retry on another")));
+    respond(ErrorResponse(DrainingError()));
     return;
   }
   bool heavy =
@@ -431,20 +431,28 @@ void KServeService::Infer(const hookhost::HookModel& model, net::HttpRequest&& r
     ParseAndSubmit(model, std::move(request), trace, tenant, std::move(respond));
     return;
   }
+  auto moved = std::make_shared<net::HttpRequest>(std::move(request));
+  Offload(
+      [this, &model, moved, trace, tenant, respond = std::move(respond)](bool draining) mutable {
+        if (draining) {
+          respond(ErrorResponse(DrainingError()));
+          return;
+        }
+        ParseAndSubmit(model, std::move(*moved), trace, tenant, std::move(respond));
+      });
+}
+
+void KServeService::Offload(std::function<void(bool draining)> task) {
   // As Submit: counted before the draining check, so the host outlives the task. The count
   // drops when the task is done with, run or not (its last copy is destroyed), so neither
   // SetDraining nor the destructor waits for a task that will never run.
   submitting_.fetch_add(1);
   std::shared_ptr<void> leave(nullptr, [this](void*) { submitting_.fetch_sub(1); });
   if (draining_.load()) {
-    respond(ErrorResponse(Unavailable("this hook host is draining; retry on another")));
+    task(true);
     return;
   }
-  auto moved = std::make_shared<net::HttpRequest>(std::move(request));
-  host_->RunOnHookThread(
-      [this, &model, moved, trace, tenant, respond = std::move(respond), leave]() mutable {
-        ParseAndSubmit(model, std::move(*moved), trace, tenant, std::move(respond));
-      });
+  host_->RunOnHookThread([task = std::move(task), leave] { task(false); });
 }
 
 void KServeService::ParseAndSubmit(const hookhost::HookModel& model, net::HttpRequest&& request,

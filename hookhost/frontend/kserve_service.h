@@ -28,6 +28,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -147,6 +148,17 @@ class KServeService {
   // regions are written there before `done` sees the answer (an error if that fails).
   void Submit(const hookhost::HookModel& model, const std::shared_ptr<ParsedInfer>& request,
               hookhost::InferCallback done);
+  // Runs `task` on a hook thread, after the tasks queued before it: the parsing of a large
+  // or compressed request, kept off the thread that serves every other connection (HTTP's
+  // I/O thread, gRPC's queue thread). While this service drains, runs it here instead, with
+  // `draining` true: the task answers DrainingError() and touches nothing else (the hook host
+  // may be gone). SetDraining and the destructor wait until the task has run or been
+  // dropped. Any thread.
+  void Offload(std::function<void(bool draining)> task);
+  // What an infer request is answered while this service drains.
+  static Error DrainingError() {
+    return Unavailable("this hook host is draining; retry on another");
+  }
   // Draining: readiness reports false and infer requests get 503. Returns once no call into
   // the hook host is in progress (from HTTP's or gRPC's threads); from then on the service
   // never calls it, so the hook host may be destroyed.

@@ -1,0 +1,165 @@
+// gRPC's front end over a hook host and real worker processes: gRPC's one queue thread serves
+// every call of the hook host, so a large ModelInfer (one request or one of a stream's) is
+// parsed on a hook thread, as HTTP's large bodies are, and a small one on the queue thread,
+// where parsing costs less than the hand-off would.
+#include <doctest/doctest.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <string>
+
+#include "hookhost/frontend/grpc_front_end.h"
+#include "hookhost/frontend/proto/inference.grpc.pb.h"
+#include "tests/testing/flow_node.h"
+#include "tests/testing/loopback.h"
+
+namespace ferry::hookhost {
+namespace {
+
+using inference::GRPCInferenceService;
+using inference::ModelInferRequest;
+using inference::ModelInferResponse;
+
+// A ModelInfer for mlp of `rows` rows of 784 FP32 values (i % 7 - 3), with `extra` bytes
+// more in its raw contents than the shape holds when not 0 (so it is refused when parsed).
+ModelInferRequest MlpRequest(int64_t rows, size_t extra = 0) {
+  ModelInferRequest r;
+  r.set_model_name("mlp");
+  auto* input = r.add_inputs();
+  input->set_name("input");
+  input->set_datatype("FP32");
+  input->add_shape(rows);
+  input->add_shape(784);
+  std::string bytes(static_cast<size_t>(rows) * 784 * 4 + extra, '\0');
+  for (size_t i = 0; i < static_cast<size_t>(rows) * 784; ++i) {
+    float v = static_cast<float>(static_cast<int>(i % 7) - 3);
+    std::memcpy(bytes.data() + i * 4, &v, 4);
+  }
+  r.add_raw_input_contents(std::move(bytes));
+  return r;
+}
+
+// The first row of a response's logits.
+std::vector<float> FirstRow(const ModelInferResponse& response) {
+  std::vector<float> row(10);
+  REQUIRE(response.raw_output_contents_size() == 1);
+  REQUIRE(response.raw_output_contents(0).size() >= row.size() * 4);
+  std::memcpy(row.data(), response.raw_output_contents(0).data(), row.size() * 4);
+  return row;
+}
+
+// A hook host with one hook thread behind a gRPC front end on a free loopback port.
+struct GrpcNode {
+  FlowNode node{1};
+  Host host{node, GatewayMode::kLeastOutstanding, 1};
+  frontend::KServeService service{host.view, host.models, host.host.get(), FrontendSettings{}};
+  uint16_t port = 0;
+  frontend::GrpcFrontEnd front{&service, testing::ListenLoopback(&port), frontend::GrpcOptions{}};
+  std::unique_ptr<GRPCInferenceService::Stub> stub;
+
+  GrpcNode() {
+    REQUIRE(front.Start().ok());
+    stub = GRPCInferenceService::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                             grpc::InsecureChannelCredentials()));
+  }
+
+  // Holds the hook thread until the returned promise is set.
+  std::promise<void> HoldHookThread() {
+    std::promise<void> release;
+    std::promise<void> holding;
+    host.host->RunOnHookThread([&holding, released = release.get_future().share()] {
+      holding.set_value();
+      released.wait();
+    });
+    holding.get_future().wait();
+    return release;
+  }
+
+  grpc::Status Call(const ModelInferRequest& request, ModelInferResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    return stub->ModelInfer(&context, request, response);
+  }
+};
+
+constexpr size_t kLargeRows = frontend::KServeService::kInlineParseBytes / (784 * 4) + 1;
+
+TEST_CASE("a large gRPC ModelInfer is parsed on a hook thread, a small one on the queue thread") {
+  GrpcNode n;
+  ModelInferResponse small_ok, large_ok;
+  REQUIRE(n.Call(MlpRequest(1), &small_ok).ok());
+  REQUIRE(n.Call(MlpRequest(kLargeRows), &large_ok).ok());
+  CHECK(FirstRow(small_ok) == FirstRow(large_ok));  // Served the same on either thread.
+
+  std::promise<void> release = n.HoldHookThread();
+  // A small request the codec refuses is answered from the queue thread at once.
+  ModelInferResponse refused;
+  grpc::Status small = n.Call(MlpRequest(1, 4), &refused);
+  CHECK(small.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  // A large one waits for the hook thread to parse it.
+  grpc::CompletionQueue queue;
+  grpc::ClientContext context;
+  ModelInferResponse large_refused;
+  grpc::Status large;
+  auto call = n.stub->AsyncModelInfer(&context, MlpRequest(kLargeRows, 4), &queue);
+  call->Finish(&large_refused, &large, &queue);
+  void* tag = nullptr;
+  bool ok = false;
+  auto early =
+      queue.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+  CHECK(early == grpc::CompletionQueue::TIMEOUT);
+  release.set_value();
+  if (early == grpc::CompletionQueue::TIMEOUT) {
+    REQUIRE(queue.Next(&tag, &ok));
+  }
+  CHECK(large.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(large.error_message().find("raw_input_contents holds") != std::string::npos);
+}
+
+TEST_CASE("a large request of a gRPC stream is parsed on a hook thread and answered in order") {
+  GrpcNode n;
+  grpc::ClientContext context;
+  auto stream = n.stub->ModelStreamInfer(&context);
+  inference::ModelStreamInferResponse answer;
+  REQUIRE(stream->Write(MlpRequest(1)));
+  REQUIRE(stream->Read(&answer));
+  REQUIRE(answer.error_message().empty());
+  std::vector<float> small_row = FirstRow(answer.infer_response());
+
+  std::promise<void> release = n.HoldHookThread();
+  // Refused by the codec, but only once the hook thread has parsed it.
+  REQUIRE(stream->Write(MlpRequest(kLargeRows, 4)));
+  REQUIRE(stream->Write(MlpRequest(1)));  // Read only once the large one is answered.
+  std::future<bool> first = std::async(std::launch::async, [&] { return stream->Read(&answer); });
+  CHECK(first.wait_for(std::chrono::milliseconds(300)) == std::future_status::timeout);
+  release.set_value();
+  REQUIRE(first.get());
+  CHECK(answer.error_message().find("raw_input_contents holds") != std::string::npos);
+  REQUIRE(stream->Read(&answer));
+  CHECK(answer.error_message().empty());
+  CHECK(FirstRow(answer.infer_response()) == small_row);
+  stream->WritesDone();
+  CHECK(stream->Finish().ok());
+}
+
+TEST_CASE("a large gRPC ModelInfer sent while the hook host drains is answered UNAVAILABLE") {
+  GrpcNode n;
+  n.service.SetDraining();
+  ModelInferResponse response;
+  grpc::Status large = n.Call(MlpRequest(kLargeRows), &response);
+  CHECK(large.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(large.error_message().find("draining") != std::string::npos);
+  grpc::ClientContext context;
+  auto stream = n.stub->ModelStreamInfer(&context);
+  inference::ModelStreamInferResponse answer;
+  REQUIRE(stream->Write(MlpRequest(kLargeRows)));
+  REQUIRE(stream->Read(&answer));
+  CHECK(answer.error_message().find("draining") != std::string::npos);
+  stream->WritesDone();
+  CHECK(stream->Finish().ok());
+}
+
+}  // namespace
+}  // namespace ferry::hookhost
