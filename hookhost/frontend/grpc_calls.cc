@@ -139,6 +139,22 @@ void UnaryCall::Release() {
   }
 }
 
+UnaryCall::Handler OnLane(CallLane* lane, UnaryCall::Handler handle) {
+  return [lane, handle = std::move(handle)](UnaryCall& call) {
+    auto run = [handle, call = &call] {
+      if (call->cancel()->fired()) {  // Nobody waits for its answer any more.
+        call->Finish({grpc::StatusCode::CANCELLED, "cancelled while waiting for the call lane"});
+        return;
+      }
+      handle(*call);
+    };
+    if (!lane->Post(run)) {
+      call.Finish({grpc::StatusCode::RESOURCE_EXHAUSTED,
+                   "too many shared-memory and settings calls are waiting; try again"});
+    }
+  };
+}
+
 // --- StreamCall ---
 StreamCall::~StreamCall() {
   if (queue_ != nullptr) {

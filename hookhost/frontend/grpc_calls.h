@@ -165,6 +165,12 @@ class UnaryCall {
   std::atomic<int> refs_{2};  // Answered and Ended.
 };
 
+// `handle` run on `lane`, behind the calls already waiting there. A call whose client cancels
+// (or whose connection drops) while it waits is answered CANCELLED and not handled; one the
+// lane's bound refuses is answered RESOURCE_EXHAUSTED at once. REQUIRES: `lane` outlives the
+// calls.
+UnaryCall::Handler OnLane(CallLane* lane, UnaryCall::Handler handle);
+
 // One bidirectional stream, its messages as bytes: what grpc++'s ServerBidiReactor offers,
 // over the completion queue. At most one read and one write in flight at a time; Finish once,
 // with no write in flight, also after a cancel (as with the reactor). OnDone runs last, once

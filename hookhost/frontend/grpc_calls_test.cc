@@ -1,7 +1,8 @@
-// The gRPC service's completion-queue plumbing: the call lane's order and bound, a queue that
-// is shut down only once its calls are gone (a late answer after the server stopped), and a
-// GrpcFrontEnd whose one queue thread serves calls and streams and ends them all at Stop
-// (a stream left open, a burst of calls on one connection).
+// The gRPC service's completion-queue plumbing: the call lane's order and bound (a call past
+// it refused, one cancelled while it waits not run), a queue that is shut down only once its
+// calls are gone (a late answer after the server stopped), and a GrpcFrontEnd whose one queue
+// thread serves calls and streams and ends them all at Stop (a stream left open, a burst of
+// calls on one connection).
 #include "hookhost/frontend/grpc_calls.h"
 
 #include <doctest/doctest.h>
@@ -106,6 +107,119 @@ TEST_CASE("the queue is shut down only once its calls are gone, a late answer in
   CHECK(queue.ShutdownWhenEmpty(5000));
   CHECK(queue.calls() == 0);
   CHECK_FALSE(done.get_future().get().ok());  // Cancelled by the server's stop.
+}
+
+// A server of ServerLive alone on `queue`, its calls handled by `handler` through OnLane.
+struct LaneServer {
+  using LiveOnly = inference::GRPCInferenceService::WithRawMethod_ServerLive<
+      inference::GRPCInferenceService::Service>;
+  LiveOnly service;
+  int port = 0;
+  std::unique_ptr<CallQueue> queue;
+  std::unique_ptr<grpc::Server> server;
+  UnaryCall::Method method;
+  std::atomic<UnaryCall*> last{nullptr};  // The call that came last, as it came.
+  std::atomic<int> came{0};
+
+  LaneServer(CallLane* lane, UnaryCall::Handler handler) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service);
+    queue = std::make_unique<CallQueue>(builder.AddCompletionQueue());
+    server = builder.BuildAndStart();
+    REQUIRE(server != nullptr);
+    method = {[this](grpc::ServerContext* context, grpc::ByteBuffer* in, RawResponder* responder,
+                     grpc::ServerCompletionQueue* q,
+                     void* tag) { service.RequestServerLive(context, in, responder, q, q, tag); },
+              [this, on_lane = OnLane(lane, std::move(handler))](UnaryCall& call) {
+                last.store(&call);
+                came.fetch_add(1);
+                on_lane(call);
+              }};
+    UnaryCall::Await(&method, queue.get());
+    queue->Start();
+  }
+  ~LaneServer() {
+    server->Shutdown(std::chrono::system_clock::now());
+    server->Wait();
+    CHECK(queue->ShutdownWhenEmpty(5000));
+  }
+  // One ServerLive call, cancelled by the client once `cancel_when` is ready (if valid).
+  grpc::Status Call(std::shared_future<void> cancel_when = {}) {
+    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                       grpc::InsecureChannelCredentials());
+    grpc::GenericStub stub(channel);
+    grpc::Slice empty("");
+    grpc::ByteBuffer request(&empty, 1), response;
+    grpc::ClientContext context;
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(&context, "/inference.GRPCInferenceService/ServerLive", grpc::StubOptions(),
+                   &request, &response, [&](grpc::Status s) { done.set_value(s); });
+    if (cancel_when.valid()) {
+      cancel_when.wait();
+      context.TryCancel();
+    }
+    return done.get_future().get();
+  }
+};
+
+// Holds `lane` until the returned promise is set.
+std::promise<void> HoldLane(CallLane& lane) {
+  std::promise<void> release, holding;
+  REQUIRE(lane.Post([&holding, released = release.get_future().share()] {
+    holding.set_value();
+    released.wait();
+  }));
+  holding.get_future().wait();
+  return release;
+}
+
+TEST_CASE("a call cancelled while it waits for the lane is answered CANCELLED, not run") {
+  CallLane lane;
+  std::atomic<int> ran{0};
+  LaneServer server(&lane, [&](UnaryCall& call) {
+    ran.fetch_add(1);
+    call.Finish(grpc::Status::OK);
+  });
+  CHECK(server.Call().ok());  // Handled on the lane.
+  CHECK(ran.load() == 1);
+
+  std::promise<void> release = HoldLane(lane);
+  std::promise<void> cancel;
+  std::future<grpc::Status> status =
+      std::async(std::launch::async, [&] { return server.Call(cancel.get_future().share()); });
+  // The call waits on the lane (it cannot be answered, so it lives); the client cancels it.
+  for (int i = 0; i < 1000 && server.came.load() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(server.came.load() == 2);
+  UnaryCall* waiting = server.last.load();
+  cancel.set_value();
+  CHECK(status.get().error_code() == grpc::StatusCode::CANCELLED);
+  for (int i = 0; i < 1000 && !waiting->cancel()->fired(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(waiting->cancel()->fired());  // gRPC told the server.
+  release.set_value();
+  for (int i = 0; i < 1000 && server.queue->calls() > 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(server.queue->calls() == 1);  // Answered and gone; the next call asked for is left.
+  CHECK(ran.load() == 1);             // The cancelled one was not run.
+}
+
+TEST_CASE("a call beyond the lane's bound is answered RESOURCE_EXHAUSTED at once") {
+  CallLane lane;
+  LaneServer server(&lane, [](UnaryCall& call) { call.Finish(grpc::Status::OK); });
+  std::promise<void> release = HoldLane(lane);
+  for (size_t i = 0; i < CallLane::kMaxQueued; ++i) {
+    REQUIRE(lane.Post([] {}));
+  }
+  grpc::Status refused = server.Call();
+  CHECK(refused.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(refused.error_message().find("try again") != std::string::npos);
+  release.set_value();
+  CHECK(server.Call().ok());
 }
 
 // A listening socket on 127.0.0.1 at a free port (tests/testing/loopback.h).

@@ -519,12 +519,7 @@ void Service::Serve(CallQueue* queue, CallLane* lane, int infer_calls) {
   // `calls` of a method asked for at once, answered on the queue's thread (or on `lane`).
   auto method = [&](auto request, UnaryCall::Handler handle, bool on_lane = false, int calls = 1) {
     if (on_lane) {
-      handle = [handle, lane](UnaryCall& call) {
-        if (!lane->Post([handle, &call] { handle(call); })) {
-          call.Finish({grpc::StatusCode::RESOURCE_EXHAUSTED,
-                       "too many shared-memory and settings calls are waiting; try again"});
-        }
-      };
+      handle = OnLane(lane, std::move(handle));
     }
     methods_.push_back(
         {[this, request](grpc::ServerContext* context, grpc::ByteBuffer* in,
