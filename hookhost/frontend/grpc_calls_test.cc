@@ -63,54 +63,8 @@ TEST_CASE("the call lane holds at most kMaxQueued waiting; the rest are refused,
   CHECK(ran.load() == static_cast<int>(CallLane::kMaxQueued));
 }
 
-TEST_CASE("the queue is shut down only once its calls are gone, a late answer included") {
-  using LiveOnly = inference::GRPCInferenceService::WithRawMethod_ServerLive<
-      inference::GRPCInferenceService::Service>;
-  LiveOnly service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  CallQueue queue(builder.AddCompletionQueue());
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  REQUIRE(server != nullptr);
-  std::promise<UnaryCall*> arrived;
-  UnaryCall::Method method{
-      [&](grpc::ServerContext* context, grpc::ByteBuffer* in, RawResponder* responder,
-          grpc::ServerCompletionQueue* q,
-          void* tag) { service.RequestServerLive(context, in, responder, q, q, tag); },
-      [&](UnaryCall& call) { arrived.set_value(&call); }};  // Not answered: held open.
-  UnaryCall::Await(&method, &queue);
-  queue.Start();
-
-  auto channel =
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  grpc::Slice empty("");
-  grpc::ByteBuffer request(&empty, 1), response;
-  grpc::ClientContext context;
-  std::promise<grpc::Status> done;
-  stub.UnaryCall(&context, "/inference.GRPCInferenceService/ServerLive", grpc::StubOptions(),
-                 &request, &response, [&](grpc::Status s) { done.set_value(s); });
-  std::future<UnaryCall*> came = arrived.get_future();
-  REQUIRE(came.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
-  UnaryCall* call = came.get();
-
-  // The server stops (the open call cancelled after 50 ms) while the call is still ours.
-  std::thread stopper(
-      [&] { server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(50)); });
-  CHECK_FALSE(queue.ShutdownWhenEmpty(300));  // Not while the call lives.
-  CHECK(queue.calls() >= 1);
-  call->Finish(grpc::Status::OK);  // The late answer: an operation on the queue.
-  stopper.join();
-  server->Wait();
-  CHECK(queue.ShutdownWhenEmpty(5000));
-  CHECK(queue.calls() == 0);
-  CHECK_FALSE(done.get_future().get().ok());  // Cancelled by the server's stop.
-}
-
-// A server of ServerLive alone on `queue`, its calls handled by `handler` through OnLane.
-struct LaneServer {
+// A server of ServerLive alone, on one CallQueue, each call handed to `handler` as it comes.
+struct LiveServer {
   using LiveOnly = inference::GRPCInferenceService::WithRawMethod_ServerLive<
       inference::GRPCInferenceService::Service>;
   LiveOnly service;
@@ -120,8 +74,9 @@ struct LaneServer {
   UnaryCall::Method method;
   std::atomic<UnaryCall*> last{nullptr};  // The call that came last, as it came.
   std::atomic<int> came{0};
+  bool stopped = false;  // By the test: the destructor leaves it be.
 
-  LaneServer(CallLane* lane, UnaryCall::Handler handler) {
+  explicit LiveServer(UnaryCall::Handler handler) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(&service);
@@ -131,18 +86,20 @@ struct LaneServer {
     method = {[this](grpc::ServerContext* context, grpc::ByteBuffer* in, RawResponder* responder,
                      grpc::ServerCompletionQueue* q,
                      void* tag) { service.RequestServerLive(context, in, responder, q, q, tag); },
-              [this, on_lane = OnLane(lane, std::move(handler))](UnaryCall& call) {
+              [this, handler = std::move(handler)](UnaryCall& call) {
                 last.store(&call);
                 came.fetch_add(1);
-                on_lane(call);
+                handler(call);
               }};
     UnaryCall::Await(&method, queue.get());
     queue->Start();
   }
-  ~LaneServer() {
-    server->Shutdown(std::chrono::system_clock::now());
-    server->Wait();
-    CHECK(queue->ShutdownWhenEmpty(5000));
+  ~LiveServer() {
+    if (!stopped) {
+      server->Shutdown(std::chrono::system_clock::now());
+      server->Wait();
+      CHECK(queue->ShutdownWhenEmpty(5000));
+    }
   }
   // One ServerLive call, cancelled by the client once `cancel_when` is ready (if valid).
   grpc::Status Call(std::shared_future<void> cancel_when = {}) {
@@ -161,7 +118,35 @@ struct LaneServer {
     }
     return done.get_future().get();
   }
+  // Waits up to 10 s for the `n`th call to come.
+  bool AwaitCalls(int n) {
+    for (int i = 0; i < 1000 && came.load() < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return came.load() >= n;
+  }
 };
+
+TEST_CASE("the queue is shut down only once its calls are gone, a late answer included") {
+  LiveServer live([](UnaryCall&) {});  // Not answered: held open.
+  std::future<grpc::Status> done = std::async(std::launch::async, [&] { return live.Call(); });
+  REQUIRE(live.AwaitCalls(1));
+  UnaryCall* call = live.last.load();
+
+  // The server stops (the open call cancelled after 50 ms) while the call is still ours.
+  live.stopped = true;
+  std::thread stopper([&] {
+    live.server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(50));
+  });
+  CHECK_FALSE(live.queue->ShutdownWhenEmpty(300));  // Not while the call lives.
+  CHECK(live.queue->calls() >= 1);
+  call->Finish(grpc::Status::OK);  // The late answer: an operation on the queue.
+  stopper.join();
+  live.server->Wait();
+  CHECK(live.queue->ShutdownWhenEmpty(5000));
+  CHECK(live.queue->calls() == 0);
+  CHECK_FALSE(done.get().ok());  // Cancelled by the server's stop.
+}
 
 // Holds `lane` until the returned promise is set.
 std::promise<void> HoldLane(CallLane& lane) {
@@ -177,10 +162,10 @@ std::promise<void> HoldLane(CallLane& lane) {
 TEST_CASE("a call cancelled while it waits for the lane is answered CANCELLED, not run") {
   CallLane lane;
   std::atomic<int> ran{0};
-  LaneServer server(&lane, [&](UnaryCall& call) {
+  LiveServer server(OnLane(&lane, [&](UnaryCall& call) {
     ran.fetch_add(1);
     call.Finish(grpc::Status::OK);
-  });
+  }));
   CHECK(server.Call().ok());  // Handled on the lane.
   CHECK(ran.load() == 1);
 
@@ -189,10 +174,7 @@ TEST_CASE("a call cancelled while it waits for the lane is answered CANCELLED, n
   std::future<grpc::Status> status =
       std::async(std::launch::async, [&] { return server.Call(cancel.get_future().share()); });
   // The call waits on the lane (it cannot be answered, so it lives); the client cancels it.
-  for (int i = 0; i < 1000 && server.came.load() < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  REQUIRE(server.came.load() == 2);
+  REQUIRE(server.AwaitCalls(2));
   UnaryCall* waiting = server.last.load();
   cancel.set_value();
   CHECK(status.get().error_code() == grpc::StatusCode::CANCELLED);
@@ -210,7 +192,7 @@ TEST_CASE("a call cancelled while it waits for the lane is answered CANCELLED, n
 
 TEST_CASE("a call beyond the lane's bound is answered RESOURCE_EXHAUSTED at once") {
   CallLane lane;
-  LaneServer server(&lane, [](UnaryCall& call) { call.Finish(grpc::Status::OK); });
+  LiveServer server(OnLane(&lane, [](UnaryCall& call) { call.Finish(grpc::Status::OK); }));
   std::promise<void> release = HoldLane(lane);
   for (size_t i = 0; i < CallLane::kMaxQueued; ++i) {
     REQUIRE(lane.Post([] {}));
