@@ -148,15 +148,25 @@ TEST_CASE("the queue is shut down only once its calls are gone, a late answer in
   CHECK_FALSE(done.get().ok());  // Cancelled by the server's stop.
 }
 
-// Holds `lane` until the returned promise is set.
+// Holds `lane` until the returned promise is set (or destroyed).
 std::promise<void> HoldLane(CallLane& lane) {
-  std::promise<void> release, holding;
-  REQUIRE(lane.Post([&holding, released = release.get_future().share()] {
-    holding.set_value();
+  std::promise<void> release;
+  auto holding = std::make_shared<std::promise<void>>();
+  REQUIRE(lane.Post([holding, released = release.get_future().share()] {
+    holding->set_value();
     released.wait();
   }));
-  holding.get_future().wait();
+  holding->get_future().wait();
   return release;
+}
+
+// Waits until `lane` has run everything posted before this returns.
+void DrainLane(CallLane& lane) {
+  auto ran = std::make_shared<std::promise<void>>();
+  while (!lane.Post([ran] { ran->set_value(); })) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ran->get_future().wait();
 }
 
 TEST_CASE("a call cancelled while it waits for the lane is answered CANCELLED, not run") {
@@ -170,9 +180,12 @@ TEST_CASE("a call cancelled while it waits for the lane is answered CANCELLED, n
   CHECK(ran.load() == 1);
 
   std::promise<void> release = HoldLane(lane);
-  std::promise<void> cancel;
+  std::promise<void> cancel_promise;
+  std::shared_future<void> cancelled = cancel_promise.get_future().share();
   std::future<grpc::Status> status =
-      std::async(std::launch::async, [&] { return server.Call(cancel.get_future().share()); });
+      std::async(std::launch::async, [&server, cancelled] { return server.Call(cancelled); });
+  // Destroyed before `status` when a REQUIRE fails, so the call is cancelled, not waited for.
+  std::promise<void> cancel = std::move(cancel_promise);
   // The call waits on the lane (it cannot be answered, so it lives); the client cancels it.
   REQUIRE(server.AwaitCalls(2));
   UnaryCall* waiting = server.last.load();
@@ -201,6 +214,7 @@ TEST_CASE("a call beyond the lane's bound is answered RESOURCE_EXHAUSTED at once
   CHECK(refused.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
   CHECK(refused.error_message().find("try again") != std::string::npos);
   release.set_value();
+  DrainLane(lane);  // Room again.
   CHECK(server.Call().ok());
 }
 

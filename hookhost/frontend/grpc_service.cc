@@ -388,6 +388,7 @@ class StreamReactor final : public StreamCall {
         return;
       }
       in_.Clear();
+      (void)ReadMessage(in_bytes_, &in_);  // For the answer's id and model; no host state.
       WriteError(KServeService::DrainingError());
       sink_->EndRequest(&in_bytes_);
     });
