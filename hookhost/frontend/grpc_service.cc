@@ -188,9 +188,9 @@ class Service final : public RawService, public InferenceService {
       return;
     }
     // A large request is parsed on a hook thread: the queue thread serves every other call.
-    kserve_->Offload([this, &call, trace](bool draining) {
-      if (draining) {
-        call.Finish(ToGrpc(KServeService::DrainingError()));
+    kserve_->Offload([this, &call, trace](const Status& admitted) {
+      if (!admitted.ok()) {
+        call.Finish(ToGrpc(admitted.error()));
         return;
       }
       ParseAndInfer(call, trace);
@@ -382,14 +382,14 @@ class StreamReactor final : public StreamCall {
     // A large request is parsed on a hook thread, as OnModelInfer's. It is in flight from
     // here, so the stream is not finished (nor this reactor deleted) under that thread.
     sink_->BeginRequest();
-    service_->kserve_->Offload([this](bool draining) {
-      if (!draining) {
+    service_->kserve_->Offload([this](const Status& admitted) {
+      if (admitted.ok()) {
         HandleRequest();
         return;
       }
       in_.Clear();
       (void)ReadMessage(in_bytes_, &in_);  // For the answer's id and model; no host state.
-      WriteError(KServeService::DrainingError());
+      WriteError(admitted.error());
       sink_->EndRequest(&in_bytes_);
     });
   }

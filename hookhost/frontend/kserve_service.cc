@@ -432,27 +432,34 @@ void KServeService::Infer(const hookhost::HookModel& model, net::HttpRequest&& r
     return;
   }
   auto moved = std::make_shared<net::HttpRequest>(std::move(request));
-  Offload(
-      [this, &model, moved, trace, tenant, respond = std::move(respond)](bool draining) mutable {
-        if (draining) {
-          respond(ErrorResponse(DrainingError()));
-          return;
-        }
-        ParseAndSubmit(model, std::move(*moved), trace, tenant, std::move(respond));
-      });
+  Offload([this, &model, moved, trace, tenant,
+           respond = std::move(respond)](const Status& admitted) mutable {
+    if (!admitted.ok()) {
+      respond(ErrorResponse(admitted.error()));
+      return;
+    }
+    ParseAndSubmit(model, std::move(*moved), trace, tenant, std::move(respond));
+  });
 }
 
-void KServeService::Offload(std::function<void(bool draining)> task) {
+void KServeService::Offload(std::function<void(const Status& admitted)> task) {
   // As Submit: counted before the draining check, so the host outlives the task. The count
   // drops when the task is done with, run or not (its last copy is destroyed), so neither
   // SetDraining nor the destructor waits for a task that will never run.
   submitting_.fetch_add(1);
   std::shared_ptr<void> leave(nullptr, [this](void*) { submitting_.fetch_sub(1); });
   if (draining_.load()) {
-    task(true);
+    task(DrainingError());
     return;
   }
-  host_->RunOnHookThread([task = std::move(task), leave] { task(false); });
+  if (offloaded_.fetch_add(1) >= kMaxOffloaded) {
+    offloaded_.fetch_sub(1);
+    task(ResourceExhausted("too many large requests wait to be parsed on this hook host (" +
+                           std::to_string(kMaxOffloaded) + "); try again"));
+    return;
+  }
+  std::shared_ptr<void> done(nullptr, [this](void*) { offloaded_.fetch_sub(1); });
+  host_->RunOnHookThread([task = std::move(task), leave, done] { task(OkStatus()); });
 }
 
 void KServeService::ParseAndSubmit(const hookhost::HookModel& model, net::HttpRequest&& request,

@@ -148,13 +148,20 @@ class KServeService {
   // regions are written there before `done` sees the answer (an error if that fails).
   void Submit(const hookhost::HookModel& model, const std::shared_ptr<ParsedInfer>& request,
               hookhost::InferCallback done);
+  // At most this many requests wait for a hook thread to parse them, or are being parsed
+  // (Offload); more are refused at once, so a flood of large requests neither queues without
+  // bound in memory nor holds the plugins' work behind it.
+  static constexpr int kMaxOffloaded = 64;
   // Runs `task` on a hook thread, after the tasks queued before it: the parsing of a large
   // or compressed request, kept off the thread that serves every other connection (HTTP's
-  // I/O thread, gRPC's queue thread). While this service drains, runs it here instead, with
-  // `draining` true: the task answers DrainingError() and touches nothing else (the hook host
-  // may be gone). SetDraining and the destructor wait until the task has run or been
-  // dropped. Any thread.
-  void Offload(std::function<void(bool draining)> task);
+  // I/O thread, gRPC's queue thread); `admitted` is OK there. Runs it here instead with
+  // `admitted` an error when the request may not go: DrainingError() while this service
+  // drains (the hook host may be gone), RESOURCE_EXHAUSTED with kMaxOffloaded already
+  // offloaded; the task then answers that error and touches nothing else. SetDraining and
+  // the destructor wait until the task has run or been dropped. Any thread.
+  void Offload(std::function<void(const Status& admitted)> task);
+  // Requests offloaded and not yet done with (at most kMaxOffloaded).
+  int offloaded() const { return offloaded_.load(); }
   // What an infer request is answered while this service drains.
   static Error DrainingError() {
     return Unavailable("this hook host is draining; retry on another");
@@ -232,6 +239,7 @@ class KServeService {
   std::unordered_map<std::string, std::string> peer_subjects_;  // Guarded by peers_mu_.
   std::atomic<bool> draining_{false};
   std::atomic<int> submitting_{0};  // Calls between the draining check and the host's return.
+  std::atomic<int> offloaded_{0};   // Offload's tasks not yet done with.
 };
 
 // An Error as an HTTP answer: the status its code maps to and {"error": message}.

@@ -11,7 +11,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "hookhost/frontend/front_end.h"
@@ -289,6 +291,57 @@ TEST_CASE("a large or compressed JSON body is parsed on a hook thread, a small o
   Answered refused = Infer(service, bomb, true);
   CHECK(refused.response.status == 413);
   CHECK(refused.response.body.find("max_inflate_ratio") != std::string::npos);
+}
+
+// A flood of large or compressed bodies is bounded where it waits for the hook threads: past
+// kMaxOffloaded waiting, a body is refused at once, on the I/O thread, unparsed.
+TEST_CASE("bodies past kMaxOffloaded waiting for a hook thread are refused at once") {
+  FlowNode node(1);
+  Host host(node, GatewayMode::kLeastOutstanding, 1);
+  // Outlive the service, whose destructor waits for the tasks that set them.
+  std::atomic<int> answered{0}, served{0};
+  std::optional<net::HttpResponse> refused;
+  FrontendSettings settings;
+  frontend::KServeService service(host.view, host.models, host.host.get(), settings);
+  std::promise<void> release;
+  auto holding = std::make_shared<std::promise<void>>();
+  host.host->RunOnHookThread([holding, released = release.get_future().share()] {
+    holding->set_value();
+    released.wait();
+  });
+  holding->get_future().wait();
+  std::string row;
+  for (int i = 0; i < 784; ++i) {
+    row += (i == 0 ? "" : ",") + std::to_string(i % 7 - 3);
+  }
+  std::string body =
+      R"({"inputs":[{"name":"input","datatype":"FP32","shape":[1,784],"data":[)" + row + "]}]}";
+  auto send = [&](std::function<void(net::HttpResponse)> done) {
+    net::HttpRequest request;
+    request.method = "POST";
+    request.target = "/v2/models/mlp/infer";
+    request.headers.emplace_back("Content-Encoding", "gzip");  // Parsed on a hook thread.
+    request.body = net::Deflate(body, net::Encoding::kGzip);
+    service.Handle(std::move(request), std::move(done));
+  };
+  for (int i = 0; i < frontend::KServeService::kMaxOffloaded; ++i) {
+    send([&](net::HttpResponse r) {
+      served += r.status == 200 ? 1 : 0;
+      answered += 1;
+    });
+  }
+  CHECK(service.offloaded() == frontend::KServeService::kMaxOffloaded);
+  send([&](net::HttpResponse r) { refused = std::move(r); });
+  REQUIRE(refused.has_value());  // Answered in place, the hook thread still held.
+  CHECK(refused->status != 200);
+  CHECK(refused->body.find("wait to be parsed") != std::string::npos);
+  CHECK(answered.load() == 0);
+  release.set_value();
+  for (int i = 0; i < 3000 && answered.load() < frontend::KServeService::kMaxOffloaded; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(served.load() == frontend::KServeService::kMaxOffloaded);
+  CHECK(service.offloaded() == 0);
 }
 
 // The hook thread that parsed a large body hands its answer over and only then leaves the

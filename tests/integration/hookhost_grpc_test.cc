@@ -9,6 +9,8 @@
 #include <cstring>
 #include <future>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "hookhost/frontend/grpc_front_end.h"
 #include "hookhost/frontend/proto/inference.grpc.pb.h"
@@ -146,6 +148,46 @@ TEST_CASE("a large request of a gRPC stream is parsed on a hook thread and answe
   CHECK(SameRow(FirstRow(answer.infer_response()), small_row));
   stream->WritesDone();
   CHECK(stream->Finish().ok());
+}
+
+TEST_CASE("large gRPC requests past kMaxOffloaded waiting to be parsed are refused at once") {
+  GrpcNode n;
+  std::promise<void> release = n.HoldHookThread();
+  constexpr int kMax = frontend::KServeService::kMaxOffloaded;
+  struct Waiting {
+    grpc::ClientContext context;
+    ModelInferResponse response;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<ModelInferResponse>> call;
+  };
+  std::vector<std::unique_ptr<Waiting>> waiting;
+  grpc::CompletionQueue queue;
+  ModelInferRequest large = MlpRequest(kLargeRows);
+  for (int i = 0; i < kMax; ++i) {
+    auto w = std::make_unique<Waiting>();
+    w->call = n.stub->AsyncModelInfer(&w->context, large, &queue);
+    w->call->Finish(&w->response, &w->status, w.get());
+    waiting.push_back(std::move(w));
+  }
+  for (int i = 0; i < 1000 && n.service.offloaded() < kMax; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(n.service.offloaded() == kMax);
+  ModelInferResponse response;
+  grpc::Status refused = n.Call(large, &response);  // The hook thread is still held.
+  CHECK(refused.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(refused.error_message().find("wait to be parsed") != std::string::npos);
+  release.set_value();
+  int served = 0;
+  for (int i = 0; i < kMax; ++i) {
+    void* tag = nullptr;
+    bool ok = false;
+    REQUIRE(queue.Next(&tag, &ok));
+    served += static_cast<Waiting*>(tag)->status.ok() ? 1 : 0;
+  }
+  CHECK(served == kMax);
+  CHECK(n.service.offloaded() == 0);
+  CHECK(n.Call(large, &response).ok());
 }
 
 // While draining, a large request is answered in place: the hook threads may be gone.
