@@ -189,7 +189,8 @@ class Service final : public RawService, public InferenceService {
     }
     // A large request is parsed on a hook thread: the queue thread serves every other call.
     kserve_->Offload([this, &call, trace](const Status& admitted) {
-      if (!admitted.ok()) {
+      if (!admitted.ok()) {  // Its model unknown until parsed: counted as unrouted.
+        kserve_->CountRefused(nullptr, admitted.error());
         call.Finish(ToGrpc(admitted.error()));
         return;
       }
@@ -389,6 +390,7 @@ class StreamReactor final : public StreamCall {
       }
       in_.Clear();
       (void)ReadMessage(in_bytes_, &in_);  // For the answer's id and model; no host state.
+      service_->kserve_->CountRefused(service_->kserve_->Find(in_.model_name()), admitted.error());
       WriteError(admitted.error());
       sink_->EndRequest(&in_bytes_);
     });

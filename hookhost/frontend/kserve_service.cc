@@ -435,6 +435,7 @@ void KServeService::Infer(const hookhost::HookModel& model, net::HttpRequest&& r
   Offload([this, &model, moved, trace, tenant,
            respond = std::move(respond)](const Status& admitted) mutable {
     if (!admitted.ok()) {
+      CountRefused(&model, admitted.error());  // Not counted while draining.
       respond(ErrorResponse(admitted.error()));
       return;
     }

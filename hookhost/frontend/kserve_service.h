@@ -157,8 +157,9 @@ class KServeService {
   // I/O thread, gRPC's queue thread); `admitted` is OK there. Runs it here instead with
   // `admitted` an error when the request may not go: DrainingError() while this service
   // drains (the hook host may be gone), RESOURCE_EXHAUSTED with kMaxOffloaded already
-  // offloaded; the task then answers that error and touches nothing else. SetDraining and
-  // the destructor wait until the task has run or been dropped. Any thread.
+  // offloaded; the task then counts and answers that error (CountRefused) and touches
+  // nothing else. SetDraining and the destructor wait until the task has run or been
+  // dropped. Any thread.
   void Offload(std::function<void(const Status& admitted)> task);
   // Requests offloaded and not yet done with (at most kMaxOffloaded).
   int offloaded() const { return offloaded_.load(); }

@@ -336,6 +336,8 @@ TEST_CASE("bodies past kMaxOffloaded waiting for a hook thread are refused at on
   CHECK(refused->status != 200);
   CHECK(refused->body.find("wait to be parsed") != std::string::npos);
   CHECK(answered.load() == 0);
+  size_t exhausted = static_cast<size_t>(ErrorCode::kResourceExhausted) + 1;
+  CHECK(node.segment.frontend_counters(0).models[kMlp][0].answered[exhausted].load() == 1);
   release.set_value();
   for (int i = 0; i < 3000 && answered.load() < frontend::KServeService::kMaxOffloaded; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

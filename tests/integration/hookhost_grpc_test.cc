@@ -177,6 +177,8 @@ TEST_CASE("large gRPC requests past kMaxOffloaded waiting to be parsed are refus
   grpc::Status refused = n.Call(large, &response);  // The hook thread is still held.
   CHECK(refused.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
   CHECK(refused.error_message().find("wait to be parsed") != std::string::npos);
+  size_t exhausted = static_cast<size_t>(ErrorCode::kResourceExhausted) + 1;
+  CHECK(n.node.segment.frontend_counters(0).unrouted[exhausted].load() == 1);  // Model unknown.
   release.set_value();
   int served = 0;
   for (int i = 0; i < kMax; ++i) {
