@@ -389,7 +389,11 @@ class StreamReactor final : public StreamCall {
         return;
       }
       in_.Clear();
-      (void)ReadMessage(in_bytes_, &in_);  // For the answer's id and model; no host state.
+      // While draining (a short window) the request is parsed here for the answer's id and
+      // model; not past the offload bound, where a flood must not be parsed on this thread.
+      if (admitted.error().code != ErrorCode::kResourceExhausted) {
+        (void)ReadMessage(in_bytes_, &in_);  // No host state.
+      }
       service_->kserve_->CountRefused(service_->kserve_->Find(in_.model_name()), admitted.error());
       WriteError(admitted.error());
       sink_->EndRequest(&in_bytes_);

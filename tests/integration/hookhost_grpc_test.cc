@@ -15,6 +15,7 @@
 #include "hookhost/frontend/grpc_front_end.h"
 #include "hookhost/frontend/proto/inference.grpc.pb.h"
 #include "tests/testing/flow_node.h"
+#include "tests/testing/hold_thread.h"
 #include "tests/testing/loopback.h"
 
 namespace ferry::hookhost {
@@ -73,14 +74,7 @@ struct GrpcNode {
 
   // Holds the hook thread until the returned promise is set (or destroyed).
   std::promise<void> HoldHookThread() {
-    std::promise<void> release;
-    auto holding = std::make_shared<std::promise<void>>();
-    host.host->RunOnHookThread([holding, released = release.get_future().share()] {
-      holding->set_value();
-      released.wait();
-    });
-    holding->get_future().wait();
-    return release;
+    return testing::HoldThread([this](auto task) { host.host->RunOnHookThread(std::move(task)); });
   }
 
   grpc::Status Call(const ModelInferRequest& request, ModelInferResponse* response) {
@@ -179,6 +173,18 @@ TEST_CASE("large gRPC requests past kMaxOffloaded waiting to be parsed are refus
   CHECK(refused.error_message().find("wait to be parsed") != std::string::npos);
   size_t exhausted = static_cast<size_t>(ErrorCode::kResourceExhausted) + 1;
   CHECK(n.node.segment.frontend_counters(0).unrouted[exhausted].load() == 1);  // Model unknown.
+  // A stream's large request too, and unparsed: a flood is not parsed on the queue thread.
+  grpc::ClientContext stream_context;
+  auto stream = n.stub->ModelStreamInfer(&stream_context);
+  ModelInferRequest named = large;
+  named.set_id("large-9");
+  REQUIRE(stream->Write(named));
+  inference::ModelStreamInferResponse answer;
+  REQUIRE(stream->Read(&answer));
+  CHECK(answer.error_message().find("wait to be parsed") != std::string::npos);
+  CHECK(answer.infer_response().id().empty());
+  stream->WritesDone();
+  CHECK(stream->Finish().ok());
   release.set_value();
   int served = 0;
   for (int i = 0; i < kMax; ++i) {
