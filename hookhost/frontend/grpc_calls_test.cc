@@ -21,6 +21,7 @@
 
 #include "hookhost/frontend/grpc_front_end.h"
 #include "hookhost/frontend/proto/inference.grpc.pb.h"
+#include "tests/testing/hold_thread.h"
 #include "tests/testing/loopback.h"
 
 namespace ferry::frontend {
@@ -150,14 +151,7 @@ TEST_CASE("the queue is shut down only once its calls are gone, a late answer in
 
 // Holds `lane` until the returned promise is set (or destroyed).
 std::promise<void> HoldLane(CallLane& lane) {
-  std::promise<void> release;
-  auto holding = std::make_shared<std::promise<void>>();
-  REQUIRE(lane.Post([holding, released = release.get_future().share()] {
-    holding->set_value();
-    released.wait();
-  }));
-  holding->get_future().wait();
-  return release;
+  return testing::HoldThread([&lane](auto task) { REQUIRE(lane.Post(std::move(task))); });
 }
 
 // Waits until `lane` has run everything posted before this returns.

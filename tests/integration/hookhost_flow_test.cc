@@ -19,6 +19,7 @@
 #include "hookhost/frontend/front_end.h"
 #include "net/http_client.h"
 #include "tests/testing/flow_node.h"
+#include "tests/testing/hold_thread.h"
 
 namespace ferry::hookhost {
 namespace {
@@ -303,13 +304,8 @@ TEST_CASE("bodies past kMaxOffloaded waiting for a hook thread are refused at on
   std::optional<net::HttpResponse> refused;
   FrontendSettings settings;
   frontend::KServeService service(host.view, host.models, host.host.get(), settings);
-  std::promise<void> release;
-  auto holding = std::make_shared<std::promise<void>>();
-  host.host->RunOnHookThread([holding, released = release.get_future().share()] {
-    holding->set_value();
-    released.wait();
-  });
-  holding->get_future().wait();
+  std::promise<void> release =
+      testing::HoldThread([&](auto task) { host.host->RunOnHookThread(std::move(task)); });
   std::string row;
   for (int i = 0; i < 784; ++i) {
     row += (i == 0 ? "" : ",") + std::to_string(i % 7 - 3);
