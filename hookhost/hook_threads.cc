@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "common/clock.h"
+#include "common/thread_name.h"
 #include "hookhost/hookhost_impl.h"
 #include "hookhost/request_checks.h"
 #include "shm/recovery.h"
@@ -20,7 +21,10 @@ thread_local CallSlot* HookHost::Impl::t_call = nullptr;
 void HookHost::Impl::StartThread() {
   MutexLock lock(&calls_mutex);
   CallSlot* call = &calls.emplace_back();
-  call->thread = std::thread([this, call] { PoolLoop(call); });
+  call->thread = std::thread([this, call] {
+    NameThisThread("ferry-hook");
+    PoolLoop(call);
+  });
 }
 
 void HookHost::Impl::PoolLoop(CallSlot* call) {

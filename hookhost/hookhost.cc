@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "common/clock.h"
+#include "common/thread_name.h"
 #include "hookhost/hookhost_impl.h"
 #include "hookhost/request_checks.h"
 #include "shm/recovery.h"
@@ -138,7 +139,10 @@ void HookHost::Start() {
   for (int i = 0; i < impl_->options.threads; ++i) {
     impl_->StartThread();
   }
-  impl_->transport = std::thread([this] { impl_->TransportLoop(); });
+  impl_->transport = std::thread([this] {
+    NameThisThread("ferry-transport");
+    impl_->TransportLoop();
+  });
 }
 
 HookHost::~HookHost() {

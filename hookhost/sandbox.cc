@@ -194,6 +194,15 @@ Status EnterSeccomp() {
     failed |= seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1, SCMP_A0(SCMP_CMP_EQ, self));
     failed |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 1, SCMP_A0(SCMP_CMP_NE, self));
   }
+  // prctl only for a thread's own name (common/thread_name.h): PR_SET_NAME and PR_GET_NAME,
+  // options 15 and 16; any other option is refused.
+  for (scmp_datum_t option : {PR_SET_NAME, PR_GET_NAME}) {
+    failed |= seccomp_rule_add(ctx, SCMP_ACT_ALLOW, __NR_prctl, 1, SCMP_A0(SCMP_CMP_EQ, option));
+  }
+  failed |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), __NR_prctl, 1,
+                             SCMP_A0(SCMP_CMP_LT, PR_SET_NAME));
+  failed |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), __NR_prctl, 1,
+                             SCMP_A0(SCMP_CMP_GT, PR_GET_NAME));
   // A connected pair of Unix sockets: the TLS relay hands each decrypted connection to its
   // server as one (net/tls_relay.h). It reaches nothing outside the process (no address, no
   // file); any other domain is refused.
@@ -247,7 +256,6 @@ Status EnterSeccomp() {
           __NR_pidfd_open,
           __NR_pidfd_send_signal,
           __NR_pidfd_getfd,
-          __NR_prctl,
           __NR_seccomp,
           __NR_setrlimit});
   if (failed != 0) {

@@ -22,7 +22,8 @@
 //  4. a seccomp allow-list (libseccomp), arch-checked. What a hook host needs is allowed:
 //     reading and writing its descriptors, accepting on inherited listening sockets, futexes,
 //     uname and its own scheduling parameters (gRPC reads them),
-//     memory without PROT_EXEC, threads (clone with CLONE_THREAD), clocks, signals to itself.
+//     memory without PROT_EXEC, threads (clone with CLONE_THREAD), clocks, signals to itself,
+//     a thread's own name (prctl PR_SET_NAME and PR_GET_NAME; any other prctl is refused).
 //     The escapes a plugin would try fail with EPERM: open*, socket, connect, bind, listen,
 //     execve*, fork (clone without CLONE_THREAD), ptrace, process_vm_*, io_uring_*, bpf,
 //     memfd_create, userfaultfd, perf_event_open, mount, unshare, setns, keyctl, kill of

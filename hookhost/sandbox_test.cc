@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/thread_name.h"
 #include "hookhost/plugin.h"
 
 namespace ferry::hookhost {
@@ -282,6 +284,29 @@ TEST_CASE("inside the sandbox a Unix socket pair can be made (the TLS relay's), 
   });
   CHECK(o.exit_code == 0);
   CHECK(o.message == "unix: ok, inet: Operation not permitted");
+}
+
+TEST_CASE("inside the sandbox a thread can name itself, and no other prctl is allowed") {
+  Outcome o = InChild([] {
+    if (!EnterSandbox({}).ok()) {
+      return std::string("setup failed");
+    }
+    std::string named;
+    std::thread t([&] {
+      NameThisThread("ferry-sandboxed");
+      named = ThisThreadName();
+    });
+    t.join();
+    // Dumpable again would let a process of the same user attach: refused, and the host lives.
+    int dumpable = prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+    std::string refused = dumpable == 0 ? "allowed" : std::strerror(errno);
+    int negative = prctl(-1, 0, 0, 0, 0);  // Below every option the filter allows.
+    std::string below = negative == 0 ? "allowed" : std::strerror(errno);
+    return named + ", dumpable: " + refused + ", -1: " + below;
+  });
+  CHECK(o.exit_code == 0);
+  CHECK(o.message ==
+        "ferry-sandboxed, dumpable: Operation not permitted, -1: Operation not permitted");
 }
 
 TEST_CASE("a call outside the allow-list kills the process") {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/thread_name.h"
 
 namespace ferry::net {
 namespace {
@@ -378,7 +379,10 @@ Status TlsRelay::Start() {
     epoll_ctl(s.epoll_fd, EPOLL_CTL_ADD, s.listeners[i].fd, &e);
   }
   s.listening = true;
-  s.thread = std::thread([&s] { s.Loop(); });
+  s.thread = std::thread([&s] {
+    NameThisThread("ferry-tls");
+    s.Loop();
+  });
   return OkStatus();
 }
 

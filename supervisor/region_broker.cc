@@ -13,6 +13,8 @@
 #include <cstring>
 #include <memory>
 
+#include "common/thread_name.h"
+
 namespace ferry::supervisor {
 namespace {
 
@@ -85,7 +87,10 @@ Status RegionBroker::Start() {
   event.events = EPOLLIN;
   event.data.u64 = kWakeTag;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &event);
-  thread_ = std::thread([this] { Serve(); });
+  thread_ = std::thread([this] {
+    NameThisThread("ferry-regions");
+    Serve();
+  });
   Wake();  // Sockets attached before the thread ran.
   return OkStatus();
 }

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 
 #include "common/log_settings.h"
+#include "common/thread_name.h"
 #include "shm/key_table.h"
 #include "shm/tenant_counts.h"
 #include "supervisor/api_keys.h"
@@ -244,7 +245,10 @@ Status Supervisor::Impl::StartMetrics() {
         }
         respond(std::move(r));
       });
-  metrics_thread = std::thread([this] { metrics_server->Run(); });
+  metrics_thread = std::thread([this] {
+    NameThisThread("ferry-metrics");
+    metrics_server->Run();
+  });
   return OkStatus();
 }
 

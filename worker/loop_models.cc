@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "common/log_settings.h"
+#include "common/thread_name.h"
 #include "model/repository.h"
 #include "shm/control.h"
 #include "shm/recovery.h"
@@ -215,6 +216,7 @@ void DispatchLoop::LoadModel(const std::string& name) {
   // heartbeat goes on meanwhile, so ferryd does not take the pause for a hung device.
   std::atomic<bool> loading{true};
   std::thread beat([this, &loading] {
+    NameThisThread("ferry-load-beat");
     while (loading.load()) {
       status_.Beat();
       std::this_thread::sleep_for(std::chrono::milliseconds(10));

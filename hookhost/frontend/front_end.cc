@@ -5,6 +5,8 @@
 
 #include <mutex>
 
+#include "common/thread_name.h"
+
 namespace ferry::frontend {
 namespace {
 
@@ -57,7 +59,10 @@ Status FrontEnd::Start(const shm::Segment& segment, const std::vector<hookhost::
                                               [s](net::HttpRequest&& r, net::Responder respond) {
                                                 s->Handle(std::move(r), std::move(respond));
                                               });
-  thread_ = std::thread([this] { server_->Run(); });
+  thread_ = std::thread([this] {
+    NameThisThread("ferry-http");
+    server_->Run();
+  });
   if (grpc_fd >= 0) {
     GrpcOptions grpc_options;
     grpc_options.max_message_bytes = settings.max_request_bytes;

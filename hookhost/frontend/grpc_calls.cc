@@ -1,5 +1,7 @@
 #include "hookhost/frontend/grpc_calls.h"
 
+#include "common/thread_name.h"
+
 namespace ferry::frontend {
 
 // --- CallQueue ---
@@ -11,6 +13,7 @@ CallQueue::~CallQueue() {
 
 void CallQueue::Start() {
   thread_ = std::thread([this] {
+    NameThisThread("ferry-grpc-cq");
     void* tag = nullptr;
     bool ok = false;
     while (cq_->Next(&tag, &ok)) {
@@ -59,6 +62,7 @@ bool CallQueue::ShutdownWhenEmpty(int64_t wait_ms) {
 // --- CallLane ---
 CallLane::CallLane() {
   thread_ = std::thread([this] {
+    NameThisThread("ferry-grpc-lane");
     std::unique_lock lock(mu_);
     while (true) {
       wake_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });

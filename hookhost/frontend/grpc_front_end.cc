@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "common/thread_name.h"
 #include "hookhost/frontend/grpc_calls.h"
 #include "hookhost/frontend/grpc_service.h"
 #include "net/open_connections.h"
@@ -135,6 +136,7 @@ Status GrpcFrontEnd::Start() {
     return Internal("the gRPC accept loop's epoll: " + std::string(strerror(errno)));
   }
   s.acceptor = std::thread([&s] {
+    NameThisThread("ferry-grpc-acpt");
     while (!s.stopping.load()) {
       epoll_event got{};
       if (epoll_wait(s.accept_epoll, &got, 1, 50) != 1 || !s.accepting.load()) {

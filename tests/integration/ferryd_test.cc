@@ -9,6 +9,9 @@
 #include <sys/un.h>
 
 #include <cstring>
+#include <filesystem>
+#include <set>
+#include <string>
 
 #include "net/http_client.h"
 #include "shm/segment.h"
@@ -37,6 +40,18 @@ bool Restarted(const json& s, const std::string& kind, int index, int64_t old_pi
   json c = ChildOf(s, kind, index);
   return s["state"] == "ready" && c["pid"].get<int64_t>() != old_pid &&
          c["restarts"].get<int64_t>() >= 1;
+}
+
+// The names of process `pid`'s threads (their comm), as top -H and ps -L show them.
+std::set<std::string> ThreadNames(pid_t pid) {
+  std::set<std::string> names;
+  std::error_code ignored;
+  std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& task : std::filesystem::directory_iterator(tasks, ignored)) {
+    std::string name = ReadFileText(task.path().string() + "/comm");
+    names.insert(name.substr(0, name.find('\n')));
+  }
+  return names;
 }
 
 ControlRequest Request(Command command) {
@@ -89,6 +104,14 @@ TEST_CASE("ferryd starts the node, reports it ready, and stops cleanly on SIGTER
   Result<net::HttpAnswer> other = client->Request("GET", "/elsewhere");
   REQUIRE(other.ok());
   CHECK(other->status == 404);
+
+  // The threads an operator looks for in top -H carry their names, inside the hook host's
+  // sandbox too.
+  std::set<std::string> hookhost = ThreadNames(static_cast<pid_t>(PidOf(*ready, "hookhost", 0)));
+  for (const char* name : {"ferry-transport", "ferry-hook", "ferry-http", "ferry-grpc-cq"}) {
+    CHECK_MESSAGE(hookhost.count(name) == 1, name);
+  }
+  CHECK(ThreadNames(ferryd.pid()).count("ferry-metrics") == 1);
 
   kill(ferryd.pid(), SIGTERM);
   CHECK(ferryd.Wait() == 0);

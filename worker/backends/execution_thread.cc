@@ -1,10 +1,15 @@
 #include "worker/backends/execution_thread.h"
 
 #include "common/clock.h"
+#include "common/thread_name.h"
 
 namespace ferry {
 
-ExecutionThread::ExecutionThread() : thread_([this] { Run(); }) {}
+ExecutionThread::ExecutionThread()
+    : thread_([this] {
+        NameThisThread("ferry-execute");
+        Run();
+      }) {}
 
 ExecutionThread::~ExecutionThread() {
   {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/thread_name.h"
+
 namespace ferry {
 
 ThreadPool::ThreadPool(unsigned threads) {
@@ -9,7 +11,10 @@ ThreadPool::ThreadPool(unsigned threads) {
     threads = std::max(1u, std::thread::hardware_concurrency());
   }
   for (unsigned i = 1; i < threads; ++i) {
-    workers_.emplace_back([this, i] { Run(i); });
+    workers_.emplace_back([this, i] {
+      NameThisThread("ferry-cpu-" + std::to_string(i));
+      Run(i);
+    });
   }
 }
 
