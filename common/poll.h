@@ -15,6 +15,9 @@
 namespace ferry {
 
 inline constexpr int64_t kDefaultPollMicros = 200;
+// How many times a worker's loop checks its rings before it sleeps (shm::WaitForWork), where
+// it polls: about 50 us on a 2 GHz core.
+inline constexpr int kPollingRingChecks = 2000;
 
 // `configured` when it is set (>= 0); when absent (-1), kDefaultPollMicros with `usable_cpus`
 // of 4 or more, else 0.
@@ -23,6 +26,14 @@ inline constexpr int64_t PollMicrosFor(int64_t configured, int usable_cpus) {
     return configured;
   }
   return usable_cpus >= 4 ? kDefaultPollMicros : 0;
+}
+
+// The ring checks before each sleep for a poll of `poll_micros` (PollMicrosFor's answer): none
+// where the thread does not poll. Those checks are a poll too, taken before every sleep: on
+// 2 CPUs they cost a worker 73 us of CPU per request at one request in flight over gRPC and
+// gained no latency (docs/benchmarks.md, "Where the CPU goes").
+inline constexpr int RingChecksFor(int64_t poll_micros) {
+  return poll_micros > 0 ? kPollingRingChecks : 0;
 }
 
 // PollMicrosFor the CPUs the calling thread may run on (its affinity). Call it before a

@@ -38,5 +38,12 @@ TEST_CASE("the default reads the calling thread's affinity") {
   CHECK(got == 0);  // One CPU: off, whatever the machine has.
 }
 
+TEST_CASE("a loop that does not poll does not check its rings before it sleeps either") {
+  CHECK(RingChecksFor(PollMicrosFor(-1, 2)) == 0);
+  CHECK(RingChecksFor(PollMicrosFor(0, 64)) == 0);
+  CHECK(RingChecksFor(PollMicrosFor(-1, 4)) == kPollingRingChecks);
+  CHECK(RingChecksFor(PollMicrosFor(1, 2)) == kPollingRingChecks);
+}
+
 }  // namespace
 }  // namespace ferry

@@ -41,6 +41,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/poll.h"
 #include "shm/arena.h"
 #include "shm/descriptor.h"
 #include "shm/ring.h"
@@ -83,7 +84,9 @@ struct DispatchLoopOptions {
   // status's period while the worker idles (work, a control message or a completion's room
   // still wakes it at once).
   int64_t rest_sleep_ns = 100'000'000;
-  int spin_iterations = 2000;  // Ring checks before sleeping.
+  // Ring checks before sleeping (at most 100 while a batch executes); the worker process takes
+  // RingChecksFor(its poll) (common/poll.h): none where it does not poll.
+  int spin_iterations = kPollingRingChecks;
   // With nothing in flight or queued after work, how long the loop polls its rings before it
   // sleeps (a request that follows at once is then taken without a wake-up); 0: never.
   int64_t spin_ns = 0;

@@ -282,7 +282,9 @@ int RunWorkerProcess(const WorkerProcessArgs& args) {
   options.rest_sleep_ns = std::clamp<int64_t>(stall_limit_ns / 10, 1'000'000, 100'000'000);
   options.idle_sleep_ns = std::min(options.idle_sleep_ns, options.rest_sleep_ns);
   options.residency = s.residency.get();
-  options.spin_ns = PollMicros(s.config.worker.spin_us) * 1000;
+  int64_t poll_us = PollMicros(s.config.worker.spin_us);
+  options.spin_ns = poll_us * 1000;
+  options.spin_iterations = RingChecksFor(poll_us);
   Backend* running = s.backend.get();
   options.loader = [running, dir = s.config.node.model_repository](const std::string& name) {
     LoadedModel loaded;
