@@ -107,9 +107,9 @@ bool DispatchLoop::Turn() {
   PromoteSequences(now);
   // Decide the next batch while fewer than max(2, MaxInFlight) are decided and unfinished
   // (one ahead of the execution, or as deep as the backend queues), then begin it if the
-  // backend has room.
+  // backend has room; on the host's CPUs only once the execution is idle (dispatch_loop.h).
   size_t decided = inflight_.size() + (planned_ != nullptr ? 1 : 0);
-  bool may_plan = inflight_.empty() || (options_.plan_ahead &&
+  bool may_plan = inflight_.empty() || (options_.plan_ahead && !backend_->RunsOnHostCpus() &&
                                         decided < static_cast<size_t>(std::max(2, max_in_flight_)));
   if (!stopping_ && planned_ == nullptr && may_plan &&
       (inflight_.empty() || scheduler_->queued_requests() > 0)) {

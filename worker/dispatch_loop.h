@@ -16,6 +16,14 @@
 //      loop keeps draining rings and decides the next one, so host work overlaps execution;
 //      at most max(2, MaxInFlight) batches are decided and unfinished at a time. A finished batch's
 //      successor is begun before the finished one's completions are written.
+//      Planning ahead: not where batches run on the host's own CPUs (Backend::RunsOnHostCpus).
+//      There a batch decided ahead is formed too early: it holds the one or two requests
+//      that had come, and those arriving while the running batch computes wait for a batch
+//      after it. Decided when the execution is idle instead, the next batch takes every
+//      request queued by then, and the short gap before it begins costs no capacity: those
+//      CPUs serve the hook hosts and clients meanwhile. (Measured: docs/benchmarks.md, "Where
+//      the CPU goes".) A device (CUDA) or the simulated one keeps the batch ahead, so it
+//      never waits for the loop.
 //   5. completions are pushed (a full ring keeps them in a local backlog), and the heartbeat
 //      and, every status_interval, the status snapshot (shm/status.h) are published.
 // It sleeps on its doorbell only when every ring and queue is empty; a batch finishing wakes
@@ -90,8 +98,10 @@ struct DispatchLoopOptions {
   // With nothing in flight or queued after work, how long the loop polls its rings before it
   // sleeps (a request that follows at once is then taken without a wake-up); 0: never.
   int64_t spin_ns = 0;
-  bool plan_ahead = true;  // Plan batch k+1 while batch k executes.
-  ModelLoader loader;      // For kLoadModel; null: loads are refused.
+  // Plan batch k+1 while batch k executes (where the backend does not run on the host's
+  // CPUs).
+  bool plan_ahead = true;
+  ModelLoader loader;  // For kLoadModel; null: loads are refused.
   // The worker's weight budget (weight_residency.h), when it has one: outlives the loop.
   WeightResidency* residency = nullptr;
 };

@@ -411,6 +411,45 @@ TEST_CASE("a cancel takes a queued request out (CANCELLED, counted); one executi
   CHECK(shm::ReadStatus(f.segment, f.segment.WorkerSlot(0)).value().invalid_descriptors == 0);
 }
 
+TEST_CASE("on the host's CPUs the next batch is decided when the running one ends, with all") {
+  for (bool on_host_cpus : {true, false}) {
+    CAPTURE(on_host_cpus);
+    Fixture f;  // Planning ahead allowed.
+    f.backend.on_host_cpus = on_host_cpus;
+    f.Start();
+    NodeDriver driver(f.segment, 0);
+    uint64_t running = SubmitCnn(driver);  // A cnn batch executes for 150 ms.
+    WaitDispatched(f, 1);
+    uint64_t second = SubmitCnn(driver);
+    // The loop has taken the second (queued, or decided ahead) before the third comes.
+    shm::ModelStatusData cnn = ModelStatus(f, kCnn);
+    for (int i = 0; i < 2000 && cnn.outstanding < 2; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      cnn = ModelStatus(f, kCnn);
+    }
+    REQUIRE(cnn.outstanding == 2);
+    uint64_t third = SubmitCnn(driver);
+    std::vector<Completion> done = WaitFor(driver, 3);
+    REQUIRE(done.size() == 3);
+    CHECK(done[0].sequence == running);
+    CHECK(done[0].batch_size == 1);
+    CHECK(done[1].sequence == second);
+    CHECK(done[2].sequence == third);
+    // On the host's CPUs the two that came while the first ran share one batch; elsewhere the
+    // second was decided ahead, alone, and the third waited for a batch of its own.
+    int expected = on_host_cpus ? 2 : 1;
+    CHECK(done[1].batch_size == expected);
+    CHECK(done[2].batch_size == expected);
+    uint64_t dispatches = on_host_cpus ? 2 : 3;
+    cnn = ModelStatus(f, kCnn);
+    for (int i = 0; i < 2000 && cnn.dispatch_count < dispatches; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      cnn = ModelStatus(f, kCnn);
+    }
+    CHECK(cnn.dispatch_count == dispatches);
+  }
+}
+
 TEST_CASE("queued requests run by priority level, then age; execution time is split by tenant") {
   Fixture f(NoPlanAhead());
   f.Start();

@@ -44,12 +44,14 @@ class FaultyBackend : public SimBackend {
     return SimBackend::ModelStatus(model);
   }
   bool Healthy() const override { return !lost_context; }
+  bool RunsOnHostCpus() const override { return on_host_cpus; }
   Result<ExecutionTiming> Execute(ModelHandle model, const BatchJob& job) override {
     executed.fetch_add(1);  // Synchronous runs: the warm-up's.
     return SimBackend::Execute(model, job);
   }
 
   ModelHandle failing_model = -1;  // Set before the loop starts.
+  bool on_host_cpus = false;       // As the CPU backend says (set before the loop starts).
   std::atomic<bool> sticky{false};
   std::atomic<bool> lost_context{false};
   std::atomic<int> executed{0};

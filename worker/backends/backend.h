@@ -86,6 +86,10 @@ class Backend {
   // Called from the backend's own thread when an in-flight batch finishes, so a loop asleep
   // on its doorbell wakes. Set before the first Begin.
   void SetNotifier(std::function<void()> notify) { notify_ = std::move(notify); }
+  // True when batches run on the host's own CPUs (the CPU backend), which the hook hosts and
+  // clients share: the dispatch loop then decides a batch only when the one before it has
+  // finished (dispatch_loop.h, "Planning ahead").
+  virtual bool RunsOnHostCpus() const { return false; }
   // Nanoseconds until the in-flight batch should finish, when the backend knows (sim); -1
   // when it does not (the loop then sleeps until notified).
   virtual int64_t ExpectedRemainingNs() const { return -1; }

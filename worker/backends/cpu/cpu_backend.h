@@ -47,6 +47,7 @@ class CpuBackend : public ThreadedBackend {
   }
   Result<ModelHandle> Load(const Bundle& bundle) override;
   Result<ExecutionTiming> Execute(ModelHandle model, const BatchJob& job) override;
+  bool RunsOnHostCpus() const override { return true; }
   Status ModelStatus(ModelHandle model) const override;
   void Unload(ModelHandle model) override;
   // Weights are the bundle's tensors converted to fp32 (the packed copies oneDNN's primitives
