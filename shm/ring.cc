@@ -236,7 +236,7 @@ bool SpinUntil(const std::function<bool()>& ready, int64_t spin_ns) {
 }
 
 bool WaitForWork(const Segment& segment, uint32_t slot, const std::function<bool()>& ready,
-                 int64_t timeout_ns, int spin_iterations) {
+                 int64_t timeout_ns, int spin_iterations, WakeOn wake_on) {
   for (int i = 0; i < spin_iterations; ++i) {
     if (ready()) {
       return true;
@@ -248,6 +248,9 @@ bool WaitForWork(const Segment& segment, uint32_t slot, const std::function<bool
   thread_local std::vector<uint32_t> sources;
   thread_local std::vector<FutexWaiter> words;
   WakeSources(segment, slot, &sources);
+  if (wake_on == WakeOn::kOwnAndSupervisor) {
+    sources.resize(2);  // WakeSources lists the slot itself, then the supervisor.
+  }
   words.clear();
   for (uint32_t source : sources) {
     const std::atomic<uint32_t>* word = &segment.bell(source).wake[BellIndex(slot)];

@@ -117,14 +117,22 @@ class RingConsumer {
 // finishes). REQUIRES: this view owns `slot` (or is the supervisor's).
 void RingDoorbell(const Segment& segment, uint32_t slot);
 
+// Whose publications wake a sleeper: every peer's (the rings' producers and consumers), or
+// only its own process's doorbell (RingDoorbell) and the supervisor's (control, recovery).
+// With kOwnAndSupervisor a peer's push still reads `sleeping` and bumps its word, but the
+// sleeper does not wait on that word: it sees the push when it next wakes.
+enum class WakeOn { kEveryPeer, kOwnAndSupervisor };
+
 // One thread per slot may wait at a time (the bell has one sleeping flag).
 // Blocks the calling thread of `slot`'s process until `ready()` or timeout: spins
-// `spin_iterations` checks, then sleeps on every word that may wake the slot (see above).
-// Returns ready()'s last value. Without futex_waitv (Linux < 5.16) it sleeps in steps of at
-// most 50 us instead. REQUIRES: `slot` is a slot (the supervisor waits on its own event loop,
-// never here) and this view owns it (or is the supervisor's).
+// `spin_iterations` checks, then sleeps on every word that may wake the slot (see above), or
+// only the own and supervisor's words. Returns ready()'s last value. Without futex_waitv
+// (Linux < 5.16) it sleeps in steps of at most 50 us instead. REQUIRES: `slot` is a slot (the
+// supervisor waits on its own event loop, never here) and this view owns it (or is the
+// supervisor's).
 bool WaitForWork(const Segment& segment, uint32_t slot, const std::function<bool()>& ready,
-                 int64_t timeout_ns, int spin_iterations = 2000);
+                 int64_t timeout_ns, int spin_iterations = 2000,
+                 WakeOn wake_on = WakeOn::kEveryPeer);
 
 // Polls `ready()` for up to `spin_ns` (CLOCK_MONOTONIC) without sleeping; ready()'s last value.
 // For a thread that expects work within microseconds and would rather burn them than pay a

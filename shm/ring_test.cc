@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "shm/recovery.h"
@@ -165,6 +166,52 @@ TEST_CASE("a consumer in another process sleeps on the doorbell and misses no wa
 
 namespace ferry::shm {
 namespace {
+
+TEST_CASE("a sleeper waking on its own and the supervisor's words sleeps through a peer's push") {
+  Fixture f;
+  uint32_t worker = f.segment.WorkerSlot(0);
+  RingConsumer consumer(f.segment, f.ring);
+  RingProducer producer(f.segment, f.ring);
+  std::atomic<bool> rung{false};
+  // Waits on the worker's behalf (the supervisor's view may) and returns how long it slept.
+  auto sleep = [&](WakeOn wake_on, int64_t timeout_ns, std::function<void()> meanwhile) {
+    std::atomic<bool> asleep{false};
+    WaitHooks hooks{{}, [&] { asleep.store(true); }};
+    int64_t slept = 0;
+    std::thread sleeper([&] {
+      SetWaitHooksForTest(&hooks);
+      auto start = std::chrono::steady_clock::now();
+      WaitForWork(
+          f.segment, worker, [&] { return rung.load() || consumer.HasWork(); }, timeout_ns, 0,
+          wake_on);
+      slept = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                  std::chrono::steady_clock::now() - start)
+                  .count();
+      SetWaitHooksForTest(nullptr);
+    });
+    while (!asleep.load()) {
+      std::this_thread::yield();
+    }
+    meanwhile();
+    sleeper.join();
+    return slept;
+  };
+  constexpr int64_t kShort = 300'000'000;
+  constexpr int64_t kLong = 20'000'000'000;
+  // A peer's push: it ends a wait on every peer at once, not one on the own words.
+  auto push = [&] { REQUIRE(producer.TryPush(Numbered(1)) == RingStatus::kOk); };
+  CHECK(sleep(WakeOn::kOwnAndSupervisor, kShort, push) >= kShort);
+  DescriptorData out{};
+  REQUIRE(consumer.TryPop(&out) == RingStatus::kOk);
+  CHECK(sleep(WakeOn::kEveryPeer, kLong, push) < kLong / 2);
+  REQUIRE(consumer.TryPop(&out) == RingStatus::kOk);
+  // The own doorbell (another thread of the process: a batch that finished) ends it at once.
+  auto ring = [&] {
+    rung.store(true);
+    RingDoorbell(f.segment, worker);
+  };
+  CHECK(sleep(WakeOn::kOwnAndSupervisor, kLong, ring) < kLong / 2);
+}
 
 TEST_CASE("a producer asleep on a full ring is woken by the pop that frees space") {
   Fixture f;

@@ -241,7 +241,18 @@ void DispatchLoop::Sleep() {
       timeout = std::max(timeout, options_.rest_sleep_ns);  // Idle: heartbeat less often.
     }
   }
-  bool ready = shm::WaitForWork(segment_, slot_, woken, timeout, spins);
+  // A batch on the host's CPUs: nothing can be decided before it ends (no planning ahead
+  // there), so a request that arrives meanwhile does not wake the loop. It waits in its ring
+  // for the batch's doorbell, a control message or the timeout (at most 1 ms while a batch
+  // executes), whichever comes first, saving the loop a wake-up per arrival.
+  bool executing_on_host = backend_->RunsOnHostCpus() && !inflight_.empty();
+  auto executed = [this] {
+    return control_.HasWork() || HasCompletionSpace() || backend_->Ready() ||
+           (options_.residency != nullptr && options_.residency->LoadFinished());
+  };
+  bool ready = executing_on_host ? shm::WaitForWork(segment_, slot_, executed, timeout, spins,
+                                                    shm::WakeOn::kOwnAndSupervisor)
+                                 : shm::WaitForWork(segment_, slot_, woken, timeout, spins);
   quiet_wakes_ = ready ? 0 : quiet_wakes_ + 1;
 }
 
