@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Where ferry's CPU goes per request, thread by thread: the node bench/vs_triton.sh measures
-# (one CPU worker with one intra-op thread, one hook host, the example MLP) under one closed
-# loop of ferry-load, with every thread's CPU time and context switches (named threads:
-# common/thread_name.h), the client's CPU, the machine's idle share and the batches the
-# worker executed, each divided by the requests executed.
+# (bench/mlp_node.sh: one CPU worker with one intra-op thread, one hook host, the example MLP)
+# under one closed loop of ferry-load, with every thread's CPU time and context switches
+# (named threads: common/thread_name.h), the client's CPU, the machine's idle share and the
+# batches the worker executed, each divided by the requests executed.
 #   bench/cpu_profile.sh [BUILD_DIR] [ENCODING] [CONCURRENCY] [SECONDS]
 # ENCODING: grpc (default), binary or json (HTTP). JSON in
 # BUILD_DIR/bench-results/cpu_profile_ENCODING_CONCURRENCY.json.
@@ -22,26 +22,8 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
-mkdir "$dir/models" && cp -r examples/models/mlp "$dir/models/mlp"
-cat > "$dir/node.toml" <<TOML
-[node]
-name = "cpuprofile$$"
-devices = "cpu:1"
-hookhosts = 1
-model_repository = "$dir/models"
-shm_size = "256MiB"
-[node.listen]
-http = "127.0.0.1:0"
-grpc = "127.0.0.1:0"
-metrics = "127.0.0.1:0"
-[supervisor]
-control_socket = "$dir/control.sock"
-[cpu]
-threads = 1
-pin = false
-[hooks]
-threads = 2
-TOML
+source bench/mlp_node.sh
+write_mlp_node "$dir" "cpuprofile$$" 127.0.0.1:0 127.0.0.1:0
 "$build/supervisor/ferryd" --config "$dir/node.toml" > "$dir/ferryd.log" 2>&1 &
 pid=$!
 listen=

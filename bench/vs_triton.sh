@@ -54,26 +54,8 @@ measure() {
   done
 }
 
-mkdir "$dir/models" && cp -r examples/models/mlp "$dir/models/mlp"
-cat > "$dir/node.toml" <<TOML
-[node]
-name = "vstriton$$"
-devices = "cpu:1"
-hookhosts = 1
-model_repository = "$dir/models"
-shm_size = "256MiB"
-[node.listen]
-http = "127.0.0.1:29000"
-grpc = "127.0.0.1:29001"
-metrics = "127.0.0.1:0"
-[supervisor]
-control_socket = "$dir/control.sock"
-[cpu]
-threads = 1
-pin = false
-[hooks]
-threads = 2
-TOML
+source bench/mlp_node.sh
+write_mlp_node "$dir" "vstriton$$" 127.0.0.1:29000 127.0.0.1:29001
 for round in $(seq "$rounds"); do
   bench/peers/triton/run.sh "$work/venv" "$work/repo" 28000 > "$dir/triton.log" 2>&1 &
   pid=$!
