@@ -22,11 +22,16 @@ thread_local WaitHooks* wait_hooks = nullptr;
 uint32_t BellIndex(uint32_t slot) { return slot == kSupervisor ? kMaxSlots : slot; }
 
 // The words that may wake `slot`: its own (its other threads), the supervisor's (control
-// rings, recovery) and those of every slot of the other kind (its rings' other ends).
-void WakeSources(const Segment& segment, uint32_t slot, std::vector<uint32_t>* out) {
+// rings, recovery) and, with kEveryPeer, those of every slot of the other kind (its rings'
+// other ends).
+void WakeSources(const Segment& segment, uint32_t slot, WakeOn wake_on,
+                 std::vector<uint32_t>* out) {
   out->clear();
   out->push_back(slot);
   out->push_back(kSupervisor);
+  if (wake_on == WakeOn::kOwnAndSupervisor) {
+    return;
+  }
   bool worker = segment.IsWorkerSlot(slot);
   for (uint32_t s = 0; s < segment.num_slots(); ++s) {
     if (segment.IsWorkerSlot(s) != worker) {
@@ -247,10 +252,7 @@ bool WaitForWork(const Segment& segment, uint32_t slot, const std::function<bool
   }
   thread_local std::vector<uint32_t> sources;
   thread_local std::vector<FutexWaiter> words;
-  WakeSources(segment, slot, &sources);
-  if (wake_on == WakeOn::kOwnAndSupervisor) {
-    sources.resize(2);  // WakeSources lists the slot itself, then the supervisor.
-  }
+  WakeSources(segment, slot, wake_on, &sources);
   words.clear();
   for (uint32_t source : sources) {
     const std::atomic<uint32_t>* word = &segment.bell(source).wake[BellIndex(slot)];

@@ -190,12 +190,15 @@ bool DispatchLoop::HasCompletionSpace() const {
 }
 
 void DispatchLoop::Sleep() {
-  // A full completion ring is waited on like work: the hook host's pop wakes this loop
-  // (ring.h), so no short retry timeout is needed.
-  auto woken = [this] {
-    return HasRingWork() || HasCompletionSpace() || (!inflight_.empty() && backend_->Ready()) ||
+  // What wakes the loop besides a peer's ring work: a control message, a batch finished, a
+  // load finished, or room in a full completion ring (the hook host's pop wakes a loop that
+  // waits on every peer, ring.h, so no short retry timeout is needed).
+  auto own = [this] {
+    return control_.HasWork() || HasCompletionSpace() ||
+           (!inflight_.empty() && backend_->Ready()) ||
            (options_.residency != nullptr && options_.residency->LoadFinished());
   };
+  auto woken = [this, &own] { return own() || HasRingWork(); };
   // Just idle after work (not after a quiet wake: an idle loop never polls): the next request
   // of a client at light load follows within microseconds, sooner than a sleep and wake-up.
   if (options_.spin_ns > 0 && quiet_wakes_ == 0 && inflight_.empty() && planned_ == nullptr &&
@@ -245,14 +248,10 @@ void DispatchLoop::Sleep() {
   // there), so a request that arrives meanwhile does not wake the loop. It waits in its ring
   // for the batch's doorbell, a control message or the timeout (at most 1 ms while a batch
   // executes), whichever comes first, saving the loop a wake-up per arrival.
-  bool executing_on_host = backend_->RunsOnHostCpus() && !inflight_.empty();
-  auto executed = [this] {
-    return control_.HasWork() || HasCompletionSpace() || backend_->Ready() ||
-           (options_.residency != nullptr && options_.residency->LoadFinished());
-  };
-  bool ready = executing_on_host ? shm::WaitForWork(segment_, slot_, executed, timeout, spins,
-                                                    shm::WakeOn::kOwnAndSupervisor)
-                                 : shm::WaitForWork(segment_, slot_, woken, timeout, spins);
+  bool ready =
+      backend_->RunsOnHostCpus() && !inflight_.empty()
+          ? shm::WaitForWork(segment_, slot_, own, timeout, spins, shm::WakeOn::kOwnAndSupervisor)
+          : shm::WaitForWork(segment_, slot_, woken, timeout, spins);
   quiet_wakes_ = ready ? 0 : quiet_wakes_ + 1;
 }
 
