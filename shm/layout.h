@@ -92,8 +92,14 @@ struct AccountingData {
 // A process's wake-up state. Producers never write a consumer's memory to wake it: each
 // process bumps a word of its own, `wake[target]`, and the target sleeps on all the words that
 // may wake it at once (futex_waitv; ring.h has the protocol).
+inline constexpr uint32_t kAwake = 0;
+inline constexpr uint32_t kSleepsOnEveryPeer = 1;
+inline constexpr uint32_t kSleepsOnOwn = 2;
+
 struct BellData {
-  // Set by the owner while it waits (WaitForWork), cleared when it wakes.
+  // Set by the owner while it waits (WaitForWork), cleared (kAwake) when it wakes: whose
+  // publications may wake it (kSleepsOnEveryPeer, or kSleepsOnOwn: its own process's and the
+  // supervisor's only). Any other value reads as kSleepsOnEveryPeer.
   alignas(64) std::atomic<uint32_t> sleeping;
   // wake[t]: bumped by the owner to wake slot t (index kMaxSlots: the supervisor), after
   // publishing something t waits for and seeing t's `sleeping` set. Only t waits on it.

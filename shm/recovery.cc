@@ -43,7 +43,7 @@ uint32_t ResetSlot(const Segment& segment, uint32_t slot) {
   stopped.state = static_cast<uint32_t>(ProcessState::kStopped);
   StatusWriter(segment, slot).Publish(stopped);
   BellData& bell = segment.bell(slot);
-  bell.sleeping.store(0, std::memory_order_relaxed);
+  bell.sleeping.store(kAwake, std::memory_order_relaxed);
   uint32_t generation = segment.generation(slot).fetch_add(1, std::memory_order_acq_rel) + 1;
   // The bump wakes a sleeper that read the word before it and is about to wait on it; the
   // futex wake one already waiting. (The supervisor never sleeps in WaitForWork: its word,

@@ -43,15 +43,19 @@ void WakeSources(const Segment& segment, uint32_t slot, WakeOn wake_on,
 }  // namespace
 
 Waker::Waker(const Segment& segment, uint32_t from, uint32_t to)
-    : target_(&segment.bell(to)), word_(&segment.bell(from).wake[BellIndex(to)]) {}
+    : target_(&segment.bell(to)),
+      word_(&segment.bell(from).wake[BellIndex(to)]),
+      peer_(from != to && from != kSupervisor) {}
 
 void Waker::Notify() const {
   // Pairs with the sleeper's fence between announcing sleep and re-checking its condition.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (target_->sleeping.load(std::memory_order_relaxed) != 0) {
-    word_->fetch_add(1, std::memory_order_release);
-    FutexWake(word_, INT_MAX);
+  uint32_t sleeping = target_->sleeping.load(std::memory_order_relaxed);
+  if (sleeping == kAwake || (peer_ && sleeping == kSleepsOnOwn)) {
+    return;
   }
+  word_->fetch_add(1, std::memory_order_release);
+  FutexWake(word_, INT_MAX);
 }
 
 RingProducer::RingProducer(const Segment& segment, uint32_t ring)
@@ -262,18 +266,19 @@ bool WaitForWork(const Segment& segment, uint32_t slot, const std::function<bool
     wait_hooks->before_announce();
   }
   BellData& bell = segment.bell(slot);
-  bell.sleeping.store(1, std::memory_order_relaxed);
+  bell.sleeping.store(wake_on == WakeOn::kEveryPeer ? kSleepsOnEveryPeer : kSleepsOnOwn,
+                      std::memory_order_relaxed);
   // Pairs with the publisher's fence between publishing and reading `sleeping` (Waker).
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (ready()) {
-    bell.sleeping.store(0, std::memory_order_relaxed);
+    bell.sleeping.store(kAwake, std::memory_order_relaxed);
     return true;
   }
   if (wait_hooks != nullptr && wait_hooks->before_sleep) {
     wait_hooks->before_sleep();
   }
   FutexWaitAny(words, timeout_ns);
-  bell.sleeping.store(0, std::memory_order_relaxed);
+  bell.sleeping.store(kAwake, std::memory_order_relaxed);
   return ready();
 }
 

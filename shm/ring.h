@@ -37,12 +37,16 @@ enum class RingStatus { kOk, kFull, kEmpty, kCorrupt };
 class Waker {
  public:
   Waker(const Segment& segment, uint32_t from, uint32_t to);
-  // After publishing: wakes `to` if it announced that it sleeps (fence, then one load).
+  // After publishing: wakes `to` if it announced that it sleeps on `from`'s word (fence, then
+  // one load). A peer's publication does not wake a process that sleeps on its own and the
+  // supervisor's words only (WakeOn::kOwnAndSupervisor): no futex call for a wait that does
+  // not listen.
   void Notify() const;
 
  private:
   const BellData* target_;
   std::atomic<uint32_t>* word_;  // from's wake[to].
+  bool peer_;                    // `from` is neither `to` nor the supervisor.
 };
 
 class RingProducer {
@@ -119,8 +123,9 @@ void RingDoorbell(const Segment& segment, uint32_t slot);
 
 // Whose publications wake a sleeper: every peer's (the rings' producers and consumers), or
 // only its own process's doorbell (RingDoorbell) and the supervisor's (control, recovery).
-// With kOwnAndSupervisor a peer's push still reads `sleeping` and bumps its word, but the
-// sleeper does not wait on that word: it sees the push when it next wakes.
+// With kOwnAndSupervisor the sleeper announces so in `sleeping` (kSleepsOnOwn): a peer's push
+// reads it and neither bumps its word nor calls futex wake; the sleeper sees the push when it
+// next wakes.
 enum class WakeOn { kEveryPeer, kOwnAndSupervisor };
 
 // One thread per slot may wait at a time (the bell has one sleeping flag).

@@ -198,12 +198,22 @@ TEST_CASE("a sleeper waking on its own and the supervisor's words sleeps through
   };
   constexpr int64_t kShort = 300'000'000;
   constexpr int64_t kLong = 20'000'000'000;
-  // A peer's push: it ends a wait on every peer at once, not one on the own words.
-  auto push = [&] { REQUIRE(producer.TryPush(Numbered(1)) == RingStatus::kOk); };
+  // A peer's push: it ends a wait on every peer at once, not one on the own words, and it
+  // bumps (and futex-wakes) the peer's word only for a wait that listens to it.
+  const std::atomic<uint32_t>& peer_word =
+      f.segment.bell(f.segment.RingProducerSlot(f.ring)).wake[worker];
+  uint32_t bumps = 0;
+  auto push = [&] {
+    uint32_t before = peer_word.load();
+    REQUIRE(producer.TryPush(Numbered(1)) == RingStatus::kOk);
+    bumps = peer_word.load() - before;
+  };
   CHECK(sleep(WakeOn::kOwnAndSupervisor, kShort, push) >= kShort);
+  CHECK(bumps == 0);
   DescriptorData out{};
   REQUIRE(consumer.TryPop(&out) == RingStatus::kOk);
   CHECK(sleep(WakeOn::kEveryPeer, kLong, push) < kLong / 2);
+  CHECK(bumps == 1);
   REQUIRE(consumer.TryPop(&out) == RingStatus::kOk);
   // The own doorbell (another thread of the process: a batch that finished) ends it at once.
   auto ring = [&] {
