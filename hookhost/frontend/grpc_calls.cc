@@ -5,21 +5,69 @@
 namespace ferry::frontend {
 
 // --- CallQueue ---
+namespace {
+
+std::unique_ptr<grpc::CompletionQueue> NonPollingQueue() {
+  grpc_completion_queue_attributes attributes{GRPC_CQ_CURRENT_VERSION, GRPC_CQ_NEXT,
+                                              GRPC_CQ_NON_POLLING, nullptr};
+  return std::make_unique<grpc::CompletionQueue>(grpc_completion_queue_create(
+      grpc_completion_queue_factory_lookup(&attributes), &attributes, nullptr));
+}
+
+thread_local bool draining_answers = false;
+
+}  // namespace
+
+CallQueue::CallQueue(std::unique_ptr<grpc::ServerCompletionQueue> cq)
+    : cq_(std::move(cq)), answers_(NonPollingQueue()) {}
+
 CallQueue::~CallQueue() {
   if (thread_.joinable()) {
     thread_.detach();  // ShutdownWhenEmpty gave up: the process is ending.
   }
 }
 
+void CallQueue::DrainAnswers() {
+  if (draining_answers) {
+    return;
+  }
+  draining_answers = true;
+  void* tag = nullptr;
+  bool ok = false;
+  while (answers_->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC)) ==
+         grpc::CompletionQueue::GOT_EVENT) {
+    static_cast<CompletionEvent*>(tag)->Complete(ok);
+  }
+  draining_answers = false;
+}
+
 void CallQueue::Start() {
-  thread_ = std::thread([this] {
-    NameThisThread("ferry-grpc-cq");
-    void* tag = nullptr;
-    bool ok = false;
-    while (cq_->Next(&tag, &ok)) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void CallQueue::Run() {
+  NameThisThread("ferry-grpc-cq");
+  const gpr_timespec period = gpr_time_from_millis(kAnswerDrainMs, GPR_TIMESPAN);
+  gpr_timespec next_drain = gpr_now(GPR_CLOCK_MONOTONIC);
+  void* tag = nullptr;
+  bool ok = false;
+  while (true) {
+    gpr_timespec deadline = in_progress_.load(std::memory_order_relaxed) > 0
+                                ? next_drain
+                                : gpr_inf_future(GPR_CLOCK_MONOTONIC);
+    grpc::CompletionQueue::NextStatus got = cq_->AsyncNext(&tag, &ok, deadline);
+    if (got == grpc::CompletionQueue::SHUTDOWN) {
+      return;
+    }
+    if (got == grpc::CompletionQueue::GOT_EVENT) {
       static_cast<CompletionEvent*>(tag)->Complete(ok);
     }
-  });
+    gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
+    if (gpr_time_cmp(now, next_drain) >= 0) {
+      DrainAnswers();
+      next_drain = gpr_time_add(now, period);
+    }
+  }
 }
 
 void CallQueue::Add() {
@@ -48,13 +96,16 @@ bool CallQueue::ShutdownWhenEmpty(int64_t wait_ms) {
     }
   }
   cq_->Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
   if (thread_.joinable()) {
     thread_.join();
   } else {
-    void* tag = nullptr;  // Never started: drained here.
-    bool ok = false;
-    while (cq_->Next(&tag, &ok)) {
+    while (cq_->Next(&tag, &ok)) {  // Never started: drained here.
     }
+  }
+  answers_->Shutdown();  // No call is left, so no event of one is either.
+  while (answers_->Next(&tag, &ok)) {
   }
   return true;
 }
@@ -108,7 +159,15 @@ UnaryCall::UnaryCall(const Method* method, CallQueue* queue)
     : method_(method), queue_(queue), responder_(&context_) {
   queue_->Add();
   context_.AsyncNotifyWhenDone(Tag(&ended_));  // Delivered only for a call that came.
-  method_->request(&context_, &in_bytes_, &responder_, queue_->cq(), Tag(&arrived_));
+  method_->request(&context_, &in_bytes_, &responder_, queue_->answers(), queue_->cq(),
+                   Tag(&arrived_));
+}
+
+UnaryCall::~UnaryCall() {
+  if (came_) {
+    queue_->CallFreed();
+  }
+  queue_->Remove();
 }
 
 void UnaryCall::Arrived(bool ok) {
@@ -116,16 +175,20 @@ void UnaryCall::Arrived(bool ok) {
     delete this;  // The server is shutting down: no call came, and no end will be delivered.
     return;
   }
+  came_ = true;
+  queue_->CallCame();
   Await(method_, queue_);
   method_->handler(*this);
 }
 
 void UnaryCall::Finish(const grpc::Status& status) {
+  CallQueue* queue = queue_;  // The drain below may free the call.
   if (status.ok()) {
     responder_.Finish(out_bytes_, status, Tag(&answered_));
   } else {
     responder_.FinishWithError(status, Tag(&answered_));
   }
+  queue->DrainAnswers();
 }
 
 void UnaryCall::Answered(bool) { Release(); }

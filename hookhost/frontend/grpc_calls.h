@@ -10,7 +10,8 @@
 //
 // UnaryCall and StreamCall own one call each, from the moment it is asked for until gRPC is
 // done with it, then delete themselves. Their operations (Finish, StartRead, StartWrite) may
-// be called from any thread; their events run on the queue's thread.
+// be called from any thread. Arrivals and a stream's events run on the queue's thread; a
+// unary call's answer and end run where its queue's answers are drained (CallQueue).
 //
 // Thread safety: as above. Lifetimes: the service, the methods and the CallQueue outlive every
 // call (GrpcFrontEnd stops the server, waits for the calls to end, then drains the queue).
@@ -57,33 +58,58 @@ class MemberEvent final : public CompletionEvent {
   void (Owner::*on_)(bool);
 };
 
-// The completion queue every call's events go to, the thread that runs them, and the count of
-// calls on it: asked for, in progress or finishing. Until a call is deleted an operation of
-// its may start from any thread (the hook host's late answer, a stream's last read, the next
-// call asked for), and gRPC aborts on one started on a queue already shut down; a server's
-// shutdown does not wait for that. So the queue is shut down only once no call is left.
+// The completion queues every call's events go to, the thread that runs them, and the count
+// of calls on them: asked for, in progress or finishing. Until a call is deleted an operation
+// of its may start from any thread (the hook host's late answer, a stream's last read, the
+// next call asked for), and gRPC aborts on one started on a queue already shut down; a
+// server's shutdown does not wait for that. So the queues are shut down only once no call is
+// left.
+//
+// Two queues. cq() polls the connections: calls arrive there, and streams' events run there.
+// answers() is a non-polling queue for a unary call's own events (its answer sent, its end):
+// they are run by whichever thread drains it (DrainAnswers), which is the thread that has just
+// answered, without a wake-up. On the polling queue each answer's event made gRPC wake the
+// queue's thread through an eventfd (a write and a context switch per request) only to free
+// the call. The queue's thread drains answers() too, at most every kAnswerDrainMs, and wakes
+// to do so while a call has come and is not yet freed: a call cancelled by its client is seen
+// within about that even when nothing else is answered. (Draining after each of its events
+// cost more than the wake-ups saved: an empty non-polling queue is a futex wait that times
+// out at once, and the two threads contended for the queue's lock.)
 class CallQueue {
  public:
+  static constexpr int64_t kAnswerDrainMs = 2;
   // REQUIRES: every tag on `cq` is a CompletionEvent.
-  explicit CallQueue(std::unique_ptr<grpc::ServerCompletionQueue> cq) : cq_(std::move(cq)) {}
+  explicit CallQueue(std::unique_ptr<grpc::ServerCompletionQueue> cq);
   ~CallQueue();  // REQUIRES: ShutdownWhenEmpty returned true, or Start was never called.
   CallQueue(const CallQueue&) = delete;
   CallQueue& operator=(const CallQueue&) = delete;
 
   grpc::ServerCompletionQueue* cq() { return cq_.get(); }
+  grpc::CompletionQueue* answers() { return answers_.get(); }
+  // Runs the events waiting on answers(), without blocking. Any thread; a nested call (an
+  // event that answers another call) returns at once, its caller's loop runs what it adds.
+  void DrainAnswers();
   // Starts the thread that runs the queue's events. Once.
   void Start();
   // A call made, and deleted. Any thread.
   void Add();
   void Remove();
   size_t calls();
+  // A unary call came, and was freed: while any is between the two, the queue's thread drains
+  // answers() at least every kAnswerDrainMs. Any thread.
+  void CallCame() { in_progress_.fetch_add(1, std::memory_order_relaxed); }
+  void CallFreed() { in_progress_.fetch_sub(1, std::memory_order_relaxed); }
   // Waits up to `wait_ms` for no call to be left, then shuts the queue down and joins its
   // thread: true. False when calls are still left: the queue and its thread run on (the
   // caller leaks what those calls point to rather than free it under them).
   bool ShutdownWhenEmpty(int64_t wait_ms);
 
  private:
+  void Run();  // The queue's thread.
+
   std::unique_ptr<grpc::ServerCompletionQueue> cq_;
+  std::unique_ptr<grpc::CompletionQueue> answers_;
+  std::atomic<int64_t> in_progress_{0};
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable none_left_;
@@ -117,9 +143,11 @@ using RawStream = grpc::ServerAsyncReaderWriter<grpc::ByteBuffer, grpc::ByteBuff
 class UnaryCall {
  public:
   using Handler = std::function<void(UnaryCall&)>;
-  // Asks gRPC for one call of a method (the generated service's RequestX, bound).
-  using Requester = std::function<void(grpc::ServerContext*, grpc::ByteBuffer*, RawResponder*,
-                                       grpc::ServerCompletionQueue*, void* tag)>;
+  // Asks gRPC for one call of a method (the generated service's RequestX, bound): the call's
+  // events on the first queue, its arrival on the second.
+  using Requester =
+      std::function<void(grpc::ServerContext*, grpc::ByteBuffer*, RawResponder*,
+                         grpc::CompletionQueue*, grpc::ServerCompletionQueue*, void* tag)>;
   struct Method {
     Requester request;
     Handler handler;  // Answers the call, once, through Finish, from any thread.
@@ -136,7 +164,9 @@ class UnaryCall {
   // Fired when the client cancels or its connection drops.
   const std::shared_ptr<CancelSignal>& cancel() const { return cancel_; }
 
-  // Ends the call: `status`, with response_bytes() when it is OK. Once, from any thread.
+  // Ends the call: `status`, with response_bytes() when it is OK. Once, from any thread; the
+  // thread then runs the call's events (CallQueue::DrainAnswers) and may free it there, so
+  // the caller must not touch the call after.
   void Finish(const grpc::Status& status);
 
   // ModelInfer's messages, which its request points into until it is answered.
@@ -146,7 +176,7 @@ class UnaryCall {
  private:
   using Event = MemberEvent<UnaryCall>;
   UnaryCall(const Method* method, CallQueue* queue);
-  ~UnaryCall() { queue_->Remove(); }
+  ~UnaryCall();
   void Arrived(bool ok);   // The call came (ok), or the server is shutting down.
   void Answered(bool ok);  // gRPC is done with Finish's status.
   void Ended(bool ok);     // The call is over: answered, cancelled or its connection gone.
@@ -163,6 +193,7 @@ class UnaryCall {
   Event answered_{this, &UnaryCall::Answered};
   Event ended_{this, &UnaryCall::Ended};
   std::atomic<int> refs_{2};  // Answered and Ended.
+  bool came_ = false;         // Arrived(true) ran.
 };
 
 // `handle` run on `lane`, behind the calls already waiting there. A call whose client cancels

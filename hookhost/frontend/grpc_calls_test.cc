@@ -1,8 +1,9 @@
 // The gRPC service's completion-queue plumbing: the call lane's order and bound (a call past
-// it refused, one cancelled while it waits not run), a queue that is shut down only once its
-// calls are gone (a late answer after the server stopped), and a GrpcFrontEnd whose one queue
-// thread serves calls and streams and ends them all at Stop (a stream left open, a burst of
-// calls on one connection).
+// it refused, one cancelled while it waits not run and its cancel seen with nothing else
+// answered), a queue that is shut down only once its calls are gone (a late answer after the
+// server stopped), a call's own events run by whoever drains them (the queue's thread held),
+// and a GrpcFrontEnd whose one queue thread serves calls and streams and ends them all at Stop
+// (a stream left open, a burst of calls on one connection).
 #include "hookhost/frontend/grpc_calls.h"
 
 #include <doctest/doctest.h>
@@ -85,8 +86,10 @@ struct LiveServer {
     server = builder.BuildAndStart();
     REQUIRE(server != nullptr);
     method = {[this](grpc::ServerContext* context, grpc::ByteBuffer* in, RawResponder* responder,
-                     grpc::ServerCompletionQueue* q,
-                     void* tag) { service.RequestServerLive(context, in, responder, q, q, tag); },
+                     grpc::CompletionQueue* call_queue, grpc::ServerCompletionQueue* arrivals,
+                     void* tag) {
+                service.RequestServerLive(context, in, responder, call_queue, arrivals, tag);
+              },
               [this, handler = std::move(handler)](UnaryCall& call) {
                 last.store(&call);
                 came.fetch_add(1);
@@ -147,6 +150,35 @@ TEST_CASE("the queue is shut down only once its calls are gone, a late answer in
   CHECK(live.queue->ShutdownWhenEmpty(5000));
   CHECK(live.queue->calls() == 0);
   CHECK_FALSE(done.get().ok());  // Cancelled by the server's stop.
+}
+
+TEST_CASE("a call's answer and end are run by whoever drains them, not by the queue's thread") {
+  std::promise<void> release_promise;
+  std::shared_future<void> released = release_promise.get_future().share();
+  std::atomic<int> handled{0};
+  LiveServer live([&](UnaryCall& call) {
+    if (handled.fetch_add(1) == 0) {
+      return;  // The first call is held, answered by the test.
+    }
+    released.wait();  // The second holds the queue's thread.
+    call.Finish(grpc::Status::OK);
+  });
+  std::promise<void> release = std::move(release_promise);  // Set (or destroyed) before futures.
+  std::future<grpc::Status> first = std::async(std::launch::async, [&] { return live.Call(); });
+  REQUIRE(live.AwaitCalls(1));
+  UnaryCall* held = live.last.load();
+  std::future<grpc::Status> second = std::async(std::launch::async, [&] { return live.Call(); });
+  REQUIRE(live.AwaitCalls(2));  // The queue's thread is in the second call's handler now.
+  size_t before = live.queue->calls();
+  held->Finish(grpc::Status::OK);  // From this thread, with the queue's thread busy.
+  for (int i = 0; i < 1000 && live.queue->calls() >= before; ++i) {
+    live.queue->DrainAnswers();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(live.queue->calls() == before - 1);  // Freed without the queue's thread.
+  CHECK(first.get().ok());
+  release.set_value();
+  CHECK(second.get().ok());
 }
 
 // Holds `lane` until the returned promise is set (or destroyed).

@@ -528,11 +528,12 @@ void Service::Serve(CallQueue* queue, CallLane* lane, int infer_calls) {
     if (on_lane) {
       handle = OnLane(lane, std::move(handle));
     }
-    methods_.push_back(
-        {[this, request](grpc::ServerContext* context, grpc::ByteBuffer* in,
-                         RawResponder* responder, grpc::ServerCompletionQueue* q,
-                         void* tag) { (this->*request)(context, in, responder, q, q, tag); },
-         std::move(handle)});
+    methods_.push_back({[this, request](grpc::ServerContext* context, grpc::ByteBuffer* in,
+                                        RawResponder* responder, grpc::CompletionQueue* call_queue,
+                                        grpc::ServerCompletionQueue* arrivals, void* tag) {
+                          (this->*request)(context, in, responder, call_queue, arrivals, tag);
+                        },
+                        std::move(handle)});
     for (int i = 0; i < calls; ++i) {
       UnaryCall::Await(&methods_.back(), queue);
     }
