@@ -1,6 +1,69 @@
 #include "hookhost/frontend/grpc_messages.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+
 namespace ferry::frontend {
+
+void PeekInferHeader(const grpc::ByteBuffer& bytes, inference::ModelInferRequest* header) {
+  using google::protobuf::internal::WireFormatLite;
+  header->Clear();
+  grpc::ByteBuffer copy(bytes);  // The reader consumes its buffer; the slices are shared.
+  grpc::ProtoBufferReader reader(&copy);
+  google::protobuf::io::CodedInputStream in(&reader);
+  std::string kept;  // Fields 1-3 as they came, parsed below as protobuf parses them.
+  {
+    google::protobuf::io::StringOutputStream sink(&kept);
+    google::protobuf::io::CodedOutputStream out(&sink);
+    for (int i = 0; i < kMaxPeekFields; ++i) {
+      uint32_t tag = in.ReadTag();
+      if (tag == 0) {
+        break;  // The end, or not a tag.
+      }
+      uint32_t field = WireFormatLite::GetTagFieldNumber(tag);
+      uint32_t length = 0;
+      uint64_t ignored = 0;
+      std::string value;
+      bool read = false;
+      switch (WireFormatLite::GetTagWireType(tag)) {
+        case WireFormatLite::WIRETYPE_VARINT:
+          read = in.ReadVarint64(&ignored);
+          break;
+        case WireFormatLite::WIRETYPE_FIXED64:
+          read = in.Skip(8);
+          break;
+        case WireFormatLite::WIRETYPE_FIXED32:
+          read = in.Skip(4);
+          break;
+        case WireFormatLite::WIRETYPE_LENGTH_DELIMITED:
+          if (!in.ReadVarint32(&length) || length > INT32_MAX) {
+            break;
+          }
+          if (field >= 1 && field <= 3 && length <= kMaxPeekValue) {
+            read = in.ReadString(&value, static_cast<int>(length));
+            if (read) {
+              out.WriteTag(tag);
+              out.WriteVarint32(length);
+              out.WriteString(value);
+            }
+          } else {
+            read = in.Skip(static_cast<int>(length));
+          }
+          break;
+        default:  // Groups, or not a wire type.
+          break;
+      }
+      if (!read) {
+        break;
+      }
+    }
+  }  // `out` flushed into `kept`.
+  if (!header->ParseFromString(kept)) {
+    header->Clear();
+  }
+}
 
 grpc::Status ToGrpc(const Error& e) {
   grpc::StatusCode code = grpc::StatusCode::INTERNAL;

@@ -28,6 +28,17 @@ grpc::Status ReadMessage(const grpc::ByteBuffer& bytes, Message* message) {
   return grpc::Status::OK;
 }
 
+// A ModelInferRequest's model_name, model_version and id, read from its top-level fields alone
+// (its tensors skipped, not parsed) into `header`: for counting and answering a request refused
+// before it is parsed (a flood past the offload bound, a drain), at a cost that does not grow
+// with its tensors. Reads at most kMaxPeekFields fields; bytes that do not scan as fields end
+// the scan, and a value longer than kMaxPeekValue is skipped. What is kept is parsed as
+// protobuf would (a string that is not UTF-8 is refused), so `header` is empty of what could
+// not be read. Never reads past `bytes`.
+inline constexpr int kMaxPeekFields = 64;
+inline constexpr uint32_t kMaxPeekValue = 1024;
+void PeekInferHeader(const grpc::ByteBuffer& bytes, inference::ModelInferRequest* header);
+
 // `message` serialized into `bytes` (emptied first: a stream reuses its buffer).
 template <typename Message>
 grpc::Status WriteMessage(const Message& message, grpc::ByteBuffer* bytes) {

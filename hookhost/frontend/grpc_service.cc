@@ -189,8 +189,11 @@ class Service final : public RawService, public InferenceService {
     }
     // A large request is parsed on a hook thread: the queue thread serves every other call.
     kserve_->Offload([this, &call, trace](const Status& admitted) {
-      if (!admitted.ok()) {  // Its model unknown until parsed: counted as unrouted.
-        kserve_->CountRefused(nullptr, admitted.error());
+      if (!admitted.ok()) {  // Counted under its model, read without parsing its tensors.
+        inference::ModelInferRequest header;
+        PeekInferHeader(call.request_bytes(), &header);
+        kserve_->CountRefused(kserve_->Find(header.model_name(), header.model_version()),
+                              admitted.error());
         call.Finish(ToGrpc(admitted.error()));
         return;
       }
@@ -388,13 +391,11 @@ class StreamReactor final : public StreamCall {
         HandleRequest();
         return;
       }
-      in_.Clear();
-      // While draining (a short window) the request is parsed here for the answer's id and
-      // model; not past the offload bound, where a flood must not be parsed on this thread.
-      if (admitted.error().code != ErrorCode::kResourceExhausted) {
-        (void)ReadMessage(in_bytes_, &in_);  // No host state.
-      }
-      service_->kserve_->CountRefused(service_->kserve_->Find(in_.model_name()), admitted.error());
+      // The answer's id and model read here without parsing the tensors: a flood past the
+      // offload bound costs this thread no parse.
+      PeekInferHeader(in_bytes_, &in_);
+      service_->kserve_->CountRefused(
+          service_->kserve_->Find(in_.model_name(), in_.model_version()), admitted.error());
       WriteError(admitted.error());
       sink_->EndRequest(&in_bytes_);
     });

@@ -172,7 +172,12 @@ TEST_CASE("large gRPC requests past kMaxOffloaded waiting to be parsed are refus
   CHECK(refused.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
   CHECK(refused.error_message().find("wait to be parsed") != std::string::npos);
   size_t exhausted = static_cast<size_t>(ErrorCode::kResourceExhausted) + 1;
-  CHECK(n.node.segment.frontend_counters(0).unrouted[exhausted].load() == 1);  // Model unknown.
+  shm::FrontEndCountersData& counters = n.node.segment.frontend_counters(0);
+  const HookModel* mlp = n.service.Find("mlp");
+  REQUIRE(mlp != nullptr);
+  std::atomic<uint64_t>& mlp_exhausted = counters.models[mlp->index][0].answered[exhausted];
+  CHECK(mlp_exhausted.load() == 1);  // Counted under its model, read unparsed.
+  CHECK(counters.unrouted[exhausted].load() == 0);
   // A stream's large request too, and unparsed: a flood is not parsed on the queue thread.
   grpc::ClientContext stream_context;
   auto stream = n.stub->ModelStreamInfer(&stream_context);
@@ -182,7 +187,9 @@ TEST_CASE("large gRPC requests past kMaxOffloaded waiting to be parsed are refus
   inference::ModelStreamInferResponse answer;
   REQUIRE(stream->Read(&answer));
   CHECK(answer.error_message().find("wait to be parsed") != std::string::npos);
-  CHECK(answer.infer_response().id().empty());
+  CHECK(answer.infer_response().id() == "large-9");  // Matched to its request by id.
+  CHECK(answer.infer_response().model_name() == "mlp");
+  CHECK(mlp_exhausted.load() == 2);
   stream->WritesDone();
   CHECK(stream->Finish().ok());
   release.set_value();
