@@ -93,6 +93,12 @@ std::unique_ptr<inference::GRPCInferenceService::Stub> GrpcStub(const std::strin
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // Its own TCP connection.
+  // A load generator counts every failure and retries nothing, and keeps no debugging
+  // registry: the retry filter (in each call's path even with no retry policy, caching its
+  // messages for a retry) and channelz cost this client 7% of its CPU per request. The
+  // minimal stack would save more but drops the deadline filter that ends calls at Drain.
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  args.SetInt(GRPC_ARG_ENABLE_CHANNELZ, 0);
   return inference::GRPCInferenceService::NewStub(
       grpc::CreateCustomChannel(url, grpc::InsecureChannelCredentials(), args));
 }
