@@ -23,7 +23,8 @@
 //      request queued by then, and the short gap before it begins costs no capacity: those
 //      CPUs serve the hook hosts and clients meanwhile. (Measured: docs/benchmarks.md, "Where
 //      the CPU goes".) A device (CUDA) or the simulated one keeps the batch ahead, so it
-//      never waits for the loop.
+//      never waits for the loop. There a batch known to be short also runs on the loop's own
+//      thread (DispatchLoopOptions::run_here_max_ns), saving two wake-ups per batch.
 //   5. completions are pushed (a full ring keeps them in a local backlog), and the heartbeat
 //      and, every status_interval, the status snapshot (shm/status.h) are published.
 // It sleeps on its doorbell only when every ring and queue is empty; a batch finishing wakes
@@ -101,6 +102,13 @@ struct DispatchLoopOptions {
   // Plan batch k+1 while batch k executes (where the backend does not run on the host's
   // CPUs).
   bool plan_ahead = true;
+  // On the host's CPUs, a batch whose slowest recent run at its size took at most this runs on
+  // the loop's own thread (Backend::RunHere). The loop would only sleep through it, waking at
+  // most each millisecond, and the hand-off to the execution thread and back costs two
+  // wake-ups per batch (docs/benchmarks.md). Longer batches, and any before the first run at
+  // their size, go to the execution thread, so control messages and the heartbeat wait at
+  // most about this long. 0: never.
+  int64_t run_here_max_ns = 1'000'000;
   ModelLoader loader;  // For kLoadModel; null: loads are refused.
   // The worker's weight budget (weight_residency.h), when it has one: outlives the loop.
   WeightResidency* residency = nullptr;
@@ -200,6 +208,8 @@ class DispatchLoop {
   void KeepStates(const Batch& batch, size_t k);
   void Plan(int64_t now);
   void Launch();
+  // True when `batch` runs on this thread (DispatchLoopOptions::run_here_max_ns).
+  bool RunsHere(const Batch& batch) const;
   // Takes the oldest batch's result from the backend; AnswerBatch then completes its requests
   // (after the next batch is launched, so completions overlap execution).
   std::unique_ptr<Batch> FinishBatch(Result<ExecutionTiming>* timing);

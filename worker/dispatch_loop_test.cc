@@ -450,6 +450,32 @@ TEST_CASE("on the host's CPUs the next batch is decided when the running one end
   }
 }
 
+TEST_CASE("on the host's CPUs a batch whose recent runs were short runs on the loop's thread") {
+  struct Case {
+    bool on_host_cpus;
+    int64_t run_here_max_ns;
+    int expected;
+  };
+  // mlp's batches take 200 us, cnn's 150 ms. The first mlp batch has no run at its size yet, so
+  // it goes to the execution thread; the next two run here. Never a cnn batch, never off the
+  // host's CPUs, never with the option off.
+  for (Case c : {Case{true, 1'000'000, 2}, Case{false, 1'000'000, 0}, Case{true, 0, 0}}) {
+    CAPTURE(c.on_host_cpus);
+    CAPTURE(c.run_here_max_ns);
+    DispatchLoopOptions options;
+    options.run_here_max_ns = c.run_here_max_ns;
+    Fixture f(options);
+    f.backend.on_host_cpus = c.on_host_cpus;
+    f.Start();
+    NodeDriver driver(f.segment, 0);
+    for (uint32_t model : {kMlp, kMlp, kMlp, kCnn, kCnn}) {
+      std::vector<Completion> done = RunOne(driver, model);
+      CHECK(done[0].status == 0);
+    }
+    CHECK(f.backend.ran_here.load() == c.expected);
+  }
+}
+
 TEST_CASE("queued requests run by priority level, then age; execution time is split by tenant") {
   Fixture f(NoPlanAhead());
   f.Start();

@@ -172,7 +172,9 @@ void DispatchLoop::Launch() {
     return;
   }
   // A model failed while its batch was planned (its weights could not be loaded).
-  Status begun = model.failure ? Status(*model.failure) : backend_->Begin(model.handle, batch->job);
+  Status begun = model.failure      ? Status(*model.failure)
+                 : RunsHere(*batch) ? backend_->RunHere(model.handle, batch->job)
+                                    : backend_->Begin(model.handle, batch->job);
   if (!begun.ok()) {
     FailBatch(*batch, begun.error());
     spares_.push_back(std::move(batch));
@@ -181,6 +183,14 @@ void DispatchLoop::Launch() {
   batch->launched_ns = begin_ns;
   inflight_.push_back(std::move(batch));
   ++dispatches_;
+}
+
+// No finished batch's answers wait behind a batch run here: on the host's CPUs a batch is
+// decided only with none in flight, after the last one's completions were pushed (Turn).
+bool DispatchLoop::RunsHere(const Batch& batch) const {
+  double worst = batch.dispatch.worst_recent_seconds;
+  return backend_->RunsOnHostCpus() && inflight_.empty() && worst >= 0 &&
+         worst * 1e9 <= static_cast<double>(options_.run_here_max_ns);
 }
 
 std::unique_ptr<DispatchLoop::Batch> DispatchLoop::TakeSpare() {

@@ -37,6 +37,10 @@ class FaultyBackend : public SimBackend {
     }
     return SimBackend::Begin(model, job);
   }
+  Status RunHere(ModelHandle model, const BatchJob& job) override {
+    ran_here.fetch_add(1);
+    return Begin(model, job);
+  }
   Status ModelStatus(ModelHandle model) const override {
     if (model == failing_model) {
       return Internal("model marked failed after a launch failure");
@@ -55,6 +59,7 @@ class FaultyBackend : public SimBackend {
   std::atomic<bool> sticky{false};
   std::atomic<bool> lost_context{false};
   std::atomic<int> executed{0};
+  std::atomic<int> ran_here{0};  // Batches the loop ran on its own thread (RunHere).
 };
 
 struct LoopFixture {

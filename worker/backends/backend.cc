@@ -14,14 +14,18 @@ const Shape& ShapeIn(const ShapeVariant& variant, const TensorSpec& spec, bool i
 }  // namespace
 
 Status Backend::Begin(ModelHandle model, const BatchJob& job) {
+  finished_ = ExecuteTimed(model, job);
+  return OkStatus();
+}
+
+Result<ExecutionTiming> Backend::ExecuteTimed(ModelHandle model, const BatchJob& job) {
   int64_t started = MonotonicNs();
   Result<ExecutionTiming> result = Execute(model, job);
   if (result.ok() && result->finished_ns == 0) {
     result->started_ns = started;
     result->finished_ns = MonotonicNs();
   }
-  finished_ = std::move(result);
-  return OkStatus();
+  return result;
 }
 
 Result<ExecutionTiming> Backend::Finish() {

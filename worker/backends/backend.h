@@ -83,6 +83,10 @@ class Backend {
   virtual Status Begin(ModelHandle model, const BatchJob& job);
   virtual bool Ready() const { return true; }
   virtual Result<ExecutionTiming> Finish();
+  // Runs `job` to its end on the calling thread, for a caller that would only wait for it
+  // (DispatchLoopOptions::run_here_max_ns): Ready() is then true and Finish() returns its
+  // result, as after Begin. The default is Begin. REQUIRES: none in flight.
+  virtual Status RunHere(ModelHandle model, const BatchJob& job) { return Begin(model, job); }
   // Called from the backend's own thread when an in-flight batch finishes, so a loop asleep
   // on its doorbell wakes. Set before the first Begin.
   void SetNotifier(std::function<void()> notify) { notify_ = std::move(notify); }
@@ -120,6 +124,9 @@ class Backend {
   }
 
  protected:
+  // Execute, with the timing's started_ns and finished_ns set when it left them 0.
+  Result<ExecutionTiming> ExecuteTimed(ModelHandle model, const BatchJob& job);
+
   std::function<void()> notify_;
 
  private:

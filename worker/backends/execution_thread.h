@@ -13,6 +13,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "common/mutex.h"
@@ -69,15 +70,28 @@ class ThreadedBackend : public Backend {
     execution_->Start([this, model, job = &job] { return Execute(model, *job); }, notify_);
     return OkStatus();
   }
-  bool Ready() const override { return execution_->Ready(); }
-  Result<ExecutionTiming> Finish() override { return execution_->Wait(); }
+  // On the caller's thread: no hand-off to the execution thread and no notification back.
+  Status RunHere(ModelHandle model, const BatchJob& job) override {
+    ran_here_ = ExecuteTimed(model, job);
+    return OkStatus();
+  }
+  bool Ready() const override { return ran_here_.has_value() || execution_->Ready(); }
+  Result<ExecutionTiming> Finish() override {
+    if (ran_here_.has_value()) {
+      Result<ExecutionTiming> result = std::move(*ran_here_);
+      ran_here_.reset();
+      return result;
+    }
+    return execution_->Wait();
+  }
 
  protected:
   // Derived destructors call this first, so no batch runs on a half-destroyed backend.
   void StopExecution() { execution_.reset(); }
 
  private:
-  std::unique_ptr<ExecutionThread> execution_;  // Started by the first Begin.
+  std::unique_ptr<ExecutionThread> execution_;       // Started by the first Begin.
+  std::optional<Result<ExecutionTiming>> ran_here_;  // RunHere's result, until Finish.
 };
 
 }  // namespace ferry

@@ -53,6 +53,36 @@ TEST_CASE("edf sheds by laxity against the learned high percentile; others do no
   }
 }
 
+TEST_CASE(
+    "a dispatch carries the slowest recent run at its size, -1 before any, every discipline") {
+  for (Discipline discipline : {Discipline::kFair, Discipline::kFifo, Discipline::kEdf}) {
+    CAPTURE(discipline);
+    SchedulerConfig config;
+    config.discipline = discipline;
+    Scheduler s = Make({Spec("a", {1, 8})}, config);
+    Push(s, 0, Req(0, 1, {}, 1));
+    Dispatch d = s.Next(0).dispatch;
+    REQUIRE(d.runs());
+    CHECK(d.worst_recent_seconds == -1);  // Size 1 has not run.
+    s.Complete(d, 0.0002, 1 * kMs);
+    for (double seconds : {0.0001, 0.003, 0.0001}) {
+      s.SeedCost(0, 0, 1, seconds);
+    }
+    s.SeedCost(0, 0, 8, 0.0005);
+    Push(s, 0, Req(0, 1, {}, 2));
+    d = s.Next(2 * kMs).dispatch;
+    REQUIRE(d.batch_size == 1);
+    CHECK(d.worst_recent_seconds == doctest::Approx(0.003));  // Not the mean: the slowest.
+    s.Complete(d, 0.0001, 3 * kMs);
+    for (int k = 2; k < 4; ++k) {
+      Push(s, 0, Req(0, 1, {}, static_cast<uint64_t>(k)));
+    }
+    d = s.Next(4 * kMs).dispatch;
+    REQUIRE(d.batch_size == 8);  // Two rows, padded to 8: size 8's runs count.
+    CHECK(d.worst_recent_seconds == doctest::Approx(0.0005));
+  }
+}
+
 TEST_CASE("edf laxity is a no-op for an unseeded model") {
   SchedulerConfig config;
   config.discipline = Discipline::kEdf;

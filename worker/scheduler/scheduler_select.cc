@@ -415,6 +415,10 @@ void Scheduler::RecordDispatched(ModelState& m, Dispatch& d, Nanos now) {
   }
   std::optional<int> size_index = SmallestFitting(m.spec.batch_sizes, d.batch_size);
   ++m.size_counts[static_cast<size_t>(size_index.value_or(0))];
+  d.worst_recent_seconds =
+      d.variant != kNoCompiledProgram && m.cost.Seeded(d.variant, size_index.value_or(0))
+          ? m.cost.HighPercentile(d.variant, size_index.value_or(0))
+          : -1;
 }
 
 void Scheduler::Complete(const Dispatch& dispatch, double compute_seconds, Nanos now) {

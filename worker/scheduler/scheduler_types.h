@@ -68,6 +68,9 @@ struct Dispatch {
   // fair: the GPU seconds charged to the model's virtual clock when it was dispatched (its
   // learned cost); Complete() corrects the charge to the measured time.
   double charged_seconds = 0;
+  // The slowest of the last CostModel::kWindow runs at this (variant, compiled size), warm-up
+  // included; -1 before any.
+  double worst_recent_seconds = -1;
   // fair: the charge split over the tenants whose requests ran, by rows (tenant, share of the
   // rows, seconds charged, and the tenant and model weights it was divided by).
   struct ShareCharge {
