@@ -6,7 +6,9 @@
 # batches the worker executed, each divided by the requests executed.
 #   bench/cpu_profile.sh [BUILD_DIR] [ENCODING] [CONCURRENCY] [SECONDS]
 # ENCODING: grpc (default), binary or json (HTTP). JSON in
-# BUILD_DIR/bench-results/cpu_profile_ENCODING_CONCURRENCY.json.
+# BUILD_DIR/bench-results/cpu_profile_ENCODING_CONCURRENCY.json. To compare builds of one
+# process, set FERRY_WORKER_BINARY or FERRY_HOOKHOST_BINARY to another ferry-worker or
+# ferry-hookhost (e.g. one built from an earlier commit) and alternate runs with and without.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(realpath "${1:-build}")
@@ -24,7 +26,9 @@ cleanup() {
 trap cleanup EXIT
 source bench/mlp_node.sh
 write_mlp_node "$dir" "cpuprofile$$" 127.0.0.1:0 127.0.0.1:0
-"$build/supervisor/ferryd" --config "$dir/node.toml" > "$dir/ferryd.log" 2>&1 &
+"$build/supervisor/ferryd" --config "$dir/node.toml" \
+  ${FERRY_WORKER_BINARY:+--worker-binary "$FERRY_WORKER_BINARY"} \
+  ${FERRY_HOOKHOST_BINARY:+--hookhost-binary "$FERRY_HOOKHOST_BINARY"} > "$dir/ferryd.log" 2>&1 &
 pid=$!
 listen=
 for _ in $(seq 300); do
