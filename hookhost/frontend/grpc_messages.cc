@@ -7,8 +7,49 @@
 
 namespace ferry::frontend {
 
+namespace {
+
+using google::protobuf::internal::WireFormatLite;
+
+// Reads the value of the field `tag` introduced: fields 1-3 (model_name, model_version, id)
+// when length-delimited and at most kMaxPeekValue bytes are copied to `out` as they came,
+// every other field is skipped. False at the end of the bytes, a length past INT32_MAX, a
+// group, or a wire type that does not exist.
+bool CopyOrSkipField(uint32_t tag, google::protobuf::io::CodedInputStream& in,
+                     google::protobuf::io::CodedOutputStream& out) {
+  uint32_t field = WireFormatLite::GetTagFieldNumber(tag);
+  uint64_t ignored = 0;
+  uint32_t length = 0;
+  switch (WireFormatLite::GetTagWireType(tag)) {
+    case WireFormatLite::WIRETYPE_VARINT:
+      return in.ReadVarint64(&ignored);
+    case WireFormatLite::WIRETYPE_FIXED64:
+      return in.Skip(8);
+    case WireFormatLite::WIRETYPE_FIXED32:
+      return in.Skip(4);
+    case WireFormatLite::WIRETYPE_LENGTH_DELIMITED:
+      if (!in.ReadVarint32(&length) || length > INT32_MAX) {
+        return false;
+      }
+      if (field >= 1 && field <= 3 && length <= kMaxPeekValue) {
+        std::string value;
+        if (!in.ReadString(&value, static_cast<int>(length))) {
+          return false;
+        }
+        out.WriteTag(tag);
+        out.WriteVarint32(length);
+        out.WriteString(value);
+        return true;
+      }
+      return in.Skip(static_cast<int>(length));
+    default:  // Groups, or not a wire type.
+      return false;
+  }
+}
+
+}  // namespace
+
 void PeekInferHeader(const grpc::ByteBuffer& bytes, inference::ModelInferRequest* header) {
-  using google::protobuf::internal::WireFormatLite;
   header->Clear();
   grpc::ByteBuffer copy(bytes);  // The reader consumes its buffer; the slices are shared.
   grpc::ProtoBufferReader reader(&copy);
@@ -19,44 +60,8 @@ void PeekInferHeader(const grpc::ByteBuffer& bytes, inference::ModelInferRequest
     google::protobuf::io::CodedOutputStream out(&sink);
     for (int i = 0; i < kMaxPeekFields; ++i) {
       uint32_t tag = in.ReadTag();
-      if (tag == 0) {
-        break;  // The end, or not a tag.
-      }
-      uint32_t field = WireFormatLite::GetTagFieldNumber(tag);
-      uint32_t length = 0;
-      uint64_t ignored = 0;
-      std::string value;
-      bool read = false;
-      switch (WireFormatLite::GetTagWireType(tag)) {
-        case WireFormatLite::WIRETYPE_VARINT:
-          read = in.ReadVarint64(&ignored);
-          break;
-        case WireFormatLite::WIRETYPE_FIXED64:
-          read = in.Skip(8);
-          break;
-        case WireFormatLite::WIRETYPE_FIXED32:
-          read = in.Skip(4);
-          break;
-        case WireFormatLite::WIRETYPE_LENGTH_DELIMITED:
-          if (!in.ReadVarint32(&length) || length > INT32_MAX) {
-            break;
-          }
-          if (field >= 1 && field <= 3 && length <= kMaxPeekValue) {
-            read = in.ReadString(&value, static_cast<int>(length));
-            if (read) {
-              out.WriteTag(tag);
-              out.WriteVarint32(length);
-              out.WriteString(value);
-            }
-          } else {
-            read = in.Skip(static_cast<int>(length));
-          }
-          break;
-        default:  // Groups, or not a wire type.
-          break;
-      }
-      if (!read) {
-        break;
+      if (tag == 0 || !CopyOrSkipField(tag, in, out)) {
+        break;  // The end, not a tag, or a field that cannot be read.
       }
     }
   }  // `out` flushed into `kept`.
