@@ -2,8 +2,10 @@
 
 #include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <thread>
 
@@ -183,34 +185,40 @@ Level RunGrpcOpenLoop(const std::string& url, const std::vector<Payload>& payloa
   auto start = Clock::now();
   auto measure_from = After(start, warmup);
   auto end = After(measure_from, seconds);
-  size_t outstanding = 0;
-  for (uint64_t k = 0;;) {
-    auto due = After(start, static_cast<double>(k) / rate);
-    if (due < end && Clock::now() >= due) {  // Due: started now, late or not.
+  std::atomic<uint64_t> started{0};
+  std::atomic<bool> sent_all{false};
+  // Requests start on a thread of their own, each at its due time: a wait for an answer with
+  // a deadline would wake late, since gRPC keeps deadlines in whole milliseconds.
+  std::thread sender([&] {
+    prctl(PR_SET_TIMERSLACK, 1UL);  // Wake at the due time, not up to 50 us after.
+    for (uint64_t k = 0;; ++k) {
+      auto due = After(start, static_cast<double>(k) / rate);
+      if (due >= end) {
+        break;
+      }
+      std::this_thread::sleep_until(due);  // Late already: at once.
       auto* call = new GrpcCall{{}, due, k % payloads.size()};
       Start(*stubs[k % stubs.size()], payloads[call->model], &queue, call->answer, call);
-      ++outstanding;
-      ++k;
-      continue;
+      started.fetch_add(1, std::memory_order_relaxed);
     }
-    if (due >= end && outstanding == 0) {
-      break;
-    }
-    // An answer, or the next request's due time (after the last: the answers' deadline).
-    auto wait_until = due < end ? due : end + std::chrono::seconds(31);
-    auto deadline = std::chrono::system_clock::now() + (wait_until - Clock::now());
+    sent_all.store(true, std::memory_order_release);
+  });
+  // Answers, on this thread, until every request started is answered (gRPC ends each by its
+  // 30 s deadline at the latest).
+  uint64_t answered = 0;
+  while (!sent_all.load(std::memory_order_acquire) ||
+         answered < started.load(std::memory_order_relaxed)) {
     void* tag = nullptr;
     bool ok = false;
-    if (queue.AsyncNext(&tag, &ok, deadline) != grpc::CompletionQueue::GOT_EVENT) {
-      if (due >= end) {
-        break;  // Past every call's deadline: gRPC would have answered each by now.
-      }
-      continue;
+    auto poll = std::chrono::system_clock::now() + std::chrono::milliseconds(10);
+    if (queue.AsyncNext(&tag, &ok, poll) != grpc::CompletionQueue::GOT_EVENT) {
+      continue;  // Nothing yet: look again whether the sender is done.
     }
     std::unique_ptr<GrpcCall> call(static_cast<GrpcCall*>(tag));
     Record(ok, call->answer, call->due, call->model, measure_from, level);
-    --outstanding;
+    ++answered;
   }
+  sender.join();
   Drain(queue, [](void* tag) { delete static_cast<GrpcCall*>(tag); });
   return level;
 }

@@ -36,8 +36,9 @@ Level RunGrpcClosedLoop(const std::string& url, const std::vector<Payload>& payl
 
 // Open loop: requests due at `rate` per second, each started at its due time (late when the
 // client is) on the next of `connections` channels in turn (a channel carries several calls
-// when answers lag), all on one thread and one completion queue; latency counts from when the
-// request was due. Samples of requests due after `warmup` seconds, for `seconds` more.
+// when answers lag), by a thread that only sends, while the calling thread takes the answers
+// from the one completion queue; latency counts from when the request was due. Samples of
+// requests due after `warmup` seconds, for `seconds` more.
 // REQUIRES: payloads not empty; rate > 0; connections >= 1.
 Level RunGrpcOpenLoop(const std::string& url, const std::vector<Payload>& payloads, double rate,
                       int connections, double seconds, double warmup);
