@@ -38,4 +38,11 @@ bool CostModel::Seeded(int variant, int size_index) const {
   return At(variant, size_index).count > 0;
 }
 
+std::optional<double> CostModel::MeasuredHigh(int variant, int size_index) const {
+  if (!Seeded(variant, size_index)) {
+    return std::nullopt;
+  }
+  return HighPercentile(variant, size_index);
+}
+
 }  // namespace ferry

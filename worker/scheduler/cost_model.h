@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace ferry {
@@ -27,6 +28,8 @@ class CostModel {
   double Estimate(int variant, int size_index) const;
   double HighPercentile(int variant, int size_index) const;
   bool Seeded(int variant, int size_index) const;
+  // HighPercentile once the pair has a measurement; nullopt before (no default stands in).
+  std::optional<double> MeasuredHigh(int variant, int size_index) const;
 
  private:
   struct Entry {

@@ -179,10 +179,7 @@ int Scheduler::SelectEdf(Nanos now) const {
 
 std::optional<double> Scheduler::NextDispatchCost(const ModelState& m) const {
   auto [variant, size_index] = NextPair(m);
-  if (!m.cost.Seeded(variant, size_index)) {
-    return std::nullopt;
-  }
-  return m.cost.HighPercentile(variant, size_index);
+  return m.cost.MeasuredHigh(variant, size_index);
 }
 
 int Scheduler::SelectRoundRobin() {
@@ -416,9 +413,9 @@ void Scheduler::RecordDispatched(ModelState& m, Dispatch& d, Nanos now) {
   std::optional<int> size_index = SmallestFitting(m.spec.batch_sizes, d.batch_size);
   ++m.size_counts[static_cast<size_t>(size_index.value_or(0))];
   d.worst_recent_seconds =
-      d.variant != kNoCompiledProgram && m.cost.Seeded(d.variant, size_index.value_or(0))
-          ? m.cost.HighPercentile(d.variant, size_index.value_or(0))
-          : -1;
+      d.variant == kNoCompiledProgram
+          ? -1
+          : m.cost.MeasuredHigh(d.variant, size_index.value_or(0)).value_or(-1);
 }
 
 void Scheduler::Complete(const Dispatch& dispatch, double compute_seconds, Nanos now) {
